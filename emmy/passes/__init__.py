@@ -1,0 +1,1 @@
+"""Emmy's passes, one per file, each a frozen-dataclass xDSL ModulePass."""
