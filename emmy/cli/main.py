@@ -1,0 +1,247 @@
+"""`emmy`: the compiler's command line.
+
+    emmy compile MODEL --layer N [--tokens T] [--target sm_90] [--ir STAGE] [--explain]
+                       [--knob KERNEL.KNOB=VALUE ...] [--time-passes] [-o FILE.cu]
+    emmy run MODEL --layer N [--tokens T] [--backend cuda|interpret] [--check]
+
+The environment variable EMMY_DUMP_DIR=DIR makes `emmy compile` write the module after every
+pass (`NN-<pass>.mlir`), the CUDA source and the decisions into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from emmy.cli.report import run_guarded
+from emmy.context import STAGES
+from emmy.diagnostics import EmmyError
+
+TARGETS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one clear line (exit 1, like other user errors)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise EmmyError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="emmy", description="Emmy compiles PyTorch models to CUDA.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("model", help="a known model id, a local Hugging Face directory, or path.py:fn")
+        p.add_argument("--layer", type=int, default=None, help="decoder layer to compile")
+        p.add_argument("--tokens", type=int, default=512, help="sequence length (static shape)")
+        p.add_argument("--target", default=None, help="sm_80|sm_86|sm_89|sm_90|sm_90a (default: the GPU's, else sm_90)")
+        p.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
+                       help="pin a schedule knob (repeatable; KERNEL may be '*')")
+        p.add_argument("--seed", type=int, default=0, help="seed for random weights and inputs")
+
+    c = sub.add_parser("compile", help="compile a model to CUDA source")
+    model_args(c)
+    c.add_argument("--ir", choices=None, default=None, metavar="STAGE",
+                   help="print one stage: " + "|".join(STAGES) + " (tile is shown after decisions)")
+    c.add_argument("--explain", action="store_true", help="print every decision, its tier and reason")
+    c.add_argument("--time-passes", action="store_true", help="print the time each pass took")
+    c.add_argument("-o", "--output", default=None, help="write the CUDA source here")
+
+    r = sub.add_parser("run", help="compile and run a layer, optionally checking against PyTorch")
+    model_args(r)
+    r.add_argument("--backend", choices=None, default=None, help="cuda (default with a GPU) or interpret")
+    r.add_argument("--check", action="store_true", help="compare with PyTorch; exit 1 past the tolerance")
+    r.add_argument("--tolerance", type=float, default=1e-2, help="relative error allowed (default 1e-2)")
+    return ap
+
+
+def default_target() -> str:
+    """The GPU's architecture when one is present, else sm_90."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+    except Exception:
+        pass
+    return "sm_90"
+
+
+def _options(args, stop_after: str):
+    from emmy.driver import CompileOptions
+
+    target = args.target or default_target()
+    if target not in TARGETS:
+        raise EmmyError(f"unknown target '{target}'", hint="valid targets: " + ", ".join(TARGETS))
+    if args.layer is None:
+        raise EmmyError(
+            "compiling a whole model is not supported yet; pass --layer N to compile one decoder layer"
+        )
+    return CompileOptions(
+        model=args.model, layer=args.layer, tokens=args.tokens, target=target,
+        pins=tuple(args.knob), stop_after=stop_after, seed=args.seed,
+    )
+
+
+def cmd_compile(args) -> int:
+    from emmy.cli.dump import DumpWriter
+    from emmy.driver import compile_model
+    from emmy.ir_io import print_module
+
+    if args.ir is not None and args.ir not in STAGES:
+        raise EmmyError(f"unknown stage '{args.ir}'", hint="valid stages: " + ", ".join(STAGES))
+    dump_dir = os.environ.get("EMMY_DUMP_DIR")
+    stop = "cuda" if (dump_dir or args.ir is None) else args.ir
+    options = _options(args, stop)
+    writer = DumpWriter(Path(dump_dir)) if dump_dir else None
+    captured: dict[str, str] = {}
+
+    def after_each(name: str, module) -> None:
+        text = None
+        if writer is not None:
+            text = writer.write_stage(name, module)
+        if args.ir is not None and _stage_of(name) == args.ir and (args.ir != "tile" or name == "decide-forks"):
+            captured[args.ir] = text if text is not None else print_module(module)
+
+    result = compile_model(options, after_each=after_each)
+    module = result.module
+    decisions = _decisions(module) if STAGES.index(stop) >= STAGES.index("tile") else []
+    source = _source(module) if stop == "cuda" else None
+    if writer is not None:
+        writer.write_source(_func_name(module), source)
+        writer.write_decisions(decisions)
+    if args.output and source is not None:
+        _write(Path(args.output), source)
+    if args.ir is not None:
+        sys.stdout.write(captured.get(args.ir, ""))
+    elif not args.explain:
+        _print_summary(module, options, writer)
+    if args.explain:
+        _print_decisions(decisions)
+    if args.time_passes:
+        _print_timings(result.timings)
+    return 0
+
+
+def _stage_of(pass_name: str) -> str:
+    from emmy.passes.pipeline import stage_after
+
+    return "torch" if pass_name == "torch-import" else stage_after(pass_name)
+
+
+def _func_name(module) -> str:
+    from emmy.execute import entry_function
+
+    return entry_function(module).sym_name.data
+
+
+def _decisions(module):
+    from emmy.passes.decide_forks import decisions
+
+    return decisions(module)
+
+
+def _source(module) -> str:
+    from emmy.backend.plan import cuda_source
+
+    return cuda_source(module)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise EmmyError(f"cannot write '{path}': {e.strerror}") from None
+
+
+def _print_summary(module, options, writer) -> None:
+    from emmy.backend.plan import launch_plan
+
+    plan = launch_plan(module)
+    print(f"{options.model} layer {options.layer}, {options.tokens} tokens, target {options.target}: "
+          f"{len(plan.launches)} kernel launches")
+    for launch in plan.launches:
+        print(f"  {launch.kernel:<40} grid {tuple(launch.grid)} block {tuple(launch.block)} smem {launch.smem}")
+    if writer is not None:
+        print(f"wrote {writer.count} files to {writer.directory}")
+
+
+def _print_decisions(decisions) -> None:
+    from emmy.cli.table import format_table
+
+    rows = [(d.kernel, d.knob, str(d.value), d.tier, d.reason) for d in decisions]
+    print(format_table(("kernel", "knob", "value", "tier", "reason"), rows))
+
+
+def _print_timings(timings) -> None:
+    total = sum(t for _, t in timings)
+    for name, t in timings:
+        print(f"  {t * 1000:8.1f} ms  {name}", file=sys.stderr)
+    print(f"  {total * 1000:8.1f} ms  total", file=sys.stderr)
+
+
+def cmd_run(args) -> int:
+    from emmy.driver import compile_model
+
+    backend = args.backend
+    if backend not in (None, "cuda", "interpret"):
+        raise EmmyError(f"unknown backend '{backend}'", hint="valid backends: cuda, interpret")
+    if backend is None:
+        backend = "cuda" if _has_gpu() else None
+        if backend is None:
+            raise EmmyError("no CUDA device found", hint="use '--backend interpret' to run on the CPU")
+    if backend == "cuda":
+        if not _has_gpu():
+            raise EmmyError("no CUDA device found", hint="use '--backend interpret' to run on the CPU")
+        from emmy.backend.run import run_on_gpu
+
+        report = run_on_gpu(_options(args, "cuda"), cache_dir=_emmy_home())
+    else:
+        from emmy.execute import run_interpreted
+
+        result = compile_model(_options(args, "tile"))
+        report = run_interpreted(result.module, result.traced)
+    print(f"output shape {tuple(report.output.shape)}; relative error vs PyTorch {report.rel_error:.3e}")
+    if args.check and not report.rel_error <= args.tolerance:
+        print(f"error: relative error {report.rel_error:.3e} exceeds the tolerance {args.tolerance:.1e}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def _emmy_home() -> Path:
+    home = os.environ.get("EMMY_HOME")
+    if home:
+        return Path(home)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "emmy"
+
+
+COMMANDS = {"compile": cmd_compile, "run": cmd_run}
+
+
+def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command](args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run_guarded(run, sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    main()

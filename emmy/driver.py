@@ -1,0 +1,110 @@
+"""Compiling a model: trace, then run the pipeline, with hooks for dumps and timing.
+
+This is the library behind `emmy compile` and `emmy run`; it reads no environment and no argv.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.passes import ModulePass
+
+from emmy.context import STAGES, make_context
+from emmy.diagnostics import EmmyError
+from emmy.ir_io import parse_pipeline, run_passes, verify
+from emmy.passes.pipeline import PIPELINE
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    model: str
+    layer: int | None = 0
+    tokens: int = 512
+    target: str = "sm_90"
+    pins: tuple[str, ...] = ()
+    stop_after: str = "cuda"  # a stage name
+    seed: int = 0
+
+
+@dataclass
+class CompileResult:
+    ctx: Context
+    module: ModuleOp
+    traced: object  # emmy.frontend.TracedLayer
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+
+def pipeline_passes(options: CompileOptions) -> list[ModulePass]:
+    """The default pipeline up to and including the pass that produces `options.stop_after`.
+
+    Asking for the tile stage stops after `decide-forks` (the tile stage after decisions)."""
+    if options.stop_after not in STAGES:
+        raise EmmyError(
+            f"unknown stage '{options.stop_after}'", hint="valid stages: " + ", ".join(STAGES)
+        )
+    names: list[str] = []
+    for name, _, _, stage in PIPELINE:
+        if STAGES.index(stage) > STAGES.index(options.stop_after):
+            break
+        names.append(name)
+    specs = []
+    for name in names:
+        if name == "decide-forks" and options.pins:
+            specs.append(name + '{pin="' + ";".join(options.pins) + '"}')
+        else:
+            specs.append(name)
+    return parse_pipeline(",".join(specs))
+
+
+def trace(options: CompileOptions):
+    from emmy.frontend import resolve_model, trace_layer
+
+    source = resolve_model(options.model)
+    if options.layer is None:
+        raise EmmyError(
+            "compiling a whole model is not supported yet; pass --layer N to compile one decoder layer"
+        )
+    if options.tokens < 1:
+        raise EmmyError(f"--tokens must be at least 1 (got {options.tokens})")
+    return trace_layer(source, options.layer, options.tokens, seed=options.seed)
+
+
+def compile_model(
+    options: CompileOptions,
+    after_each: Callable[[str, ModuleOp], None] | None = None,
+) -> CompileResult:
+    """Trace the model and lower it to `options.stop_after`.
+
+    `after_each(name, module)` is called with the imported torch module (name "torch-import")
+    and after every pass (the pass name)."""
+    from emmy.tuning.targets import get_target
+
+    get_target(options.target)  # validates the name with a clear error
+    ctx = make_context()
+    timings: list[tuple[str, float]] = []
+    t0 = time.perf_counter()
+    traced = trace(options)
+    module = traced.module
+    module.attributes["emmy.target"] = StringAttr(options.target)
+    verify(module, "imported module")
+    timings.append(("trace + import", time.perf_counter() - t0))
+    if after_each is not None:
+        after_each("torch-import", module)
+
+    passes = pipeline_passes(options)
+    clock = [time.perf_counter()]
+
+    def hook(p: ModulePass, m: ModuleOp) -> None:
+        now = time.perf_counter()
+        timings.append((p.name, now - clock[0]))
+        if after_each is not None:
+            after_each(p.name, m)
+        clock[0] = time.perf_counter()
+
+    run_passes(ctx, module, passes, after_each=hook)
+    return CompileResult(ctx=ctx, module=module, traced=traced, timings=timings)
+

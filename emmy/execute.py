@@ -1,0 +1,66 @@
+"""Running a compiled layer on concrete tensors (interpreted on the CPU, or on the GPU)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+
+from emmy.diagnostics import EmmyError
+
+
+def entry_function(module: ModuleOp) -> func.FuncOp:
+    for op in module.ops:
+        if isinstance(op, func.FuncOp):
+            return op
+    raise EmmyError("the module holds no function to run")
+
+
+def argument_names(fn: func.FuncOp) -> list[str]:
+    """The PyTorch name of each function argument (its `emmy.name` argument attribute)."""
+    names = []
+    attrs = fn.arg_attrs.data if fn.arg_attrs is not None else ()
+    for i, _ in enumerate(fn.args):
+        name = None
+        if i < len(attrs):
+            value = attrs[i].data.get("emmy.name")
+            if isinstance(value, StringAttr):
+                name = value.data
+        names.append(name if name is not None else f"arg{i}")
+    return names
+
+
+def bind_arguments(fn: func.FuncOp, values: dict[str, object]) -> list[object]:
+    """Order named tensors as the function's arguments."""
+    out = []
+    for name in argument_names(fn):
+        if name not in values:
+            raise EmmyError(f"no value for argument '{name}' of @{fn.sym_name.data}")
+        out.append(values[name])
+    return out
+
+
+@dataclass
+class RunReport:
+    output: np.ndarray
+    reference: np.ndarray
+    rel_error: float
+
+
+def run_interpreted(module: ModuleOp, traced, stage: str = "tile") -> RunReport:
+    """Run the module's function with the tile-stage interpreter on the traced inputs and weights,
+    and compare with the PyTorch layer on the same values."""
+    import importlib
+
+    from emmy.interp.numeric import rel_error, to_numpy
+
+    interp = importlib.import_module(f"emmy.interp.{stage}_stage")
+    fn = entry_function(module)
+    values = {name: to_numpy(t) for name, t in {**traced.inputs, **traced.params}.items()}
+    args = bind_arguments(fn, values)
+    (out,) = interp.run_function(module, args)
+    ref = to_numpy(traced.reference(traced.inputs))
+    out = np.asarray(out, dtype=np.float32).reshape(ref.shape)
+    return RunReport(output=out, reference=ref, rel_error=rel_error(out, ref))

@@ -1,0 +1,127 @@
+"""GPU targets: the hardware table every schedule decision reads.
+
+A `Target` describes one CUDA architecture (`sm_80`, `sm_86`, `sm_89`, `sm_90`, `sm_90a`) through a
+representative card: SM count, shared memory and register limits, memory bandwidth, tensor-core
+rate, L2 size, and the features passes are gated on:
+
+- `mma_sync`: warp-level `mma.sync` tensor-core instructions (from sm_80),
+- `cp_async`: asynchronous global -> shared copies (from sm_80),
+- `tma`: the tensor memory accelerator (sm_90, sm_90a),
+- `wgmma`: warpgroup matrix multiply (sm_90a only; plain sm_90 code cannot use it).
+
+    >>> get_target("sm_90a").sms
+    132
+    >>> get_target("sm_70")
+    Traceback (most recent call last):
+    emmy.diagnostics.EmmyError: unknown target 'sm_70'; valid targets: sm_80, sm_86, sm_89, sm_90, sm_90a
+
+Numbers are per card (bandwidth and FLOP rates for the representative card named in `card`).
+The measured figures for sm_90/sm_90a are H200 measurements (copy bandwidth, dense bf16 GEMM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emmy.diagnostics import EmmyError
+
+KB = 1024
+MB = 1024 * 1024
+
+DEFAULT_TARGET = "sm_90"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One GPU architecture as the compiler sees it (all sizes in bytes, rates per second)."""
+
+    name: str  # "sm_90a"
+    card: str  # representative card the rates describe
+    sm: int  # compute capability as an integer, 90 for sm_90/sm_90a
+    sms: int  # streaming multiprocessors
+    smem_per_sm: int  # shared memory per SM
+    smem_per_block: int  # largest dynamic shared memory one block may opt into
+    regs_per_sm: int  # 32-bit registers per SM
+    regs_per_thread: int  # most registers one thread may use
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    warp_size: int
+    l2_bytes: int
+    dram_bandwidth: float  # bytes/s (measured copy bandwidth where known)
+    tensor_flops: float  # dense bf16 tensor-core FLOP/s, fp32 accumulate
+    fp32_flops: float  # non-tensor fp32 FLOP/s (FMA = 2)
+    features: frozenset[str]
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        return self.max_threads_per_sm // self.warp_size
+
+
+_AMPERE = frozenset({"mma_sync", "cp_async"})
+_HOPPER = _AMPERE | {"tma"}
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target(
+            name="sm_80", card="A100-SXM4-80GB", sm=80, sms=108,
+            smem_per_sm=164 * KB, smem_per_block=163 * KB,
+            regs_per_sm=65536, regs_per_thread=255,
+            max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
+            l2_bytes=40 * MB, dram_bandwidth=1.7e12, tensor_flops=280e12, fp32_flops=19.5e12,
+            features=_AMPERE,
+        ),
+        Target(
+            name="sm_86", card="RTX 3090", sm=86, sms=82,
+            smem_per_sm=100 * KB, smem_per_block=99 * KB,
+            regs_per_sm=65536, regs_per_thread=255,
+            max_threads_per_block=1024, max_threads_per_sm=1536, max_blocks_per_sm=16, warp_size=32,
+            l2_bytes=6 * MB, dram_bandwidth=0.85e12, tensor_flops=71e12, fp32_flops=35.6e12,
+            features=_AMPERE,
+        ),
+        Target(
+            name="sm_89", card="RTX 4090", sm=89, sms=128,
+            smem_per_sm=100 * KB, smem_per_block=99 * KB,
+            regs_per_sm=65536, regs_per_thread=255,
+            max_threads_per_block=1024, max_threads_per_sm=1536, max_blocks_per_sm=24, warp_size=32,
+            l2_bytes=72 * MB, dram_bandwidth=0.9e12, tensor_flops=165e12, fp32_flops=82.6e12,
+            features=_AMPERE,
+        ),
+        Target(
+            name="sm_90", card="H100/H200 SXM (no sm_90a features)", sm=90, sms=132,
+            smem_per_sm=228 * KB, smem_per_block=227 * KB,
+            regs_per_sm=65536, regs_per_thread=255,
+            max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
+            l2_bytes=50 * MB, dram_bandwidth=4.2e12, tensor_flops=400e12, fp32_flops=67e12,
+            features=_HOPPER,
+        ),
+        Target(
+            name="sm_90a", card="H100/H200 SXM", sm=90, sms=132,
+            smem_per_sm=228 * KB, smem_per_block=227 * KB,
+            regs_per_sm=65536, regs_per_thread=255,
+            max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
+            l2_bytes=50 * MB, dram_bandwidth=4.2e12, tensor_flops=750e12, fp32_flops=67e12,
+            features=_HOPPER | {"wgmma"},
+        ),
+    )
+}
+# sm_90 without wgmma reaches roughly half the tensor rate with mma.sync; sm_90a with wgmma is the
+# measured ~700-790 TFLOP/s dense bf16 on H200.
+
+
+def target_names() -> list[str]:
+    return list(TARGETS)
+
+
+def get_target(name: str) -> Target:
+    """The target called `name`; EmmyError naming the valid targets otherwise."""
+    try:
+        return TARGETS[name]
+    except (KeyError, TypeError):
+        raise EmmyError(
+            f"unknown target '{name}'; valid targets: {', '.join(TARGETS)}"
+        ) from None
