@@ -84,14 +84,23 @@ def compile_model(
     from emmy.tuning.targets import get_target
 
     get_target(options.target)  # validates the name with a clear error
-    ctx = make_context()
-    timings: list[tuple[str, float]] = []
     t0 = time.perf_counter()
     traced = trace(options)
+    return compile_traced(traced, options, after_each, trace_seconds=time.perf_counter() - t0)
+
+
+def compile_traced(
+    traced,
+    options: CompileOptions,
+    after_each: Callable[[str, ModuleOp], None] | None = None,
+    trace_seconds: float = 0.0,
+) -> CompileResult:
+    """Lower an already traced model (`emmy.frontend.TracedLayer`) to `options.stop_after`."""
+    ctx = make_context()
+    timings: list[tuple[str, float]] = [("trace + import", trace_seconds)]
     module = traced.module
     module.attributes["emmy.target"] = StringAttr(options.target)
     verify(module, "imported module")
-    timings.append(("trace + import", time.perf_counter() - t0))
     if after_each is not None:
         after_each("torch-import", module)
 
@@ -107,4 +116,3 @@ def compile_model(
 
     run_passes(ctx, module, passes, after_each=hook)
     return CompileResult(ctx=ctx, module=module, traced=traced, timings=timings)
-

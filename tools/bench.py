@@ -1,0 +1,240 @@
+"""Side-by-side benchmark: Emmy against PyTorch eager and torch.compile, on one GPU, in one run.
+
+    python tools/bench.py                      # running example at M = 1..32768, layer at T = 32..4096
+    python tools/bench.py --cases example --sizes 512,4096 --json $OUT/bench.json
+
+For every case: correctness first (relative error against a float32 PyTorch reference on the same
+weights and inputs), then each contender is captured in a CUDA graph and timed by replay with CUDA
+events (median of many replays), next to the floor: max(bytes / measured copy bandwidth,
+FLOPs / measured bf16 matrix rate). Contenders: Emmy, eager, torch.compile (default), and
+torch.compile(mode="max-autotune-no-cudagraphs").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def measure_ceilings() -> dict:
+    """Copy bandwidth (bytes read + written per second) and bf16 matmul rate, measured here."""
+    n = 1 << 28  # 512 MiB of bf16
+    a = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    b = torch.empty_like(a)
+    t = time_fn(lambda: b.copy_(a), graph=False, reps=20)
+    bandwidth = 2 * a.numel() * 2 / t
+    m = 8192
+    x = torch.randn(m, m, dtype=torch.bfloat16, device="cuda")
+    y = torch.randn(m, m, dtype=torch.bfloat16, device="cuda")
+    t = time_fn(lambda: x @ y, graph=False, reps=10)
+    rate = 2 * m**3 / t
+    del a, b, x, y
+    return {"bandwidth_Bps": bandwidth, "bf16_flops": rate}
+
+
+def time_fn(fn, graph: bool = True, reps: int = 50, inner: int = 10) -> float:
+    """Median seconds per call; with graph=True the call is captured once and replayed."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    run = fn
+    if graph:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        run = g.replay
+        for _ in range(3):
+            run()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / inner)
+    return statistics.median(times)
+
+
+def rel_err(out, ref) -> float:
+    out, ref = out.float(), ref.float()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def emmy_layer(traced, target, cache):
+    from emmy.backend.plan import launch_plan
+    from emmy.backend.run import GpuLayer
+    from emmy.driver import CompileOptions, compile_traced
+
+    opts = CompileOptions(model="bench", layer=0, tokens=0, target=target)
+    t0 = time.perf_counter()
+    result = compile_traced(traced, opts)
+    compile_s = time.perf_counter() - t0
+    layer = GpuLayer(launch_plan(result.module), target, cache)
+    values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
+    layer.bind(values)
+    return layer, compile_s
+
+
+def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
+    """Time every contender on one traced module; returns a result row."""
+    module = traced.layer_module.cuda()
+    inputs = {k: v.cuda() for k, v in traced.inputs.items()}
+    args = list(inputs.values())
+
+    def eager():
+        return module(*args)
+
+    with torch.no_grad():
+        refs = _all(_float_copy(module)(*[a.float() if a.is_floating_point() else a for a in args]))
+    row = {"case": name, "flops": flops, "bytes": bytes_}
+    row["floor_s"] = max(bytes_ / ceilings["bandwidth_Bps"], flops / ceilings["bf16_flops"])
+    fns = {}
+    with torch.no_grad():
+        if "emmy" in contenders:
+            try:
+                layer, cs = emmy_layer(traced, target, cache)
+                row["emmy_compile_s"] = cs
+
+                def emmy_fn():
+                    layer.launch()
+                    return layer.outputs()
+
+                fns["emmy"] = emmy_fn
+            except Exception as e:  # report and carry on with the others
+                row["emmy_error"] = f"{type(e).__name__}: {e}"[:500]
+        if "eager" in contenders:
+            fns["eager"] = eager
+        if "compile" in contenders:
+            fns["compile"] = torch.compile(module)
+        if "max-autotune" in contenders:
+            fns["max-autotune"] = torch.compile(module, mode="max-autotune-no-cudagraphs")
+        for key, fn in fns.items():
+            try:
+                outs = _all(fn())
+                torch.cuda.synchronize()
+                row[f"{key}_err"] = max(rel_err(o.reshape(r.shape), r) for o, r in zip(outs, refs))
+                row[f"{key}_s"] = time_fn(fn)
+            except Exception as e:
+                row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+    return row
+
+
+def _float_copy(module):
+    import copy
+
+    return copy.deepcopy(module).float()
+
+
+def _first(x):
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _all(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def example_case(tokens: int):
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+    from running_example import HIDDEN, KV_OUT, Q_OUT, make
+
+    src = ModelSource(spec="tools/running_example.py:make", kind="factory", model_id="running-example",
+                      factory=lambda: make(tokens))
+    traced = trace_layer(src, 0, tokens)
+    n = Q_OUT + 2 * KV_OUT
+    flops = 2 * tokens * n * HIDDEN
+    bytes_ = 2 * (tokens * HIDDEN + HIDDEN + n * HIDDEN + tokens * n)
+    return traced, flops, bytes_
+
+
+def layer_case(tokens: int):
+    from emmy.frontend import resolve_model, trace_layer
+
+    traced = trace_layer(resolve_model("Qwen/Qwen3-Embedding-0.6B"), 0, tokens)
+    h, inter, q, kv, d = 1024, 3072, 2048, 1024, 128
+    weights = h * (q + 2 * kv) + q * h + 2 * h * inter + inter * h + 2 * h + 2 * d
+    flops = 2 * tokens * weights + 2 * 16 * d * tokens * tokens  # projections + causal QK^T and PV
+    bytes_ = 2 * (weights + 2 * tokens * h + 2 * tokens * d)
+    return traced, flops, bytes_
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="example,layer")
+    ap.add_argument("--example-sizes", default="1,32,512,4096,32768")
+    ap.add_argument("--layer-sizes", default="32,512,4096")
+    ap.add_argument("--contenders", default="emmy,eager,compile,max-autotune")
+    ap.add_argument("--target", default="sm_90a")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    cache = Path(os.environ.get("EMMY_HOME", "/tmp/emmy-home"))
+    contenders = args.contenders.split(",")
+    ceilings = measure_ceilings()
+    print(f"# {torch.cuda.get_device_name()}  copy {ceilings['bandwidth_Bps'] / 1e12:.2f} TB/s  "
+          f"bf16 matmul {ceilings['bf16_flops'] / 1e12:.0f} TFLOP/s  torch {torch.__version__}", flush=True)
+    rows = []
+    cases = []
+    if "example" in args.cases:
+        cases += [(f"example M={m}", lambda m=m: example_case(m)) for m in map(int, args.example_sizes.split(","))]
+    if "layer" in args.cases:
+        cases += [(f"layer T={t}", lambda t=t: layer_case(t)) for t in map(int, args.layer_sizes.split(","))]
+    for name, make in cases:
+        traced, flops, bytes_ = make()
+        row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders)
+        rows.append(row)
+        print(format_row(row, contenders), flush=True)
+        torch._dynamo.reset()
+    print()
+    print(format_table(rows, contenders))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
+                                               "torch": torch.__version__, "rows": rows}, indent=2))
+
+
+def format_row(row, contenders) -> str:
+    parts = [f"{row['case']:<18} floor {row['floor_s'] * 1e6:8.1f} us"]
+    for c in contenders:
+        if f"{c}_s" in row:
+            parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e})")
+        elif f"{c}_error" in row:
+            parts.append(f"{c} FAILED: {row[f'{c}_error'][:200]}")
+    return " | ".join(parts)
+
+
+def format_table(rows, contenders) -> str:
+    head = ["case", "floor us"] + [f"{c} us" for c in contenders] + ["emmy/eager", "emmy/compile", "emmy/floor"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["case"], f"{r['floor_s'] * 1e6:.1f}"]
+        for c in contenders:
+            cells.append(f"{r[f'{c}_s'] * 1e6:.1f}" if f"{c}_s" in r else "fail")
+        for other in ("eager", "compile"):
+            cells.append(f"{r['emmy_s'] / r[f'{other}_s']:.2f}" if "emmy_s" in r and f"{other}_s" in r else "-")
+        cells.append(f"{r['emmy_s'] / r['floor_s']:.2f}" if "emmy_s" in r else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
