@@ -1,0 +1,68 @@
+"""GPU tests: run generated kernels against PyTorch. Skipped on machines without a CUDA device."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def _target() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 33, 130])
+@pytest.mark.parametrize("workers", ["mma_sync", "thread", None])
+def test_layer_matches_pytorch(tokens, workers, tmp_path):
+    from emmy.backend.run import run_on_gpu
+    from emmy.driver import CompileOptions
+
+    pins = () if workers is None else (f"*.workers={workers}",)
+    opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target=_target(), pins=pins)
+    report = run_on_gpu(opts, cache_dir=tmp_path)
+    assert report.rel_error <= 1e-2, report.rel_error
+
+
+@pytest.mark.parametrize("tokens", [5, 64, 300])
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_running_example_matches_pytorch(tokens, split_k, tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.backend.plan import launch_plan
+    from emmy.backend.run import GpuLayer
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
+                      factory=lambda: make(tokens))
+    traced = trace_layer(src, 0, tokens)
+    opts = CompileOptions(model="example", layer=0, tokens=tokens, target=_target(),
+                          pins=(f"*.split_k={split_k}",))
+    result = compile_traced(traced, opts)
+    layer = GpuLayer(launch_plan(result.module), opts.target, tmp_path)
+    layer.bind({k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()})
+    layer.launch()
+    torch.cuda.synchronize()
+    module = traced.layer_module.cuda().float()
+    refs = module(*[t.cuda().float() for t in traced.inputs.values()])
+    for out, ref in zip(layer.outputs(), refs):
+        err = ((out.float().reshape(ref.shape) - ref).norm() / ref.norm()).item()
+        assert err <= 1e-2, err
+
+
+def test_emmy_run_check_cli(tmp_path, monkeypatch):
+    from emmy.cli.main import run
+
+    monkeypatch.setenv("EMMY_HOME", str(tmp_path))
+    assert run(["run", "Qwen/Qwen3-Embedding-0.6B", "--layer", "0", "--tokens", "64", "--check"]) == 0
