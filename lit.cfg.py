@@ -5,10 +5,12 @@ import sys
 import lit.formats
 
 config.name = "Emmy"
-config.test_format = lit.formats.ShTest(True)
+config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir"]
-config.test_source_root = os.path.join(os.path.dirname(__file__), "test", "filecheck")
-config.excludes = ["lit.cfg.py", "inputs"]
+config.test_source_root = os.path.dirname(os.path.abspath(__file__))
+config.test_exec_root = config.test_source_root
+# Sample inputs shared by tests, the Python tree and the virtual environment hold no lit tests.
+config.excludes = ["inputs", "emmy", ".venv", "docs", "tools", "golden", "build"]
 
 # emmy-opt, emmy and filecheck live next to the Python that runs lit.
 bindir = os.path.dirname(sys.executable)
@@ -20,4 +22,4 @@ for var in ("HOME", "TMPDIR", "EMMY_HOME"):
 config.substitutions.append(
     ("%emmy-roundtrip", "emmy-opt %s --split-input-file --print-op-generic | emmy-opt --split-input-file")
 )
-config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "inputs")))
+config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "test", "filecheck", "inputs")))

@@ -1,0 +1,361 @@
+"""Reference interpreter for the tile stage: every kernel runs by its decided schedule.
+
+    from emmy.interp.tile_stage import run_function
+    (y,) = run_function(module, [x, w])      # the first func.func of the module
+
+Each `tile.kernel` is computed block by block as its knobs say, on numpy arrays, with the loop
+body evaluated by `emmy.analysis.body.Evaluator` over restricted axis ranges and with overridden
+values. So the schedule is really exercised: a wrong block decomposition, a lost edge tile, a
+split that drops a part or an online-softmax rescaling error changes the numbers.
+
+- contraction: blocks of block_m x block_n over the innermost m-side and n-side axes (outer
+  m/n axes one index at a time; batch axes whole), edge tiles clipped; prologue reductions
+  (RMSNorm's sum of squares) once per block of rows; the k range cut into split_k parts of whole
+  block_k steps, each part accumulating its steps' partial sums in float32; the parts added; then
+  the epilogue and stores evaluated on the block with the contraction results (and prologue
+  results) overridden.
+- attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
+  max, running sum and output rescaled by exp(old max - new max)), the sum divided out at the
+  end (or inside P x V when the loop does so), then the epilogue on the block.
+- reduction: blocks of rows_per_block rows; each top-level reduce accumulated in sweeps of
+  (threads / rows_per_block) x vector elements along its contiguous axis, in dependency order
+  (earlier results overridden so that a sweep never restricts them), then the epilogue.
+- elementwise: blocks of threads x vector x items elements along the innermost axes.
+
+A kernel whose knobs are not all decided is an error (run decide-forks first). `loop.fused` ops
+left in the function are evaluated whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import product
+from math import ceil
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import SSAValue
+
+from emmy.analysis.body import Evaluator, evaluate
+from emmy.analysis.classify import KernelInfo, classify
+from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
+from emmy.dialects.tile import KernelOp
+from emmy.interp.numeric import element_dtype, round_to
+from emmy.interp.tensor_stage import find_function, prepare_args
+
+Ranges = dict[str, tuple[int, int]]
+
+
+def run_function(
+    module: ModuleOp, args: Sequence[np.ndarray], name: str | None = None
+) -> list[np.ndarray]:
+    """Run a tile-stage function (the first func.func, or `name`) on numpy arguments.
+
+    Arguments are rounded to their declared dtypes; results are float32 arrays for bf16/f16/f32.
+    """
+    f = find_function(module, name)
+    env: dict[SSAValue, np.ndarray] = dict(zip(f.body.block.args, prepare_args(f, args)))
+    for op in f.body.block.ops:
+        if isinstance(op, KernelOp):
+            outs = run_kernel(op, [env[v] for v in op.inputs])
+        elif isinstance(op, FusedOp):
+            outs = evaluate(op, [env[v] for v in op.inputs])
+        elif isinstance(op, func.ReturnOp):
+            return [np.ascontiguousarray(env[v]) for v in op.operands]
+        else:
+            raise NotImplementedError(f"the tile-stage interpreter does not run {op.name}")
+        for r, arr in zip(op.results, outs):
+            env[r] = arr
+    raise ValueError(f"@{f.sym_name.data} has no func.return")
+
+
+def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """One tile.kernel's results, computed by its decided schedule."""
+    undecided = [n for n, k in op.knob_dict().items() if not k.is_decided]
+    if undecided:
+        raise ValueError(
+            f"tile.kernel @{op.kernel_name}: knobs {', '.join(undecided)} are undecided "
+            "(run decide-forks first)"
+        )
+    info = classify(op)
+    knobs = op.knob_values()
+    run = _RUNNERS[info.kind]
+    return run(_Kernel(op, info, inputs), knobs)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared machinery
+# --------------------------------------------------------------------------------------------
+
+
+class _Kernel:
+    """A kernel being run: its evaluator, its outputs, and a count of writes per element."""
+
+    def __init__(self, op: KernelOp, info: KernelInfo, inputs: Sequence[np.ndarray]):
+        self.op = op
+        self.info = info
+        self.ev = Evaluator(op, inputs)
+        self.outs: list[np.ndarray] = []
+        self.writes: list[np.ndarray] = []
+        for r in op.results:
+            t = r.type
+            assert isinstance(t, TensorType)
+            dtype = np.float64 if element_dtype(t) == "f64" else (
+                np.float32 if element_dtype(t) in ("bf16", "f16", "f32") else np.int64
+            )
+            self.outs.append(np.zeros(t.get_shape(), dtype=dtype))
+            self.writes.append(np.zeros(t.get_shape(), dtype=np.int32))
+
+    def value(
+        self, v: SSAValue, ranges: Ranges, overrides: Mapping[SSAValue, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, tuple[str, ...]]:
+        return self.ev.value(v, ranges, overrides or None)
+
+    def store_block(self, ranges: Ranges, overrides: Mapping[SSAValue, np.ndarray]) -> None:
+        """Evaluate every store over the block `ranges` (with `overrides`) and write it."""
+        for st in self.info.stores:
+            self._store(st, ranges, overrides)
+
+    def _store(self, st: StoreOp, ranges: Ranges, overrides) -> None:
+        val, vaxes = self.value(st.value, ranges, overrides)
+        idx = [self.value(i, ranges, overrides) for i in st.indices]
+        axes = [a for a in self.ev.axes if a in set(vaxes).union(*(set(x) for _, x in idx))]
+        full = [self.ev.full_ranges(ranges)[a] for a in axes]
+        shape = [hi - lo for lo, hi in full]
+        if any(n == 0 for n in shape):
+            return
+        n = st.output_index
+        v = np.broadcast_to(_expand(val, vaxes, axes), shape)
+        where = tuple(np.broadcast_to(_expand(a, ax, axes), shape) for a, ax in idx)
+        out = self.outs[n]
+        out[where] = v
+        np.add.at(self.writes[n], where, 1)
+
+    def results(self) -> list[np.ndarray]:
+        for n, w in enumerate(self.writes):
+            if w.size and (w.min() != 1 or w.max() != 1):
+                missing = int((w == 0).sum())
+                twice = int((w > 1).sum())
+                raise AssertionError(
+                    f"tile.kernel @{self.op.kernel_name}: result {n} has {missing} elements "
+                    f"never written and {twice} written more than once by the schedule"
+                )
+        out = []
+        for r, arr in zip(self.op.results, self.outs):
+            dt = element_dtype(r.type)
+            out.append(round_to(arr, dt) if dt in ("bf16", "f16") else arr)
+        return out
+
+
+def _expand(arr: np.ndarray, have: Sequence[str], want: Sequence[str]) -> np.ndarray:
+    """An array over axes `have` (a subsequence of `want`) reshaped to broadcast over `want`."""
+    shape = []
+    it = iter(arr.shape)
+    hs = set(have)
+    for a in want:
+        shape.append(next(it) if a in hs else 1)
+    return arr.reshape(shape)
+
+
+def _tiles(extent: int, size: int) -> Iterator[tuple[int, int]]:
+    """[lo, hi) tiles of `size` covering [0, extent), the last one clipped."""
+    for lo in range(0, extent, size):
+        yield lo, min(lo + size, extent)
+
+
+def _axis_blocks(
+    axes: Sequence[str], extents: Mapping[str, int], size: int
+) -> Iterator[Ranges]:
+    """Blocks over a group of axes: the innermost tiled by `size`, outer ones one index at a
+    time (no axes: one empty block)."""
+    if not axes:
+        yield {}
+        return
+    *outer, inner = axes
+    outer_ranges = [[(i, i + 1) for i in range(extents[a])] for a in outer]
+    for combo in product(*outer_ranges):
+        for t in _tiles(extents[inner], size):
+            r = dict(zip(outer, combo))
+            r[inner] = t
+            yield r
+
+
+def _split_steps(steps: int, parts: int) -> list[tuple[int, int]]:
+    """Cut `steps` k-steps into `parts` contiguous runs of whole steps (as equal as possible)."""
+    bounds = [round(p * steps / parts) for p in range(parts + 1)]
+    return [(bounds[p], bounds[p + 1]) for p in range(parts)]
+
+
+# --------------------------------------------------------------------------------------------
+# Contraction
+# --------------------------------------------------------------------------------------------
+
+
+def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+    info = k.info
+    ext = info.axes
+    bm, bn = int(knobs["block_m"]), int(knobs["block_n"])
+    bk, sk = int(knobs["block_k"]), int(knobs["split_k"])
+    k_outer, k_inner = info.k_axes[:-1], info.k_axes[-1]
+    pre = [r for r in info.reductions if r in info.prologue]
+    others = [
+        r for r in info.other_reductions
+        if not _depends_on(r, {c.reduce for c in info.contractions})
+    ]
+    steps = ceil(ext[k_inner] / bk)
+    parts = _split_steps(steps, sk)
+    split_prologue: dict[SSAValue, np.ndarray] = {}
+    if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows
+        for r in pre:
+            split_prologue[r.result] = k.value(r.result, {}, split_prologue)[0]
+    for mb in _axis_blocks(info.m_axes, ext, bm):
+        # Prologue: row statistics once per block of rows (full k), unless split out.
+        row_over: dict[SSAValue, np.ndarray] = dict(split_prologue)
+        for r in pre + others:
+            if r.result not in row_over:
+                row_over[r.result] = k.value(r.result, dict(mb), row_over)[0]
+        for nb in _axis_blocks(info.n_axes, ext, bn):
+            block = {**mb, **nb}
+            over = dict(row_over)
+            if others:  # reductions over other axes, per output block
+                for r in others:
+                    over[r.result] = k.value(r.result, block, over)[0]
+            for c in info.contractions:
+                total = None
+                for lo_step, hi_step in parts:
+                    part = None
+                    for outer in product(*[range(ext[a]) for a in k_outer]):
+                        for s in range(lo_step, hi_step):
+                            kr = {a: (i, i + 1) for a, i in zip(k_outer, outer)}
+                            kr[k_inner] = (s * bk, min((s + 1) * bk, ext[k_inner]))
+                            v, _ = k.value(c.result, {**block, **kr}, over)
+                            v = v.astype(np.float32)
+                            part = v if part is None else part + v
+                    if part is not None:
+                        total = part if total is None else total + part
+                over[c.result] = total if total is not None else k.value(c.result, block, over)[0]
+            k.store_block(block, over)
+    return k.results()
+
+
+def _depends_on(r: ReduceOp, reduces: set[ReduceOp]) -> bool:
+    results = {x.result for x in reduces}
+    return any(v in results for o in r.walk() for v in o.operands)
+
+
+# --------------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------------
+
+
+def _run_attention(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+    info = k.info
+    att = info.attention
+    assert att is not None
+    ext = info.axes
+    bq, bkv = int(knobs["block_q"]), int(knobs["block_kv"])
+    mx, sm, pv = att.max_reduce, att.sum_reduce, att.pv.reduce
+    key = att.key_axis
+    for qr in _tiles(ext[att.query_axis], bq):
+        block: Ranges = {att.query_axis: qr}
+        m = l = acc = None
+        m_axes = l_axes = acc_axes = ()
+        for kr in _tiles(ext[key], bkv):
+            kb = {**block, key: kr}
+            s_max, m_axes = k.value(mx.result, kb)
+            m_new = s_max if m is None else np.maximum(m, s_max)
+            m_safe = np.where(np.isneginf(m_new), np.float32(0), m_new).astype(np.float32)
+            with np.errstate(invalid="ignore", over="ignore"):
+                alpha = (
+                    None if m is None else np.exp(m - m_safe).astype(np.float32)
+                )
+            over = {mx.result: m_safe}
+            p_sum, l_axes = k.value(sm.result, kb, over)
+            l = p_sum if l is None else l * _expand(alpha, m_axes, l_axes) + p_sum
+            if att.pv_uses_sum:
+                over[sm.result] = np.ones_like(p_sum)
+            part, acc_axes = k.value(pv.result, kb, over)
+            acc = part if acc is None else acc * _expand(alpha, m_axes, acc_axes) + part
+            m = m_new
+        assert m is not None and l is not None and acc is not None
+        m_final = np.where(np.isneginf(m), np.float32(0), m).astype(np.float32)
+        if att.pv_uses_sum:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                acc = acc / _expand(l, l_axes, acc_axes)
+        over = {mx.result: m_final, sm.result: l, pv.result: acc.astype(np.float32)}
+        k.store_block(block, over)
+    return k.results()
+
+
+# --------------------------------------------------------------------------------------------
+# Reduction and elementwise
+# --------------------------------------------------------------------------------------------
+
+
+def _run_reduction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+    info = k.info
+    ext = info.axes
+    rpb, threads, vec = int(knobs["rows_per_block"]), int(knobs["threads"]), int(knobs["vector"])
+    sweep = max(1, threads // rpb) * vec
+    for rows in _axis_blocks(info.row_axes, ext, rpb):
+        over: dict[SSAValue, np.ndarray] = {}
+        for r in info.reductions:
+            over[r.result] = _reduce_in_sweeps(k, r, dict(rows), over, sweep)
+        k.store_block(dict(rows), over)
+    return k.results()
+
+
+def _reduce_in_sweeps(
+    k: _Kernel, r: ReduceOp, block: Ranges, over: Mapping[SSAValue, np.ndarray], sweep: int
+) -> np.ndarray:
+    """A top-level reduce over `block`, accumulated sweep by sweep along its contiguous axis."""
+    axis = k.info.vector_axis if k.info.vector_axis in r.axis_names else r.axis_names[-1]
+    acc = None
+    for t in _tiles(k.info.axes[axis], sweep):
+        v, _ = k.value(r.result, {**block, axis: t}, over)
+        if acc is None:
+            acc = v
+        elif r.kind_name == "max":
+            acc = np.maximum(acc, v)
+        else:
+            acc = acc + v
+    assert acc is not None
+    return acc
+
+
+def _run_elementwise(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+    info = k.info
+    ext = info.axes
+    per_block = int(knobs["threads"]) * int(knobs["vector"]) * int(knobs["items"])
+    par = list(info.parallel_axes)
+    if not par:
+        k.store_block({}, {})
+        return k.results()
+    inner = info.vector_axis if info.vector_axis in par else par[-1]
+    rest = [a for a in par if a != inner]
+    cols = min(ext[inner], per_block)
+    rows_axis = rest[-1] if rest else None
+    rows = max(1, per_block // cols) if rows_axis else 1
+    outer = rest[:-1]
+    for combo in product(*[range(ext[a]) for a in outer]):
+        base = {a: (i, i + 1) for a, i in zip(outer, combo)}
+        row_tiles = _tiles(ext[rows_axis], rows) if rows_axis else [None]
+        for rt in row_tiles:
+            for ct in _tiles(ext[inner], cols):
+                block = dict(base)
+                if rt is not None:
+                    block[rows_axis] = rt  # type: ignore[index]
+                block[inner] = ct
+                k.store_block(block, {})
+    return k.results()
+
+
+_RUNNERS = {
+    "contraction": _run_contraction,
+    "attention": _run_attention,
+    "reduction": _run_reduction,
+    "elementwise": _run_elementwise,
+}
+
+__all__ = ["run_function", "run_kernel"]
