@@ -10,10 +10,11 @@ split that drops a part or an online-softmax rescaling error changes the numbers
 
 - contraction: blocks of block_m x block_n over the innermost m-side and n-side axes (outer
   m/n axes one index at a time; batch axes whole), edge tiles clipped; prologue reductions
-  (RMSNorm's sum of squares) once per block of rows; the k range cut into split_k parts of whole
-  block_k steps, each part accumulating its steps' partial sums in float32; the parts added; then
-  the epilogue and stores evaluated on the block with the contraction results (and prologue
-  results) overridden.
+  (RMSNorm's sum of squares) once per block of rows, or in a pass of their own over all rows
+  first when `fusion` is `split`; the k-steps (block_k tiles of the innermost k axis, for every
+  index of outer k axes: `legality.k_steps`) cut into split_k contiguous parts, each part
+  accumulating its steps' partial sums in float32; the parts added; then the epilogue and
+  stores evaluated on the block with the contraction and prologue results overridden.
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
   max, running sum and output rescaled by exp(old max - new max)), the sum divided out at the
   end (or inside P x V when the loop does so), then the epilogue on the block.
@@ -22,15 +23,15 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   (earlier results overridden so that a sweep never restricts them), then the epilogue.
 - elementwise: blocks of threads x vector x items elements along the innermost axes.
 
-A kernel whose knobs are not all decided is an error (run decide-forks first). `loop.fused` ops
-left in the function are evaluated whole.
+Every result element must be written exactly once by the blocks (checked: an AssertionError
+names the kernel otherwise). A kernel whose knobs are not all decided is a ValueError (run
+decide-forks first). `loop.fused` ops left in the function are evaluated whole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
-from math import ceil
 
 import numpy as np
 from xdsl.dialects import func
@@ -98,6 +99,7 @@ class _Kernel:
         self.ev = Evaluator(op, inputs)
         self.outs: list[np.ndarray] = []
         self.writes: list[np.ndarray] = []
+        self.store_deps: dict[StoreOp, frozenset[str]] = {}
         for r in op.results:
             t = r.type
             assert isinstance(t, TensorType)
@@ -113,9 +115,24 @@ class _Kernel:
         return self.ev.value(v, ranges, overrides or None)
 
     def store_block(self, ranges: Ranges, overrides: Mapping[SSAValue, np.ndarray]) -> None:
-        """Evaluate every store over the block `ranges` (with `overrides`) and write it."""
+        """Evaluate every store over the block `ranges` (with `overrides`) and write it.
+
+        A store that does not depend on a blocked axis is written by the first block along
+        that axis only (its value is the same in every block)."""
         for st in self.info.stores:
+            deps = self._store_axes(st)
+            if any(lo != 0 for a, (lo, _) in ranges.items() if a not in deps):
+                continue
             self._store(st, ranges, overrides)
+
+    def _store_axes(self, st: StoreOp) -> frozenset[str]:
+        d = self.store_deps.get(st)
+        if d is None:
+            d = frozenset(self.ev.domains.names(
+                _or(self.ev.domains.mask(v) for v in st.operands)
+            ))
+            self.store_deps[st] = d
+        return d
 
     def _store(self, st: StoreOp, ranges: Ranges, overrides) -> None:
         val, vaxes = self.value(st.value, ranges, overrides)
@@ -146,6 +163,13 @@ class _Kernel:
             dt = element_dtype(r.type)
             out.append(round_to(arr, dt) if dt in ("bf16", "f16") else arr)
         return out
+
+
+def _or(masks) -> int:
+    out = 0
+    for m in masks:
+        out |= m
+    return out
 
 
 def _expand(arr: np.ndarray, have: Sequence[str], want: Sequence[str]) -> np.ndarray:
@@ -203,8 +227,14 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
         r for r in info.other_reductions
         if not _depends_on(r, {c.reduce for c in info.contractions})
     ]
-    steps = ceil(ext[k_inner] / bk)
-    parts = _split_steps(steps, sk)
+    # The k-steps in order: every outer k index (when the contraction reduces several axes)
+    # times the block_k tiles of the innermost k axis; split_k parts are contiguous runs.
+    steps = [
+        {**{a: (i, i + 1) for a, i in zip(k_outer, outer)}, k_inner: t}
+        for outer in product(*[range(ext[a]) for a in k_outer])
+        for t in _tiles(ext[k_inner], bk)
+    ]
+    parts = _split_steps(len(steps), sk)
     split_prologue: dict[SSAValue, np.ndarray] = {}
     if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows
         for r in pre:
@@ -224,14 +254,11 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
             for c in info.contractions:
                 total = None
                 for lo_step, hi_step in parts:
-                    part = None
-                    for outer in product(*[range(ext[a]) for a in k_outer]):
-                        for s in range(lo_step, hi_step):
-                            kr = {a: (i, i + 1) for a, i in zip(k_outer, outer)}
-                            kr[k_inner] = (s * bk, min((s + 1) * bk, ext[k_inner]))
-                            v, _ = k.value(c.result, {**block, **kr}, over)
-                            v = v.astype(np.float32)
-                            part = v if part is None else part + v
+                    part = None  # this split part's float32 partial sums
+                    for kr in steps[lo_step:hi_step]:
+                        v, _ = k.value(c.result, {**block, **kr}, over)
+                        v = v.astype(np.float32)
+                        part = v if part is None else part + v
                     if part is not None:
                         total = part if total is None else total + part
                 over[c.result] = total if total is not None else k.value(c.result, block, over)[0]
@@ -266,10 +293,7 @@ def _run_attention(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
             s_max, m_axes = k.value(mx.result, kb)
             m_new = s_max if m is None else np.maximum(m, s_max)
             m_safe = np.where(np.isneginf(m_new), np.float32(0), m_new).astype(np.float32)
-            with np.errstate(invalid="ignore", over="ignore"):
-                alpha = (
-                    None if m is None else np.exp(m - m_safe).astype(np.float32)
-                )
+            alpha = None if m is None else _rescale_factor(m, m_safe)
             over = {mx.result: m_safe}
             p_sum, l_axes = k.value(sm.result, kb, over)
             l = p_sum if l is None else l * _expand(alpha, m_axes, l_axes) + p_sum
@@ -286,6 +310,12 @@ def _run_attention(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
         over = {mx.result: m_final, sm.result: l, pv.result: acc.astype(np.float32)}
         k.store_block(block, over)
     return k.results()
+
+
+def _rescale_factor(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:
+    """exp(old max - new max): how much the running sum and output shrink when the max grows."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.exp(m_old - m_new).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""Deciders: the ordered sources of knob values that `decide-forks` consults.
+
+A decider answers some knobs of one kernel (`Problem`), given the answers of the stronger
+deciders before it (`fixed`). `decide_kernel` asks them in order; each answer is kept only if the
+assignment so far stays legal (`emmy.tuning.legality.check`); the first decider to answer a knob
+wins. The order is the deploy evidence hierarchy of DESIGN.md 3.2:
+
+    pinned -> (kept: a value an earlier decide-forks recorded) -> local -> golden -> nearest
+           -> prior -> rule
+
+Only `pinned`, `kept` and `rule` exist today; the others plug into `default_deciders`. The rule
+decider always completes a legal assignment when one exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from emmy.analysis.classify import KernelInfo
+from emmy.diagnostics import EmmyError
+from emmy.tuning import rules
+from emmy.tuning.knobs import KnobValue
+from emmy.tuning.legality import check
+from emmy.tuning.pins import Pins, pins_for
+from emmy.tuning.targets import Target
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A knob value with the evidence tier and a readable reason."""
+
+    value: KnobValue
+    tier: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One kernel to decide: its name, classification, target, knob space and any knob values
+    already recorded in the IR (knob -> Answer)."""
+
+    kernel: str
+    info: KernelInfo
+    target: Target
+    space: Mapping[str, tuple[KnobValue, ...]]
+    recorded: Mapping[str, Answer]
+
+
+class Decider(Protocol):
+    name: str
+
+    def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
+        """Values for some knobs not in `fixed` (may be empty)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PinnedDecider:
+    """The user's pins (tier `pinned`); an illegal pinned set is an error, never skipped."""
+
+    pins: Pins
+    name: str = "pinned"
+
+    def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
+        values = pins_for(self.pins, problem.kernel, problem.info.kind, problem.space)
+        texts = self.pins.for_kernel(problem.kernel)
+        out = {k: Answer(v, "pinned", f"pin '{texts[k].text}'") for k, v in values.items()}
+        reasons = check(problem.info, values, problem.target)
+        if reasons:
+            pinned = ", ".join(f"{k}={v}" for k, v in values.items())
+            raise EmmyError(
+                f"kernel '{problem.kernel}': the pinned values {pinned} are illegal on "
+                f"{problem.target.name}:\n  " + "\n  ".join(reasons)
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class KeptDecider:
+    """Values already decided in the IR (an earlier decide-forks) keep their tier and reason."""
+
+    name: str = "kept"
+
+    def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
+        return {k: a for k, a in problem.recorded.items() if k not in fixed}
+
+
+@dataclass(frozen=True)
+class RuleDecider:
+    """The default rules (`emmy.tuning.rules`, tier `rule`): completes any legal assignment."""
+
+    name: str = "rule"
+
+    def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
+        values = {k: a.value for k, a in fixed.items()}
+        choices = rules.decide(problem.info, problem.target, problem.space, values)
+        if choices is None:
+            raise EmmyError(_no_schedule(problem, fixed))
+        return {k: Answer(c.value, "rule", c.reason) for k, c in choices.items()}
+
+
+def default_deciders(pins: Pins) -> list[Decider]:
+    """The evidence hierarchy as it exists today."""
+    return [PinnedDecider(pins), KeptDecider(), RuleDecider()]
+
+
+def decide_kernel(problem: Problem, deciders: Sequence[Decider]) -> dict[str, Answer]:
+    """Every knob of `problem.space` answered, legal together, in the space's order."""
+    fixed: dict[str, Answer] = {}
+    for decider in deciders:
+        missing = [k for k in problem.space if k not in fixed]
+        if not missing:
+            break
+        answer = {
+            k: a for k, a in decider.answer(problem, fixed).items() if k in missing
+        }
+        if not answer:
+            continue
+        trial = {k: a.value for k, a in {**fixed, **answer}.items()}
+        if check(problem.info, trial, problem.target):
+            continue  # evidence that is no longer legal is skipped
+        fixed.update(answer)
+    missing = [k for k in problem.space if k not in fixed]
+    if missing:
+        raise EmmyError(_no_schedule(problem, fixed))
+    return {k: fixed[k] for k in problem.space}
+
+
+def _no_schedule(problem: Problem, fixed: Mapping[str, Answer]) -> str:
+    values = {k: a.value for k, a in fixed.items()}
+    fixed_text = ", ".join(f"{k}={v}" for k, v in values.items()) or "nothing fixed"
+    # Explain with the rule's unconstrained choice overridden by the fixed values.
+    free = rules.decide(problem.info, problem.target, problem.space, {}) or {}
+    trial = {k: c.value for k, c in free.items()} | values
+    reasons = check(problem.info, trial, problem.target)
+    detail = ("\n  " + "\n  ".join(reasons)) if reasons else ""
+    return (
+        f"kernel '{problem.kernel}': no legal schedule on {problem.target.name} with "
+        f"{fixed_text}{detail}"
+    )

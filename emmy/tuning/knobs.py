@@ -1,0 +1,120 @@
+"""The knob space: which schedule knobs each kind of kernel has, and their domains.
+
+A knob is one schedule choice of a `tile.kernel` (DESIGN.md section 2). Its domain depends on the
+kernel's kind and is filtered by the target (no `wgmma` before sm_90a); it does not depend on the
+shapes, so kernels of one kind on one target share a space (shape-specific limits are legality's
+job, `emmy/tuning/legality.py`).
+
+| kind | knobs (in this order) |
+|---|---|
+| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, vector, fusion (only with a prologue reduction) |
+| attention | block_q, block_kv, workers, stages, warps |
+| reduction | rows_per_block, threads, vector |
+| elementwise | threads, vector, items |
+
+Meanings (what the kernel stage does with each value):
+- `block_m`, `block_n`: output tile along the m-side (rows) and n-side (columns) axes.
+- `block_k`: the reduction step along k; `split_k`: the k range is cut into that many parts computed
+  by different blocks, whose float32 partial sums are added afterwards.
+- `stages`: shared-memory staging depth of the k loop (1 = operands go straight to registers,
+  2 = double buffering, ...).
+- `workers`: who computes a tile: plain threads (`thread`), warps with `mma.sync` (`mma_sync`), or
+  warpgroups with `wgmma` (`wgmma`, sm_90a only).
+- `warps`: warps per block (threads = 32 * warps).
+- `vector`: elements per global access (8 bf16 = 16 bytes).
+- `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
+  `split` computes it in a kernel of its own first.
+- `block_q`, `block_kv`: attention tile along the query axis and the key step.
+- `rows_per_block`: rows of a reduction one block handles; `threads`: threads per block.
+- `items`: elements (in vectors) each thread of an elementwise kernel handles.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from emmy.diagnostics import EmmyError
+from emmy.tuning.targets import Target
+
+if TYPE_CHECKING:
+    from emmy.analysis.classify import KernelInfo
+
+KnobValue = int | str
+
+KINDS: tuple[str, ...] = ("elementwise", "reduction", "contraction", "attention")
+
+WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma")
+FUSION: tuple[str, ...] = ("fused", "split")
+
+# The full spaces, before the target filters them.
+_SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
+    "contraction": {
+        "block_m": (16, 32, 64, 128, 256),
+        "block_n": (16, 32, 64, 128, 256),
+        "block_k": (16, 32, 64, 128),
+        "split_k": (1, 2, 3, 4, 8, 16),
+        "stages": (1, 2, 3, 4, 5),
+        "workers": WORKERS,
+        "warps": (1, 2, 4, 8, 16),
+        "vector": (1, 2, 4, 8),
+        "fusion": FUSION,
+    },
+    "attention": {
+        "block_q": (16, 32, 64, 128),
+        "block_kv": (16, 32, 64, 128),
+        "workers": WORKERS,
+        "stages": (1, 2, 3),
+        "warps": (1, 2, 4, 8),
+    },
+    "reduction": {
+        "rows_per_block": (1, 2, 4, 8, 16),
+        "threads": (32, 64, 128, 256, 512, 1024),
+        "vector": (1, 2, 4, 8),
+    },
+    "elementwise": {
+        "threads": (64, 128, 256, 512, 1024),
+        "vector": (1, 2, 4, 8),
+        "items": (1, 2, 4, 8),
+    },
+}
+
+# Which target feature a knob value needs.
+_NEEDS_FEATURE: dict[KnobValue, str] = {"mma_sync": "mma_sync", "wgmma": "wgmma"}
+
+
+def knob_names(kind: str, *, fusion: bool = False) -> tuple[str, ...]:
+    """The knob names of a kind, in their canonical order (`fusion` only if asked for)."""
+    _check_kind(kind)
+    return tuple(n for n in _SPACES[kind] if n != "fusion" or fusion)
+
+
+def all_knob_names() -> set[str]:
+    return {n for space in _SPACES.values() for n in space}
+
+
+def knob_space(
+    kind: str, target: Target, *, fusion: bool = False
+) -> dict[str, tuple[KnobValue, ...]]:
+    """Knob name -> domain for a kernel of `kind` on `target`, in canonical order.
+
+    `fusion=True` adds the `fusion` knob (contractions with a prologue reduction only).
+    """
+    space: dict[str, tuple[KnobValue, ...]] = {}
+    for name in knob_names(kind, fusion=fusion):
+        domain = tuple(
+            v
+            for v in _SPACES[kind][name]
+            if v not in _NEEDS_FEATURE or target.has(_NEEDS_FEATURE[v])
+        )
+        space[name] = domain
+    return space
+
+
+def knob_space_for(info: KernelInfo, target: Target) -> dict[str, tuple[KnobValue, ...]]:
+    """The knob space of a classified kernel (adds `fusion` when it has a prologue reduction)."""
+    return knob_space(info.kind, target, fusion=info.kind == "contraction" and info.has_fusion_fork)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in _SPACES:
+        raise EmmyError(f"unknown kernel kind '{kind}'; valid kinds: {', '.join(KINDS)}")

@@ -1,0 +1,366 @@
+"""Legality: the one check every decider uses (pins, rules, golden files, tuning, the prior).
+
+    check(info, values, target) -> list[str]
+
+`info` is the kernel's `KernelInfo` (`emmy.analysis.classify`), `values` maps knob names to values
+(a full or partial assignment), `target` is a `Target`. The result lists readable reasons the
+assignment cannot run on the target; empty means legal. Each rule runs only when the knobs it
+reads are all present, so a partial assignment can be checked early (pins alone, a search prefix)
+and a full one is checked completely.
+
+    >>> check(info, {"block_m": 128, "block_n": 256, "block_k": 64, "stages": 5, ...}, sm_86)
+    ['shared memory: stages=5 x (block_m=128 + block_n=256) x block_k=64 x 2 bytes = 240.0 KB
+      exceeds the 99.0 KB a block may use on sm_86', ...]
+
+Limits checked (contraction): threads per block; shared memory of the staged operand tiles;
+accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling (16x8x16 per
+warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
+block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
+bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps). Attention,
+reduction and elementwise kernels have the analogous rules below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from math import ceil
+from typing import TYPE_CHECKING
+
+from emmy.tuning.knobs import KnobValue, knob_space_for
+from emmy.tuning.targets import Target
+
+if TYPE_CHECKING:
+    from emmy.analysis.classify import KernelInfo
+
+# Accumulator values (fp32) one thread may hold before registers run out (255 per thread, minus
+# addresses, operand fragments and the epilogue).
+MAX_ACC_PER_THREAD = 192
+# Widest global access, in bytes (ld.global.v4.b32 / cp.async 16).
+MAX_VECTOR_BYTES = 16
+
+
+def check(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> list[str]:
+    """Reasons `values` is illegal for the kernel `info` on `target` (empty list: legal)."""
+    reasons = _check_domain(info, values, target)
+    if reasons:
+        return reasons
+    v = _Values(values)
+    rules = _RULES.get(info.kind, ())
+    for rule in rules:
+        rule(info, v, target, reasons)
+    return reasons
+
+
+def is_legal(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> bool:
+    return not check(info, values, target)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+class _Values:
+    """Knob values with `has(*names)` to run a rule only when its inputs are all present."""
+
+    def __init__(self, values: Mapping[str, KnobValue]):
+        self.values = values
+
+    def has(self, *names: str) -> bool:
+        return all(n in self.values for n in names)
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+
+def _kb(n: float) -> str:
+    return f"{n / 1024:.1f} KB"
+
+
+def _check_domain(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> list[str]:
+    space = knob_space_for(info, target)
+    reasons = []
+    for name, value in values.items():
+        if name not in space:
+            reasons.append(
+                f"'{name}' is not a knob of {info.kind} kernels "
+                f"(knobs: {', '.join(space) or 'none'})"
+            )
+        elif value not in space[name]:
+            reasons.append(
+                f"{name}={value} is not in its domain on {target.name}: "
+                f"{_fmt_domain(space[name])}"
+            )
+    return reasons
+
+
+def _fmt_domain(domain) -> str:
+    return "[" + ", ".join(str(d) for d in domain) + "]"
+
+
+def _threads(v: _Values, t: Target, reasons: list[str], threads: int, what: str) -> None:
+    if threads > t.max_threads_per_block:
+        reasons.append(
+            f"threads: {what} = {threads} threads exceeds the {t.max_threads_per_block} a block may have"
+        )
+
+
+def _vector(
+    info: KernelInfo, v: _Values, t: Target, reasons: list[str], extra: tuple[str, int] | None = None
+) -> None:
+    if not v.has("vector"):
+        return
+    vec = v["vector"]
+    nbytes = vec * info.element_bytes
+    if nbytes > MAX_VECTOR_BYTES:
+        reasons.append(
+            f"vector={vec} of {info.element_bytes}-byte elements is {nbytes} bytes; one global "
+            f"access moves at most {MAX_VECTOR_BYTES}"
+        )
+    axis, extent = info.vector_axis, info.vector_extent
+    if extent % vec:
+        reasons.append(
+            f"vector={vec} does not divide the contiguous extent {axis}={extent}"
+        )
+    if extra is not None and extra[1] % vec:
+        reasons.append(f"vector={vec} does not divide {extra[0]}={extra[1]}")
+
+
+# --------------------------------------------------------------------------------------------
+# Contraction
+# --------------------------------------------------------------------------------------------
+
+
+def _c_threads(info, v, t, reasons):
+    if v.has("warps"):
+        _threads(v, t, reasons, 32 * v["warps"], f"warps={v['warps']} x 32")
+
+
+def _c_smem(info, v, t, reasons):
+    if not v.has("stages", "block_m", "block_n", "block_k"):
+        return
+    st, bm, bn, bk = v["stages"], v["block_m"], v["block_n"], v["block_k"]
+    if st < 2:
+        return
+    nc = info.n_contractions
+    rows = bm + nc * bn
+    nbytes = st * rows * bk * info.element_bytes
+    if nbytes > t.smem_per_block:
+        bn_text = f"{nc} x block_n={bn}" if nc > 1 else f"block_n={bn}"
+        reasons.append(
+            f"shared memory: stages={st} x (block_m={bm} + {bn_text}) x block_k={bk} x "
+            f"{info.element_bytes} bytes = {_kb(nbytes)} exceeds the {_kb(t.smem_per_block)} "
+            f"a block may use on {t.name}"
+        )
+
+
+def _c_registers(info, v, t, reasons):
+    if not v.has("block_m", "block_n", "warps"):
+        return
+    bm, bn, threads = v["block_m"], v["block_n"], 32 * v["warps"]
+    nc = info.n_contractions
+    acc = nc * bm * bn / threads
+    if acc > MAX_ACC_PER_THREAD:
+        what = f"{nc} x " if nc > 1 else ""
+        reasons.append(
+            f"registers: {what}block_m={bm} x block_n={bn} fp32 accumulators over {threads} "
+            f"threads is {acc:g} per thread, over the {MAX_ACC_PER_THREAD} that fit in "
+            f"{t.regs_per_thread} registers"
+        )
+    if bm * bn < threads:
+        reasons.append(
+            f"block_m={bm} x block_n={bn} = {bm * bn} outputs is fewer than the {threads} threads"
+        )
+
+
+def _c_workers(info, v, t, reasons):
+    if not v.has("workers"):
+        return
+    w = v["workers"]
+    if w == "mma_sync":
+        if v.has("block_k") and v["block_k"] % 16:
+            reasons.append(f"mma_sync: block_k={v['block_k']} is not a multiple of 16")
+        if v.has("block_m", "block_n", "warps"):
+            bm, bn, wp = v["block_m"], v["block_n"], v["warps"]
+            if warp_grid(bm, bn, wp) is None:
+                reasons.append(
+                    f"mma_sync: block_m={bm} x block_n={bn} cannot be split among warps={wp} "
+                    f"into tiles of at least 16x8 (multiples of 16 rows and 8 columns per warp)"
+                )
+    elif w == "wgmma":
+        if v.has("warps") and v["warps"] % 4:
+            reasons.append(f"wgmma: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
+        if v.has("block_m") and v["block_m"] % 64:
+            reasons.append(f"wgmma: block_m={v['block_m']} is not a multiple of 64")
+        if v.has("block_m", "warps") and v["warps"] % 4 == 0 and v["block_m"] % 64 == 0:
+            groups = v["warps"] // 4
+            if v["block_m"] % (64 * groups):
+                reasons.append(
+                    f"wgmma: block_m={v['block_m']} does not give each of the {groups} "
+                    f"warpgroups 64-row slices (block_m must be a multiple of {64 * groups})"
+                )
+        if v.has("block_n"):
+            bn = v["block_n"]
+            if bn % 8 or bn > 256:
+                reasons.append(f"wgmma: block_n={bn} must be a multiple of 8 and at most 256")
+        if v.has("block_k") and v["block_k"] % 16:
+            reasons.append(f"wgmma: block_k={v['block_k']} is not a multiple of 16")
+        if v.has("stages") and v["stages"] < 2:
+            reasons.append("wgmma reads its operands from shared memory: stages must be at least 2")
+
+
+def _c_split(info, v, t, reasons):
+    if not v.has("block_k", "split_k"):
+        return
+    bk, sk = v["block_k"], v["split_k"]
+    steps, how = k_steps(info, bk)
+    if sk > steps:
+        reasons.append(f"split_k={sk} exceeds the {steps} k-steps ({how})")
+    elif steps % sk:
+        reasons.append(f"split_k={sk} does not divide the {steps} k-steps ({how})")
+
+
+def k_steps(info: KernelInfo, block_k: int) -> tuple[int, str]:
+    """The number of block_k steps of a contraction and how it is counted: block_k tiles of the
+    innermost k axis, for every index of the outer k axes (if it reduces several)."""
+    inner = info.axes[info.k_axes[-1]] if info.k_axes else info.K
+    outer = info.extent(info.k_axes[:-1]) if info.k_axes else 1
+    steps = outer * ceil(inner / block_k)
+    if outer == 1:
+        return steps, f"K={inner} / block_k={block_k}"
+    return steps, f"{outer} x {info.k_axes[-1]}={inner} / block_k={block_k}"
+
+
+def _c_vector(info, v, t, reasons):
+    extra = ("block_k", v["block_k"]) if v.has("block_k") else None
+    _vector(info, v, t, reasons, extra)
+
+
+# --------------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------------
+
+
+def _a_threads(info, v, t, reasons):
+    if v.has("warps"):
+        _threads(v, t, reasons, 32 * v["warps"], f"warps={v['warps']} x 32")
+
+
+def _a_smem(info, v, t, reasons):
+    if not v.has("block_q", "block_kv", "stages"):
+        return
+    bq, bkv, st = v["block_q"], v["block_kv"], v["stages"]
+    d, dv = info.head_dim, info.value_dim
+    if st < 2:
+        return
+    nbytes = (bq * d + st * bkv * (d + dv)) * info.element_bytes
+    if nbytes > t.smem_per_block:
+        reasons.append(
+            f"shared memory: block_q={bq} x {d} + stages={st} x block_kv={bkv} x ({d} + {dv}) "
+            f"x {info.element_bytes} bytes = {_kb(nbytes)} exceeds the "
+            f"{_kb(t.smem_per_block)} a block may use on {t.name}"
+        )
+
+
+def _a_registers(info, v, t, reasons):
+    if not v.has("block_q", "block_kv", "warps"):
+        return
+    bq, bkv, threads = v["block_q"], v["block_kv"], 32 * v["warps"]
+    per_thread = (bq * info.value_dim + bq * bkv) / threads
+    if per_thread > MAX_ACC_PER_THREAD:
+        reasons.append(
+            f"registers: block_q={bq} x ({info.value_dim} outputs + block_kv={bkv} scores) fp32 "
+            f"over {threads} threads is {per_thread:g} per thread, over the {MAX_ACC_PER_THREAD} "
+            f"that fit in {t.regs_per_thread} registers"
+        )
+
+
+def _a_workers(info, v, t, reasons):
+    if not v.has("workers"):
+        return
+    w = v["workers"]
+    d, dv = info.head_dim, info.value_dim
+    if w in ("mma_sync", "wgmma"):
+        if d % 16:
+            reasons.append(f"{w}: head dimension {d} is not a multiple of 16")
+        if dv % 8:
+            reasons.append(f"{w}: value head dimension {dv} is not a multiple of 8")
+        if v.has("block_kv") and v["block_kv"] % 16:
+            reasons.append(f"{w}: block_kv={v['block_kv']} is not a multiple of 16")
+    if w == "mma_sync" and v.has("block_q", "warps"):
+        bq, wp = v["block_q"], v["warps"]
+        if bq % (16 * wp):
+            reasons.append(
+                f"mma_sync: block_q={bq} does not give each of the warps={wp} 16-row slices "
+                f"(block_q must be a multiple of {16 * wp})"
+            )
+    if w == "wgmma":
+        if v.has("warps") and v["warps"] % 4:
+            reasons.append(f"wgmma: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
+        elif v.has("block_q", "warps") and v["block_q"] % (64 * (v["warps"] // 4)):
+            reasons.append(
+                f"wgmma: block_q={v['block_q']} does not give each of the {v['warps'] // 4} "
+                f"warpgroups 64-row slices"
+            )
+        if v.has("block_kv") and v["block_kv"] > 256:
+            reasons.append(f"wgmma: block_kv={v['block_kv']} is over 256")
+        if v.has("stages") and v["stages"] < 2:
+            reasons.append("wgmma reads its operands from shared memory: stages must be at least 2")
+
+
+# --------------------------------------------------------------------------------------------
+# Reduction and elementwise
+# --------------------------------------------------------------------------------------------
+
+
+def _r_threads(info, v, t, reasons):
+    if v.has("threads"):
+        _threads(v, t, reasons, v["threads"], "threads")
+    if v.has("threads", "rows_per_block"):
+        th, rpb = v["threads"], v["rows_per_block"]
+        if th % rpb or (th // rpb) % 32:
+            reasons.append(
+                f"threads={th} over rows_per_block={rpb} does not give each row whole warps "
+                f"(threads must be a multiple of {32 * rpb})"
+            )
+
+
+def _r_vector(info, v, t, reasons):
+    _vector(info, v, t, reasons)
+
+
+def _e_threads(info, v, t, reasons):
+    if v.has("threads"):
+        _threads(v, t, reasons, v["threads"], "threads")
+
+
+def _e_vector(info, v, t, reasons):
+    _vector(info, v, t, reasons)
+
+
+Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
+
+_RULES: dict[str, tuple[Rule, ...]] = {
+    "contraction": (_c_threads, _c_smem, _c_registers, _c_workers, _c_split, _c_vector),
+    "attention": (_a_threads, _a_smem, _a_registers, _a_workers),
+    "reduction": (_r_threads, _r_vector),
+    "elementwise": (_e_threads, _e_vector),
+}
+
+
+def warp_grid(block_m: int, block_n: int, warps: int) -> tuple[int, int] | None:
+    """The warp arrangement (warps along m, warps along n) for `mma.sync` tiles: each warp
+    owns a (block_m / wm) x (block_n / wn) piece, a multiple of 16 x 8. Prefers square-ish
+    pieces; None when no arrangement fits."""
+    best = None
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if block_m % (16 * wm) or block_n % (8 * wn):
+            continue
+        pm, pn = block_m // wm, block_n // wn
+        score = abs(pm - pn)
+        if best is None or score < best[0]:
+            best = (score, (wm, wn))
+    return None if best is None else best[1]

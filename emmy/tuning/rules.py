@@ -1,0 +1,524 @@
+"""The rule-based decider: a legal schedule for any kernel, with no measurement.
+
+    decide(info, target, space, fixed={}) -> dict[str, Choice] | None
+
+For every knob of `space` not in `fixed`, a `Choice(value, reason)`, such that the whole
+assignment (fixed values included) passes `legality.check`; None when no legal completion exists.
+
+How it works: each kind has a knob order and, per knob, a preference list computed from the shapes,
+the target and the knobs already chosen (best first, each with a one-line reason). A depth-first
+search takes the first value of each list that keeps the partial assignment legal and backtracks
+when a later knob has no legal value, so pinned values and target limits are always respected.
+
+The preferences (tier `rule` in the IR):
+- contraction: tensor-core workers (`wgmma` on sm_90a when M >= 64, else `mma_sync`); block_m,
+  block_n and split_k ranked by a small roofline estimate that counts tiles and waves on the SMs
+  (small M -> small block_m, narrower block_n or split_k to fill the SMs; large M -> big tiles),
+  preferring tiles that divide the extents; block_k 64 (16-byte rows of bf16); 3-4 stages when
+  there are enough k-steps and shared memory; warps from the tile area; 16-byte vectors.
+- attention: block_q 128 for long sequences that still fill the SMs, else 64 (smaller for tiny
+  sequences); block_kv 64 (128 for head dims <= 64); one 16-row slice per warp.
+- reduction: 16-byte vectors; one warp per row for rows up to 1024 elements (several rows per
+  block), a block per row for longer rows; enough blocks to fill the SMs.
+- elementwise: 16-byte vectors, 256 threads, more items per thread only for large tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from math import ceil, prod
+from typing import TYPE_CHECKING
+
+from emmy.tuning.knobs import KnobValue
+from emmy.tuning.legality import check, warp_grid
+from emmy.tuning.targets import Target
+
+if TYPE_CHECKING:
+    from emmy.analysis.classify import KernelInfo
+
+# Upper bound on search nodes per kernel (the search normally visits one node per knob).
+MAX_NODES = 20000
+LAUNCH_OVERHEAD_S = 3e-6  # one kernel launch
+SPLIT_OVERHEAD_S = 1e-6  # combining split_k partial sums (a small extra pass)
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: KnobValue
+    reason: str
+
+
+Prefs = list[tuple[KnobValue, str]]
+# prefs(knob, info, target, chosen so far, memo for this decision) -> values best first
+PrefFn = Callable[[str, "KernelInfo", Target, Mapping[str, KnobValue], dict], Prefs]
+
+
+def decide(
+    info: KernelInfo,
+    target: Target,
+    space: Mapping[str, Sequence[KnobValue]],
+    fixed: Mapping[str, KnobValue] | None = None,
+) -> dict[str, Choice] | None:
+    """A legal completion of `fixed` over `space`, with a reason per chosen knob (None: none)."""
+    fixed = dict(fixed or {})
+    if check(info, fixed, target):
+        return None
+    order = [k for k in _ORDER[info.kind] if k in space] + [
+        k for k in space if k not in _ORDER[info.kind]
+    ]
+    prefs_of = _PREFS[info.kind]
+    memo: dict = {}
+    chosen: dict[str, KnobValue] = dict(fixed)
+    reasons: dict[str, str] = {}
+    nodes = 0
+
+    def search(i: int) -> bool:
+        nonlocal nodes
+        if i == len(order):
+            return True
+        knob = order[i]
+        if knob in fixed:
+            return search(i + 1)
+        domain = tuple(space[knob])
+        candidates = [
+            (v, r) for v, r in prefs_of(knob, info, target, chosen, memo) if v in domain
+        ]
+        seen = {v for v, _ in candidates}
+        candidates += [(v, "the first legal value left") for v in domain if v not in seen]
+        for value, reason in candidates:
+            nodes += 1
+            if nodes > MAX_NODES:
+                return False
+            chosen[knob] = value
+            if not check(info, chosen, target) and search(i + 1):
+                reasons[knob] = reason
+                return True
+            del chosen[knob]
+        return False
+
+    if not search(0):
+        return None
+    final = _FINAL.get(info.kind)
+    if final is not None:
+        final(info, target, chosen, reasons)
+    return {k: Choice(chosen[k], reasons[k]) for k in order if k not in fixed}
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _pow2_floor(x: float) -> int:
+    p = 1
+    while p * 2 <= x:
+        p *= 2
+    return p
+
+
+def _closest_first(values: Sequence[int], want: float) -> list[int]:
+    return sorted(values, key=lambda v: (abs(v - want) / max(v, want), v))
+
+
+def _divides_first(values: Sequence[int], extent: int) -> list[int]:
+    return sorted(values, key=lambda v: extent % v != 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Contraction
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmEstimate:
+    """A rough time for one (block_m, block_n, split_k) choice, with the tile counts behind it."""
+
+    block_m: int
+    block_n: int
+    split_k: int
+    tiles: int
+    waves: int
+    seconds: float
+    waste: float  # fraction of the computed tile area outside the output
+
+    def describe(self, info: KernelInfo, target: Target) -> str:
+        busy = self.tiles / (self.waves * target.sms)
+        split = f" x split_k={self.split_k}" if self.split_k > 1 else ""
+        wave = "wave" if self.waves == 1 else "waves"
+        return (
+            f"M={info.M} N={info.N}: {self.tiles} tiles of {self.block_m}x{self.block_n}{split}, "
+            f"{self.waves} {wave} on {target.sms} SMs ({busy:.0%} busy)"
+        )
+
+
+def gemm_estimate(
+    info: KernelInfo, target: Target, workers: str, bm: int, bn: int, sk: int
+) -> GemmEstimate:
+    """Roofline-style time of a contraction tiled block_m x block_n with split_k parts."""
+    M, N, K, nc = info.M, info.N, info.K, info.n_contractions
+    batch = info.batch
+    tiles = batch * ceil(M / bm) * ceil(N / bn) * sk
+    waves = ceil(tiles / target.sms)
+    kpart = ceil(K / sk)
+    if workers == "thread":
+        rate = target.fp32_flops / target.sms * 0.5
+    elif workers == "mma_sync" and target.has("wgmma"):
+        rate = target.tensor_flops / target.sms * 0.6
+    else:
+        rate = target.tensor_flops / target.sms
+    intensity = bm * nc * bn / (bm + nc * bn)  # FMAs per loaded element, per k
+    rate *= min(1.0, intensity / 64)
+    compute = waves * 2 * bm * bn * nc * kpart / rate
+    elt = info.element_bytes
+    unique = batch * (M * K + nc * N * K + M * N * nc) * elt
+    reread = batch * (ceil(N / bn) * M * K + ceil(M / bm) * nc * N * K) * elt  # mostly from L2
+    busy = min(1.0, tiles / target.sms)
+    memory = unique / (target.dram_bandwidth * busy) + reread / (3 * target.dram_bandwidth * busy)
+    # Loads and arithmetic overlap, not perfectly.
+    seconds = max(compute, memory) + 0.1 * min(compute, memory) + LAUNCH_OVERHEAD_S
+    if sk > 1:  # partial sums written, read back and added
+        seconds += 2 * sk * batch * M * N * nc * 4 / target.dram_bandwidth + SPLIT_OVERHEAD_S
+    padded = ceil(M / bm) * bm * ceil(N / bn) * bn
+    waste = 1 - M * N / padded
+    if waste:  # prefer tiles that divide the extents
+        seconds *= 1.02
+    return GemmEstimate(bm, bn, sk, tiles, waves, seconds, waste)
+
+
+def _gemm_ranking(info: KernelInfo, target: Target, chosen: Mapping[str, KnobValue], memo: dict):
+    workers = chosen.get("workers", "mma_sync")
+    key = ("gemm", workers, chosen.get("block_k"))
+    if key in memo:
+        return memo[key]
+    space = info_space(info, target)
+    base = {"workers": workers}
+    if "block_k" in chosen:
+        base["block_k"] = chosen["block_k"]
+    ests = [
+        gemm_estimate(info, target, str(workers), bm, bn, sk)
+        for bm in space["block_m"]
+        for bn in space["block_n"]
+        for sk in space["split_k"]
+        if not check(info, {**base, "block_m": bm, "block_n": bn, "split_k": sk}, target)
+    ]
+    ranking = sorted(ests, key=lambda e: (e.seconds, e.waste, -e.block_m * e.block_n, e.split_k))
+    memo[key] = ranking
+    return ranking
+
+
+def info_space(info: KernelInfo, target: Target):
+    from emmy.tuning.knobs import knob_space_for
+
+    return knob_space_for(info, target)
+
+
+def _c_workers(knob, info, target, chosen, memo) -> Prefs:
+    prefs: Prefs = []
+    if target.has("wgmma") and info.M >= 64:
+        prefs.append(("wgmma", f"{target.name} has wgmma and M={info.M} fills 64-row warpgroup tiles"))
+    if target.has("mma_sync"):
+        why = (
+            f"M={info.M} is below wgmma's 64-row tile"
+            if target.has("wgmma")
+            else f"{target.name} has tensor cores through mma.sync (no wgmma)"
+        )
+        prefs.append(("mma_sync", why))
+    prefs.append(("thread", "no tensor-core path fits"))
+    return prefs
+
+
+def _c_tiles(knob, info, target, chosen, memo) -> Prefs:
+    ranking = _gemm_ranking(info, target, chosen, memo)
+    out: Prefs = []
+    seen: set[int] = set()
+    for e in ranking:
+        if knob == "block_m":
+            value = e.block_m
+        elif knob == "block_n":
+            if e.block_m != chosen.get("block_m"):
+                continue
+            value = e.block_n
+        else:  # split_k
+            if e.block_m != chosen.get("block_m") or e.block_n != chosen.get("block_n"):
+                continue
+            value = e.split_k
+        if value not in seen:
+            seen.add(value)
+            out.append((value, e.describe(info, target)))
+    return out
+
+
+def _c_warps(knob, info, target, chosen, memo) -> Prefs:
+    bm, bn = int(chosen.get("block_m", 64)), int(chosen.get("block_n", 64))
+    nc = info.n_contractions
+    workers = chosen.get("workers")
+    if workers == "wgmma":
+        want = 4 * max(1, min(2, bm // 64))
+    elif workers == "mma_sync":
+        want = max(1, min(8, _pow2_floor(bm * bn / 1024)))  # about 32x32 outputs per warp
+        if info.M <= 64:  # memory-bound: more warps keep more loads in flight
+            want = max(want, min(4, _pow2_floor(bm * bn / (16 * 8))))
+    else:
+        want = max(1, min(8, _pow2_floor(bm * bn / (16 * 32))))  # about 16 outputs per thread
+
+    def why(v: int) -> str:
+        acc = nc * bm * bn // (32 * v) if bm * bn >= 32 * v else 0
+        if workers == "wgmma":
+            return f"{v // 4 or 1} warpgroup(s) for {bm}x{bn}, {acc} accumulators per thread"
+        grid = warp_grid(bm, bn, v) if workers == "mma_sync" else None
+        if grid is not None:
+            wm, wn = grid
+            return f"{v} warp(s) as {wm}x{wn}, {bm // wm}x{bn // wn} outputs per warp"
+        return f"{32 * v} threads for {bm}x{bn}, {acc} accumulators per thread"
+
+    return [(v, why(v)) for v in _closest_first((1, 2, 4, 8, 16), want)]
+
+
+def _c_block_k(knob, info, target, chosen, memo) -> Prefs:
+    want = 64 if info.element_bytes == 2 else (32 if info.element_bytes >= 4 else 128)
+    values = _divides_first(_closest_first((16, 32, 64, 128), want), info.K)
+    return [
+        (v, f"K={info.K} in steps of {v} ({v * info.element_bytes}-byte rows)") for v in values
+    ]
+
+
+def _c_stages(knob, info, target, chosen, memo) -> Prefs:
+    bk, sk = chosen.get("block_k", 64), chosen.get("split_k", 1)
+    steps = ceil(ceil(info.K / bk) / sk)
+    if chosen.get("workers") == "thread":
+        order = [1, 2, 3]
+    elif steps >= 4:
+        order = [4, 3, 2, 5, 1] if target.smem_per_block >= 160 * 1024 else [3, 2, 4, 1, 5]
+    elif steps >= 2:
+        order = [2, 3, 1, 4, 5]
+    else:
+        order = [2, 1, 3, 4, 5] if chosen.get("workers") == "wgmma" else [1, 2, 3, 4, 5]
+    return [
+        (v, f"{steps} k-step(s) per block: {v}-deep staging" if v > 1 else
+         f"{steps} k-step(s) per block: operands straight to registers")
+        for v in order
+    ]
+
+
+def _vector_prefs(info: KernelInfo) -> Prefs:
+    out: Prefs = []
+    for v in (8, 4, 2, 1):
+        nbytes = v * info.element_bytes
+        if nbytes <= 16 and info.vector_extent % v == 0:
+            where = (
+                f"along {info.vector_axis}={info.vector_extent}" if info.vector_axis
+                else "(no contiguous axis)"
+            )
+            out.append((v, f"{nbytes}-byte accesses {where}"))
+    return out
+
+
+def _c_vector(knob, info, target, chosen, memo) -> Prefs:
+    return _vector_prefs(info)
+
+
+def _c_final(info, target, chosen, reasons) -> None:
+    """Tile reasons describe the final block_m x block_n x split_k, not a ranking step."""
+    if not all(k in chosen for k in ("block_m", "block_n", "split_k", "workers")):
+        return
+    e = gemm_estimate(
+        info, target, str(chosen["workers"]), int(chosen["block_m"]), int(chosen["block_n"]),
+        int(chosen["split_k"]),
+    )
+    for k in ("block_m", "block_n", "split_k"):
+        if k in reasons:
+            reasons[k] = e.describe(info, target)
+
+
+def _c_fusion(knob, info, target, chosen, memo) -> Prefs:
+    if info.prologue:
+        return [
+            ("fused", "the row statistics are computed from the rows each block loads anyway"),
+            ("split", "the row statistics in a kernel of their own"),
+        ]
+    return [
+        ("fused", "the merged producers cost no extra pass over memory"),
+        ("split", "the merged producers in kernels of their own"),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------------
+
+
+def _a_workers(knob, info, target, chosen, memo) -> Prefs:
+    sq = info.seq_q
+    prefs: Prefs = []
+    if target.has("wgmma") and sq >= 64:
+        prefs.append(("wgmma", f"{target.name} has wgmma and {sq} queries fill 64-row tiles"))
+    if target.has("mma_sync"):
+        prefs.append(("mma_sync", "tensor cores through mma.sync, 16 query rows per warp"))
+    prefs.append(("thread", "no tensor-core path fits"))
+    return prefs
+
+
+def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
+    sq, heads = info.seq_q, info.batch
+    if sq <= 16:
+        want, why = 16, f"{sq} queries fit one 16-row tile"
+    elif sq <= 32:
+        want, why = 32, f"{sq} queries fit one 32-row tile"
+    elif sq >= 512 and heads * ceil(sq / 128) >= target.sms:
+        want = 128
+        why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 128)} tiles of 128 fill {target.sms} SMs"
+    else:
+        want = 64
+        why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 64)} tiles of 64"
+    values = _closest_first((16, 32, 64, 128), want)
+    return [(v, why if v == want else f"block_q={v} (the preferred {want} does not fit)") for v in values]
+
+
+def _a_block_kv(knob, info, target, chosen, memo) -> Prefs:
+    want = 128 if info.head_dim <= 64 and info.seq_kv >= 128 else 64
+    want = min(want, max(16, 1 << (max(info.seq_kv, 1) - 1).bit_length()))
+    values = _closest_first((16, 32, 64, 128), want)
+    return [
+        (v, f"keys in steps of {v} (head dim {info.head_dim}, {info.seq_kv} keys)") for v in values
+    ]
+
+
+def _a_warps(knob, info, target, chosen, memo) -> Prefs:
+    bq = chosen.get("block_q", 64)
+    if chosen.get("workers") == "wgmma":
+        want = 4 * max(1, bq // 64)
+        why = f"one warpgroup per 64 rows of block_q={bq}"
+    elif chosen.get("workers") == "mma_sync":
+        want = max(1, min(8, bq // 16))
+        why = f"one warp per 16 rows of block_q={bq}"
+    else:
+        want = 4
+        why = "4 warps"
+    values = _closest_first((1, 2, 4, 8), want)
+    return [(v, why if v == want else f"{v} warps (the preferred {want} does not fit)") for v in values]
+
+
+def _a_stages(knob, info, target, chosen, memo) -> Prefs:
+    steps = ceil(info.seq_kv / chosen.get("block_kv", 64))
+    if chosen.get("workers") == "thread":
+        order = [1, 2, 3]
+    else:
+        order = [2, 3, 1] if steps > 1 else [2, 1, 3]
+    return [(v, f"{steps} key step(s): {v}-deep staging of K and V") for v in order]
+
+
+# --------------------------------------------------------------------------------------------
+# Reduction and elementwise
+# --------------------------------------------------------------------------------------------
+
+
+def _r_vector(knob, info, target, chosen, memo) -> Prefs:
+    return _vector_prefs(info)
+
+
+def _threads_per_row(info: KernelInfo, vector: int) -> int:
+    vectors = ceil(info.row_length / vector)
+    return max(32, min(1024, _pow2_floor(max(1, vectors / 4)) if vectors > 128 else 32))
+
+
+def _r_rows(knob, info, target, chosen, memo) -> Prefs:
+    tpr = _threads_per_row(info, int(chosen.get("vector", 1)))
+    rows = info.rows
+    if tpr == 32:
+        want = 1
+        for r in (8, 4, 2):
+            if ceil(rows / r) >= target.sms and 32 * r <= 256:
+                want = r
+                break
+        why = (
+            f"one warp per row of {info.row_length}; {want} rows per block leave "
+            f"{ceil(rows / want)} blocks for {target.sms} SMs"
+        )
+    else:
+        want = 1
+        why = f"a block of {tpr} threads per row of {info.row_length}"
+    values = _closest_first((1, 2, 4, 8, 16), want)
+    return [(v, why if v == want else f"{v} row(s) per block") for v in values]
+
+
+def _r_threads(knob, info, target, chosen, memo) -> Prefs:
+    tpr = _threads_per_row(info, int(chosen.get("vector", 1)))
+    rpb = int(chosen.get("rows_per_block", 1))
+    want = min(1024, tpr * rpb)
+    values = _closest_first((32, 64, 128, 256, 512, 1024), want)
+    why = f"{tpr} threads per row x {rpb} row(s)"
+    return [(v, why if v == want else f"{v} threads (the preferred {want} does not fit)") for v in values]
+
+
+def _e_vector(knob, info, target, chosen, memo) -> Prefs:
+    return _vector_prefs(info)
+
+
+def _e_threads(knob, info, target, chosen, memo) -> Prefs:
+    return [(v, f"{v} threads per block") for v in (256, 128, 512, 64, 1024)]
+
+
+def _e_items(knob, info, target, chosen, memo) -> Prefs:
+    numel = prod(info.axes[a] for a in info.parallel_axes)
+    per = int(chosen.get("threads", 256)) * int(chosen.get("vector", 1))
+    want = 1
+    for items in (8, 4, 2):
+        if ceil(numel / (per * items)) >= 4 * target.sms:
+            want = items
+            break
+    why = f"{numel} elements: {ceil(numel / (per * want))} blocks of {per * want}"
+    values = _closest_first((1, 2, 4, 8), want)
+    return [(v, why if v == want else f"{v} items per thread") for v in values]
+
+
+_ORDER: dict[str, tuple[str, ...]] = {
+    "contraction": (
+        "workers", "block_k", "block_m", "block_n", "split_k", "warps", "stages", "vector", "fusion",
+    ),
+    "attention": ("workers", "block_q", "block_kv", "warps", "stages"),
+    "reduction": ("vector", "rows_per_block", "threads"),
+    "elementwise": ("vector", "threads", "items"),
+}
+
+
+def _dispatch(table: dict[str, Callable[..., Prefs]]) -> Callable[..., Prefs]:
+    def prefs(knob, info, target, chosen, memo) -> Prefs:
+        fn = table.get(knob)
+        return fn(knob, info, target, chosen, memo) if fn else []
+
+    return prefs
+
+
+_FINAL: dict[str, Callable[..., None]] = {"contraction": _c_final}
+
+_PREFS: dict[str, Callable[..., Prefs]] = {
+    "contraction": _dispatch(
+        {
+            "workers": _c_workers,
+            "block_m": _c_tiles,
+            "block_n": _c_tiles,
+            "split_k": _c_tiles,
+            "warps": _c_warps,
+            "block_k": _c_block_k,
+            "stages": _c_stages,
+            "vector": _c_vector,
+            "fusion": _c_fusion,
+        }
+    ),
+    "attention": _dispatch(
+        {
+            "workers": _a_workers,
+            "block_q": _a_block_q,
+            "block_kv": _a_block_kv,
+            "warps": _a_warps,
+            "stages": _a_stages,
+        }
+    ),
+    "reduction": _dispatch(
+        {"vector": _r_vector, "rows_per_block": _r_rows, "threads": _r_threads}
+    ),
+    "elementwise": _dispatch(
+        {"vector": _e_vector, "threads": _e_threads, "items": _e_items}
+    ),
+}

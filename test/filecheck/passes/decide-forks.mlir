@@ -1,0 +1,108 @@
+// RUN: emmy-opt %s -p decide-forks | filecheck %s
+// RUN: emmy-opt %s -p 'decide-forks{pin="rms_norm_qkv_proj.block_m=64;*.workers=mma_sync;threads=256"}' | filecheck %s --check-prefix=PIN
+// RUN: emmy-opt %s --pass-pipeline='builtin.module(decide-forks{pin="rms_norm_qkv_proj.block_m=64;*.workers=mma_sync;threads=256"})' | filecheck %s --check-prefix=PIN
+// RUN: emmy-opt %s -p decide-forks | emmy-opt -p decide-forks | filecheck %s
+// RUN: emmy-opt %s -p 'decide-forks{pin="foo.block_m=64"}' --verify-diagnostics | filecheck %s --check-prefix=NOKERNEL
+// RUN: emmy-opt %s -p 'decide-forks{pin="block_m=48"}' --verify-diagnostics | filecheck %s --check-prefix=DOMAIN
+// RUN: emmy-opt %s -p 'decide-forks{pin="*.blockm=64"}' --verify-diagnostics | filecheck %s --check-prefix=NOKNOB
+// RUN: emmy-opt %s -p 'decide-forks{pin="rms_norm_qkv_proj.items=2"}' --verify-diagnostics | filecheck %s --check-prefix=WRONGKIND
+// RUN: emmy-opt %s -p 'decide-forks{pin="block_m"}' --verify-diagnostics | filecheck %s --check-prefix=SYNTAX
+// RUN: emmy-opt %s -p 'decide-forks{pin="workers=wgmma;block_m=16"}' --verify-diagnostics | filecheck %s --check-prefix=WGMMA
+// RUN: emmy-opt %s -p 'decide-forks{pin="block_k=128;stages=5;block_m=256;block_n=256"}' --verify-diagnostics | filecheck %s --check-prefix=SMEM
+
+// Every knob is decided by the default rules (tier "rule") with a reason; a value recorded in the
+// IR (the golden threads of @g) is kept with its tier; domains are unchanged.
+// CHECK:      tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {
+// CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = {{[0-9]+}}, "rule", "M=512 N=4096: {{[0-9]+}} tiles of {{[^"]*}} on 132 SMs {{[^"]*}}">
+// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 128, 256] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3, 4, 5] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"] = "wgmma", "rule", "sm_90a has wgmma and M=512 fills 64-row warpgroup tiles">
+// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 16] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8] = 8, "rule", "16-byte accesses along k=1024">
+// CHECK-NEXT:   fusion = #tile.knob<"fusion", ["fused", "split"] = "{{fused|split}}", "rule",
+// CHECK-NEXT: } ins(%x, %nw, %w
+// CHECK:      tile.kernel @silu_mul kind "elementwise" axes [m = 7, n = 3072] knobs {
+// CHECK-NEXT:   threads = #tile.knob<"threads", [64, 128, 256, 512, 1024] = 128, "golden", "golden/sm_90a/qwen3.json">
+// CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8] = 8, "rule",
+// CHECK-NEXT:   items = #tile.knob<"items", [1, 2, 4, 8] = {{[0-9]+}}, "rule",
+// CHECK-NEXT: } ins(%g
+// CHECK-NOT:  #tile.knob<"{{[a-z_]+}}", [{{[^]]*}}]>
+
+// Pins win over the rules and over recorded evidence; a kernel-specific pin touches only its kernel.
+// PIN:      block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = 64, "pinned", "pin 'rms_norm_qkv_proj.block_m=64'">
+// PIN:      workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"] = "mma_sync", "pinned", "pin '*.workers=mma_sync'">
+// PIN:      threads = #tile.knob<"threads", [64, 128, 256, 512, 1024] = 256, "pinned", "pin 'threads=256'">
+
+// NOKERNEL:  error: pin 'foo.block_m=64': no kernel named 'foo'; kernels: rms_norm_qkv_proj, silu_mul
+// DOMAIN:    error: pin 'block_m=48': block_m=48 is not in the domain of rms_norm_qkv_proj.block_m: [16, 32, 64, 128, 256]
+// NOKNOB:    error: pin '*.blockm=64': unknown knob 'blockm'; knobs: block_k, block_kv, block_m, block_n, block_q, fusion, items, rows_per_block, split_k, stages, threads, vector, warps, workers
+// WRONGKIND: error: pin 'rms_norm_qkv_proj.items=2': kernel 'rms_norm_qkv_proj' (contraction) has no knob 'items'; its knobs: block_m, block_n, block_k, split_k, stages, workers, warps, vector, fusion
+// SYNTAX:    error: pin 'block_m': expected KERNEL.KNOB=VALUE, *.KNOB=VALUE or KNOB=VALUE (items separated by ';')
+// WGMMA:     error: kernel 'rms_norm_qkv_proj': the pinned values workers=wgmma, block_m=16 are illegal on sm_90a:
+// WGMMA-NEXT:  wgmma: block_m=16 is not a multiple of 64
+// SMEM:      error: kernel 'rms_norm_qkv_proj': the pinned values block_k=128, stages=5, block_m=256, block_n=256 are illegal on sm_90a:
+// SMEM-NEXT:   shared memory: stages=5 x (block_m=256 + block_n=256) x block_k=128 x 2 bytes = 640.0 KB exceeds the 227.0 KB a block may use on sm_90a
+
+builtin.module attributes {emmy.target = "sm_90a"} {
+  func.func @f(%x: tensor<512x1024xbf16>, %nw: tensor<1024xbf16>, %w: tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> {
+    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>, block_n = #tile.knob<"block_n", [16, 32, 64, 128, 256]>, block_k = #tile.knob<"block_k", [16, 32, 64, 128]>, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>, stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>, warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>, vector = #tile.knob<"vector", [1, 2, 4, 8]>, fusion = #tile.knob<"fusion", ["fused", "split"]>} ins(%x, %nw, %w : tensor<512x1024xbf16>, tensor<1024xbf16>, tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
+    ^bb0(%xa: tensor<512x1024xbf16>, %nwa: tensor<1024xbf16>, %wa: tensor<4096x1024xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %ss = loop.reduce sum ["k"] : f32 {
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<512x1024xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %sq = arith.mulf %af, %af : f32
+        loop.yield %sq : f32
+      }
+      %acc = loop.reduce sum ["k"] : f32 {
+        %k2 = loop.axis "k" : index
+        %a2 = loop.load %xa[%m, %k2] : tensor<512x1024xbf16> -> bf16
+        %g = loop.load %nwa[%k2] : tensor<1024xbf16> -> bf16
+        %b = loop.load %wa[%n, %k2] : tensor<4096x1024xbf16> -> bf16
+        %a2f = arith.extf %a2 : bf16 to f32
+        %gf = arith.extf %g : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %ag = arith.mulf %a2f, %gf : f32
+        %p = arith.mulf %ag, %bf : f32
+        loop.yield %p : f32
+      }
+      %inv_n = arith.constant 0.0009765625 : f32
+      %eps = arith.constant 1.000000e-06 : f32
+      %mean = arith.mulf %ss, %inv_n : f32
+      %v = arith.addf %mean, %eps : f32
+      %r = math.rsqrt %v : f32
+      %y = arith.mulf %acc, %r : f32
+      %o = arith.truncf %y : f32 to bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }
+    func.return %out : tensor<512x4096xbf16>
+  }
+  func.func @g(%g: tensor<7x6144xbf16>) -> tensor<7x3072xbf16> {
+    %out = tile.kernel @silu_mul kind "elementwise" axes [m = 7, n = 3072] knobs {threads = #tile.knob<"threads", [64, 128, 256, 512, 1024] = 128, "golden", "golden/sm_90a/qwen3.json">, vector = #tile.knob<"vector", [1, 2, 4, 8]>, items = #tile.knob<"items", [1, 2, 4, 8]>} ins(%g : tensor<7x6144xbf16>) -> tensor<7x3072xbf16> {
+    ^bb0(%ga: tensor<7x6144xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %cN = arith.constant 3072 : index
+      %nu = arith.addi %n, %cN : index
+      %a = loop.load %ga[%m, %n] : tensor<7x6144xbf16> -> bf16
+      %b = loop.load %ga[%m, %nu] : tensor<7x6144xbf16> -> bf16
+      %af = arith.extf %a : bf16 to f32
+      %na = arith.negf %af : f32
+      %e = math.exp %na : f32
+      %one = arith.constant 1.000000e+00 : f32
+      %den = arith.addf %e, %one : f32
+      %s = arith.divf %af, %den : f32
+      %bf = arith.extf %b : bf16 to f32
+      %y = arith.mulf %s, %bf : f32
+      %o = arith.truncf %y : f32 to bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }
+    func.return %out : tensor<7x3072xbf16>
+  }
+}

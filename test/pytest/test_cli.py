@@ -1,0 +1,140 @@
+"""The command line: every user-facing error is a clear message with exit code 1, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INPUTS = ROOT / "test" / "filecheck" / "inputs"
+MODEL = "Qwen/Qwen3-Embedding-0.6B"
+
+
+def emmy(*args, env=None, cwd=None):
+    import os
+
+    e = dict(os.environ)
+    e.pop("EMMY_DUMP_DIR", None)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "emmy.cli.main", *args], capture_output=True, text=True,
+                          env=e, cwd=cwd)
+
+
+def emmy_opt(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "emmy.cli.opt", *args], capture_output=True, text=True,
+                          input=stdin)
+
+
+def assert_user_error(proc, *fragments):
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: "), proc.stderr
+    for f in fragments:
+        assert f in proc.stderr, (f, proc.stderr)
+
+
+# --- emmy-opt ---------------------------------------------------------------------------------
+
+def test_list_passes_prints_emmy_passes_one_per_line():
+    from emmy.passes.pipeline import pass_names
+
+    proc = emmy_opt("--list-passes")
+    assert proc.returncode == 0
+    assert proc.stdout.split() == pass_names()
+    assert "convert-loop-to-tile" in proc.stdout and "decide-forks" in proc.stdout
+
+
+def test_opt_malformed_ir_has_location(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("builtin.module {\n  %x = torch.nonsense %y : tensor<2xf32>\n}\n")
+    proc = emmy_opt(str(bad))
+    assert_user_error(proc, f"{bad}:2:", "invalid IR")
+
+
+def test_opt_unknown_pass_lists_valid_passes(tmp_path):
+    proc = emmy_opt("-p", "no-such-pass", stdin="builtin.module {}\n")
+    assert_user_error(proc, "no-such-pass", "valid passes:", "loop-fuse")
+
+
+def test_opt_bad_pipeline_syntax():
+    proc = emmy_opt("-p", "loop-fuse{", stdin="builtin.module {}\n")
+    assert_user_error(proc, "bad pass pipeline")
+
+
+def test_opt_bad_mlir_pipeline_syntax():
+    proc = emmy_opt("--pass-pipeline=loop-fuse", stdin="builtin.module {}\n")
+    assert_user_error(proc, "builtin.module(")
+
+
+def test_opt_unreadable_file(tmp_path):
+    proc = emmy_opt(str(tmp_path / "missing.mlir"))
+    assert_user_error(proc, "cannot read", "missing.mlir")
+
+
+def test_opt_mlir_pipeline_equals_xdsl_syntax():
+    src = (INPUTS / "torch-running-example.mlir").read_text()
+    a = emmy_opt("-p", "convert-torch-to-tensor", stdin=src)
+    b = emmy_opt("--pass-pipeline=builtin.module(convert-torch-to-tensor)", stdin=src)
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout
+
+
+# --- emmy compile -----------------------------------------------------------------------------
+
+def test_compile_unknown_model_lists_known_ids():
+    proc = emmy("compile", "no/such-model", "--layer", "0")
+    assert_user_error(proc, "unknown model", MODEL, "file.py:fn", "local Hugging Face")
+
+
+def test_compile_layer_out_of_range():
+    proc = emmy("compile", MODEL, "--layer", "28")
+    assert_user_error(proc, "layer", "27")
+
+
+def test_compile_unknown_target():
+    proc = emmy("compile", MODEL, "--layer", "0", "--target", "sm_99")
+    assert_user_error(proc, "unknown target 'sm_99'", "sm_90a")
+
+
+def test_compile_unknown_stage():
+    proc = emmy("compile", MODEL, "--layer", "0", "--ir", "llvm")
+    assert_user_error(proc, "unknown stage 'llvm'", "torch, tensor, loop, tile, kernel, cuda")
+
+
+def test_compile_bad_knob():
+    proc = emmy("compile", MODEL, "--layer", "0", "--knob", "*.block_m=17")
+    assert_user_error(proc, "block_m")
+
+
+def test_compile_unknown_knob():
+    proc = emmy("compile", MODEL, "--layer", "0", "--knob", "*.no_such_knob=1")
+    assert_user_error(proc, "no_such_knob")
+
+
+def test_compile_missing_model_argument():
+    proc = emmy("compile")
+    assert_user_error(proc, "model")
+
+
+def test_compile_bad_tokens():
+    proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "0")
+    assert_user_error(proc, "--tokens")
+
+
+def test_run_without_gpu_points_to_interpret():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    proc = emmy("run", MODEL, "--layer", "0", "--tokens", "4")
+    assert_user_error(proc, "no CUDA device", "--backend interpret")
+
+
+def test_unwritable_dump_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "8", env={"EMMY_DUMP_DIR": str(blocker / "sub")})
+    assert_user_error(proc, "EMMY_DUMP_DIR")

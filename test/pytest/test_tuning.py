@@ -1,0 +1,382 @@
+"""Targets, knob spaces, legality, the default rules, pins, decide-forks and classify."""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.utils.exceptions import VerifyException
+
+import loop_examples as L
+from emmy.analysis.classify import classify
+from emmy.context import make_context
+from emmy.diagnostics import EmmyError
+from emmy.dialects.loop import FusedOp, LoadOp
+from emmy.dialects.tile import KernelOp, KnobAttr
+from emmy.ir_io import parse_module, parse_pipeline, run_passes
+from emmy.passes.decide_forks import DecideForksPass, decisions
+from emmy.tuning import rules
+from emmy.tuning.knobs import knob_names, knob_space, knob_space_for
+from emmy.tuning.legality import check, warp_grid
+from emmy.tuning.pins import Pins, parse_pins, pins_for
+from emmy.tuning.targets import TARGETS, get_target
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def fused_of(text: str) -> FusedOp:
+    module = parse_module(make_context(), text, "example")
+    return next(op for op in module.walk() if isinstance(op, FusedOp))
+
+
+def info_of(example) -> object:
+    return classify(fused_of(example[0]))
+
+
+def decided(text: str, pin: str = ""):
+    ctx = make_context()
+    module = parse_module(ctx, text, "example")
+    run_passes(ctx, module, parse_pipeline(f'convert-loop-to-tile,decide-forks{{pin="{pin}"}}'))
+    return module
+
+
+SM90A, SM90, SM80, SM86 = (get_target(n) for n in ("sm_90a", "sm_90", "sm_80", "sm_86"))
+
+# ------------------------------------------------------------------------------------ targets
+
+
+def test_targets_table():
+    assert list(TARGETS) == ["sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"]
+    assert SM90A.sms == SM90.sms == 132 and SM80.sms == 108
+    assert SM90A.smem_per_block == 227 * 1024 and SM80.smem_per_block == 163 * 1024
+    assert SM86.smem_per_block == get_target("sm_89").smem_per_block == 99 * 1024
+    for t in TARGETS.values():
+        assert t.has("mma_sync") and t.has("cp_async")
+        assert t.has("wgmma") == (t.name == "sm_90a")
+        assert t.has("tma") == (t.name in ("sm_90", "sm_90a"))
+        assert t.smem_per_block <= t.smem_per_sm and t.max_threads_per_block == 1024
+
+
+def test_unknown_target_lists_valid_names():
+    with pytest.raises(EmmyError, match="unknown target 'sm_70'; valid targets: sm_80, sm_86, sm_89, sm_90, sm_90a"):
+        get_target("sm_70")
+
+
+# ------------------------------------------------------------------------------------ knobs
+
+
+def test_knob_spaces_by_kind_and_target():
+    assert knob_names("contraction") == (
+        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "vector",
+    )
+    assert knob_names("contraction", fusion=True)[-1] == "fusion"
+    assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps")
+    assert knob_names("reduction") == ("rows_per_block", "threads", "vector")
+    assert knob_names("elementwise") == ("threads", "vector", "items")
+    assert knob_space("contraction", SM90A)["workers"] == ("thread", "mma_sync", "wgmma")
+    assert knob_space("contraction", SM90)["workers"] == ("thread", "mma_sync")
+    assert knob_space("attention", SM80)["workers"] == ("thread", "mma_sync")
+    with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
+        knob_names("conv")
+
+
+def test_fusion_knob_only_with_a_prologue():
+    assert "fusion" in knob_space_for(info_of(L.rmsnorm_matmul(7, 64, 32)), SM90)
+    assert "fusion" not in knob_space_for(info_of(L.matmul(7, 64, 32)), SM90)
+
+
+# ------------------------------------------------------------------------------------ legality
+
+GOOD = {
+    "block_m": 128, "block_n": 128, "block_k": 64, "split_k": 1, "stages": 4,
+    "workers": "wgmma", "warps": 8, "vector": 8,
+}
+
+
+def test_legal_assignment_has_no_reasons():
+    info = info_of(L.matmul(512, 4096, 1024))
+    assert check(info, GOOD, SM90A) == []
+
+
+def test_shared_memory_limit_depends_on_target():
+    info = info_of(L.matmul(512, 4096, 1024))
+    values = dict(GOOD, workers="mma_sync", stages=3, block_n=256, warps=8)
+    assert check(info, values, SM80) == []  # 3 x (128 + 256) x 64 x 2 bytes = 144 KB <= 163 KB
+    reasons = check(info, values, SM86)
+    assert reasons == [
+        "shared memory: stages=3 x (block_m=128 + block_n=256) x block_k=64 x 2 bytes = 144.0 KB "
+        "exceeds the 99.0 KB a block may use on sm_86"
+    ]
+    assert any("192.0 KB exceeds the 163.0 KB" in r for r in check(info, dict(values, stages=4), SM80))
+
+
+def test_dual_contraction_counts_both_weights():
+    info = info_of(L.gate_up(512, 3072, 1024))
+    assert info.n_contractions == 2
+    values = dict(GOOD, workers="mma_sync", block_n=256, stages=3)
+    reasons = check(info, values, SM90A)
+    assert any("2 x block_n=256" in r for r in reasons)
+    assert any(r.startswith("registers: 2 x block_m=128 x block_n=256") for r in reasons)
+
+
+def test_register_and_thread_limits():
+    info = info_of(L.matmul(512, 4096, 1024))
+    reasons = check(info, dict(GOOD, workers="mma_sync", block_m=256, block_n=256, warps=4), SM90A)
+    assert any("registers: block_m=256 x block_n=256 fp32 accumulators over 128 threads is 512 per thread" in r for r in reasons)
+    info_e = info_of(L.silu_mul(7, 64))
+    assert check(info_e, {"threads": 1024, "vector": 8, "items": 1}, SM90A) == []
+
+
+def test_wgmma_and_mma_sync_shapes():
+    info = info_of(L.matmul(512, 4096, 1024))
+    r = check(info, dict(GOOD, block_m=32, warps=2), SM90A)
+    assert "wgmma: warps=2 is not a multiple of 4 (whole warpgroups)" in r
+    assert "wgmma: block_m=32 is not a multiple of 64" in r
+    assert "wgmma: block_m=64 does not give each of the 2 warpgroups 64-row slices (block_m must be a multiple of 128)" in check(
+        info, dict(GOOD, block_m=64, warps=8), SM90A
+    )
+    assert "wgmma reads its operands from shared memory: stages must be at least 2" in check(info, dict(GOOD, stages=1), SM90A)
+    assert any("is not in its domain on sm_90" in x for x in check(info, GOOD, SM90))
+    assert warp_grid(64, 64, 4) == (2, 2) and warp_grid(16, 32, 4) == (1, 4) and warp_grid(16, 16, 4) is None
+    r = check(info, dict(GOOD, workers="mma_sync", block_m=16, block_n=16, warps=4), SM90A)
+    assert any(x.startswith("mma_sync: block_m=16 x block_n=16 cannot be split among warps=4") for x in r)
+
+
+def test_vector_and_split_k():
+    info = info_of(L.matmul(7, 96, 100))  # K = 100: 16-byte vectors do not divide it
+    reasons = check(info, {"vector": 8, "block_k": 32}, SM90)
+    assert "vector=8 does not divide the contiguous extent k=100" in reasons
+    assert check(info, {"vector": 4, "block_k": 32}, SM90) == []
+    f32 = info_of(L.softmax(4, 64))
+    assert f32.element_bytes == 4
+    assert check(f32, {"vector": 8}, SM90) == [
+        "vector=8 of 4-byte elements is 32 bytes; one global access moves at most 16"
+    ]
+    mm = info_of(L.matmul(7, 96, 1024))
+    assert check(mm, {"block_k": 64, "split_k": 3}, SM90) == [
+        "split_k=3 does not divide the 16 k-steps (K=1024 / block_k=64)"
+    ]
+    assert check(mm, {"block_k": 128, "split_k": 16}, SM90) == [
+        "split_k=16 exceeds the 8 k-steps (K=1024 / block_k=128)"
+    ]
+
+
+def test_attention_and_reduction_limits():
+    att = info_of(L.attention(1, 16, 8, 512, 128))
+    assert (att.head_dim, att.value_dim, att.seq_q, att.seq_kv) == (128, 128, 512, 512)
+    big = {"block_q": 128, "block_kv": 128, "stages": 3, "workers": "mma_sync", "warps": 8}
+    assert any(r.startswith("shared memory: block_q=128 x 128 + stages=3 x block_kv=128") for r in check(att, big, SM86))
+    assert any(r.startswith("registers: block_q=128") for r in check(att, dict(big, warps=1), SM90))
+    assert "mma_sync: block_q=64 does not give each of the warps=8 16-row slices (block_q must be a multiple of 128)" in check(
+        att, {"block_q": 64, "workers": "mma_sync", "warps": 8}, SM90
+    )
+    red = info_of(L.rmsnorm(512, 1024))
+    assert check(red, {"rows_per_block": 4, "threads": 128, "vector": 8}, SM90) == []
+    assert check(red, {"rows_per_block": 4, "threads": 64}, SM90) == [
+        "threads=64 over rows_per_block=4 does not give each row whole warps (threads must be a multiple of 128)"
+    ]
+
+
+def test_unknown_knob_and_value_outside_domain():
+    info = info_of(L.silu_mul(7, 64))
+    assert check(info, {"block_m": 64}, SM90) == [
+        "'block_m' is not a knob of elementwise kernels (knobs: threads, vector, items)"
+    ]
+    assert check(info, {"threads": 48}, SM90) == [
+        "threads=48 is not in its domain on sm_90: [64, 128, 256, 512, 1024]"
+    ]
+
+
+# ------------------------------------------------------------------------------------ rules
+
+SHAPES = [
+    L.matmul(7, 4096, 1024), L.matmul(33, 1024, 2048), L.matmul(512, 1024, 3072),
+    L.matmul(2048, 4096, 1024), L.rmsnorm_matmul(7, 4096, 1024), L.rmsnorm_matmul(512, 4096, 1024),
+    L.gate_up(7, 3072, 1024), L.gate_up(2048, 3072, 1024), L.matmul(7, 96, 100),
+    L.attention(1, 16, 8, 7, 128), L.attention(1, 16, 8, 512, 128), L.attention(1, 16, 8, 2048, 128),
+    L.attention(1, 4, 2, 33, 64), L.rmsnorm(7, 1024), L.rmsnorm(512, 128), L.softmax(64, 4096),
+    L.silu_mul(7, 3072), L.silu_mul(2048, 3072),
+]
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"])
+def test_rules_always_give_a_legal_complete_schedule(target):
+    t = get_target(target)
+    for example in SHAPES:
+        info = info_of(example)
+        space = knob_space_for(info, t)
+        choices = rules.decide(info, t, space)
+        assert choices is not None and set(choices) == set(space)
+        values = {k: c.value for k, c in choices.items()}
+        assert check(info, values, t) == [], (info.name, values)
+        assert all(c.reason for c in choices.values())
+
+
+def test_rules_follow_the_shapes():
+    small = rules.decide(info_of(L.matmul(7, 4096, 1024)), SM90A, knob_space_for(info_of(L.matmul(7, 4096, 1024)), SM90A))
+    assert small["block_m"].value == 16 and small["workers"].value == "mma_sync"
+    tiles = 4096 // small["block_n"].value * small["split_k"].value
+    assert tiles >= SM90A.sms // 2  # small M: narrow tiles or split_k fill the SMs
+    big_info = info_of(L.matmul(2048, 4096, 1024))
+    big = rules.decide(big_info, SM90A, knob_space_for(big_info, SM90A))
+    assert big["workers"].value == "wgmma" and big["block_m"].value >= 128 and big["stages"].value >= 3
+    assert "tiles of" in big["block_m"].reason and "132 SMs" in big["block_m"].reason
+    big80 = rules.decide(big_info, SM80, knob_space_for(big_info, SM80))
+    assert big80["workers"].value == "mma_sync" and big80["block_m"].value >= 128
+    att_s = info_of(L.attention(1, 16, 8, 7, 128))
+    att_l = info_of(L.attention(1, 16, 8, 2048, 128))
+    assert rules.decide(att_s, SM90, knob_space_for(att_s, SM90))["block_q"].value == 16
+    assert rules.decide(att_l, SM90, knob_space_for(att_l, SM90))["block_q"].value == 128
+    red = info_of(L.rmsnorm(512, 1024))
+    r = rules.decide(red, SM90, knob_space_for(red, SM90))
+    assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
+
+
+def test_rules_respect_fixed_values_and_report_impossible():
+    info = info_of(L.matmul(512, 4096, 1024))
+    space = knob_space_for(info, SM90A)
+    got = rules.decide(info, SM90A, space, {"block_m": 64, "workers": "mma_sync"})
+    assert "block_m" not in got and "workers" not in got
+    values = {k: c.value for k, c in got.items()} | {"block_m": 64, "workers": "mma_sync"}
+    assert check(info, values, SM90A) == []
+    assert rules.decide(info, SM90A, space, {"block_m": 16, "workers": "wgmma"}) is None
+
+
+# ------------------------------------------------------------------------------------ pins
+
+
+def test_parse_pins():
+    pins = parse_pins("rms_norm_qkv_proj.block_m=64; *.workers=mma_sync, vector=4")
+    assert [(p.kernel, p.knob, p.value) for p in pins.items] == [
+        ("rms_norm_qkv_proj", "block_m", 64), ("*", "workers", "mma_sync"), ("*", "vector", 4),
+    ]
+    assert parse_pins("") == Pins() and not parse_pins(" ; ")
+    specific = parse_pins("*.block_m=16;k1.block_m=64")
+    assert specific.for_kernel("k1")["block_m"].value == 64
+    assert specific.for_kernel("k2")["block_m"].value == 16
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("block_m", "pin 'block_m': expected KERNEL.KNOB=VALUE, *.KNOB=VALUE or KNOB=VALUE"),
+        ("k.blockm=64", "pin 'k.blockm=64': unknown knob 'blockm'; knobs: block_k, block_kv, block_m"),
+        ("k.block_m=64;k.block_m=32", "pin 'k.block_m=32': 'k.block_m=64' already pins k.block_m"),
+        ("k.block_m=6 4", "expected KERNEL.KNOB=VALUE"),
+    ],
+)
+def test_pin_syntax_errors(spec, message):
+    with pytest.raises(EmmyError, match=message.replace("*", r"\*").replace(".", r"\.")):
+        parse_pins(spec)
+
+
+def test_pins_checked_against_a_kernel_domain():
+    space = knob_space("contraction", SM90)
+    assert pins_for(parse_pins("*.block_q=64;k.block_m=64"), "k", "contraction", space) == {"block_m": 64}
+    with pytest.raises(EmmyError, match=r"pin 'k\.workers=wgmma': workers=wgmma is not in the domain of k\.workers: \[thread, mma_sync\]"):
+        pins_for(parse_pins("k.workers=wgmma"), "k", "contraction", space)
+    with pytest.raises(EmmyError, match=r"kernel 'k' \(contraction\) has no knob 'items'"):
+        pins_for(parse_pins("k.items=2"), "k", "contraction", space)
+
+
+def test_pin_option_survives_the_pipeline_grammar():
+    spec = 'decide-forks{pin="rms_norm_qkv_proj.block_m=64;*.workers=mma_sync"}'
+    (p,) = parse_pipeline(spec)
+    assert isinstance(p, DecideForksPass) and p.pin == "rms_norm_qkv_proj.block_m=64;*.workers=mma_sync"
+
+
+# ------------------------------------------------------------------------------------ decide-forks
+
+
+def test_decide_forks_decides_every_knob_with_tiers():
+    module = decided(L.rmsnorm_matmul(33, 512, 256)[0], "*.block_m=32")
+    ds = decisions(module)
+    assert {d.knob for d in ds} == set(knob_names("contraction", fusion=True))
+    assert all(d.value is not None and d.reason for d in ds)
+    assert {d.tier for d in ds} == {"pinned", "rule"}
+    (bm,) = [d for d in ds if d.knob == "block_m"]
+    assert (bm.kernel, bm.value, bm.tier, bm.reason) == ("rms_norm_qkv_proj", 32, "pinned", "pin '*.block_m=32'")
+    kernel = next(op for op in module.walk() if isinstance(op, KernelOp))
+    assert kernel.knob_value("block_m") == 32 and kernel.is_decided
+    assert check(classify(kernel), kernel.knob_values(), SM90) == []
+
+
+def test_decide_forks_is_deterministic_and_idempotent():
+    from emmy.ir_io import print_module
+
+    a = print_module(decided(L.gate_up(33, 96, 64)[0]))
+    b = print_module(decided(L.gate_up(33, 96, 64)[0]))
+    assert a == b
+    ctx = make_context()
+    module = parse_module(ctx, a, "again")
+    run_passes(ctx, module, parse_pipeline("decide-forks"))
+    assert print_module(module) == a
+
+
+# ------------------------------------------------------------------------------------ knob attribute
+
+
+def test_knob_attr_python_api():
+    k = KnobAttr("block_m", [16, 32, 64])
+    assert (k.key, k.values, k.value, k.is_decided) == ("block_m", (16, 32, 64), None, False)
+    d = k.decided(32, "rule", "because")
+    assert (d.value, d.tier_name, d.reason_text, d.is_decided) == (32, "rule", "because", True)
+    with pytest.raises(VerifyException, match="a tier or reason without a chosen value"):
+        KnobAttr("block_m", [16], None, "rule", "x")
+    with pytest.raises(VerifyException, match="not in the domain"):
+        k.decided(48, "rule", "x")
+
+
+def test_knob_value_of_undecided_kernel_is_an_error():
+    ctx = make_context()
+    module = parse_module(ctx, L.silu_mul(7, 64)[0], "example")
+    run_passes(ctx, module, parse_pipeline("convert-loop-to-tile"))
+    kernel = next(op for op in module.walk() if isinstance(op, KernelOp))
+    with pytest.raises(EmmyError, match="knob 'threads' is undecided"):
+        kernel.knob_value("threads")
+    with pytest.raises(EmmyError, match="no knob 'block_m'; knobs: threads, vector, items"):
+        kernel.knob("block_m")
+
+
+# ------------------------------------------------------------------------------------ classify
+
+
+def test_classify_running_example():
+    info = info_of(L.rmsnorm_matmul(512, 4096, 1024))
+    assert info.kind == "contraction"
+    assert (info.m_axes, info.n_axes, info.k_axes, info.batch_axes) == (("m",), ("n",), ("k",), ())
+    assert (info.M, info.N, info.K) == (512, 4096, 1024)
+    (c,) = info.contractions
+    assert [l.tensor.name_hint for l in c.a_loads] == ["xa", "nwa"]
+    assert [l.tensor.name_hint for l in c.b_loads] == ["wa"]
+    assert [r.result.name_hint for r in info.prologue] == ["ss"]
+    assert info.has_fusion_fork and info.epilogue[-1].name == "loop.store"
+    assert (info.vector_axis, info.vector_extent, info.element_bytes) == ("k", 1024, 2)
+
+
+def test_classify_dual_contraction_shares_a():
+    info = info_of(L.gate_up(7, 3072, 1024))
+    assert info.kind == "contraction" and info.n_contractions == 2
+    a_tensors = {l.tensor for c in info.contractions for l in c.a_loads}
+    assert len(a_tensors) == 1 and not info.prologue and not info.has_fusion_fork
+
+
+def test_classify_attention():
+    info = info_of(L.attention(2, 16, 8, 33, 128))
+    att = info.attention
+    assert info.kind == "attention"
+    assert (att.batch_axes, att.query_axis, att.key_axis, att.head_dim_axes, att.value_dim_axis) == (
+        ("b", "h"), "q", "kv", ("d",), "e",
+    )
+    assert att.gqa == ("h", 2) and att.pv_uses_sum
+    assert att.max_reduce.kind_name == "max" and att.sum_reduce.kind_name == "sum"
+    assert att.qk.m_axes == ("q",) and att.qk.n_axes == ("kv",) and len(att.qk_all) == 3
+    assert [l.tensor.name_hint for l in att.pv.b_loads] == ["va"]
+    assert not info_of(L.attention(1, 4, 4, 8, 16, normalize_inside=False)).attention.pv_uses_sum
+
+
+def test_classify_reduction_and_elementwise():
+    red = info_of(L.softmax(9, 200))
+    assert red.kind == "reduction" and red.row_axes == ("m",) and red.reduced_axes == ("k",)
+    assert (red.rows, red.row_length) == (9, 200)
+    ew = info_of(L.silu_mul(7, 64))
+    assert ew.kind == "elementwise" and ew.parallel_axes == ("m", "n") and ew.vector_axis == "n"
+    assert not any(isinstance(o, LoadOp) for o in ew.reductions)
