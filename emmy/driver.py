@@ -51,13 +51,7 @@ def pipeline_passes(options: CompileOptions) -> list[ModulePass]:
         if STAGES.index(stage) > STAGES.index(options.stop_after):
             break
         names.append(name)
-    specs = []
-    for name in names:
-        if name == "decide-forks" and options.pins:
-            specs.append(name + '{pin="' + ";".join(options.pins) + '"}')
-        else:
-            specs.append(name)
-    return parse_pipeline(",".join(specs))
+    return parse_pipeline(",".join(names))
 
 
 def trace(options: CompileOptions):
@@ -100,6 +94,8 @@ def compile_traced(
     timings: list[tuple[str, float]] = [("trace + import", trace_seconds)]
     module = traced.module
     module.attributes["emmy.target"] = StringAttr(options.target)
+    if options.pins:  # read by decide-forks; kept in the module so dumps replay exactly
+        module.attributes["emmy.pins"] = StringAttr(";".join(options.pins))
     verify(module, "imported module")
     if after_each is not None:
         after_each("torch-import", module)

@@ -7,6 +7,10 @@ pipeline the spec is one quoted string (xDSL's option grammar accepts any charac
 
     emmy-opt f.mlir -p 'decide-forks{pin="rms_norm_qkv_proj.block_m=64;*.workers=mma_sync"}'
 
+Pins may also be recorded in the module, as the string attribute `emmy.pins` (same syntax):
+`emmy compile --knob` puts them there, so replaying this pass on a dump file with `emmy-opt`
+gives the same answers. The option's items come first, then the module's.
+
 Each kernel's knobs are answered by the deciders of `emmy.tuning.deciders`, strongest first:
 pinned (tier `pinned`), values already decided in the IR (kept with their tier), then the
 default rules (tier `rule`). Later the local store, golden files, nearest shapes and the prior
@@ -32,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -116,7 +120,11 @@ class DecideForksPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = module_target(op)
-        pins = parse_pins(self.pin)
+        recorded = op.attributes.get("emmy.pins")
+        spec = ";".join(
+            s for s in (self.pin, recorded.data if isinstance(recorded, StringAttr) else "") if s
+        )
+        pins = parse_pins(spec)
         if pins:
             kernels = {
                 k.kernel_name: {n: kn.values for n, kn in k.knob_dict().items()}
