@@ -1,0 +1,637 @@
+// Emmy's flash-attention device code (one pass over the keys, online softmax).
+//
+// The generated kernel (emmy/codegen/attention.py) computes, as small device lambdas made from
+// the fused loop body, one element of Q, K or V (index arithmetic, loads and scalar code such as
+// RMSNorm and rotary embedding), the score of one (query, key) pair from the QK dot product
+// (scale and causal mask) and the store of one output element, and calls
+// `emmy::attention::run<...>(...)`, which does the heavy part, written once:
+//
+//   stage the block's BQ query rows into shared memory (once)
+//   for each key block (blocks masked for every query of the block are skipped):
+//     stage K, V rows into shared memory (through the lambdas, or cp.async for plain rows)
+//     S = Q K^T          (mma.sync m16n8k16 bf16, f32 accumulate; ldmatrix from shared memory)
+//     S = score(q, kv, S), out-of-range keys -> -inf
+//     m' = max(m, rowmax S); P = exp(S - m'); l = l * exp(m - m') + rowsum P
+//     O = O * exp(m - m') + P V   (mma.sync, P kept in registers as bf16)
+//   O / l -> the output lambda
+//
+// Row statistics of a producer (RMSNorm's sum of squares) are computed once per staged row: once
+// per query row for Q, once per key row and key block for K.
+//
+// Warp layout (FlashAttention-2): each warp owns MT = BQ / (16 * WARPS) m16 tiles of query rows
+// and all BKV keys of a block; no cross-warp reduction is needed.
+//
+// Entry point (all arguments but the lambdas are ints or pointers):
+//
+//   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED>(
+//       qa, qb, ka, kb, va, vb, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
+//
+// Each producer (Q rows indexed by query, K and V rows by key; columns d < D) is two arguments
+// (a, b) whose meaning depends on its MODE:
+//   kDirect (0): a = const bf16* (row 0), b = int row stride in elements: row i is D contiguous
+//                bf16 at a + i * b, 16-byte aligned (copied with cp.async).
+//   kElem   (1): a = [](int i, int d) -> float, the element; b unused (pass 0).
+//   kRowSum (2): a = [](int i, int r) -> float, a term summed over r < RED (one row statistic);
+//                b = [](int i, int d, float sum) -> float, the element given the row's sum.
+// score = [](int q, int kv, float dot) -> float: the logit (-INFINITY when masked); called for
+//         q < seq_q and kv < seq_kv only.
+// out   = [](int q, int e, float o) -> void: stores the normalized output element, called once
+//         per q < seq_q, e < D.
+// q_block: query rows [q_block * BQ, q_block * BQ + BQ). causal != 0: key kv is masked for query
+// q whenever kv > q + causal_offset, and key blocks masked for every query of the block are not
+// visited (score still applies the exact mask). smem: dynamic shared memory of
+// smem_bytes<D, BQ, BKV, STAGES>() bytes, 16-byte aligned (over 48 KB needs
+// cudaFuncSetAttribute). Requirements: D % 16 == 0, BKV % 16 == 0, BQ % (16 * WARPS) == 0,
+// STAGES >= 1, sm_80 or newer; every thread of the block (32 * WARPS threads) calls it.
+//
+// Element producers are staged by each warp in groups of EMMY_ATTENTION_ROW_UNROLL rows (default
+// 4), in three straight-line phases (every row's statistic loads, the warp sums, every element)
+// so that the group's global loads are in flight together; without this, each row costs two
+// dependent round trips to L2 (measured: 81 -> 60 us for the Qwen3 attention at 512 tokens).
+//
+// `materialize<D, MODE, RED, WARPS, U>(a, b, out, row0, limit)` (below) writes producer rows to
+// global memory instead: the "split" variant computes Q and K once in a prologue kernel.
+//
+// Register use (sm_90, D = 128, no spills): about 210-230 per thread for MT = 1; MT = 2 (e.g.
+// BQ = 128 with 4 warps) and BKV = 128 spill with computed producers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#ifndef EMMY_ATTENTION_ROW_UNROLL
+#define EMMY_ATTENTION_ROW_UNROLL 4
+#endif
+
+namespace emmy {
+namespace attention {
+
+// Producer modes (see above).
+constexpr int kDirect = 0;
+constexpr int kElem = 1;
+constexpr int kRowSum = 2;
+
+// ---------------------------------------------------------------------------------------------
+// Warp-level helpers.
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Round to bf16 and back (the body's truncf/extf pairs).
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and shared-memory layout.
+
+template <int D_, int BQ_, int BKV_, int WARPS_, int STAGES_>
+struct Config {
+  static constexpr int D = D_;
+  static constexpr int BQ = BQ_;
+  static constexpr int BKV = BKV_;
+  static constexpr int WARPS = WARPS_;
+  static constexpr int STAGES = STAGES_;
+  static constexpr int THREADS = WARPS * 32;
+  static constexpr int MT = BQ / (16 * WARPS);  // m16 tiles of query rows per warp
+  static constexpr int NT = BKV / 8;            // n8 tiles of keys in S
+  static constexpr int DT = D / 8;              // n8 tiles of the head dim in O
+  static constexpr int KT = D / 16;             // k16 steps of the QK contraction
+  // Tile rows are LD elements apart. D % 64 == 0: rows of whole 128-byte lines whose 16-byte
+  // chunks are XOR-swizzled by row; otherwise rows padded by 16 bytes (an odd number of 16-byte
+  // chunks per row). Either way ldmatrix over 8 rows at one column hits 8 distinct bank groups.
+  static constexpr bool kSwizzle = D % 64 == 0;
+  static constexpr int LD = kSwizzle ? D : D + 8;
+  // Keep Q's A fragments in registers when the accumulators leave room for them.
+  static constexpr bool kQInRegs = MT == 1 && D / 2 + BKV / 2 + D / 4 <= 128;
+  // Rows a warp computes at once (element producers): their loads are in flight together.
+  static constexpr int kRowUnroll = EMMY_ATTENTION_ROW_UNROLL;
+  static constexpr int kQElems = BQ * LD;
+  static constexpr int kKVElems = BKV * LD;
+  static constexpr int kSmemBytes = (kQElems + 2 * STAGES * kKVElems) * 2;
+
+  static_assert(D % 16 == 0 && D > 0, "head dim must be a multiple of 16");
+  static_assert(BKV % 16 == 0 && BKV > 0, "block_kv must be a multiple of 16");
+  static_assert(BQ % (16 * WARPS) == 0 && MT >= 1, "block_q must give each warp 16-row tiles");
+  static_assert(STAGES >= 1, "stages must be at least 1");
+};
+
+// Dynamic shared memory `run` needs, in bytes.
+template <int D, int BQ, int BKV, int STAGES>
+constexpr int smem_bytes() {
+  return Config<D, BQ, BKV, 1, STAGES>::kSmemBytes;
+}
+
+namespace detail {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Element offset of (row r, column c) in a tile; c % 8 stays in place.
+template <class C>
+__device__ __forceinline__ int at(int r, int c) {
+  if constexpr (C::kSwizzle) {
+    return r * C::LD + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7);
+  } else {
+    return r * C::LD + c;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers.
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// D(16x8, f32) += A(16x16, bf16, row) * B(16x8, bf16, col)
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16-byte global -> shared copy; when !valid, writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producers: one row (D values) of Q, K or V.
+
+template <int MODE, int RED, class A, class B>
+struct Rows;
+
+template <int RED, class A, class B>
+struct Rows<kDirect, RED, A, B> {
+  static constexpr bool kDirect = true;
+  const __nv_bfloat16* base;
+  int stride;
+  __device__ __forceinline__ const __nv_bfloat16* row(int i) const {
+    return base + (long long)i * stride;
+  }
+};
+
+template <int RED, class A, class B>
+struct Rows<kElem, RED, A, B> {
+  static constexpr bool kDirect = false;
+  static constexpr bool kStat = false;
+  const A& a;
+  __device__ __forceinline__ float partial(int, int) const { return 0.f; }
+  template <int D, int N>
+  __device__ __forceinline__ void fill(int i, int lane, float, float (&v)[N]) const {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const int d = lane + 32 * j;
+      v[j] = (D % 32 == 0 || d < D) ? a(i, d) : 0.f;
+    }
+  }
+};
+
+template <int RED, class A, class B>
+struct Rows<kRowSum, RED, A, B> {
+  static constexpr bool kDirect = false;
+  static constexpr bool kStat = true;
+  const A& a;
+  const B& b;
+  // This lane's share of row i's statistic (the warp sums the shares).
+  __device__ __forceinline__ float partial(int i, int lane) const {
+    float s = 0.f;
+#pragma unroll
+    for (int r = lane; r < RED; r += 32) s += a(i, r);
+    return s;
+  }
+  template <int D, int N>
+  __device__ __forceinline__ void fill(int i, int lane, float s, float (&v)[N]) const {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const int d = lane + 32 * j;
+      v[j] = (D % 32 == 0 || d < D) ? b(i, d, s) : 0.f;
+    }
+  }
+};
+
+template <int N, int CAP>
+__host__ __device__ constexpr int largest_divisor_upto() {
+  int u = 1;
+  for (int c = 1; c <= CAP && c <= N; ++c)
+    if (N % c == 0) u = c;
+  return u;
+}
+
+// Stage rows [row0, row0 + ROWS) of a producer into a [ROWS][LD] tile; rows at or past `limit`
+// are zero (so 0 * garbage never reaches the accumulators).
+template <class C, int ROWS, class F>
+__device__ __forceinline__ void stage_rows(const F& f, __nv_bfloat16* tile, int row0, int limit,
+                                           int warp, int lane, int tid) {
+  constexpr int D = C::D;
+  if constexpr (F::kDirect) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    constexpr int ITERS = (ROWS * CHUNKS + C::THREADS - 1) / C::THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int c = tid + it * C::THREADS;
+      if ((ROWS * CHUNKS) % C::THREADS != 0 && c >= ROWS * CHUNKS) break;
+      const int r = c / CHUNKS;
+      const int ch = c % CHUNKS;
+      const bool valid = row0 + r < limit;
+      const __nv_bfloat16* src = f.row(valid ? row0 + r : row0) + ch * 8;
+      cp_async_16(smem_addr(tile + at<C>(r, ch * 8)), src, valid);
+    }
+  } else {
+    // Each warp produces rows warp, warp + WARPS, ... in groups of U rows, in three straight-line
+    // phases so that the rows of a group overlap: every row's statistic loads, the warp sums,
+    // every element. Rows past `limit` compute a valid row (clamped) and store zeros; groups
+    // entirely past it only store zeros.
+    static_assert(ROWS % C::WARPS == 0, "tile rows must be a multiple of the warps");
+    constexpr int N = (D + 31) / 32;
+    constexpr int PER_WARP = ROWS / C::WARPS;
+    constexpr int U = largest_divisor_upto<PER_WARP, C::kRowUnroll>();
+#pragma unroll 1
+    for (int g = 0; g < PER_WARP; g += U) {
+      const int r0 = warp + g * C::WARPS;  // this group's rows: r0 + u * WARPS
+      if (row0 + r0 >= limit) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            const int d = lane + 32 * j;
+            if (D % 32 == 0 || d < D) tile[at<C>(r0 + u * C::WARPS, d)] = __float2bfloat16(0.f);
+          }
+        continue;
+      }
+      int rows[U];
+      float stat[U];
+      float v[U][N];
+#pragma unroll
+      for (int u = 0; u < U; ++u) rows[u] = min(row0 + r0 + u * C::WARPS, limit - 1);
+      if constexpr (F::kStat) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) stat[u] = f.partial(rows[u], lane);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+          for (int u = 0; u < U; ++u) stat[u] += __shfl_xor_sync(0xffffffffu, stat[u], o);
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; ++u) stat[u] = 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) f.template fill<D>(rows[u], lane, stat[u], v[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int r = r0 + u * C::WARPS;
+        const bool valid = row0 + r < limit;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const int d = lane + 32 * j;
+          if (D % 32 == 0 || d < D) tile[at<C>(r, d)] = __float2bfloat16(valid ? v[u][j] : 0.f);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The main loop over producers.
+
+template <class C, class QF, class KF, class VF, class SF, class OF>
+__device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, const SF& sf,
+                                      const OF& of, int q_block, int seq_q, int seq_kv,
+                                      int causal, int causal_offset, void* smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int BQ = C::BQ, BKV = C::BKV, MT = C::MT, NT = C::NT, DT = C::DT,
+                KT = C::KT, STAGES = C::STAGES;
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;  // row within an 8-row group of a fragment
+  const int t = lane & 3;   // column pair within a fragment
+
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = sQ + C::kQElems;
+  __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
+
+  const int q0 = q_block * BQ;
+  const int wq0 = warp * MT * 16;  // first row of this warp in the tile
+
+  // Key blocks to visit.
+  int n_blocks = (seq_kv + BKV - 1) / BKV;
+  if (causal) {
+    const int q_last = min(q0 + BQ, seq_q) - 1;
+    const int kv_last = q_last + causal_offset;  // last key any row of this block may see
+    const int n_causal = kv_last < 0 ? 0 : kv_last / BKV + 1;
+    n_blocks = min(n_blocks, n_causal);
+  }
+
+  auto stage_kv = [&](int j) {
+    const int buf = j % STAGES;
+    stage_rows<C, BKV>(kf, sK + buf * C::kKVElems, j * BKV, seq_kv, warp, lane, tid);
+    stage_rows<C, BKV>(vf, sV + buf * C::kKVElems, j * BKV, seq_kv, warp, lane, tid);
+  };
+
+  // Prologue: Q and the first STAGES - 1 key blocks (one cp.async group each; Q's copies join
+  // the first group).
+  stage_rows<C, BQ>(qf, sQ, q0, seq_q, warp, lane, tid);
+  if constexpr (STAGES > 1) {
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; ++j) {
+      if (j < n_blocks) stage_kv(j);
+      cp_async_commit();
+    }
+  }
+
+  float acc[MT][DT][4];
+  float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mt][dt][c] = 0.f;
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.f;
+  }
+
+  // Per-lane ldmatrix coordinates (see the fragment layouts of mma.m16n8k16).
+  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // A: (r0-7,k0-7) (r8-15,k0-7) (r0-7,k8-15) ..
+  const int a_col = (lane >> 4) * 8;
+  const int b_row = (lane & 7) + (lane >> 4) * 8;  // B from K rows: (n0-7,k0-7) (n0-7,k8-15) (n8-15,k0-7) ..
+  const int b_col = ((lane >> 3) & 1) * 8;
+  const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // B from V rows, transposed: (k0-7,n0-7) (k8-15,n0-7) ..
+  const int v_col = (lane >> 4) * 8;
+
+  uint32_t qreg[C::kQInRegs ? MT : 1][C::kQInRegs ? KT : 1][4];
+
+#pragma unroll 1
+  for (int j = 0; j < n_blocks; ++j) {
+    const int buf = j % STAGES;
+    if constexpr (STAGES == 1) {
+      __syncthreads();  // the previous block's K/V tiles are no longer read
+      stage_kv(j);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    } else {
+      cp_async_wait<STAGES - 2>();  // block j's copies (and Q's) have landed
+      __syncthreads();              // ... for every thread; block j-1's buffer is free
+      if (j + STAGES - 1 < n_blocks) stage_kv(j + STAGES - 1);
+      cp_async_commit();
+    }
+    if constexpr (C::kQInRegs) {
+      if (j == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < KT; ++kk)
+            ldmatrix_x4(qreg[mt][kk],
+                        smem_addr(sQ + at<C>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
+      }
+    }
+    const __nv_bfloat16* tK = sK + buf * C::kKVElems;
+    const __nv_bfloat16* tV = sV + buf * C::kKVElems;
+    const int k0 = j * BKV;
+
+    // S = Q K^T
+    float s[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (C::kQInRegs) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) a[mt][c] = qreg[mt][kk][c];
+        } else {
+          ldmatrix_x4(a[mt], smem_addr(sQ + at<C>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_addr(tK + at<C>(np * 16 + b_row, kk * 16 + b_col)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+          mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Scores, online softmax, P (bf16 A fragments) and O += P V.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = q0 + wq0 + mt * 16 + g + h * 8;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int kv = k0 + nt * 8 + 2 * t + c;
+            float v = s[mt][nt][2 * h + c];
+            v = (q < seq_q && kv < seq_kv) ? sf(q, kv, v) : -INFINITY;
+            s[mt][nt][2 * h + c] = v;
+            mx = fmaxf(mx, v);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mt][h], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no (-inf) - (-inf)
+        const float alpha = exp2f((m_run[mt][h] - m_use) * kLog2e);
+        const float m_scaled = m_use * kLog2e;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p = exp2f(fmaf(s[mt][nt][2 * h + c], kLog2e, -m_scaled));
+            s[mt][nt][2 * h + c] = p;
+            rs += p;
+          }
+        }
+        l_run[mt][h] = l_run[mt][h] * alpha + rs;
+        m_run[mt][h] = m_new;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          acc[mt][dt][2 * h] *= alpha;
+          acc[mt][dt][2 * h + 1] *= alpha;
+        }
+      }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < BKV / 16; ++kk) {
+      uint32_t p[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        p[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        p[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        p[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        p[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < DT / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, smem_addr(tV + at<C>(kk * 16 + v_row, np * 16 + v_col)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16(acc[mt][2 * np], p[mt], b[0], b[1]);
+          mma_bf16(acc[mt][2 * np + 1], p[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::);  // no copy may outlive the block
+
+  // Epilogue: O / l.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_run[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = 1.f / l;
+      const int q = q0 + wq0 + mt * 16 + g + h * 8;
+      if (q < seq_q) {
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          of(q, dt * 8 + 2 * t, acc[mt][dt][2 * h] * inv);
+          of(q, dt * 8 + 2 * t + 1, acc[mt][dt][2 * h + 1] * inv);
+        }
+      }
+    }
+  }
+#else
+  __trap();  // Emmy's attention needs sm_80 or newer (mma.sync bf16, ldmatrix, cp.async)
+#endif
+}
+
+template <int MODE, int RED, class A, class B>
+__device__ __forceinline__ Rows<MODE, RED, A, B> make_rows(const A& a, const B& b) {
+  if constexpr (MODE == kDirect) {
+    return Rows<MODE, RED, A, B>{a, static_cast<int>(b)};
+  } else if constexpr (MODE == kElem) {
+    return Rows<MODE, RED, A, B>{a};
+  } else {
+    static_assert(MODE == kRowSum, "producer mode must be kDirect, kElem or kRowSum");
+    static_assert(RED > 0, "kRowSum needs the length of the row statistic");
+    return Rows<MODE, RED, A, B>{a, b};
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// Materializing a producer into global memory (the "split" variant: Q and K computed once by a
+// prologue kernel, then read by `run` as kDirect rows).
+//
+//   emmy::attention::materialize<D, MODE, RED, WARPS, U>(a, b, out, row0, limit)
+//
+// Called by all 32 * WARPS threads of a block: rows [row0, min(row0 + WARPS * U, limit)) of the
+// producer (a, b) (see the modes above; not kDirect) are written to out[i * D + d] as bf16.
+
+template <int D, int MODE, int RED, int WARPS, int U, class A, class B>
+__device__ __forceinline__ void materialize(const A& a, const B& b, __nv_bfloat16* out, int row0,
+                                            int limit) {
+  static_assert(MODE != kDirect, "a kDirect producer needs no materializing");
+  const auto f = detail::make_rows<MODE, RED>(a, b);
+  using F = decltype(f);
+  constexpr int N = (D + 31) / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r0 = row0 + warp * U;  // this warp's rows: r0 .. r0 + U - 1
+  if (r0 >= limit) return;
+  int rows[U];
+  float stat[U];
+  float v[U][N];
+#pragma unroll
+  for (int u = 0; u < U; ++u) rows[u] = min(r0 + u, limit - 1);
+  if constexpr (F::kStat) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) stat[u] = f.partial(rows[u], lane);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; ++u) stat[u] += __shfl_xor_sync(0xffffffffu, stat[u], o);
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u) stat[u] = 0.f;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) f.template fill<D>(rows[u], lane, stat[u], v[u]);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (r0 + u < limit) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const int d = lane + 32 * j;
+        if (D % 32 == 0 || d < D) out[(long long)(r0 + u) * D + d] = __float2bfloat16(v[u][j]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The entry point generated kernels call (see the top of this file).
+
+template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
+          int KRED, int VMODE, int VRED, class QA, class QB, class KA, class KB, class VA,
+          class VB, class SF, class OF>
+__device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
+                                    const VA& va, const VB& vb, const SF& score, const OF& out,
+                                    int q_block, int seq_q, int seq_kv, int causal,
+                                    int causal_offset, void* smem) {
+  using C = Config<D, BQ, BKV, WARPS, STAGES>;
+  const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
+  const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
+  const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
+  detail::flash<C>(qf, kf, vf, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+}
+
+}  // namespace attention
+}  // namespace emmy
