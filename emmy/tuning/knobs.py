@@ -62,9 +62,12 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "attention": {
         "block_q": (16, 32, 64, 128),
         "block_kv": (16, 32, 64, 128),
-        "workers": WORKERS,
+        # Only the mma.sync flash kernel exists (emmy/backend/runtime/attention.cuh); the
+        # domain lists what the lowering implements, nothing it would reject.
+        "workers": ("mma_sync",),
         "stages": (1, 2, 3),
         "warps": (1, 2, 4, 8),
+        "fusion": FUSION,
     },
     "reduction": {
         "rows_per_block": (1, 2, 4, 8, 16),
@@ -111,8 +114,11 @@ def knob_space(
 
 
 def knob_space_for(info: KernelInfo, target: Target) -> dict[str, tuple[KnobValue, ...]]:
-    """The knob space of a classified kernel (adds `fusion` when it has a prologue reduction)."""
-    return knob_space(info.kind, target, fusion=info.kind == "contraction" and info.has_fusion_fork)
+    """The knob space of a classified kernel. `fusion` is added for contractions with a prologue
+    reduction, and for attention (whether Q and K are computed inside the flash kernel, or once
+    by a prologue kernel into temporaries)."""
+    fusion = info.kind == "attention" or (info.kind == "contraction" and info.has_fusion_fork)
+    return knob_space(info.kind, target, fusion=fusion)
 
 
 def _check_kind(kind: str) -> None:

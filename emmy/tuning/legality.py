@@ -267,6 +267,15 @@ def _a_registers(info, v, t, reasons):
         return
     bq, bkv, threads = v["block_q"], v["block_kv"], 32 * v["warps"]
     per_thread = (bq * info.value_dim + bq * bkv) / threads
+    if v.has("workers") and v["workers"] == "mma_sync":
+        # The flash kernel gives each warp 16 query rows; more rows per warp, or 128-key
+        # steps, spilled registers with computed Q/K (ptxas -v, head dim 128).
+        if bq > 16 * v["warps"]:
+            reasons.append(
+                f"registers: block_q={bq} over {v['warps']} warps is more than 16 query rows per warp"
+            )
+        if bkv > 64 and info.head_dim >= 128:
+            reasons.append(f"registers: block_kv={bkv} with head dim {info.head_dim} spills")
     if per_thread > MAX_ACC_PER_THREAD:
         reasons.append(
             f"registers: block_q={bq} x ({info.value_dim} outputs + block_kv={bkv} scores) fp32 "

@@ -85,7 +85,7 @@ CASES = [
     (L.attention(1, 4, 2, 7, 16), ""),
     (L.attention(2, 4, 2, 33, 16), "block_q=16;block_kv=16"),
     (L.attention(1, 2, 1, 40, 32, causal=False, normalize_inside=False), "block_q=16;block_kv=16"),
-    (L.attention(1, 2, 2, 33, 16, causal=False), "block_q=32;block_kv=16;workers=thread"),
+    (L.attention(1, 2, 2, 33, 16, causal=False), "block_q=32;block_kv=16;warps=2;fusion=split"),
     # reductions: rows in blocks, sweeps along the row
     (L.rmsnorm(7, 64), ""),
     (L.rmsnorm(33, 96), "rows_per_block=2;threads=64;vector=2"),
