@@ -8,26 +8,32 @@ path it ran in (the equivalent of torch.export's `nn_module_stack`). Calls made 
 call are not seen (F.silu is one node, not its implementation), and neither are metadata queries
 (`x.shape`, `x.dtype`).
 
-Why not torch.export: on a 2-core machine its first call costs 1-1.5 s of imports and tracing, and
-`emmy compile` has under 3 s in total. Capturing at the torch-function level is ~20 ms and keeps
-the model-level ops (linear, scaled_dot_product_attention, silu) that export would also keep.
+Why not torch.export by default: on this 2-core machine its first call costs ~1.2 s of imports
+(`torch._dynamo`, sympy) plus 0.3-0.4 s of tracing, and `emmy compile` has under 3 s in total
+(measurements in `emmy.frontend.trace`). Capturing at the torch-function level is ~20-100 ms and
+keeps the model-level ops (linear, scaled_dot_product_attention, silu) that export also keeps;
+`emmy.frontend.export` is the torch.export tracer, producing the same `Graph`.
 While recording, linear and attention calls return zeros of the right shape instead of computing
 (`_SHAPE_ONLY`), so the cost does not grow with the token count; the graph must therefore not
 depend on tensor values (data-dependent control flow is not supported anyway).
 
 Hugging Face-style RMSNorm modules (see `RMSNORM_SUFFIX`) are recorded as one node,
 `emmy.hf_rms_norm(x, weight, eps=...)`, instead of their to/pow/mean/add/rsqrt/mul/to/mul.
+
+The result is an `emmy.frontend.graph.Graph`, the same structure `emmy.frontend.export` builds
+from torch.export's graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+
+from emmy.frontend.graph import Constant, Graph, Node, Value
 
 # RMSNorm modules are recognized by class name (`...RMSNorm`), a 1-D `weight`, a float
 # `variance_epsilon` (or `eps`), and by checking on a random probe that the module computes exactly
@@ -60,45 +66,6 @@ _DUNDER = {
     "getitem": "getitem",
     "setitem": "index_put_",
 }
-
-
-@dataclass(frozen=True)
-class Value:
-    """A tensor of the captured graph."""
-
-    index: int
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-
-@dataclass(frozen=True)
-class Constant:
-    """A tensor argument that is neither an input, a parameter nor a recorded result."""
-
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-
-@dataclass
-class Node:
-    op: str  # "aten.linear", "emmy.hf_rms_norm", ...
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    outputs: tuple[Value, ...]
-    module_path: str  # "self_attn.q_proj" ("" for the root)
-    module_class: str  # "Linear"
-
-    @property
-    def where(self) -> str:
-        return f"{self.module_path or '<root>'} ({self.module_class})"
-
-
-@dataclass
-class Graph:
-    inputs: list[tuple[str, Value]] = field(default_factory=list)
-    params: list[tuple[str, Value]] = field(default_factory=list)
-    nodes: list[Node] = field(default_factory=list)
-    outputs: list[Value] = field(default_factory=list)
 
 
 def op_name(func: Callable[..., Any]) -> str:

@@ -34,7 +34,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from emmy.dialects import torch as T
 from emmy.diagnostics import EmmyError
-from emmy.frontend.capture import Constant, Graph, Node, Value
+from emmy.frontend.graph import Constant, Graph, Node, Value
 
 _DTYPES: dict[torch.dtype, Callable[[], Attribute]] = {
     torch.bfloat16: BFloat16Type,
@@ -125,7 +125,7 @@ def _drop(b: _Builder, node: Node) -> Sequence[SSAValue]:
 
 def _rms_norm(b: _Builder, node: Node) -> Sequence[SSAValue]:
     x, w = b.value(node.args[0]), b.value(node.args[1])
-    return [b.add(T.RmsNormOp(x, w, float(node.kwargs["eps"])))]
+    return [b.add(T.RmsNormOp(x, w, float(_arg(node, 2, "eps"))))]
 
 
 def _layer_norm(b: _Builder, node: Node) -> Sequence[SSAValue]:
@@ -304,6 +304,23 @@ def _getitem(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [x]
 
 
+def _aten_slice(b: _Builder, node: Node) -> Sequence[SSAValue]:  # aten.slice(x, dim, start, end, step)
+    x = b.value(node.args[0])
+    dim = _dim(int(_arg(node, 1, "dim", 0)), len(T.shape_of(x)))
+    start, end, step = _arg(node, 2, "start"), _arg(node, 3, "end"), _arg(node, 4, "step", 1)
+    return [_slice(b, x, dim, slice(start, end, step))]
+
+
+def _select(b: _Builder, node: Node) -> Sequence[SSAValue]:  # x[..., i, ...] (aten.select)
+    x = b.value(node.args[0])
+    dim = _dim(int(_arg(node, 1, "dim")), len(T.shape_of(x)))
+    size = T.shape_of(x)[dim]
+    i = int(_arg(node, 2, "index"))
+    i = i + size if i < 0 else i
+    x = _slice(b, x, dim, slice(i, i + 1))
+    return [b.add(T.ViewOp(x, _out(node).shape))]
+
+
 def _narrow(b: _Builder, node: Node) -> Sequence[SSAValue]:
     x = b.value(node.args[0])
     dim = _dim(int(_arg(node, 1, "dim")), len(T.shape_of(x)))
@@ -329,7 +346,8 @@ def _embedding(b: _Builder, node: Node) -> Sequence[SSAValue]:
 
 
 def _dropout(b: _Builder, node: Node) -> Sequence[SSAValue]:
-    p, training = float(_arg(node, 1, "p", 0.5)), bool(_arg(node, 2, "training", True))
+    training = _arg(node, 2, "training", node.kwargs.get("train", True))
+    p, training = float(_arg(node, 1, "p", 0.5)), bool(training)
     if training and p != 0.0:
         raise Unsupported("dropout in training mode")
     return [b.value(node.args[0])]
@@ -337,6 +355,9 @@ def _dropout(b: _Builder, node: Node) -> Sequence[SSAValue]:
 
 # The one table: recorded op name -> builder. Names are aten op names, plus the Python-level
 # aliases that reach the same op (`float()` is `to`, `__getitem__` is slice/select/unsqueeze).
+# The capture tracer records torch-level calls (`aten.getitem`, `aten.float`); the export tracer
+# records aten overloads by schema name (`aten.slice`, `aten.select`, `aten._to_copy`), with
+# arguments normalized to the torch-level order (see `emmy.frontend.export`).
 OP_TABLE: dict[str, Builder] = {
     "emmy.hf_rms_norm": _rms_norm,
     "aten.layer_norm": _layer_norm,
@@ -359,6 +380,7 @@ OP_TABLE: dict[str, Builder] = {
     "aten.divide": _div,
     "aten.true_divide": _div,
     "aten.to": _to,
+    "aten._to_copy": _to,
     "aten.type": _to,
     "aten.type_as": _to,
     "aten.float": _to,
@@ -380,12 +402,15 @@ OP_TABLE: dict[str, Builder] = {
     "aten.permute": _permute,
     "aten.getitem": _getitem,
     "aten.narrow": _narrow,
+    "aten.slice": _aten_slice,
+    "aten.select": _select,
     "aten.cat": _cat,
     "aten.concat": _cat,
     "aten.concatenate": _cat,
     "aten.embedding": _embedding,
     "aten.contiguous": _identity,
     "aten.clone": _identity,
+    "aten.alias": _identity,
     "aten.detach": _identity,
     "aten.data": _identity,
     "aten.dropout": _dropout,

@@ -18,10 +18,9 @@ from torch import nn
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 
 from emmy.frontend import decoder
-from emmy.frontend.capture import capture
 from emmy.frontend.importer import import_graph
 from emmy.frontend.models import resolve_model
-from emmy.frontend.trace import random_weights, materialize, trace_layer
+from emmy.frontend.trace import DEFAULT_TRACER, Tracer, materialize, random_weights, trace_graph, trace_layer
 from emmy.ir_io import print_module
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -46,20 +45,20 @@ class RunningExample(nn.Module):
         return a.q_proj(h), a.k_proj(h), a.v_proj(h)
 
 
-def layer_module() -> ModuleOp:
-    traced = trace_layer(resolve_model(MODEL), 0, TOKENS)
+def layer_module(tracer: Tracer = DEFAULT_TRACER) -> ModuleOp:
+    traced = trace_layer(resolve_model(MODEL), 0, TOKENS, tracer=tracer)
     traced.module.attributes["emmy.target"] = StringAttr(TARGET)
     return traced.module
 
 
-def running_example_module() -> ModuleOp:
+def running_example_module(tracer: Tracer = DEFAULT_TRACER) -> ModuleOp:
     config = resolve_model(MODEL).config
     assert config is not None
     c = decoder.LayerConfig.from_hf(config)
     module = materialize(RunningExample(c), c.dtype)
     random_weights(module, 0, 0)
     x = torch.randn(1, TOKENS, c.hidden_size, generator=torch.Generator().manual_seed(0)).to(c.dtype)
-    graph = capture(module, module, [("hidden_states", x)])
+    graph = trace_graph(module, module, [("hidden_states", x)], None, tracer)
     return import_graph(
         graph,
         "layer0",

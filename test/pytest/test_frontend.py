@@ -110,6 +110,8 @@ def _eval_op(op, a):
             return a[0] - a[1] * (1 if op.alpha is None else op.alpha.value.data)
         case T.DivOp():
             return a[0] / a[1]
+        case T.EmbeddingOp():
+            return F.embedding(a[1], a[0])
     raise AssertionError(f"evaluator lacks {op.name}")
 
 

@@ -1,0 +1,240 @@
+"""Whole-model tracing (`trace_model`): embedding, every decoder layer, final norm, reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from emmy.diagnostics import EmmyError
+from emmy.dialects import torch as T
+from emmy.frontend import ModelSource, TracedModel, layer_key, resolve_model, trace_layer, trace_model
+from emmy.ir_io import print_module
+from test_frontend import evaluate
+
+QWEN = "Qwen/Qwen3-Embedding-0.6B"
+REPO = Path(__file__).resolve().parents[2]
+FAMILY = ["llama", "mistral", "qwen2", "qwen3"]
+
+# Non-power-of-two sizes: hidden 96 = 3 heads x 32, one KV head, intermediate 200, vocab 101.
+ODD = {
+    "hidden_size": 96,
+    "intermediate_size": 200,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 3,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "vocab_size": 101,
+    "max_position_embeddings": 128,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+}
+
+
+def local(tmp_path: Path, model_type: str, **extra) -> ModelSource:
+    (tmp_path / "config.json").write_text(json.dumps({**ODD, "model_type": model_type, **extra}))
+    return resolve_model(str(tmp_path))
+
+
+def ops(part) -> list[str]:
+    return [op.name for op in part.module.walk() if op.name.startswith("torch.")]
+
+
+def hf_model(config: dict):
+    """transformers' <Arch>Model for a config, bf16, SDPA attention."""
+    transformers = pytest.importorskip("transformers")
+    hc = transformers.AutoConfig.for_model(**config)
+    hc._attn_implementation = "sdpa"
+    return transformers.AutoModel.from_config(hc, dtype=torch.bfloat16).eval()
+
+
+def state_dict(model: TracedModel) -> dict[str, torch.Tensor]:
+    sd = {"embed_tokens.weight": model.embedding.params["embed_tokens.weight"]}
+    sd["norm.weight"] = model.norm.params["norm.weight"]
+    for i, layer in enumerate(model.layers):
+        sd |= {f"layers.{i}.{k}": v for k, v in layer.params.items()}
+    return sd
+
+
+# ------------------------------------------------------------------------------ structure
+@pytest.mark.parametrize("model_type", FAMILY)
+def test_parts_and_their_ir(tmp_path, model_type):
+    src = local(tmp_path, model_type)
+    model = trace_model(src, 8, seed=2)
+    assert len(model.layers) == 3 and len(model.parts()) == 5
+    assert [p.function_name for p in model.parts()] == ["embed_tokens", "layer0", "layer1", "layer2", "norm"]
+    assert ops(model.embedding) == ["torch.embedding"] and ops(model.norm) == ["torch.rms_norm"]
+    emb = print_module(model.embedding.module)
+    assert "(%input_ids: tensor<1x8xi64>" in emb and "tensor<101x96xbf16>" in emb
+    assert "-> tensor<1x8x96xbf16>" in emb
+    for part in (model.embedding, model.norm):
+        attrs = part.module.attributes
+        assert attrs["emmy.model"].data == str(tmp_path) and attrs["emmy.tokens"].value.data == 8
+        assert "emmy.layer" not in attrs
+    assert list(model.norm.params) == ["norm.weight"] and list(model.embedding.params) == ["embed_tokens.weight"]
+    # each layer is exactly what trace_layer gives: IR, weights, example inputs
+    for i, layer in enumerate(model.layers):
+        alone = trace_layer(src, i, 8, seed=2)
+        assert print_module(layer.module) == print_module(alone.module)
+        assert list(layer.params) == list(alone.params)
+        assert all(torch.equal(layer.params[k], alone.params[k]) for k in alone.params)
+        assert all(torch.equal(layer.inputs[k], alone.inputs[k]) for k in alone.inputs)
+        assert torch.equal(layer.reference(layer.inputs), alone.reference(alone.inputs))
+
+
+def test_layer_keys(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    src = local(tmp_path / "a", "qwen3")
+    model = trace_model(src, 8)
+    keys = {layer_key(layer) for layer in model.layers}
+    assert len(keys) == 1 and model.distinct_layers() == {next(iter(keys)): [0, 1, 2]}
+    assert len({layer_key(model.embedding), layer_key(model.norm), *keys}) == 3
+    assert layer_key(trace_layer(src, 2, 8, seed=5)) in keys  # weights do not matter
+    # a different structure (tokens, biases) gives a different key
+    assert layer_key(trace_model(src, 9).layers[0]) not in keys
+    assert layer_key(trace_model(local(tmp_path / "b", "qwen2"), 8).layers[0]) not in keys
+    # the key ignores emmy.layer and the function name only
+    text = print_module(model.layers[1].module)
+    assert text.replace("@layer1", "@layer2").replace("emmy.layer = 1", "emmy.layer = 2") == print_module(
+        model.layers[2].module
+    )
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
+def test_tracers_agree(tmp_path, model_type):
+    src = local(tmp_path, model_type)
+    a, b = trace_model(src, 8, tracer="capture"), trace_model(src, 8, tracer="export")
+    assert [print_module(p.module) for p in a.parts()] == [print_module(p.module) for p in b.parts()]
+
+
+# ------------------------------------------------------------------------------ numbers
+@pytest.mark.parametrize("model_type", FAMILY)
+def test_reference_matches_transformers_model(tmp_path, model_type):
+    src = local(tmp_path, model_type)
+    model = trace_model(src, 8)
+    hf = hf_model(dict(src.config))
+    assert type(hf).__name__.lower().startswith(model_type)
+    result = hf.load_state_dict(state_dict(model), strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    for ids in (torch.tensor([[5, 0, 100, 7, 7]]), model.input_ids):  # also another length
+        with torch.no_grad():
+            expected = hf(input_ids=ids).last_hidden_state
+        out = model.reference(ids)
+        assert out.shape == (1, ids.shape[1], 96) and out.dtype == torch.bfloat16
+        assert torch.equal(out, expected)
+    # Qwen3-Embedding's recipe: last-token pooling (no padding), then F.normalize(p=2, dim=1)
+    emb = model.embed()
+    assert torch.equal(emb, F.normalize(expected[:, -1], p=2, dim=1))
+    assert emb.shape == (1, 96) and abs(emb.float().norm().item() - 1) < 1e-2
+
+
+def test_ir_of_all_parts_computes_the_model(tmp_path):
+    model = trace_model(local(tmp_path, "qwen3"), 8, seed=4)
+    (h,) = evaluate(model.embedding, {"input_ids": model.input_ids})
+    for layer in model.layers:
+        (h,) = evaluate(layer, {"hidden_states": h, "cos": model.cos, "sin": model.sin})
+    (h,) = evaluate(model.norm, {"hidden_states": h})
+    assert torch.equal(h, model.reference())
+
+
+def test_embed_is_last_token_pooled_and_normalized(tmp_path):
+    model = trace_model(local(tmp_path, "qwen3"), 6)
+    last = model.reference()[:, -1].float()
+    emb = model.embed()
+    torch.testing.assert_close(emb.float(), last / last.norm(dim=1, keepdim=True), rtol=1e-2, atol=1e-2)
+    other = torch.tensor([[1, 2, 3]])
+    assert not torch.equal(model.embed(other), emb)
+
+
+# ------------------------------------------------------------------------------ weights
+def test_weights_from_safetensors(tmp_path):
+    hf = hf_model({**ODD, "model_type": "qwen3"})
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.5)
+    hf.save_pretrained(str(tmp_path))  # config.json + model.safetensors (keys without "model.")
+    src = resolve_model(str(tmp_path))
+    assert src.weights_dir == tmp_path
+    model = trace_model(src, 8)
+    assert torch.equal(model.layers[1].params["mlp.up_proj.weight"], hf.layers[1].mlp.up_proj.weight)
+    with torch.no_grad():
+        expected = hf(input_ids=model.input_ids).last_hidden_state
+    assert torch.equal(model.reference(), expected)
+
+
+def test_safetensors_errors(tmp_path):
+    from safetensors.torch import save_file
+
+    model = trace_model(local(tmp_path, "llama"), 4)
+    sd = {f"model.{k}": v for k, v in state_dict(model).items()}
+    save_file({k: v for k, v in sd.items() if k != "model.layers.2.mlp.down_proj.weight"}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(EmmyError, match=r"lack model.layers.2.mlp.down_proj.weight"):
+        trace_model(resolve_model(str(tmp_path)), 4)
+    sd["model.norm.weight"] = torch.ones(95, dtype=torch.bfloat16)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    with pytest.raises(EmmyError, match=r"model.norm.weight has shape \[95\], expected \[96\]"):
+        trace_model(resolve_model(str(tmp_path)), 4)
+
+
+def test_weights_are_lazy_and_seeded():
+    src = resolve_model(QWEN)
+    model = trace_model(src, 16, seed=1)
+    assert len(model.layers) == 28 and len(model.distinct_layers()) == 1
+    assert model.embedding.params.materialized() == []  # the 151669x1024 table is never built
+    assert all(layer.params.materialized() == [] for layer in model.layers[1:])
+    assert len(model.layers[0].params.materialized()) == 11  # layer 0 was traced with real weights
+    alone = trace_layer(src, 27, 16, seed=1)
+    assert all(torch.equal(model.layers[27].params[k], alone.params[k]) for k in alone.params)
+    assert print_module(model.layers[27].module) == print_module(alone.module)
+    (emb,) = [op for op in model.embedding.module.walk() if isinstance(op, T.EmbeddingOp)]
+    assert T.shape_of(emb.weight) == (151669, 1024) and T.shape_of(emb.result) == (1, 16, 1024)
+
+
+# ------------------------------------------------------------------------------ errors
+def test_errors(tmp_path):
+    factory = ModelSource(spec="f.py:make", kind="factory", model_id="f", factory=lambda: None)
+    with pytest.raises(EmmyError, match="is a Python factory"):
+        trace_model(factory, 8)
+    (tmp_path / "config.json").write_text(json.dumps({**ODD, "model_type": "gemma"}))
+    with pytest.raises(EmmyError, match="supports the Llama family.*'gemma'") as e:
+        trace_model(resolve_model(str(tmp_path)), 8)
+    assert "--layer N" in (e.value.hint or "")
+    with pytest.raises(EmmyError, match="at least 1"):
+        trace_model(resolve_model(QWEN), 0)
+    with pytest.raises(EmmyError, match="shape \\[1, T\\]"):
+        trace_model(resolve_model(QWEN), 2).reference(torch.zeros(4, dtype=torch.long))
+
+
+# ------------------------------------------------------------------------------ time
+def test_trace_model_time():
+    """Tracing all of Qwen3-Embedding-0.6B (28 layers) costs little more than one layer: the
+    weights are lazy and one layer is traced (idle machine: ~0.3 s after imports)."""
+    code = textwrap.dedent(
+        """
+        import time
+        from emmy.frontend import resolve_model, trace_model
+        src = resolve_model("Qwen/Qwen3-Embedding-0.6B")
+        t0 = time.process_time()
+        model = trace_model(src, 512)
+        keys = model.distinct_layers()
+        print(time.process_time() - t0)
+        """
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO, env=env)
+        runs.append(float(out.stdout))
+        if runs[-1] < 1.0:
+            break
+    assert min(runs) < 1.0, f"trace_model took {min(runs):.2f} CPU s; runs {runs}"
