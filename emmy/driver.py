@@ -28,6 +28,7 @@ class CompileOptions:
     pins: tuple[str, ...] = ()
     stop_after: str = "cuda"  # a stage name
     seed: int = 0
+    tracer: str = "capture"  # or "export" (torch.export); both give the same torch-stage IR
 
 
 @dataclass
@@ -58,13 +59,10 @@ def trace(options: CompileOptions):
     from emmy.frontend import resolve_model, trace_layer
 
     source = resolve_model(options.model)
-    if options.layer is None:
-        raise EmmyError(
-            "compiling a whole model is not supported yet; pass --layer N to compile one decoder layer"
-        )
     if options.tokens < 1:
         raise EmmyError(f"--tokens must be at least 1 (got {options.tokens})")
-    return trace_layer(source, options.layer, options.tokens, seed=options.seed)
+    layer = 0 if options.layer is None else options.layer  # factories ignore the layer
+    return trace_layer(source, layer, options.tokens, seed=options.seed, tracer=options.tracer)
 
 
 def compile_model(
@@ -112,3 +110,60 @@ def compile_traced(
 
     run_passes(ctx, module, passes, after_each=hook)
     return CompileResult(ctx=ctx, module=module, traced=traced, timings=timings)
+
+
+@dataclass
+class ModelPart:
+    """One compiled part of a whole model: the embedding, one distinct layer structure (used by
+    `layers`), or the final norm."""
+
+    name: str
+    result: CompileResult
+    layers: list[int]
+
+
+@dataclass
+class ModelCompileResult:
+    traced: object  # emmy.frontend.whole_model.TracedModel
+    parts: list[ModelPart]
+
+    @property
+    def timings(self) -> list[tuple[str, float]]:
+        return [(f"{p.name}: {name}", t) for p in self.parts for name, t in p.result.timings]
+
+
+def compile_whole_model(
+    options: CompileOptions,
+    after_each: Callable[[str, str, ModuleOp], None] | None = None,
+) -> ModelCompileResult:
+    """Compile every part of a model: the embedding, each distinct decoder-layer structure once
+    (layers whose IR differs only in their weights share one compiled module), the final norm.
+
+    `after_each(part, name, module)` is called like `compile_model`'s hook, per part."""
+    from emmy.frontend import resolve_model
+    from emmy.frontend.whole_model import trace_model
+    from emmy.tuning.targets import get_target
+
+    get_target(options.target)
+    source = resolve_model(options.model)
+    if source.kind == "factory":
+        return ModelCompileResult(None, [ModelPart("forward", compile_model(options, _part_hook("forward", after_each)), [])])
+    t0 = time.perf_counter()
+    traced = trace_model(source, options.tokens, seed=options.seed, tracer=options.tracer)
+    groups = traced.distinct_layers()  # keys are computed before compiling rewrites the modules
+    trace_s = time.perf_counter() - t0
+    plan = [("embed_tokens", traced.embedding, [])]
+    plan += [(f"layer{idx[0]}", traced.layers[idx[0]], idx) for idx in groups.values()]
+    plan += [("norm", traced.norm, [])]
+    parts = []
+    for name, part, layers in plan:
+        result = compile_traced(part, options, _part_hook(name, after_each), trace_seconds=trace_s)
+        trace_s = 0.0
+        parts.append(ModelPart(name, result, layers))
+    return ModelCompileResult(traced, parts)
+
+
+def _part_hook(part: str, hook):
+    if hook is None:
+        return None
+    return lambda name, module: hook(part, name, module)

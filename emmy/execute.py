@@ -64,3 +64,32 @@ def run_interpreted(module: ModuleOp, traced, stage: str = "tile") -> RunReport:
     ref = to_numpy(traced.reference(traced.inputs))
     out = np.asarray(out, dtype=np.float32).reshape(ref.shape)
     return RunReport(output=out, reference=ref, rel_error=rel_error(out, ref))
+
+
+def run_model_interpreted(result) -> RunReport:
+    """A whole model (`emmy.driver.ModelCompileResult`) with the tile-stage interpreter, part by
+    part; the pooled, L2-normalized last-token embedding next to PyTorch's. For small models."""
+    from emmy.interp import tile_stage
+    from emmy.interp.numeric import rel_error, round_to, to_numpy
+
+    traced = result.traced
+    by_layer = {i: p for p in result.parts for i in p.layers}
+    parts = {p.name: p for p in result.parts}
+
+    def run(part, traced_part, values):
+        fn = entry_function(part.result.module)
+        np_values = {k: (v if isinstance(v, np.ndarray) else to_numpy(v)) for k, v in values.items()}
+        params = {k: to_numpy(v) for k, v in traced_part.params.items()}
+        (out,) = tile_stage.run_function(part.result.module, bind_arguments(fn, {**np_values, **params}))
+        return np.asarray(out, dtype=np.float32)
+
+    ids = traced.input_ids.numpy()
+    hidden = run(parts["embed_tokens"], traced.embedding, {"input_ids": ids})
+    cos, sin = to_numpy(traced.cos), to_numpy(traced.sin)
+    for i, layer in enumerate(traced.layers):
+        hidden = run(by_layer[i], layer, {"hidden_states": hidden, "cos": cos, "sin": sin})
+    final = run(parts["norm"], traced.norm, {"hidden_states": hidden})
+    last = final.reshape(final.shape[0], final.shape[1], -1)[:, -1].astype(np.float32)
+    pooled = round_to(last / np.maximum(np.linalg.norm(last, axis=1, keepdims=True), 1e-12), "bf16")
+    ref = to_numpy(traced.embed())
+    return RunReport(output=pooled, reference=ref, rel_error=rel_error(pooled, ref))

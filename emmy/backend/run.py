@@ -17,7 +17,7 @@ from pathlib import Path
 from emmy.diagnostics import EmmyError
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i64": "int64", "i32": "int32"}
-_SCALAR_CTYPES = {"i32": ctypes.c_int, "i64": ctypes.c_longlong, "f32": ctypes.c_float, "index": ctypes.c_longlong}
+_SCALAR_CTYPES = {"i32": ctypes.c_int, "i64": ctypes.c_longlong, "f32": ctypes.c_float, "u32": ctypes.c_uint}
 
 
 def _driver():
@@ -68,11 +68,12 @@ class _Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
-    args: list  # buffer names or (ctype, value)
+    args: list  # buffer names (str) or (ctype, value) scalars
 
 
-class GpuLayer:
-    """A compiled layer loaded on the GPU. `bind` tensors, then `launch()` (graph-capturable)."""
+class GpuModule:
+    """A compiled function loaded on the GPU: every kernel built and loaded once. `bind` gives it
+    tensors (any number of bindings share the loaded kernels, e.g. 28 decoder layers)."""
 
     def __init__(self, plan, arch: str, cache_dir: Path):
         import torch
@@ -81,74 +82,121 @@ class GpuLayer:
             raise EmmyError("no CUDA device found", hint="use '--backend interpret' to run on the CPU")
         torch.cuda.init()
         torch.empty(1, device="cuda")  # make PyTorch's primary context current
+        try:  # pycuda shares that context (it must not create its own: "invalid resource handle")
+            import pycuda.autoprimaryctx  # noqa: F401
+        except ImportError:
+            pass
         self.plan = plan
         self.driver = _driver()
-        names = [k.name for k in plan.kernels]
-        cubin = build_cubin(plan.source, arch, cache_dir, names)
-        (self.module,) = (_check(self.driver.cuModuleLoadData(cubin), "cuModuleLoadData"),)
+        cubin = build_cubin(plan.source, arch, cache_dir, [k.name for k in plan.kernels])
+        self.module = _check(self.driver.cuModuleLoadData(cubin), "cuModuleLoadData")
+        kernels = {k.name: k for k in plan.kernels}
         functions = {}
         for k in plan.kernels:
-            fn = _check(self.driver.cuModuleGetFunction(self.module, k.name.encode()), f"loading {k.name}")
-            functions[k.name] = fn
+            functions[k.name] = _check(
+                self.driver.cuModuleGetFunction(self.module, k.name.encode()), f"loading kernel {k.name}"
+            )
+            if k.smem > 48 * 1024:
+                attr = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                _check(self.driver.cuFuncSetAttribute(functions[k.name], attr, k.smem), f"shared memory of {k.name}")
         self.launches: list[_Launch] = []
         for launch in plan.launches:
-            fn = functions[launch.kernel]
-            if launch.smem > 48 * 1024:
+            kernel = kernels[launch.kernel]
+            args = []
+            for i, arg in enumerate(launch.args):
+                if isinstance(arg, str):
+                    args.append(arg)
+                else:
+                    args.append((_scalar_ctype(kernel.arg_types[i]), arg))
+            smem = launch.smem
+            if smem > 48 * 1024 and smem > kernel.smem:
                 attr = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                _check(self.driver.cuFuncSetAttribute(fn, attr, launch.smem), f"smem limit of {launch.kernel}")
+                _check(self.driver.cuFuncSetAttribute(functions[launch.kernel], attr, smem), "shared memory")
             self.launches.append(
-                _Launch(launch.kernel, fn, _dim3(launch.grid), _dim3(launch.block), launch.smem, list(launch.args))
+                _Launch(launch.kernel, functions[launch.kernel], _dim3(launch.grid), _dim3(launch.block), smem, args)
             )
-        self.tensors: dict[str, object] = {}
-        self._packed: list[tuple] = []
 
-    def bind(self, values: dict[str, object]) -> None:
-        """Give every input and parameter buffer its tensor; allocate outputs and temporaries."""
+    def bind(self, values: dict[str, object], outputs: dict[str, object] | None = None) -> "Binding":
+        """Tensors for every input and parameter (by PyTorch name); outputs and temporaries are
+        allocated here unless `outputs` (by buffer name) supplies them."""
         import torch
 
         tensors = {}
         for buf in self.plan.buffers:
             dtype = getattr(torch, _TORCH_DTYPES[buf.dtype])
             if buf.role in ("input", "param"):
-                if buf.name not in values:
-                    raise EmmyError(f"no tensor bound for buffer '{buf.name}'")
-                t = values[buf.name]
+                key = buf.torch_name or buf.name
+                if key not in values:
+                    raise EmmyError(f"no tensor bound for '{key}'")
+                t = values[key]
                 if tuple(t.shape) != tuple(buf.shape) or t.dtype != dtype:
                     raise EmmyError(
-                        f"buffer '{buf.name}': expected {tuple(buf.shape)} {buf.dtype}, got "
-                        f"{tuple(t.shape)} {t.dtype}"
+                        f"'{key}': expected {tuple(buf.shape)} {buf.dtype}, got {tuple(t.shape)} {t.dtype}"
                     )
-                tensors[buf.name] = t.contiguous().cuda()
+                tensors[buf.name] = t.contiguous() if t.is_cuda else t.cuda().contiguous()
+            elif outputs and buf.name in outputs:
+                tensors[buf.name] = outputs[buf.name]
             else:
                 tensors[buf.name] = torch.empty(tuple(buf.shape), dtype=dtype, device="cuda")
-        self.tensors = tensors
-        self._packed = []
+        packed = []
         for launch in self.launches:
-            values_, types_ = [], []
+            vals, types = [], []
             for arg in launch.args:
                 if isinstance(arg, str):
-                    values_.append(tensors[arg].data_ptr())
-                    types_.append(ctypes.c_void_p)
+                    vals.append(tensors[arg].data_ptr())
+                    types.append(ctypes.c_void_p)
                 else:
-                    kind, value = arg
-                    values_.append(value)
-                    types_.append(_SCALAR_CTYPES[kind])
-            self._packed.append((tuple(values_), tuple(types_)))
+                    types.append(arg[0])
+                    vals.append(arg[1])
+            packed.append((tuple(vals), tuple(types)))
+        outs = sorted((b for b in self.plan.buffers if b.role == "output"), key=lambda b: b.position or 0)
+        return Binding(self, tensors, packed, [tensors[b.name] for b in outs])
+
+
+@dataclass
+class Binding:
+    module: GpuModule
+    tensors: dict
+    packed: list
+    outputs: list
 
     def launch(self, stream=None) -> None:
+        """Launch every kernel in order on PyTorch's current stream (capturable in a CUDA graph)."""
         import torch
 
         handle = (stream or torch.cuda.current_stream()).cuda_stream
-        for launch, params in zip(self.launches, self._packed):
+        drv = self.module.driver
+        for launch, params in zip(self.module.launches, self.packed):
             _check(
-                self.driver.cuLaunchKernel(
-                    launch.function, *launch.grid, *launch.block, launch.smem, handle, params, 0
-                ),
+                drv.cuLaunchKernel(launch.function, *launch.grid, *launch.block, launch.smem, handle, params, 0),
                 f"launching {launch.name}",
             )
 
+
+class GpuLayer:
+    """One loaded function with one binding (the common case: one layer)."""
+
+    def __init__(self, plan, arch: str, cache_dir: Path):
+        self.module = GpuModule(plan, arch, cache_dir)
+        self.binding: Binding | None = None
+
+    def bind(self, values: dict[str, object]) -> None:
+        self.binding = self.module.bind(values)
+
+    def launch(self, stream=None) -> None:
+        assert self.binding is not None, "bind() first"
+        self.binding.launch(stream)
+
     def outputs(self) -> list[object]:
-        return [self.tensors[b.name] for b in self.plan.buffers if b.role == "output"]
+        assert self.binding is not None, "bind() first"
+        return self.binding.outputs
+
+
+def _scalar_ctype(arg_type: str):
+    for key, ct in _SCALAR_CTYPES.items():
+        if arg_type == key:
+            return ct
+    raise EmmyError(f"kernel argument type '{arg_type}' cannot be passed from the host")
 
 
 def _dim3(v) -> tuple[int, int, int]:
@@ -173,7 +221,47 @@ def run_on_gpu(options, cache_dir: Path):
     layer.launch()
     torch.cuda.synchronize()
     (out,) = layer.outputs()
-    ref = traced.reference({k: v for k, v in values.items() if k in traced.inputs})
+    ref = traced.reference({k: v for k, v in traced.inputs.items()})  # PyTorch on the CPU
     out_np = out.float().cpu().numpy()
     ref_np = ref.float().cpu().numpy().reshape(out_np.shape)
+    return RunReport(output=out_np, reference=ref_np, rel_error=rel_error(out_np, ref_np))
+
+
+def run_model_on_gpu(options, cache_dir: Path, input_ids=None):
+    """`emmy run MODEL` (no --layer) on the GPU: every part built once, each decoder layer bound
+    to its own weights, run in order; returns the pooled, L2-normalized embedding next to
+    PyTorch's (`TracedModel.embed`, computed on the CPU)."""
+    import torch
+
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import compile_whole_model
+    from emmy.execute import RunReport
+    from emmy.interp.numeric import rel_error
+
+    result = compile_whole_model(options)
+    traced = result.traced
+    if traced is None:
+        return run_on_gpu(options, cache_dir)
+    ids = traced.input_ids if input_ids is None else input_ids
+    modules = {p.name: GpuModule(launch_plan(p.result.module), options.target, cache_dir) for p in result.parts}
+    by_layer = {i: p.name for p in result.parts for i in p.layers}
+    cuda = lambda d: {k: v.cuda() for k, v in d.items()}  # noqa: E731
+    bindings = []
+    emb = modules["embed_tokens"].bind({"input_ids": ids.cuda(), **cuda(traced.embedding.params)})
+    bindings.append(emb)
+    hidden = emb.outputs[0]
+    cos, sin = traced.cos.cuda(), traced.sin.cuda()
+    for i, layer in enumerate(traced.layers):
+        b = modules[by_layer[i]].bind({"hidden_states": hidden, "cos": cos, "sin": sin, **cuda(layer.params)})
+        bindings.append(b)
+        hidden = b.outputs[0]
+    norm = modules["norm"].bind({"hidden_states": hidden, **cuda(traced.norm.params)})
+    bindings.append(norm)
+    for b in bindings:
+        b.launch()
+    torch.cuda.synchronize()
+    final = norm.outputs[0]
+    emb_out = torch.nn.functional.normalize(final[:, -1], p=2, dim=1)
+    ref = traced.embed(ids.cpu())
+    out_np, ref_np = emb_out.float().cpu().numpy(), ref.float().cpu().numpy()
     return RunReport(output=out_np, reference=ref_np, rel_error=rel_error(out_np, ref_np))

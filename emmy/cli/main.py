@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                        help="pin a schedule knob (repeatable; KERNEL may be '*')")
         p.add_argument("--seed", type=int, default=0, help="seed for random weights and inputs")
+        p.add_argument("--tracer", default="capture", metavar="capture|export",
+                       help="how the model is traced: capture (default, fast) or torch.export; same IR")
 
     c = sub.add_parser("compile", help="compile a model to CUDA source")
     model_args(c)
@@ -78,13 +80,11 @@ def _options(args, stop_after: str):
     target = args.target or default_target()
     if target not in TARGETS:
         raise EmmyError(f"unknown target '{target}'", hint="valid targets: " + ", ".join(TARGETS))
-    if args.layer is None:
-        raise EmmyError(
-            "compiling a whole model is not supported yet; pass --layer N to compile one decoder layer"
-        )
+    if args.tracer not in ("capture", "export"):
+        raise EmmyError(f"unknown tracer '{args.tracer}'", hint="valid tracers: capture, export")
     return CompileOptions(
         model=args.model, layer=args.layer, tokens=args.tokens, target=target,
-        pins=tuple(args.knob), stop_after=stop_after, seed=args.seed,
+        pins=tuple(args.knob), stop_after=stop_after, seed=args.seed, tracer=args.tracer,
     )
 
 
@@ -98,6 +98,8 @@ def cmd_compile(args) -> int:
     dump_dir = os.environ.get("EMMY_DUMP_DIR")
     stop = "cuda" if (dump_dir or args.ir is None) else args.ir
     options = _options(args, stop)
+    if args.layer is None and not _is_factory(args.model):
+        return _compile_whole_model(args, options, dump_dir)
     writer = DumpWriter(Path(dump_dir)) if dump_dir else None
     captured: dict[str, str] = {}
 
@@ -126,6 +128,72 @@ def cmd_compile(args) -> int:
     if args.time_passes:
         _print_timings(result.timings)
     return 0
+
+
+def _is_factory(model: str) -> bool:
+    path, sep, fn = model.rpartition(":")
+    return bool(sep) and path.endswith(".py")
+
+
+def _compile_whole_model(args, options, dump_dir) -> int:
+    """`emmy compile MODEL` without --layer: the embedding, each distinct layer structure once,
+    the final norm. Dumps go to one subdirectory per part."""
+    from emmy.cli.dump import DumpWriter
+    from emmy.driver import compile_whole_model
+    from emmy.ir_io import print_module
+
+    writers: dict[str, DumpWriter] = {}
+    captured: dict[str, str] = {}
+
+    def after_each(part: str, name: str, module) -> None:
+        text = None
+        if dump_dir:
+            if part not in writers:
+                writers[part] = DumpWriter(Path(dump_dir) / part)
+            text = writers[part].write_stage(name, module)
+        if args.ir is not None and _stage_of(name) == args.ir and (args.ir != "tile" or name == "decide-forks"):
+            captured[part] = text if text is not None else print_module(module)
+
+    result = compile_whole_model(options, after_each=after_each)
+    total = 0
+    for part in result.parts:
+        module = part.result.module
+        decisions = _decisions(module) if STAGES.index(options.stop_after) >= STAGES.index("tile") else []
+        source = _source(module) if options.stop_after == "cuda" else None
+        if part.name in writers:
+            writers[part.name].write_source(_func_name(module), source)
+            writers[part.name].write_decisions(decisions)
+        if args.ir is not None:
+            sys.stdout.write(captured.get(part.name, ""))
+            continue
+        if args.explain:
+            print(f"{part.name}:")
+            _print_decisions(decisions)
+            continue
+        from emmy.backend.plan import launch_plan
+
+        launches = len(launch_plan(module).launches)
+        uses = len(part.layers) if part.layers else 1
+        total += launches * uses
+        which = f" (used by layers {_ranges(part.layers)})" if part.layers else ""
+        print(f"{part.name}{which}: {launches} kernel launches")
+    if args.ir is None and not args.explain:
+        print(f"{options.model}, {options.tokens} tokens, target {options.target}: "
+              f"{len(result.parts)} distinct parts compiled, {total} kernel launches per forward pass")
+        if dump_dir:
+            print(f"wrote {sum(w.count for w in writers.values())} files under {dump_dir}")
+    if args.output:
+        texts = [_source(p.result.module) for p in result.parts]
+        _write(Path(args.output), "\n".join(texts))
+    if args.time_passes:
+        _print_timings(result.timings)
+    return 0
+
+
+def _ranges(indices: list[int]) -> str:
+    if indices == list(range(indices[0], indices[-1] + 1)) and len(indices) > 1:
+        return f"{indices[0]}-{indices[-1]}"
+    return ", ".join(map(str, indices))
 
 
 def _stage_of(pass_name: str) -> str:
@@ -195,18 +263,26 @@ def cmd_run(args) -> int:
         backend = "cuda" if _has_gpu() else None
         if backend is None:
             raise EmmyError("no CUDA device found", hint="use '--backend interpret' to run on the CPU")
+    whole = args.layer is None and not _is_factory(args.model)
     if backend == "cuda":
         if not _has_gpu():
             raise EmmyError("no CUDA device found", hint="use '--backend interpret' to run on the CPU")
-        from emmy.backend.run import run_on_gpu
+        from emmy.backend.run import run_model_on_gpu, run_on_gpu
 
-        report = run_on_gpu(_options(args, "cuda"), cache_dir=_emmy_home())
+        run = run_model_on_gpu if whole else run_on_gpu
+        report = run(_options(args, "cuda"), cache_dir=_emmy_home())
+    elif whole:
+        from emmy.driver import compile_whole_model
+        from emmy.execute import run_model_interpreted
+
+        report = run_model_interpreted(compile_whole_model(_options(args, "tile")))
     else:
         from emmy.execute import run_interpreted
 
         result = compile_model(_options(args, "tile"))
         report = run_interpreted(result.module, result.traced)
-    print(f"output shape {tuple(report.output.shape)}; relative error vs PyTorch {report.rel_error:.3e}")
+    what = "pooled embedding" if whole else "output"
+    print(f"{what} shape {tuple(report.output.shape)}; relative error vs PyTorch {report.rel_error:.3e}")
     if args.check and not report.rel_error <= args.tolerance:
         print(f"error: relative error {report.rel_error:.3e} exceeds the tolerance {args.tolerance:.1e}",
               file=sys.stderr)

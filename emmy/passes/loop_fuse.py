@@ -19,7 +19,7 @@ names). Rules (pattern `InlineProducer`, on the consumer):
   so holds two contractions). A layout-only consumer that feeds other loops does not absorb a
   reducing producer (it is dissolved into its own consumers instead);
 - (c) a producer whose reductions are all short (product of reduced extents along any nesting
-  <= 256) is inlined into any consumer, even one reducing over its parallel axes (QK^T over
+  <= 256) and read no model parameter is inlined into any consumer, even one reducing over its parallel axes (QK^T over
   the head dim into softmax and the PV contraction; q/k norms): attention becomes one loop;
 - (e) the layout-only loops that only feed `func.return` absorb the reducing producer they
   all read (slices of the q/k/v matmul in the running example), and are then merged into one
@@ -278,6 +278,49 @@ def all_short(loop: FusedOp, limit: int = SHORT_REDUCTION) -> bool:
     return all(reduce_cost(r, extents) <= limit for r in _top_reduces(loop))
 
 
+def weight_derived(value: SSAValue) -> bool:
+    """Whether a tensor is a model parameter (a function argument with `emmy.role = "param"`), or
+    computed from parameters alone by loops without reductions (a concatenation of weights)."""
+    from xdsl.dialects import func
+    from xdsl.ir import BlockArgument
+
+    if isinstance(value, BlockArgument):
+        fn = value.block.parent_op()
+        if not isinstance(fn, func.FuncOp) or fn.arg_attrs is None:
+            return False
+        attrs = fn.arg_attrs.data
+        role = attrs[value.index].data.get("emmy.role") if value.index < len(attrs) else None
+        return getattr(role, "data", None) == "param"
+    owner = value.owner
+    if isinstance(owner, FusedOp) and not any(isinstance(o, ReduceOp) for o in owner.walk()):
+        return bool(owner.inputs) and all(weight_derived(v) for v in owner.inputs)
+    return False
+
+
+def reduces_weights(loop: FusedOp) -> bool:
+    """Whether the loop contracts against a weight matrix: a reduction reads a model parameter
+    at indices that depend both on a reduced axis and on an axis the reduction keeps (W[n, k]).
+    Such a projection, however short, is never recomputed per consumer element; rule (c) is for
+    reductions over activations (QK^T over the head dim, whose per-element scale q_norm.weight[d]
+    depends on the reduced axis alone)."""
+    from xdsl.ir import BlockArgument
+
+    from emmy.analysis.indexing import load_axes
+
+    weights = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
+    if not weights:
+        return False
+    for op in loop.walk():
+        if not isinstance(op, LoadOp) or not (reduced := reduced_around(op)):
+            continue
+        arg = op.operands[0]
+        if isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in weights:
+            axes = load_axes(op)
+            if axes is None or (axes & reduced and axes - reduced):
+                return True
+    return False
+
+
 def reduced_around(op: Operation) -> set[str]:
     out: set[str] = set()
     parent = op.parent_op()
@@ -371,7 +414,9 @@ class FuseState:
         return all_short(loop, self.limit)
 
     def keeps_parallel(self, producer: FusedOp, consumer: FusedOp) -> bool:
-        return _keeps_parallel(producer, consumer, self.limit)
+        # A contraction against weights counts as long whatever its extent (see reduces_weights).
+        limit = 0 if self.cached(reduces_weights, producer) else self.limit
+        return _keeps_parallel(producer, consumer, limit)
 
     def cached(self, fn, *loops: Operation):
         """`fn(*loops)`, remembered until one of the loops changes."""
@@ -630,7 +675,7 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
         return False
     if st.cached(is_elementwise, producer):  # rule (a)
         return not is_anchor(producer, st)
-    if st.cached(st.all_short, producer):  # rule (c)
+    if st.cached(st.all_short, producer) and not st.cached(reduces_weights, producer):  # rule (c)
         return True
     # rule (b): the only user; the consumer keeps the long reductions' results parallel
     if any(u is not consumer for u in users(producer)):

@@ -110,9 +110,10 @@ func.func @f(%x: tensor<33x64xbf16>, %w: tensor<48x64xbf16>) -> tensor<33x48xbf1
 // CHECK:      tile.kernel @attention kind "attention" axes [b = 1, h = 4, q = 8, kv = 8, d = 16, e = 16] knobs {
 // CHECK-NEXT:   block_q = #tile.knob<"block_q", [16, 32, 64, 128]>,
 // CHECK-NEXT:   block_kv = #tile.knob<"block_kv", [16, 32, 64, 128]>,
-// CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync"]>,
+// CHECK-NEXT:   workers = #tile.knob<"workers", ["mma_sync"]>,
 // CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3]>,
-// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8]>
+// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8]>,
+// CHECK-NEXT:   fusion = #tile.knob<"fusion", ["fused", "split"]>
 // CHECK-NEXT: } ins(%q, %k, %v : tensor<1x4x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>) -> tensor<1x8x4x16xbf16> {
 // CHECK:        %mx = loop.reduce max ["kv"] : f32 {
 builtin.module attributes {emmy.target = "sm_90"} {
