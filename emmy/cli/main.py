@@ -203,9 +203,9 @@ def _stage_of(pass_name: str) -> str:
 
 
 def _func_name(module) -> str:
-    from emmy.execute import entry_function
+    from emmy.backend.plan import launch_plan
 
-    return entry_function(module).sym_name.data
+    return launch_plan(module).name
 
 
 def _decisions(module):

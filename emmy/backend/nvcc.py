@@ -1,0 +1,211 @@
+"""Compile generated CUDA C++ with nvcc.
+
+    path = compile_source(source, "sm_90a", out_dir)              # out_dir/emmy.cubin
+    lib = compile_source(source, "sm_90", out_dir, cubin=False)   # out_dir/emmy.so (ctypes-loadable)
+    report = ptxas_report(source, "sm_90a", out_dir)              # {kernel: PtxasInfo}
+    text = sass(path)                                              # cuobjdump --dump-sass, or None
+
+Architectures: `sm_80`, `sm_86`, `sm_89`, `sm_90` (`-arch=sm_XX`) and `sm_90a`
+(`-gencode=arch=compute_90a,code=sm_90a`, which wgmma needs). Flags: `-std=c++17 -O3
+-I <emmy/backend/runtime>`. A failed build raises EmmyError with nvcc's message, the kernels the
+errors point into, and the path of the saved source.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from emmy.backend import runtime_dir
+from emmy.diagnostics import EmmyError
+
+ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+_KERNEL_DEF = re.compile(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(')
+
+
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc")
+
+
+def cuobjdump_path() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    nvcc = nvcc_path()
+    if nvcc:
+        candidate = Path(nvcc).resolve().parent / "cuobjdump"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+def arch_flags(arch: str) -> list[str]:
+    if arch not in ARCHES:
+        raise EmmyError(f"nvcc: unknown architecture '{arch}'; valid: {', '.join(ARCHES)}")
+    if arch == "sm_90a":
+        return ["-gencode=arch=compute_90a,code=sm_90a"]
+    return [f"-arch={arch}"]
+
+
+def base_flags(arch: str) -> list[str]:
+    return ["-std=c++17", "-O3", "-I", str(runtime_dir()), *arch_flags(arch)]
+
+
+def _kernel_lines(source: str) -> list[tuple[int, str]]:
+    """(first line, kernel name) of every kernel definition in the source."""
+    out = []
+    for i, line in enumerate(source.splitlines(), start=1):
+        m = _KERNEL_DEF.search(line)
+        if m:
+            out.append((i, m.group(1)))
+    return out
+
+
+def _kernels_in_errors(source: str, stderr: str, src_name: str) -> list[str]:
+    starts = _kernel_lines(source)
+    names: list[str] = []
+    for m in re.finditer(re.escape(src_name) + r"\((\d+)\)", stderr):
+        line = int(m.group(1))
+        owner = None
+        for start, name in starts:
+            if start <= line:
+                owner = name
+        if owner and owner not in names:
+            names.append(owner)
+    for m in re.finditer(r"(?:function|entry function) '(\w+)'", stderr):
+        if m.group(1) not in names and any(m.group(1) == n for _, n in starts):
+            names.append(m.group(1))
+    return names
+
+
+def _run(cmd: list[str], source: str, src: Path, timeout: float) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise EmmyError("nvcc is not on PATH; install the CUDA toolkit or add it to PATH") from None
+    except subprocess.TimeoutExpired:
+        raise EmmyError(f"nvcc: compiling {src} took more than {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip()
+        lines = msg.splitlines()
+        if len(lines) > 40:
+            msg = "\n".join(lines[:40] + [f"... ({len(lines) - 40} more lines)"])
+        kernels = _kernels_in_errors(source, proc.stderr + proc.stdout, src.name)
+        where = f" in kernel {', '.join(kernels)}" if kernels else ""
+        raise EmmyError(f"nvcc failed{where} (source saved at {src}):\n{msg}")
+    return proc
+
+
+def compile_source(
+    source: str,
+    arch: str,
+    out_dir: str | Path,
+    *,
+    cubin: bool = True,
+    name: str = "emmy",
+    extra_flags: tuple[str, ...] = (),
+    timeout: float = 600.0,
+) -> Path:
+    """Compile `source` for `arch` into `out_dir`: a cubin (default) or, with cubin=False, a shared
+    library exporting the host entry points. The source is saved as `out_dir/<name>.cu`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    src = out / f"{name}.cu"
+    src.write_text(source)
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise EmmyError(f"nvcc is not on PATH (source saved at {src})")
+    if cubin:
+        target = out / f"{name}.cubin"
+        cmd = [nvcc, *base_flags(arch), "-cubin", *extra_flags, "-o", str(target), str(src)]
+    else:
+        target = out / f"{name}.so"
+        cmd = [nvcc, *base_flags(arch), "-shared", "-Xcompiler", "-fPIC", *extra_flags, "-o", str(target), str(src)]
+    _run(cmd, source, src, timeout)
+    return target
+
+
+@dataclass(frozen=True)
+class PtxasInfo:
+    kernel: str
+    registers: int
+    smem: int  # static shared memory bytes
+    stack: int  # stack frame bytes
+    spill_stores: int
+    spill_loads: int
+
+
+_FUNC = re.compile(r"Compiling entry function '(\w+)'")
+_REGS = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_ptxas(text: str) -> dict[str, PtxasInfo]:
+    infos: dict[str, PtxasInfo] = {}
+    current = None
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        m = _FUNC.search(line)
+        if m:
+            if current is not None:
+                infos[current] = PtxasInfo(current, **_fill(fields))
+            current, fields = m.group(1), {}
+            continue
+        if current is None:
+            continue
+        if (m := _STACK.search(line)) is not None:
+            fields["stack"], fields["spill_stores"], fields["spill_loads"] = map(int, m.groups())
+        if (m := _REGS.search(line)) is not None:
+            fields["registers"] = int(m.group(1))
+            if (s := _SMEM.search(line)) is not None:
+                fields["smem"] = int(s.group(1))
+    if current is not None:
+        infos[current] = PtxasInfo(current, **_fill(fields))
+    return infos
+
+
+def _fill(f: dict[str, int]) -> dict[str, int]:
+    return {k: f.get(k, 0) for k in ("registers", "smem", "stack", "spill_stores", "spill_loads")}
+
+
+def ptxas_report(source: str, arch: str, out_dir: str | Path, *, name: str = "emmy_ptxas") -> dict[str, PtxasInfo]:
+    """Registers, static shared memory, stack and spills of every kernel (nvcc -Xptxas -v)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    src = out / f"{name}.cu"
+    src.write_text(source)
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise EmmyError(f"nvcc is not on PATH (source saved at {src})")
+    target = out / f"{name}.cubin"
+    cmd = [nvcc, *base_flags(arch), "-cubin", "-Xptxas", "-v", "-o", str(target), str(src)]
+    proc = _run(cmd, source, src, 600.0)
+    return parse_ptxas(proc.stderr + proc.stdout)
+
+
+def sass(binary: str | Path) -> str | None:
+    """`cuobjdump --dump-sass` of a cubin or object file; None when cuobjdump is not available."""
+    tool = cuobjdump_path()
+    if tool is None:
+        return None
+    proc = subprocess.run([tool, "--dump-sass", str(binary)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EmmyError(f"cuobjdump failed on {binary}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+__all__ = [
+    "ARCHES",
+    "PtxasInfo",
+    "arch_flags",
+    "compile_source",
+    "cuobjdump_path",
+    "nvcc_path",
+    "parse_ptxas",
+    "ptxas_report",
+    "sass",
+]

@@ -1,0 +1,16 @@
+// Emmy's device library: everything generated kernels may call through `kernel.call`.
+//
+//   emmy_core.cuh   Vec, zero, align_smem, warp_sum/warp_max, group_sum/group_max, cp.async,
+//                   swz/tile_offset (swizzled operand tiles),
+//                   fence_proxy_async, silu
+//   emmy_mma.cuh    emmy::mma::warp_tile (ldmatrix + mma.sync m16n8k16, sm_80+),
+//                   emmy::fma::thread_tile (plain FMA)
+//   emmy_wgmma.cuh  emmy::wgmma::tile, desc, fence/commit/wait (sm_90a)
+//
+// Standalone checks of each building block: tools/kernel_checks/*.cu.
+#pragma once
+
+#include "emmy_core.cuh"
+#include "emmy_mma.cuh"
+#include "emmy_wgmma.cuh"
+#include "attention.cuh"

@@ -1,0 +1,173 @@
+// Emmy's device library, core part: vectors, conversions, warp and group reductions, cp.async.
+//
+// Generated kernels (emmy/passes/convert_kernel_to_cuda.py) include "emmy.cuh", which includes
+// this file. Everything is header-only, inline, and usable from sm_80 on.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace emmy {
+
+typedef __nv_bfloat16 bf16;
+
+// A vector of N elements moved in one access (4, 8 or 16 bytes).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+  __device__ __forceinline__ T& operator[](int i) { return v[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
+};
+
+// All-zero bits of any trivially copyable type of 4, 8 or 16 bytes (vectors), or a scalar.
+template <class V>
+__device__ __forceinline__ V zero() {
+  static_assert(sizeof(V) % 4 == 0, "emmy::zero needs a multiple of 4 bytes");
+  union {
+    uint32_t w[sizeof(V) / 4];
+    V v;
+  } u;
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(V) / 4); ++i) u.w[i] = 0u;
+  return u.v;
+}
+
+// Round a pointer into shared memory up to a multiple of ALIGN bytes.
+template <int ALIGN>
+__device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  const uint32_t r = (a + (ALIGN - 1)) & ~uint32_t(ALIGN - 1);
+  return p + (r - a);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions. All lanes of the warp (or threads of the group) must call them together.
+// ---------------------------------------------------------------------------------------------
+
+// Sum / max over groups of WIDTH consecutive lanes (WIDTH a power of two <= 32); every lane of a
+// group gets the group's result.
+template <int WIDTH = 32>
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+template <int WIDTH = 32>
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Sum / max over groups of GROUP consecutive threads of the block (GROUP a power of two; when
+// GROUP > 32, whole warps). `scratch` is shared memory of at least blockDim/32 floats. Every
+// thread of the block must call it (it contains barriers when GROUP > 32); every thread of a group
+// gets the group's result.
+template <int GROUP>
+__device__ __forceinline__ float group_sum(float x, float* scratch) {
+  if constexpr (GROUP <= 32) {
+    return warp_sum<GROUP>(x);
+  } else {
+    constexpr int W = GROUP / 32;  // warps per group
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    x = warp_sum<32>(x);
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    const int first = (warp / W) * W;
+    float r = lane < W ? scratch[first + lane] : 0.0f;
+    r = warp_sum<(W < 32 ? W : 32)>(r);
+    r = __shfl_sync(0xffffffffu, r, 0);
+    __syncthreads();
+    return r;
+  }
+}
+
+template <int GROUP>
+__device__ __forceinline__ float group_max(float x, float* scratch) {
+  if constexpr (GROUP <= 32) {
+    return warp_max<GROUP>(x);
+  } else {
+    constexpr int W = GROUP / 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    x = warp_max<32>(x);
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    const int first = (warp / W) * W;
+    float r = lane < W ? scratch[first + lane] : -INFINITY;
+    r = warp_max<(W < 32 ? W : 32)>(r);
+    r = __shfl_sync(0xffffffffu, r, 0);
+    __syncthreads();
+    return r;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous copies global -> shared (sm_80+), 16 bytes per thread and call.
+// ---------------------------------------------------------------------------------------------
+
+// Copy 16 bytes; when `pred` is false nothing is read and the 16 bytes of `smem` become zeros.
+// `gmem` must be a valid, 16-byte aligned address even when `pred` is false (pass a clamped one).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Wait until at most N committed groups of this thread are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Make this thread's earlier ordinary (generic-proxy) shared-memory writes visible to the async
+// proxy (wgmma, bulk copies). Call in every writing thread before the barrier. No-op before sm_90.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Swizzled K-major operand tiles in shared memory (used by mma::warp_tile, wgmma::tile and
+// fma::thread_tile alike; the same layout TMA's 32/64/128-byte swizzles produce).
+//
+// A tile of R rows (R % 8 == 0) x BK bf16 is stored as slabs of SLAB = min(BK, 64) elements
+// per row (ROWB = 2 * SLAB bytes: 32, 64 or 128); slab s holds elements s*SLAB .. s*SLAB+SLAB-1
+// of every row, R * ROWB bytes, slabs one after the other. In a slab, row r starts at byte
+// r * ROWB and its 16-byte chunk c sits at chunk position c ^ ((r / (128 / ROWB)) % (ROWB / 16)).
+// Tiles start at 1024-byte aligned addresses when read by wgmma; rows offsets used as tile
+// bases must be multiples of 8.
+// ---------------------------------------------------------------------------------------------
+
+// Element offset of element e (< ROWB / 2) of row r within one slab.
+template <int ROWB>
+__device__ __forceinline__ int swz(int r, int e) {
+  static_assert(ROWB == 32 || ROWB == 64 || ROWB == 128, "slab rows are 32, 64 or 128 bytes");
+  constexpr int C = ROWB / 16, L = 128 / ROWB;
+  return r * (ROWB / 2) + ((((e >> 3) ^ (r / L)) & (C - 1)) << 3) + (e & 7);
+}
+
+// Element offset of element k (< BK) of row r in a tile of ROWS rows x BK elements.
+template <int BK, int ROWS>
+__device__ __forceinline__ int tile_offset(int r, int k) {
+  constexpr int SLAB = BK < 64 ? BK : 64;
+  return (k / SLAB) * (ROWS * SLAB) + swz<SLAB * 2>(r, k % SLAB);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar helpers used by generated code.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
+}  // namespace emmy

@@ -1,0 +1,102 @@
+// Emmy's device library: warpgroup tensor-core tiles with wgmma (sm_90a only).
+//
+// Shared-memory operands: swizzled K-major tiles (emmy_core.cuh, tile_offset), slabs of 32, 64
+// or 128 bytes per row (BK = 16, 32, or a multiple of 64), tiles 1024-byte aligned.
+//
+// Accumulators of tile<N, ...> (per thread of the warpgroup, f32, N/2 values), warp w = warp
+// index within the warpgroup, g = lane / 4, t = lane % 4:
+//   acc[j * 4 + h * 2 + i] is C[16 * w + g + 8 * h][8 * j + 2 * t + i]   (j < N/8; h, i in {0, 1})
+//
+// Ordering: shared memory written by ordinary stores or cp.async must be followed by
+// emmy::fence_proxy_async() in each writing thread and a barrier before tile() reads it; tile()
+// issues the wgmmas and commits them as one group; wait<0>() before reading the accumulators or
+// overwriting the operands.
+#pragma once
+
+#include "emmy_core.cuh"
+
+namespace emmy {
+namespace wgmma {
+
+// Shared-memory matrix descriptor: K-major, ROWB-byte swizzle (32, 64, 128), 8-row groups
+// 8 * ROWB bytes apart.
+template <int ROWB>
+__device__ __forceinline__ uint64_t desc(const void* smem) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  constexpr uint64_t layout = ROWB == 128 ? 1 : (ROWB == 64 ? 2 : 3);
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((a & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>(1) << 16;                  // leading byte offset (unused when swizzled)
+  d |= static_cast<uint64_t>((8 * ROWB) >> 4) << 32;    // stride byte offset: 8 rows
+  d |= layout << 62;                                    // swizzle mode
+  return d;
+}
+
+template <int R>
+__device__ __forceinline__ void fence_operand(float* acc) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+}  // namespace wgmma
+}  // namespace emmy
+
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "emmy_wgmma_ops.cuh"
+#define EMMY_HAS_WGMMA 1
+#else
+#define EMMY_HAS_WGMMA 0
+#endif
+
+namespace emmy {
+namespace wgmma {
+
+template <int N>
+struct dependent_false {
+  static constexpr bool value = false;
+};
+
+__device__ __forceinline__ void fence() {
+#if EMMY_HAS_WGMMA && defined(__CUDA_ARCH__)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void commit() {
+#if EMMY_HAS_WGMMA && defined(__CUDA_ARCH__)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+template <int PENDING>
+__device__ __forceinline__ void wait() {
+#if EMMY_HAS_WGMMA && defined(__CUDA_ARCH__)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// One warpgroup (128 consecutive threads starting at a multiple of 128): acc += A[0:64, 0:BK] *
+// B[0:N, 0:BK]^T from swizzled tiles of RA and RB rows; sA points at the warpgroup's first A
+// row of slab 0 (a multiple of 8 rows into the tile), sB at its first B row. Issues BK/16 wgmmas
+// and commits them as one group (no wait).
+template <int N, int BK, int RA, int RB>
+__device__ __forceinline__ void tile(const bf16* sA, const bf16* sB, float* acc) {
+#if EMMY_HAS_WGMMA
+  static_assert(BK % 16 == 0 && (BK <= 64 || BK % 64 == 0) && N % 8 == 0 && N <= 256, "wgmma tile shape");
+  constexpr int SLAB = BK < 64 ? BK : 64, ROWB = 2 * SLAB, STEPS = SLAB / 16;
+  fence_operand<N / 2>(acc);
+  fence();
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+    const int s = kk / STEPS, off = (kk % STEPS) * 16;
+    mma_async<N>(desc<ROWB>(sA + s * RA * SLAB + off), desc<ROWB>(sB + s * RB * SLAB + off), acc);
+  }
+  commit();
+  fence_operand<N / 2>(acc);
+#else
+  static_assert(dependent_false<N>::value, "emmy::wgmma::tile needs sm_90a (-gencode arch=compute_90a,code=sm_90a)");
+#endif
+}
+
+}  // namespace wgmma
+}  // namespace emmy

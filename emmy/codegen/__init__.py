@@ -1,0 +1,80 @@
+"""Kernel builders: one module per kernel kind, each turning a decided `tile.kernel` into
+kernel-stage ops (`emmy/dialects/kernel.py`).
+
+`convert-tile-to-kernel` calls, for a `tile.kernel` of kind K,
+
+    emmy.codegen.K.build(kernel_op, info, knobs, target) -> Built
+
+- `kernel_op`: the `tile.kernel` op (its body: loop.axis/load/reduce/store + arith/math);
+- `info`: `emmy.analysis.classify.classify(kernel_op)` (a `KernelInfo`);
+- `knobs`: the decided knob values, `{"block_m": 64, "workers": "wgmma", ...}`;
+- `target`: `emmy.tuning.targets.get_target(module's emmy.target)`.
+
+A builder returns a `Built`: the `kernel.func` ops it made (not yet inserted anywhere), the
+launches that compute the tile op's results, in order, and the temporary buffers (workspaces,
+row statistics) those launches use. Launch arguments name the tile op's inputs and results by
+position, the temporary buffers by position, or give a scalar value:
+
+    Built(funcs=[stats_fn, main_fn],
+          launches=[Launch("k_stats", (In(0), Tmp(0))),
+                    Launch("k", (In(0), In(1), In(2), Tmp(0), Out(0)))],
+          temps=[TensorType(f32, [512])])
+
+Kernel names: the tile op's `sym_name` for the main kernel, `<sym_name>_<suffix>` for helpers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute
+
+from emmy.dialects.kernel import KernelFuncOp
+
+
+@dataclass(frozen=True)
+class In:
+    """The tile op's input (operand) number `index`."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Out:
+    """The tile op's result number `index`."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Tmp:
+    """`Built.temps[index]`: a buffer alive for this tile op's launches only."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar argument passed by value (an `IntegerAttr` / `FloatAttr`)."""
+
+    value: Attribute
+
+
+LaunchArg = In | Out | Tmp | Scalar
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str
+    args: tuple[LaunchArg, ...]
+
+
+@dataclass
+class Built:
+    funcs: list[KernelFuncOp] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
+    temps: list[TensorType] = field(default_factory=list)
+
+
+KINDS = ("elementwise", "reduction", "contraction", "attention")

@@ -1,0 +1,95 @@
+"""Helpers shared by the kernel builders: kernel arguments, knob access, index decomposition."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from math import prod
+
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from emmy.codegen import In, Out
+from emmy.codegen.kb import KB
+from emmy.diagnostics import EmmyError
+from emmy.dialects import kernel as K
+
+_IDENT = re.compile(r"[^A-Za-z0-9_]")
+
+
+def c_ident(name: str) -> str:
+    s = _IDENT.sub("_", name).strip("_") or "k"
+    return s if not s[0].isdigit() else "k" + s
+
+
+def knob(knobs: Mapping[str, object], name: str, op: Operation, default=None):
+    if name in knobs:
+        return knobs[name]
+    if default is not None:
+        return default
+    raise EmmyError(f"tile.kernel @{op.properties['sym_name'].data}: knob '{name}' is missing")  # type: ignore[union-attr]
+
+
+def io_args(op: Operation) -> tuple[list[Attribute], list[str], list[In | Out]]:
+    """Kernel argument types, names and launch arguments for every input and result of a tile op."""
+    types: list[Attribute] = []
+    names: list[str] = []
+    refs: list[In | Out] = []
+    block = op.regions[0].block
+    for i, (operand, arg) in enumerate(zip(op.operands, block.args)):
+        t = operand.type
+        assert isinstance(t, TensorType)
+        types.append(K.PtrType(t.element_type))
+        names.append(c_ident(arg.name_hint or operand.name_hint or f"in{i}"))
+        refs.append(In(i))
+    for i, r in enumerate(op.results):
+        t = r.type
+        assert isinstance(t, TensorType)
+        types.append(K.PtrType(t.element_type))
+        names.append(c_ident(r.name_hint or f"out{i}"))
+        refs.append(Out(i))
+    return types, names, refs
+
+
+def bind_pointers(kb: KB, op: Operation) -> tuple[dict[SSAValue, SSAValue], list[SSAValue]]:
+    """(loop block argument -> kernel pointer argument, result pointers) for a func made with io_args."""
+    args = kb.func.body.block.args
+    block = op.regions[0].block
+    n_in = len(block.args)
+    ptrs = {a: args[i] for i, a in enumerate(block.args)}
+    outs = [args[n_in + i] for i in range(len(op.results))]
+    return ptrs, outs
+
+
+def decompose(kb: KB, linear: SSAValue | int, axes: Sequence[str], extents: Mapping[str, int]) -> dict[str, SSAValue]:
+    """Row-major coordinates (last axis fastest) of a linear index over `axes`."""
+    out: dict[str, SSAValue] = {}
+    rest: SSAValue | int = linear
+    for i in range(len(axes) - 1, -1, -1):
+        a = axes[i]
+        e = extents[a]
+        if i == 0:
+            out[a] = kb.idx(rest)
+        else:
+            out[a] = kb.rem(rest, e)
+            rest = kb.div(rest, e)
+    return {a: out[a] for a in axes}
+
+
+def pow2_floor(x: int) -> int:
+    p = 1
+    while p * 2 <= x:
+        p *= 2
+    return p
+
+
+def largest_divisor_pow2(n: int, cap: int) -> int:
+    """The largest power of two <= cap dividing n."""
+    v = 1
+    while v * 2 <= cap and n % (v * 2) == 0:
+        v *= 2
+    return v
+
+
+def extent(extents: Mapping[str, int], axes: Sequence[str]) -> int:
+    return prod(extents[a] for a in axes)

@@ -1,0 +1,987 @@
+"""Contractions (matmuls with a fused prologue and epilogue) on tensor cores.
+
+One block computes a `block_m x block_n` tile of every contraction of the loop (one, or several
+sharing their A side: gate and up) for one batch index and one `split_k` part of k:
+
+1. prologue (knob `fusion = fused`, `split_k = 1`): the row statistics of the block's rows (the
+   loop's prologue reductions, e.g. RMSNorm's sum of squares), one warp per row, 16-byte loads,
+   warp shuffles; kept in shared memory (`rs`) for the staging and the epilogue. With
+   `fusion = split` or `split_k > 1` a separate kernel `<name>_stats` writes them to a buffer.
+2. main loop over k-steps of `block_k`: operand tiles are staged in shared memory, `stages`
+   deep, in the swizzled K-major layout of `emmy_core.cuh` (`tile_offset`):
+   - an operand that is a plain bf16 load, contiguous along k (or a select between such loads,
+     e.g. concatenated weights) is copied with `cp.async` 16 bytes at a time (zero-filled past
+     the edges);
+   - a computed A side (RMSNorm's `bf16(bf16(x * rstd) * norm_w)`) whose reads are all such bf16
+     loads: those tensors' tiles (x: block_m rows, norm_w: one row) are copied raw with cp.async,
+     stages deep, and after the step's barrier the A tile is computed from shared memory (the
+     loop body's scalar code in f32, rounded to bf16, out-of-range elements zero), then a
+     second barrier;
+   - any other operand is computed from global loads while staging (16-byte loads issued before
+     the tensor-core step, stored to shared memory after it);
+   then the block multiplies the tiles: `workers = wgmma` (sm_90a: warpgroups along m, 64-row
+   slices, `emmy::wgmma::tile`), `mma_sync` (`emmy::mma::warp_tile`, ldmatrix + mma.sync
+   m16n8k16, warps arranged by `emmy.tuning.legality.warp_grid`) or `thread` (plain FMA).
+3. epilogue: the loop body's scalar code after the contractions (row scale, residual add,
+   SiLU(gate) * up, ...) on the f32 accumulators, then the bf16 stores (two columns per access),
+   predicated at the edges. With `split_k > 1` the block writes its f32 partial sums to a
+   workspace instead and `<name>_combine` adds the parts and runs the epilogue.
+
+Kernels and buffers: `<name>_stats` (optional) -> temp `[prologue reductions, batch * M]` f32;
+`<name>` -> outputs (or temp workspace `[split_k, contractions, batch, M, N]` f32);
+`<name>_combine` (split_k > 1) -> outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32
+from xdsl.ir import Operation, SSAValue
+
+from emmy.codegen import Built, In, Launch, Out, Tmp
+from emmy.codegen.common import c_ident, decompose, io_args, knob, largest_divisor_pow2
+from emmy.codegen.kb import KB
+from emmy.codegen.reduction import reduce_rows
+from emmy.codegen.scalar import BodyEmitter, Scope
+from emmy.diagnostics import EmmyError
+from emmy.dialects import kernel as K
+from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
+
+_CASTS = (arith.ExtFOp,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Operand analysis
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leaf:
+    load: LoadOp
+
+
+@dataclass(frozen=True)
+class Pick:
+    cond: SSAValue
+    a: object  # Leaf | Pick
+    b: object
+
+
+def _strip_ext(v: SSAValue) -> SSAValue:
+    while isinstance(v.owner, arith.ExtFOp):
+        v = v.owner.input
+    return v
+
+
+def direct_source(em: BodyEmitter, v: SSAValue, k_axes: frozenset[str], k_last: str):
+    """A tree of selects over bf16 loads contiguous along k (copyable with cp.async), or None."""
+    v = _strip_ext(v)
+    op = v.owner
+    if isinstance(op, LoadOp):
+        t = op.tensor.type
+        if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
+            return None
+        contiguous, aligned = em.access(t, op.indices, k_last, 8)
+        return Leaf(op) if contiguous and aligned else None
+    if isinstance(op, arith.SelectOp):
+        # e.g. concatenated weights: row n of the first tensor, or row n - N0 of the second
+        if em.dom(op.cond) & k_axes:
+            return None
+        a = direct_source(em, op.lhs, k_axes, k_last)
+        b = direct_source(em, op.rhs, k_axes, k_last) if a is not None else None
+        if a is None or b is None:
+            return None
+        return Pick(op.cond, a, b)
+    return None
+
+
+def same_expr(a: SSAValue, b: SSAValue, memo: dict | None = None) -> bool:
+    """Structural equality of two loop-body values (same ops, tensors, axes, constants)."""
+    memo = {} if memo is None else memo
+    if a is b:
+        return True
+    key = (a, b)
+    if key in memo:
+        return memo[key]
+    oa, ob = a.owner, b.owner
+    ok = False
+    if isinstance(oa, Operation) and isinstance(ob, Operation) and type(oa) is type(ob):
+        if isinstance(oa, AxisOp):
+            ok = oa.axis_name == ob.axis_name
+        elif isinstance(oa, ReduceOp):
+            ok = False
+        else:
+            ok = (
+                oa.properties == ob.properties
+                and oa.attributes == ob.attributes
+                and len(oa.operands) == len(ob.operands)
+                and [r.type for r in oa.results] == [r.type for r in ob.results]
+                and all(
+                    (x is y) or same_expr(x, y, memo) for x, y in zip(oa.operands, ob.operands)
+                )
+            )
+    memo[key] = ok
+    return ok
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan of one contraction kernel
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Geometry:
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    workers: str
+    warps: int
+    split: int
+    nc: int  # contractions sharing A
+    threads: int
+    # mma_sync
+    wm: int = 1
+    wn: int = 1
+    # wgmma
+    groups: int = 1
+    mi: int = 1
+    # thread
+    tx: int = 1
+    ty: int = 1
+
+    @property
+    def slab(self) -> int:
+        return self.bk if self.bk < 64 else 64
+
+    @property
+    def acc_per_thread(self) -> int:
+        if self.workers == "wgmma":
+            return self.mi * self.bn // 2
+        return self.bm * self.bn // self.threads
+
+
+def geometry(info, knobs, op, target) -> Geometry:
+    bm = int(knob(knobs, "block_m", op, 64))
+    bn = int(knob(knobs, "block_n", op, 64))
+    bk = int(knob(knobs, "block_k", op, 32))
+    stages = int(knob(knobs, "stages", op, 2))
+    workers = str(knob(knobs, "workers", op, "mma_sync"))
+    warps = int(knob(knobs, "warps", op, 4))
+    split = int(knob(knobs, "split_k", op, 1))
+    nc = max(1, len(info.contractions))
+    g = Geometry(bm, bn, bk, max(1, stages), workers, warps, max(1, split), nc, warps * 32)
+    where = f"tile.kernel @{info.name}"
+    if bk % 16 or (bk > 64 and bk % 64):
+        raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")
+    if bm % 8 or bn % 8:
+        raise EmmyError(f"{where}: block_m={bm} and block_n={bn} must be multiples of 8")
+    if workers == "wgmma":
+        if not target.has("wgmma"):
+            raise EmmyError(f"{where}: workers=wgmma needs sm_90a (target is {target.name})")
+        if warps % 4:
+            raise EmmyError(f"{where}: wgmma needs whole warpgroups (warps={warps})")
+        g.groups = warps // 4
+        if bm % (64 * g.groups):
+            raise EmmyError(f"{where}: wgmma: block_m={bm} must be a multiple of {64 * g.groups}")
+        g.mi = bm // (64 * g.groups)
+        if bn > 256:
+            raise EmmyError(f"{where}: wgmma: block_n={bn} is over 256")
+        if g.stages < 2:
+            g.stages = 2
+    elif workers == "mma_sync":
+        if not target.has("mma_sync"):
+            raise EmmyError(f"{where}: workers=mma_sync needs sm_80 or newer")
+        from emmy.tuning.legality import warp_grid
+
+        grid = warp_grid(bm, bn, warps)
+        if grid is None:
+            raise EmmyError(f"{where}: mma_sync: block {bm}x{bn} cannot be split among {warps} warps")
+        g.wm, g.wn = grid
+    elif workers == "thread":
+        tx = 1
+        while tx * 2 <= min(bn, 32) and bn % (tx * 2) == 0 and g.threads % (tx * 2) == 0:
+            tx *= 2
+        ty = g.threads // tx
+        if bm % ty:
+            raise EmmyError(f"{where}: thread workers: block_m={bm} is not a multiple of {ty} thread rows")
+        g.tx, g.ty = tx, ty
+    else:
+        raise EmmyError(f"{where}: unknown workers '{workers}'")
+    return g
+
+
+# ---------------------------------------------------------------------------------------------
+# build
+# ---------------------------------------------------------------------------------------------
+
+
+def build(op, info, knobs, target) -> Built:
+    return ContractionBuilder(op, info, knobs, target).build()
+
+
+class ContractionBuilder:
+    def __init__(self, op, info, knobs, target):
+        self.op = op
+        self.info = info
+        self.knobs = knobs
+        self.target = target
+        self.name = c_ident(op.properties["sym_name"].data)
+        self.ext: dict[str, int] = dict(info.axes)
+        self.cs = list(info.contractions)
+        if not self.cs:
+            raise EmmyError(f"tile.kernel @{info.name}: no contraction found")
+        self.g = geometry(info, knobs, op, target)
+        self.m_axes = list(info.m_axes)
+        self.n_axes = list(info.n_axes)
+        self.k_axes = list(info.k_axes)
+        self.b_axes = list(info.batch_axes)
+        self.M = prod(self.ext[a] for a in self.m_axes)
+        self.N = prod(self.ext[a] for a in self.n_axes)
+        self.K = prod(self.ext[a] for a in self.k_axes)
+        self.B = prod(self.ext[a] for a in self.b_axes) if self.b_axes else 1
+        self.k_last = info.k_axis
+        self.prologue = list(info.prologue)
+        fusion = str(knobs.get("fusion", "fused"))
+        self.stats_kernel = bool(self.prologue) and (fusion == "split" or self.g.split > 1)
+        top = list(op.regions[0].block.ops)
+        self.stores = [o for o in top if isinstance(o, StoreOp)]
+        others = [r for r in info.other_reductions]
+        if others:
+            raise EmmyError(
+                f"tile.kernel @{info.name}: reductions other than the contraction and its row prologue are not supported in a contraction kernel"
+            )
+        # chunk: elements per staged access along k (8 = 16 bytes of bf16)
+        self.chunk = largest_divisor_pow2(self.ext[self.k_last], 8)
+        if self.g.bk % self.chunk:
+            self.chunk = largest_divisor_pow2(self.g.bk, self.chunk)
+
+    # -- kernels ------------------------------------------------------------------------------------
+    def build(self) -> Built:
+        types, names, refs = io_args(self.op)
+        built = Built()
+        n_in = len(self.op.operands)
+        stats_ref = None
+        if self.stats_kernel:
+            built.temps.append(TensorType(f32, [len(self.prologue), self.B * self.M]))
+            stats_ref = Tmp(len(built.temps) - 1)
+            fn = self.build_stats(types[:n_in], names[:n_in])
+            built.funcs.append(fn)
+            built.launches.append(Launch(fn.sym_name.data, (*[In(i) for i in range(n_in)], stats_ref)))
+        ws_ref = None
+        if self.g.split > 1:
+            built.temps.append(TensorType(f32, [self.g.split, self.g.nc, self.B, self.M, self.N]))
+            ws_ref = Tmp(len(built.temps) - 1)
+        main = self.build_main(types, names, stats=stats_ref is not None, workspace=ws_ref is not None)
+        built.funcs.append(main)
+        args: list = [In(i) for i in range(n_in)]
+        if stats_ref is not None:
+            args.append(stats_ref)
+        if ws_ref is not None:
+            args.append(ws_ref)
+        else:
+            args += [r for r in refs if isinstance(r, Out)]
+        built.launches.append(Launch(main.sym_name.data, tuple(args)))
+        if ws_ref is not None:
+            comb = self.build_combine(types, names, stats=stats_ref is not None)
+            built.funcs.append(comb)
+            cargs: list = [In(i) for i in range(n_in)]
+            if stats_ref is not None:
+                cargs.append(stats_ref)
+            cargs.append(ws_ref)
+            cargs += [r for r in refs if isinstance(r, Out)]
+            built.launches.append(Launch(comb.sym_name.data, tuple(cargs)))
+        return built
+
+    # -- shared helpers -------------------------------------------------------------------------------
+    def _row_coords(self, kb: KB, row, batch) -> dict:
+        c = decompose(kb, row, self.m_axes, self.ext) if self.m_axes else {}
+        if self.b_axes:
+            c.update(decompose(kb, batch, self.b_axes, self.ext))
+        return c
+
+    def _col_coords(self, kb: KB, col) -> dict:
+        return decompose(kb, col, self.n_axes, self.ext) if self.n_axes else {}
+
+    def _k_coords(self, kb: KB, k) -> dict:
+        return decompose(kb, k, self.k_axes, self.ext)
+
+    # -- stats kernel ---------------------------------------------------------------------------------
+    def build_stats(self, in_types, in_names) -> K.KernelFuncOp:
+        rows = self.B * self.M
+        warps = 8
+        blocks = -(-rows // warps)
+        kb = KB.new_func(
+            f"{self.name}_stats", [*in_types, K.PtrType(f32)], (blocks, 1, 1), (warps * 32, 1, 1), 16,
+            arg_names=[*in_names, "stats"],
+        )
+        args = kb.func.body.block.args
+        block = self.op.regions[0].block
+        ptrs = {a: args[i] for i, a in enumerate(block.args)}
+        stats = args[len(block.args)]
+        em = BodyEmitter(kb, self.op, ptrs, [])
+        scratch = kb.shared(f32, 4, 0, 16, "scratch")
+        tid = kb.thread_id()
+        lane = kb.rem(tid, 32)
+        row = kb.add(kb.mul(kb.block_id(), warps), kb.div(tid, 32))
+        mask = None if rows % warps == 0 else kb.lt(row, rows)
+        batch = kb.div(row, self.M) if self.b_axes else 0
+        r_in = kb.rem(row, self.M) if self.b_axes else row
+        scope = em.scope(self._row_coords(kb, r_in, batch), mask=mask)
+        res = reduce_rows(kb, em, scope, self.prologue, lane, 32, 8, self.k_last, scratch)
+        ok = kb.and_(kb.cmp("eq", lane, 0), mask)
+        for p, r in enumerate(self.prologue):
+            kb.store(kb.to_f32(res[r.result][0]), stats, kb.add(kb.mul(p, rows), row), ok)
+        return kb.finish()
+
+    # -- main kernel ------------------------------------------------------------------------------------
+    def smem_layout(self, stats_in_smem: bool, raw: list | None = None) -> tuple[int, int, int, int]:
+        """(A tile elements per stage, B tile elements per stage, stats offset, total bytes).
+        Raw copies (`raw`: (load, rows) pairs) follow the B tiles, then the row statistics."""
+        g = self.g
+        a_elems = g.bm * g.bk
+        b_elems = g.bn * g.bk
+        tiles = g.stages * (a_elems + g.nc * b_elems) * 2
+        for _, rows in raw or ():
+            tiles += _round_up(g.stages * rows * g.bk * 2, 128)
+        stats_off = tiles
+        stats_bytes = len(self.prologue) * g.bm * 4 if stats_in_smem else 0
+        total = tiles + stats_bytes
+        if g.workers == "wgmma":
+            total += 1024  # the runtime rounds the shared-memory base up to 1024 bytes
+        return a_elems, b_elems, stats_off, total
+
+    def build_main(self, types, names, *, stats: bool, workspace: bool) -> K.KernelFuncOp:
+        g = self.g
+        n_in = len(self.op.operands)
+        arg_types = list(types[:n_in])
+        arg_names = list(names[:n_in])
+        if stats:
+            arg_types.append(K.PtrType(f32))
+            arg_names.append("stats")
+        if workspace:
+            arg_types.append(K.PtrType(f32))
+            arg_names.append("ws")
+        else:
+            arg_types += types[n_in:]
+            arg_names += names[n_in:]
+        stats_in_smem = bool(self.prologue) and not stats
+        raw = self.raw_a_loads()
+        if raw is not None and self.smem_layout(stats_in_smem, raw)[3] > self.target.smem_per_block:
+            raw = None  # no room for the raw copies: compute A from global loads instead
+        a_elems, b_elems, stats_off, smem = self.smem_layout(stats_in_smem, raw)
+        if smem > self.target.smem_per_block:
+            raise EmmyError(
+                f"tile.kernel @{self.info.name}: {smem} bytes of shared memory exceed the {self.target.smem_per_block} a block may use on {self.target.name}"
+            )
+        grid = (-(-self.N // g.bn), -(-self.M // g.bm), self.B * g.split)
+        if grid[1] > 65535 or grid[2] > 65535:
+            raise EmmyError(f"tile.kernel @{self.info.name}: grid {grid} is too large")
+        kb = KB.new_func(
+            self.name, arg_types, grid, (g.threads, 1, 1), smem, self.min_blocks(smem), arg_names=arg_names
+        )
+        args = kb.func.body.block.args
+        block = self.op.regions[0].block
+        ptrs = {a: args[i] for i, a in enumerate(block.args)}
+        pos = n_in
+        stats_ptr = ws_ptr = None
+        if stats:
+            stats_ptr = args[pos]
+            pos += 1
+        if workspace:
+            ws_ptr = args[pos]
+            outs = []
+        else:
+            outs = list(args[pos:])
+        em = BodyEmitter(kb, self.op, ptrs, outs)
+        # wgmma reads tiles through the swizzle of absolute addresses: 8-row groups aligned
+        align_a = 1024 if g.workers == "wgmma" else 128
+        align_b = 8 * 2 * g.slab if g.workers == "wgmma" else 128
+        sa = kb.shared(bf16, g.stages * a_elems, 0, align_a, "sA")
+        sbs = [
+            kb.shared(
+                bf16, g.stages * b_elems, g.stages * (a_elems + c * b_elems) * 2,
+                min(align_b, _pow2_dividing(g.stages * (a_elems + c * b_elems) * 2, 1024)),
+                f"sB{c}" if g.nc > 1 else "sB",
+            )
+            for c in range(g.nc)
+        ]
+        raw_bufs = []
+        off = g.stages * (a_elems + g.nc * b_elems) * 2
+        for i, (load, rows) in enumerate(raw or ()):
+            raw_bufs.append((load, rows, kb.shared(bf16, g.stages * rows * g.bk, off, 128, f"raw{i}")))
+            off += _round_up(g.stages * rows * g.bk * 2, 128)
+        rs = kb.shared(f32, len(self.prologue) * g.bm, stats_off, 16, "rs") if stats_in_smem else None
+        tid = kb.thread_id()
+        n0 = kb.mul(kb.block_id("x"), g.bn)
+        m0 = kb.mul(kb.block_id("y"), g.bm)
+        z = kb.block_id("z")
+        batch = kb.div(z, g.split) if self.b_axes else 0
+        part = kb.rem(z, g.split) if g.split > 1 else 0
+        n0.name_hint, m0.name_hint = "n0", "m0"
+
+        # statistics of the block's rows
+        def stat(p: int, r_local) -> SSAValue:
+            if rs is not None:
+                return kb.load(rs, kb.add(kb.mul(p, g.bm), r_local))
+            row = kb.min(kb.add(m0, r_local), self.M - 1)
+            return kb.load(stats_ptr, kb.add(kb.mul(p, self.B * self.M), kb.add(kb.mul(batch, self.M), row)))
+
+        if rs is not None:
+            self.emit_prologue(kb, em, rs, tid, m0, batch)
+            kb.barrier()
+
+        # the k range of this block
+        kt_total = -(-self.K // g.bk)
+        per = -(-kt_total // g.split)
+        kt0 = kb.mul(part, per)
+        kt1 = kb.min(kb.add(kt0, per), kt_total) if g.split > 1 else kt_total
+        nacc = g.acc_per_thread
+        accs = [kb.local(f32, nacc, f"acc{c}" if g.nc > 1 else "acc") for c in range(g.nc)]
+        zero = kb.fconst(0.0)
+        with kb.for_(0, nacc, 1, unroll=0, name="i") as i:
+            for acc in accs:
+                kb.store(zero, acc, i)
+
+        stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
+        S = g.stages
+        if S >= 2:
+            # lookahead L: k-steps in flight ahead of the one computed. wgmma with 3+ stages keeps
+            # one group of wgmmas in flight (wait<1>), so a slot is refilled two steps after use.
+            overlap = g.workers == "wgmma" and S >= 3
+            L = S - 2 if overlap else S - 1
+            with kb.for_(0, L, 1, unroll=0, name="s") as s:
+                kt = kb.add(kt0, s)
+                pred = kb.lt(kt, kt1)
+                stager.stage(kt, s, sa, sbs, pred, a_elems, b_elems, deferred=False)
+                kb.call("emmy::cp_async_commit")
+            with kb.for_(kt0, kt1, 1, name="kt") as kt:
+                kb.call(f"emmy::cp_async_wait<{L - 1}>")
+                if g.workers == "wgmma":
+                    kb.call("emmy::fence_proxy_async")
+                kb.barrier()
+                nk = kb.add(kt, L)
+                pred = kb.lt(nk, kt1)
+                slot_n = kb.rem(kb.sub(nk, kt0), S)
+                pending = stager.stage(nk, slot_n, sa, sbs, pred, a_elems, b_elems, deferred=True)
+                kb.call("emmy::cp_async_commit")
+                slot = kb.rem(kb.sub(kt, kt0), S)
+                if raw_bufs:
+                    stager.compute_a(kt, slot, sa, a_elems)
+                    if g.workers == "wgmma":
+                        kb.call("emmy::fence_proxy_async")
+                    kb.barrier()
+                self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1 if overlap else 0)
+                stager.finish(pending)
+            if overlap:
+                kb.call("emmy::wgmma::wait<0>")
+        else:
+            with kb.for_(kt0, kt1, 1, name="kt") as kt:
+                stager.stage(kt, 0, sa, sbs, kb.true(), a_elems, b_elems, deferred=False)
+                kb.call("emmy::cp_async_commit")
+                kb.call("emmy::cp_async_wait<0>")
+                if raw_bufs:
+                    kb.barrier()
+                    stager.compute_a(kt, 0, sa, a_elems)
+                if g.workers == "wgmma":
+                    kb.call("emmy::fence_proxy_async")
+                kb.barrier()
+                self.compute(kb, tid, sa, sbs, 0, a_elems, b_elems, accs)
+                kb.barrier()
+        kb.call("emmy::cp_async_wait<0>")
+
+        # epilogue
+        self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+        return kb.finish()
+
+    def min_blocks(self, smem: int) -> int:
+        """Blocks per multiprocessor promised to the register allocator: as many as shared memory
+        and the thread limit allow, but never below ~64 registers beyond the accumulators."""
+        g, t = self.g, self.target
+        by_smem = t.smem_per_sm // max(smem + 1024, 1)
+        by_threads = t.max_threads_per_sm // g.threads
+        regs = min(t.regs_per_thread, g.acc_per_thread * g.nc + 64)
+        by_regs = t.regs_per_sm // (g.threads * regs)
+        return max(1, min(by_smem, by_threads, by_regs, 4))
+
+    def raw_a_loads(self) -> list | None:
+        """When the A side is computed (not a plain copy) and every tensor element it reads is a
+        bf16 load contiguous along k indexed by m-side/batch/k axes only: those loads with the rows
+        their copies need (block_m, or 1 for loads without m-side axes). Their tiles are then
+        copied raw with cp.async, stages deep, and A is computed from shared memory."""
+        c0 = self.cs[0]
+        em = BodyEmitter(None, self.op, {}, [])  # analysis only
+        kset = frozenset(self.k_axes)
+        value = _side_value(c0.a, c0.a_factors)
+        if self.chunk != 8:
+            return None
+        if value is not None and direct_source(em, value, kset, self.k_last) is not None:
+            return None  # a plain copy already
+        roots = [value] if value is not None else list(c0.a_factors)
+        allowed = frozenset(self.m_axes) | frozenset(self.b_axes) | kset
+        side = frozenset(self.m_axes) | frozenset(self.b_axes)
+        prologue = {r.result for r in self.prologue}
+        loads: list = []
+        seen: set = set()
+        stack = list(roots)
+        while stack:
+            v = stack.pop()
+            if v in seen or v in prologue:
+                continue
+            seen.add(v)
+            op = v.owner
+            if isinstance(op, LoadOp):
+                t = op.tensor.type
+                if not isinstance(t.element_type, BFloat16Type) or not (em.dom(v) <= allowed):
+                    return None
+                contiguous, aligned = em.access(t, op.indices, self.k_last, 8)
+                if not (contiguous and aligned):
+                    return None
+                if not any(same_expr(op.result, l.result) for l, _ in loads):
+                    loads.append((op, self.g.bm if em.dom(v) & side else 1))
+                continue
+            if isinstance(op, (AxisOp, arith.ConstantOp)):
+                continue
+            if not isinstance(op, Operation) or op.regions or op.dialect_name() not in ("arith", "math"):
+                return None
+            stack.extend(op.operands)
+        return loads or None
+
+    # -- prologue: row statistics in shared memory ---------------------------------------------------
+    def emit_prologue(self, kb: KB, em: BodyEmitter, rs, tid, m0, batch) -> None:
+        g = self.g
+        warps = g.threads // 32
+        warp = kb.div(tid, 32)
+        lane = kb.rem(tid, 32)
+        steps = -(-g.bm // warps)
+        with kb.for_(0, steps, 1, name="rr") as rr:
+            r_local = kb.add(kb.mul(rr, warps), warp)
+            row = kb.add(m0, r_local)
+            mask = kb.and_(kb.lt(row, self.M), None if g.bm % warps == 0 else kb.lt(r_local, g.bm))
+            scope = em.scope(self._row_coords(kb, row, batch), mask=mask)
+            res = reduce_rows(kb, em, scope, self.prologue, lane, 32, 8, self.k_last, None)
+            ok = kb.cmp("eq", lane, 0)
+            if g.bm % warps:
+                ok = kb.and_(ok, kb.lt(r_local, g.bm))
+            for p, r in enumerate(self.prologue):
+                kb.store(kb.to_f32(res[r.result][0]), rs, kb.add(kb.mul(p, g.bm), r_local), ok)
+
+    # -- tensor-core / FMA step -------------------------------------------------------------------------
+    def compute(self, kb: KB, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending: int = 0) -> None:
+        g = self.g
+        a_stage = kb.ptr_add(sa, kb.mul(slot, a_elems))
+        b_stages = [kb.ptr_add(sb, kb.mul(slot, b_elems)) for sb in sbs]
+        if g.workers == "wgmma":
+            wgi = kb.div(tid, 128)
+            n_wg = g.bn
+            for mi in range(g.mi):
+                row0 = kb.mul(kb.add(kb.mul(wgi, g.mi), mi), 64)
+                a_ptr = kb.ptr_add(a_stage, kb.mul(row0, g.slab))
+                for c, (b_stage, acc) in enumerate(zip(b_stages, accs)):
+                    acc_ptr = kb.ptr_add(acc, mi * n_wg // 2)
+                    kb.call(f"emmy::wgmma::tile<{n_wg}, {g.bk}, {g.bm}, {g.bn}>", [a_ptr, b_stage, acc_ptr])
+            kb.call(f"emmy::wgmma::wait<{wgmma_pending}>")
+        elif g.workers == "mma_sync":
+            warp = kb.div(tid, 32)
+            wmi = kb.div(warp, g.wn)
+            wni = kb.rem(warp, g.wn)
+            WM, WN = g.bm // g.wm, g.bn // g.wn
+            a_ptr = kb.ptr_add(a_stage, kb.mul(kb.mul(wmi, WM), g.slab))
+            for b_stage, acc in zip(b_stages, accs):
+                b_ptr = kb.ptr_add(b_stage, kb.mul(kb.mul(wni, WN), g.slab))
+                kb.call(f"emmy::mma::warp_tile<{WM}, {WN}, {g.bk}, {g.bm}, {g.bn}>", [a_ptr, b_ptr, acc])
+        else:
+            ty = kb.div(tid, g.tx)
+            tx = kb.rem(tid, g.tx)
+            TM, TN = g.bm // g.ty, g.bn // g.tx
+            for b_stage, acc in zip(b_stages, accs):
+                kb.call(
+                    f"emmy::fma::thread_tile<{TM}, {TN}, {g.bk}, {g.bm}, {g.bn}, {g.ty}, {g.tx}>",
+                    [a_stage, b_stage, ty, tx, acc],
+                )
+
+    # -- accumulator fragments: (row in tile, col in tile, acc index, lanes) --------------------------
+    def fragments(self, kb: KB, tid, body) -> None:
+        """Call body(row_local, col_local, acc_index, lanes) for every accumulator group of this
+        thread (lanes consecutive columns at acc_index, acc_index + 1, ...), inside unrolled loops."""
+        g = self.g
+        if g.workers in ("wgmma", "mma_sync"):
+            lane = kb.rem(tid, 32)
+            gq = kb.div(lane, 4)
+            tq = kb.rem(lane, 4)
+            if g.workers == "wgmma":
+                warp_in = kb.rem(kb.div(tid, 32), 4)
+                wgi = kb.div(tid, 128)
+                mt, nt, WN = g.mi, g.bn // 8, g.bn
+                base_row = kb.add(kb.mul(kb.mul(wgi, g.mi), 64), kb.mul(warp_in, 16))
+                row_step = 64
+                base_col = kb.idx(0)
+            else:
+                warp = kb.div(tid, 32)
+                WM, WN = g.bm // g.wm, g.bn // g.wn
+                mt, nt = WM // 16, WN // 8
+                base_row = kb.mul(kb.div(warp, g.wn), WM)
+                base_col = kb.mul(kb.rem(warp, g.wn), WN)
+                row_step = 16
+            with kb.for_(0, mt, 1, unroll=0, name="mi") as mi:
+                with kb.for_(0, nt, 1, unroll=0, name="ni") as ni:
+                    with kb.for_(0, 2, 1, unroll=0, name="h") as h:
+                        row = kb.add(kb.add(base_row, kb.mul(mi, row_step)), kb.add(gq, kb.mul(h, 8)))
+                        col = kb.add(kb.add(base_col, kb.mul(ni, 8)), kb.mul(tq, 2))
+                        idx = kb.add(kb.mul(kb.add(kb.mul(mi, nt), ni), 4), kb.mul(h, 2))
+                        body(row, col, idx, 2)
+        else:
+            ty = kb.div(tid, g.tx)
+            tx = kb.rem(tid, g.tx)
+            TM, TN = g.bm // g.ty, g.bn // g.tx
+            with kb.for_(0, TM, 1, unroll=0, name="i") as i:
+                with kb.for_(0, TN, 1, unroll=0, name="j") as j:
+                    row = kb.add(ty, kb.mul(i, g.ty))
+                    col = kb.add(tx, kb.mul(j, g.tx))
+                    body(row, col, kb.add(kb.mul(i, TN), j), 1)
+
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
+        g = self.g
+        n_last = self.n_axes[-1] if self.n_axes else None
+
+        def body(r_local, c_local, idx, lanes):
+            row = kb.add(m0, r_local)
+            col = kb.add(n0, c_local)
+            if lanes == 2 and (n_last is None or self.ext[n_last] % 2):
+                # odd innermost extent: two single columns
+                for j in range(2):
+                    self._epilogue_point(kb, em, row, kb.add(col, j), r_local, [kb.add(idx, j)], 1, batch, part, accs, stat, ws_ptr)
+                return
+            self._epilogue_point(kb, em, row, col, r_local, [idx], lanes, batch, part, accs, stat, ws_ptr)
+
+        self.fragments(kb, tid, body)
+
+    def _epilogue_point(self, kb, em, row, col, r_local, idxs, lanes, batch, part, accs, stat, ws_ptr) -> None:
+        g = self.g
+        mask = kb.and_(kb.lt(row, self.M), kb.lt(col, self.N))
+        vals = [[kb.load(acc, kb.add(idxs[0], j)) for j in range(lanes)] for acc in accs]
+        if ws_ptr is not None:
+            for c, v in enumerate(vals):
+                base = kb.add(
+                    kb.mul(kb.add(kb.mul(kb.add(kb.mul(part, g.nc), c), self.B), batch), self.M * self.N),
+                    kb.add(kb.mul(row, self.N), col),
+                )
+                if lanes == 2:
+                    kb.store(kb.pack(v, VectorType(f32, [2])), ws_ptr, base, mask)
+                else:
+                    kb.store(v[0], ws_ptr, base, mask)
+            return
+        overrides = {c.result: v for c, v in zip(self.cs, vals)}
+        for p, r in enumerate(self.prologue):
+            overrides[r.result] = [stat(p, r_local)]
+        self.emit_stores(kb, em, row, col, batch, mask, lanes, overrides)
+
+    def emit_stores(self, kb, em, row, col, batch, mask, lanes, overrides) -> None:
+        coords = self._row_coords(kb, row, batch)
+        coords.update(self._col_coords(kb, col))
+        n_last = self.n_axes[-1] if self.n_axes else None
+        scope = em.scope(coords, lane_axis=n_last if lanes > 1 else None, lanes=lanes, mask=mask, overrides=overrides)
+        for s in self.stores:
+            scope.store(s)
+
+    # -- split-k combine kernel ---------------------------------------------------------------------------
+    def build_combine(self, types, names, *, stats: bool) -> K.KernelFuncOp:
+        g = self.g
+        n_in = len(self.op.operands)
+        arg_types = list(types[:n_in])
+        arg_names = list(names[:n_in])
+        if stats:
+            arg_types.append(K.PtrType(f32))
+            arg_names.append("stats")
+        arg_types.append(K.PtrType(f32))
+        arg_names.append("ws")
+        arg_types += types[n_in:]
+        arg_names += names[n_in:]
+        n_last = self.n_axes[-1] if self.n_axes else None
+        lanes = 2 if n_last is not None and self.ext[n_last] % 2 == 0 else 1
+        total = self.B * self.M * (self.N // lanes)
+        threads = 256
+        blocks = -(-total // threads)
+        kb = KB.new_func(f"{self.name}_combine", arg_types, (blocks, 1, 1), (threads, 1, 1), 0, arg_names=arg_names)
+        args = kb.func.body.block.args
+        block = self.op.regions[0].block
+        ptrs = {a: args[i] for i, a in enumerate(block.args)}
+        pos = n_in
+        stats_ptr = None
+        if stats:
+            stats_ptr = args[pos]
+            pos += 1
+        ws = args[pos]
+        outs = list(args[pos + 1:])
+        em = BodyEmitter(kb, self.op, ptrs, outs)
+        i = kb.add(kb.mul(kb.block_id(), threads), kb.thread_id())
+        mask = None if total % threads == 0 else kb.lt(i, total)
+        npairs = self.N // lanes
+        col = kb.mul(kb.rem(i, npairs), lanes)
+        rest = kb.div(i, npairs)
+        row = kb.rem(rest, self.M)
+        batch = kb.div(rest, self.M) if self.b_axes else 0
+        vals = []
+        for c in range(g.nc):
+            sums = None
+            for p in range(g.split):
+                base = kb.add(
+                    kb.mul(kb.add(kb.mul(kb.add(kb.mul(p, g.nc), c), self.B), batch), self.M * self.N),
+                    kb.add(kb.mul(row, self.N), col),
+                )
+                if lanes == 2:
+                    v = kb.load(ws, base, VectorType(f32, [2]), mask)
+                    v = [kb.extract(v, 0), kb.extract(v, 1)]
+                else:
+                    v = [kb.load(ws, base, f32, mask)]
+                sums = v if sums is None else [kb.addf(a, b) for a, b in zip(sums, v)]
+            vals.append(sums)
+        overrides = {c.result: v for c, v in zip(self.cs, vals)}
+        for p, r in enumerate(self.prologue):
+            idx = kb.add(kb.mul(p, self.B * self.M), kb.add(kb.mul(batch, self.M), row))
+            overrides[r.result] = [kb.load(stats_ptr, idx, f32, mask)]
+        self.emit_stores(kb, em, row, col, batch, mask, lanes, overrides)
+        return kb.finish()
+
+
+def _pow2_dividing(n: int, cap: int) -> int:
+    v = 1
+    while v * 2 <= cap and n % (v * 2) == 0:
+        v *= 2
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# Staging operand tiles into shared memory
+# ---------------------------------------------------------------------------------------------
+
+
+class Stager:
+    """Stages the A tile and the B tile(s) of one k-step into a pipeline slot.
+
+    Chunks of `chunk` consecutive k (16 bytes) are spread over the block's threads; the chunk
+    loop is unrolled here, so register-staged values computed before the tensor-core step can be
+    stored after it (`finish`)."""
+
+    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, n0, batch, stat, raw_bufs=()):
+        self.raw_bufs = list(raw_bufs)  # (load, rows, shared buffer): raw copies for a computed A
+        self.cb = cb
+        self.kb = kb
+        self.em = em
+        self.tid = tid
+        self.m0, self.n0, self.batch = m0, n0, batch
+        self.stat = stat
+        kset = frozenset(cb.k_axes)
+        c0 = cb.cs[0]
+        for c in cb.cs[1:]:
+            if len(c.a_factors) != len(c0.a_factors) or not all(
+                same_expr(x, y) for x, y in zip(c.a_factors, c0.a_factors)
+            ):
+                raise EmmyError(
+                    f"tile.kernel @{cb.info.name}: the contractions do not share their A side; only shared-A (dual) contractions are supported"
+                )
+        self.a_value = _side_value(c0.a, c0.a_factors)
+        self.b_values = [_side_value(c.b, c.b_factors) for c in cb.cs]
+        direct_ok = cb.chunk == 8
+        self.a_src = direct_source(em, self.a_value, kset, cb.k_last) if direct_ok and self.a_value is not None else None
+        self.b_srcs = [
+            direct_source(em, v, kset, cb.k_last) if direct_ok and v is not None else None for v in self.b_values
+        ]
+
+    def stage(self, kt, slot, sa, sbs, pred, a_elems, b_elems, *, deferred: bool):
+        """Issue the copies of k-step `kt` into `slot`. Register-staged operands: with
+        deferred=True their values are computed now (into a register array) and stored to shared
+        memory by finish(pending), after the tensor-core step."""
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        pending: list = []
+        ops = []
+        if self.raw_bufs:
+            for load, rows, buf in self.raw_bufs:
+                ops.append(("a", buf, rows * g.bk, rows, Leaf(load), cb.cs[0], None))
+        else:
+            ops.append(("a", sa, a_elems, g.bm, self.a_src, cb.cs[0], self.a_value))
+        for c, (sb, src, v) in enumerate(zip(sbs, self.b_srcs, self.b_values)):
+            ops.append(("b", sb, b_elems, g.bn, src, cb.cs[c], v))
+        for side, sbuf, elems, rows, src, contraction, value in ops:
+            base = kb.ptr_add(sbuf, kb.mul(slot, elems))
+            p = self._stage_operand(side, base, rows, src, contraction, value, kt, pred, deferred)
+            if p is not None:
+                pending.append(p)
+        return pending
+
+    def compute_a(self, kt, slot, sa, a_elems) -> None:
+        """A tile of k-step `kt` from the raw copies in `slot`: the loop body's A side on 8
+        consecutive k per thread and chunk, rounded to bf16, stored in the A tile of `slot`."""
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        chunk = cb.chunk
+        per_row = g.bk // chunk
+        total = g.bm * per_row
+        steps = -(-total // g.threads)
+        base = kb.ptr_add(sa, kb.mul(slot, a_elems))
+        raw_slots = [(load, rows, kb.ptr_add(buf, kb.mul(slot, rows * g.bk))) for load, rows, buf in self.raw_bufs]
+        vt = VectorType(bf16, [chunk])
+        with kb.for_(0, steps, 1, unroll=0, name="c") as it:
+            cidx = kb.add(kb.mul(it, g.threads), self.tid)
+            in_tile = None if total % g.threads == 0 else kb.lt(cidx, total)
+            r = kb.div(cidx, per_row)
+            e = kb.mul(kb.rem(cidx, per_row), chunk)
+            grow = kb.add(self.m0, r)
+            gk = kb.add(kb.mul(kt, g.bk), e)
+            ok = kb.and_(kb.lt(grow, cb.M), kb.lt(gk, cb.K))
+
+            def hook_for(ptr, rows):
+                def hook(scope):
+                    idx = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r if rows > 1 else kb.idx(0), e], IndexType())
+                    vec = kb.load(kb.ptr_add(ptr, idx), 0, vt)
+                    return [kb.extract(vec, j) for j in range(chunk)]
+
+                return hook
+
+            hooks = {load: hook_for(ptr, rows) for load, rows, ptr in raw_slots}
+            for load, rows, ptr in raw_slots:
+                # equal loads elsewhere in the A side read the same copy
+                for other in _loads_in(cb.cs[0]):
+                    if other is not load and same_expr(other.result, load.result):
+                        hooks[other] = hooks[load]
+            overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
+            scope = self.em.scope(
+                self._coords("a", grow, gk), lane_axis=cb.k_last, lanes=chunk, overrides=overrides, load_hooks=hooks
+            )
+            vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
+            zero = kb.fconst(0.0, bf16)
+            vals = [kb.select(ok, kb.to_type(v, bf16), zero) for v in vals]
+            soff = kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType())
+            kb.store(kb.pack(vals, vt), kb.ptr_add(base, soff), 0, in_tile)
+
+    def finish(self, pending) -> None:
+        """Store the register-staged chunks computed by a deferred stage()."""
+        kb = self.kb
+        g = self.cb.g
+        chunk = self.cb.chunk
+        for base, rows, regs, steps in pending:
+            per_row = g.bk // chunk
+            total = rows * per_row
+            vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
+            with kb.for_(0, steps, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, g.threads), self.tid)
+                in_tile = None if total % g.threads == 0 else kb.lt(cidx, total)
+                r = kb.div(cidx, per_row)
+                e = kb.mul(kb.rem(cidx, per_row), chunk)
+                soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
+                vec = kb.load(regs, kb.mul(it, chunk), vt)
+                kb.store(vec, kb.ptr_add(base, soff), 0, in_tile)
+
+    def _stage_operand(self, side, base, rows, src, contraction, value, kt, pred, deferred):
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        chunk = cb.chunk
+        per_row = g.bk // chunk
+        total = rows * per_row
+        steps = -(-total // g.threads)
+        R_total = cb.M if side == "a" else cb.N
+        origin = self.m0 if side == "a" else self.n0
+        regs = None
+        if src is None and deferred:
+            regs = kb.local(bf16, steps * chunk, f"stage_{side}")
+        vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
+        with kb.for_(0, steps, 1, unroll=0, name="c") as it:
+            cidx = kb.add(kb.mul(it, g.threads), self.tid)
+            in_tile = None if total % g.threads == 0 else kb.lt(cidx, total)
+            r = kb.div(cidx, per_row)
+            e = kb.mul(kb.rem(cidx, per_row), chunk)
+            grow = kb.add(origin, r)
+            gk = kb.add(kb.mul(kt, g.bk), e)
+            ok = kb.and_(kb.and_(kb.lt(grow, R_total), kb.lt(gk, cb.K)), pred)
+            if src is not None:
+                # cp.async: addresses from clamped coordinates (always valid), zero-fill when !ok
+                soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
+                dst = kb.ptr_add(base, soff)
+                crow = kb.min(grow, R_total - 1)
+                ck = kb.min(gk, cb.K - chunk)
+                scope = self.em.scope(self._coords(side, crow, ck))
+                gptr = self._address(scope, src)
+                if in_tile is not None:
+                    with kb.if_(in_tile):
+                        kb.call("emmy::cp_async16", [dst, gptr, ok])
+                else:
+                    kb.call("emmy::cp_async16", [dst, gptr, ok])
+            else:
+                overrides = {}
+                if side == "a":
+                    for p, rr in enumerate(cb.prologue):
+                        overrides[rr.result] = [self.stat(p, r)]
+                mask = kb.and_(ok, in_tile)
+                scope = self.em.scope(
+                    self._coords(side, grow, gk),
+                    lane_axis=cb.k_last if chunk > 1 else None,
+                    lanes=chunk,
+                    mask=mask,
+                    overrides=overrides,
+                )
+                vals = self._lanes(scope, value, contraction.a_factors if side == "a" else contraction.b_factors)
+                zero = kb.fconst(0.0, bf16)
+                vals = [kb.select(mask, kb.to_type(v, bf16), zero) if mask is not None else kb.to_type(v, bf16) for v in vals]
+                vec = kb.pack(vals, vt) if chunk > 1 else vals[0]
+                if regs is not None:
+                    kb.store(vec, regs, kb.mul(it, chunk))
+                else:
+                    soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
+                    kb.store(vec, kb.ptr_add(base, soff), 0, in_tile)
+        if regs is not None:
+            return (base, rows, regs, steps)
+        return None
+
+    def _coords(self, side, row, k) -> dict:
+        cb, kb = self.cb, self.kb
+        c = cb._k_coords(kb, k)
+        if side == "a":
+            c.update(cb._row_coords(kb, row, self.batch))
+        else:
+            c.update(cb._col_coords(kb, row))
+            if cb.b_axes:
+                c.update(decompose(kb, self.batch, cb.b_axes, cb.ext))
+        return c
+
+    def _address(self, scope: Scope, src) -> SSAValue:
+        kb = self.kb
+        if isinstance(src, Leaf):
+            t = src.load.tensor.type
+            ptr = self.em.ptrs[src.load.tensor]
+            off = scope._offset(t, [scope.value(i) for i in src.load.indices], 0)
+            return kb.ptr_add(ptr, off)
+        a = self._address(scope, src.a)
+        b = self._address(scope, src.b)
+        return kb.select(scope.one(src.cond), a, b)
+
+    def _lanes(self, scope: Scope, value, factors) -> list[SSAValue]:
+        kb = self.kb
+        if value is not None:
+            return scope.value(value)
+        out = None
+        for f in factors:
+            v = [kb.to_f32(x) for x in scope.value(f)]
+            out = v if out is None else [kb.mulf(a, b) for a, b in zip(out, v)]
+        return out
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _loads_in(contraction) -> list:
+    return [o for o in contraction.reduce.walk() if isinstance(o, LoadOp)]
+
+
+def _side_value(value: SSAValue, factors) -> SSAValue | None:
+    """The one value computing a side (its product), or None when only the factors exist."""
+    if len(factors) == 1:
+        return factors[0]
+    return None if value in factors else value
+
+
+__all__ = ["build", "geometry", "direct_source", "same_expr"]

@@ -1,0 +1,154 @@
+"""convert-tile-to-kernel: every decided `tile.kernel` becomes explicit GPU code.
+
+Each `tile.kernel` is handed to the builder of its kind, `emmy.codegen.<kind>.build(op, info,
+knobs, target)` (`info` from `emmy.analysis.classify`, `knobs` the decided values, `target` the
+module's `emmy.target`). The builder returns `kernel.func` ops plus the launches computing the
+tile op's results (and the temporary buffers they need). The pass puts the `kernel.func`s at
+module level, before the function, and replaces the tile op in the function by `kernel.empty`
+buffers (its results and temporaries) and `kernel.launch`es, in order.
+
+Input invariant: tile stage, every knob decided (`decide-forks`).
+Output IR: module-level `kernel.func`s; functions hold `kernel.empty`, `kernel.launch`,
+`arith.constant` (scalar launch arguments) and `func.return`.
+Invariants: function signatures unchanged; each result of a tile op becomes one buffer, written
+by the launches that replaced it; kernel names are the tile ops' `sym_name` (helpers get a suffix).
+
+    // before
+    %y = tile.kernel @silu kind "elementwise" axes [m = 512, n = 1024] knobs {...decided...}
+        ins(%x : tensor<512x1024xbf16>) -> tensor<512x1024xbf16> { ... }
+    // after
+    kernel.func @silu(%x: !kernel.ptr<bf16>, %y: !kernel.ptr<bf16>) grid [256, 1, 1] block [256, 1, 1] smem 0 { ... }
+    func.func @f(...) {
+      %y = kernel.empty : tensor<512x1024xbf16>
+      kernel.launch @silu(%x, %y) : tensor<512x1024xbf16>, tensor<512x1024xbf16>
+    }
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint
+
+from emmy.analysis.classify import classify
+from emmy.codegen import Built, In, Out, Scalar, Tmp
+from emmy.diagnostics import EmmyError
+from emmy.dialects import kernel as K
+from emmy.dialects.tile import KernelOp
+from emmy.tuning.targets import Target, module_target
+
+
+def builder_for(kind: str):
+    """The `build` function of `emmy.codegen.<kind>`."""
+    try:
+        module = importlib.import_module(f"emmy.codegen.{kind}")
+    except ModuleNotFoundError as e:
+        if kind == "attention" and e.name in ("emmy.codegen.attention",):
+            raise EmmyError("attention kernels are not lowered yet") from None
+        if e.name == f"emmy.codegen.{kind}":
+            raise EmmyError(f"convert-tile-to-kernel: no kernel builder for kind '{kind}'") from None
+        raise
+    build = getattr(module, "build", None)
+    if build is None:
+        if kind == "attention":
+            raise EmmyError("attention kernels are not lowered yet")
+        raise EmmyError(f"convert-tile-to-kernel: emmy.codegen.{kind} has no build()")
+    return build
+
+
+def build_kernel(op: KernelOp, target: Target) -> Built:
+    """Run the builder of `op`'s kind (checks that every knob is decided)."""
+    if not op.is_decided:
+        undecided = [n for n, k in op.knobs.data.items() if getattr(k, "value", None) is None]
+        raise EmmyError(
+            f"tile.kernel @{op.kernel_name}: knobs {', '.join(undecided)} are undecided (run decide-forks first)"
+        )
+    info = classify(op)
+    return builder_for(op.kind.data)(op, info, op.knob_values(), target)
+
+
+class LowerTileKernel(RewritePattern):
+    def __init__(self, target: Target):
+        self.target = target
+        self.names: set[str] = set()
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: KernelOp, rewriter: PatternRewriter) -> None:
+        built = build_kernel(op, self.target)
+        host = op.parent_op()
+        while host is not None and not isinstance(host.parent_op(), ModuleOp):
+            host = host.parent_op()
+        if host is None:
+            raise EmmyError(f"tile.kernel @{op.kernel_name}: must be inside a function of a module")
+        renames: dict[str, str] = {}
+        for f in built.funcs:
+            name = f.sym_name.data
+            unique = name
+            n = 1
+            while unique in self.names:
+                unique = f"{name}_{n}"
+                n += 1
+            self.names.add(unique)
+            renames[name] = unique
+            if unique != name:
+                f.sym_name = StringAttr(unique)
+            rewriter.insert(f, InsertPoint.before(host))
+        outs: list[SSAValue] = []
+        for r in op.results:
+            e = K.EmptyOp(r.type)
+            e.result.name_hint = r.name_hint or op.kernel_name
+            rewriter.insert(e, InsertPoint.before(op))
+            outs.append(e.result)
+        temps: list[SSAValue] = []
+        for i, t in enumerate(built.temps):
+            e = K.EmptyOp(t)
+            e.result.name_hint = f"{op.kernel_name}_tmp"
+            rewriter.insert(e, InsertPoint.before(op))
+            temps.append(e.result)
+        for launch in built.launches:
+            args: list[SSAValue] = []
+            for a in launch.args:
+                if isinstance(a, In):
+                    args.append(op.operands[a.index])
+                elif isinstance(a, Out):
+                    args.append(outs[a.index])
+                elif isinstance(a, Tmp):
+                    args.append(temps[a.index])
+                elif isinstance(a, Scalar):
+                    c = arith.ConstantOp(a.value)  # type: ignore[arg-type]
+                    rewriter.insert(c, InsertPoint.before(op))
+                    args.append(c.result)
+                else:  # pragma: no cover
+                    raise EmmyError(f"convert-tile-to-kernel: bad launch argument {a}")
+            rewriter.insert(K.LaunchOp(renames.get(launch.kernel, launch.kernel), args), InsertPoint.before(op))
+        rewriter.replace(op, [], outs)
+
+
+@dataclass(frozen=True)
+class ConvertTileToKernelPass(ModulePass):
+    """Lower every `tile.kernel` through the kernel builder of its kind."""
+
+    name = "convert-tile-to-kernel"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        target = module_target(op)
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([LowerTileKernel(target)], dce_enabled=False),
+            apply_recursively=False,
+        ).rewrite_module(op)
+
+
+__all__ = ["ConvertTileToKernelPass", "build_kernel", "builder_for"]

@@ -1,0 +1,87 @@
+// RUN: emmy-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+cuda.module @m {
+  cuda.kernel @k() grid [0, 1, 1] block [32, 1, 1] smem 0 source " k("
+}
+// CHECK: cuda.kernel @k: grid must be three positive integers, got [0, 1, 1]
+
+// -----
+cuda.module @m {
+  cuda.kernel @k() grid [1, 1, 1] block [32, 1, 1] smem 0 source "void other() {}"
+}
+// CHECK: cuda.kernel @k: source does not define k(...)
+
+// -----
+cuda.module @m {
+  cuda.buffer @x : tensor<4xf32> weights 0
+}
+// CHECK: cuda.buffer @x: role must be one of input, param, output, temp, got 'weights'
+
+// -----
+cuda.module @m {
+  cuda.buffer @x : tensor<4xf32> temp 3
+}
+// CHECK: cuda.buffer @x: inputs, params and outputs have a position, temps none
+
+// -----
+cuda.module @m {
+  cuda.buffer @x : tensor<4xf32> output 0 "y"
+}
+// CHECK: cuda.buffer @x: only inputs and params have a PyTorch name
+
+// -----
+cuda.module @m {
+  cuda.launch @k() grid [1, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: no cuda.kernel named @k
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.launch @k() grid [1, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: the kernel takes 1 arguments, 0 given
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.launch @k(3 : i32) grid [1, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: argument #0 must be a buffer
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.launch @k(@nope) grid [1, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: no cuda.buffer named @nope
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.buffer @x : tensor<4xbf16> temp
+  cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: argument #0 must hold f32, @x holds bf16
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(i32) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.launch @k(1.000000e+00 : f32) grid [1, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: argument #0 must be a i32 value
+
+// -----
+cuda.module @m {
+  cuda.kernel @k() grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.launch @k() grid [2, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: grid differs from the kernel's
+
+// -----
+cuda.module @m {
+  func.func @f() {
+    func.return
+  }
+}
+// CHECK: cuda.module @m: holds only cuda.kernel, cuda.buffer and cuda.launch, got func.func

@@ -1,0 +1,294 @@
+// RUN: emmy-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+kernel.func @k() grid [0, 1, 1] block [32, 1, 1] smem 0 {
+}
+// CHECK: kernel.func @k: grid must be three positive integers, got [0, 1, 1]
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [64, 32, 1] smem 0 {
+}
+// CHECK: kernel.func @k: 2048 threads per block exceed 1024
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 300000 {
+}
+// CHECK: kernel.func @k: dynamic shared memory must be 0..232448 bytes, got 300000
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32, shared>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+// CHECK: kernel.func @k: argument #0 must point to global memory, got !kernel.ptr<f32, shared>
+
+// -----
+kernel.func @k(%t: tensor<4xf32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+// CHECK: kernel.func @k: argument #0 must be a global pointer or a scalar, got tensor<4xf32>
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 min_blocks 0 {
+}
+// CHECK: kernel.func @k: min_blocks must be positive
+
+// -----
+func.func @f() {
+  %p = "kernel.thread_id"() <{dim = "w"}> : () -> index
+  func.return
+}
+// CHECK: kernel.thread_id: dimension must be x, y or z, got 'w'
+
+// -----
+func.func @f() {
+  %p = kernel.block_id x
+  func.return
+}
+// CHECK: kernel.block_id: must be inside a kernel.func
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 64 {
+  %s = kernel.shared [64] offset 0 align 16 : !kernel.ptr<f32, shared>
+}
+// CHECK: kernel.shared: bytes 0..256 exceed the kernel's 64 bytes of shared memory
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 1024 {
+  %s = kernel.shared [4] offset 8 align 16 : !kernel.ptr<f32, shared>
+}
+// CHECK: kernel.shared: offset 8 is not a multiple of align 16
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 1024 {
+  %s = kernel.shared [4] offset 0 align 12 : !kernel.ptr<f32, shared>
+}
+// CHECK: kernel.shared: align must be a power of two, got 12
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 1024 {
+  %s = kernel.shared [4] offset 0 align 2 : !kernel.ptr<f32, shared>
+}
+// CHECK: kernel.shared: align 2 is below the element size
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 1024 {
+  %s = kernel.shared [0] offset 0 align 16 : !kernel.ptr<f32, shared>
+}
+// CHECK: kernel.shared: size must be positive, got 0
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 1024 {
+  %s = kernel.shared [4] offset 0 align 16 : !kernel.ptr<f32>
+}
+// CHECK: kernel.shared: result must be a shared pointer, got !kernel.ptr<f32>
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %s = kernel.local [4] : !kernel.ptr<f32, shared>
+}
+// CHECK: kernel.local: result must be a local pointer, got !kernel.ptr<f32, shared>
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %s = kernel.local [0] : !kernel.ptr<f32, local>
+}
+// CHECK: kernel.local: size must be positive, got 0
+
+// -----
+func.func @f() {
+  %s = kernel.local [4] : !kernel.ptr<f32, local>
+  func.return
+}
+// CHECK: kernel.local: must be inside a kernel.func
+
+// -----
+func.func @f() {
+  kernel.barrier
+  func.return
+}
+// CHECK: kernel.barrier: must be inside a kernel.func
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.thread_id x
+  %v = kernel.load %p[%t] : !kernel.ptr<f32> -> vector<3xf32>
+}
+// CHECK: kernel.load: vector width must be 2, 4 or 8 elements, got vector<3xf32>
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.thread_id x
+  %v = kernel.load %p[%t] : !kernel.ptr<f32> -> vector<8xf32>
+}
+// CHECK: kernel.load: one access moves at most 16 bytes, vector<8xf32> is larger
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.thread_id x
+  %v = kernel.load %p[%t] : !kernel.ptr<f32> -> vector<4xbf16>
+}
+// CHECK: kernel.load: vector element type bf16 is not the pointer's f32
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.thread_id x
+  %v = kernel.load %p[%t] : !kernel.ptr<f32> -> bf16
+}
+// CHECK: kernel.load: value type bf16 is not the pointer's element type f32
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>, %v: bf16) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.thread_id x
+  kernel.store %v, %p[%t] : bf16, !kernel.ptr<f32>
+}
+// CHECK: kernel.store: value type bf16 is not the pointer's element type f32
+
+// -----
+kernel.func @k(%v: vector<4xf32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %e = kernel.extract %v[4] : vector<4xf32>
+}
+// CHECK: kernel.extract: lane 4 is outside vector<4xf32>
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %v = kernel.pack %a, %a, %a : vector<2xf32>
+}
+// CHECK: kernel.pack: 3 elements do not make a vector<2xf32>
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %r = kernel.call "std::abs"(%a) : (f32) -> f32
+}
+// CHECK: kernel.call: callee must be a device-library name starting with 'emmy::', got 'std::abs'
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %r:2 = kernel.call "emmy::two"(%a) : (f32) -> (f32, f32)
+}
+// CHECK: kernel.call: at most one result
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %c0 = arith.constant 0 : index
+  %r = kernel.for %i = %c0 to %c0 step %c0 iter_args(%x = %a) -> (f32) {
+    %c = arith.constant 0 : i32
+    kernel.yield %c : i32
+  }
+}
+// CHECK: kernel.for: kernel.yield must give one value per iter_arg, of its type
+
+// -----
+kernel.func @k(%c: i1, %a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %r = kernel.if %c -> (f32) {
+    kernel.yield %a : f32
+  }
+}
+// CHECK: kernel.if: an if with results needs an else region
+
+// -----
+kernel.func @k(%c: i1, %a: f32, %b: i32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %r = kernel.if %c -> (f32) {
+    kernel.yield %a : f32
+  } else {
+    kernel.yield %b : i32
+  }
+}
+// CHECK: kernel.if: kernel.yield must give one value per result, of its type
+
+// -----
+func.func @f(%a: f32) {
+  "kernel.yield"(%a) : (f32) -> ()
+}
+// CHECK: kernel.yield: must end a kernel.for, kernel.if or kernel.lambda body
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.empty : tensor<4xf32>
+}
+// CHECK: kernel.empty: is host code; it cannot be inside a kernel.func
+
+// -----
+func.func @f(%x: tensor<4xf32>) {
+  kernel.launch @missing(%x) : tensor<4xf32>
+  func.return
+}
+// CHECK: kernel.launch: no kernel.func named @missing
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+func.func @f(%x: tensor<4xf32>) {
+  kernel.launch @k(%x, %x) : tensor<4xf32>, tensor<4xf32>
+  func.return
+}
+// CHECK: kernel.launch: @k takes 1 arguments, 2 given
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+func.func @f(%x: tensor<4xbf16>) {
+  kernel.launch @k(%x) : tensor<4xbf16>
+  func.return
+}
+// CHECK: kernel.launch: argument #0 of @k must be a tensor of f32, got tensor<4xbf16>
+
+// -----
+kernel.func @k(%n: i32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+func.func @f(%x: i64) {
+  kernel.launch @k(%x) : i64
+  func.return
+}
+// CHECK: kernel.launch: argument #0 of @k must be i32, got i64
+
+// -----
+func.func @f(%p: !kernel.ptr<f32, global2>) {
+  func.return
+}
+// CHECK: !kernel.ptr: memory space must be one of global, shared, local, got 'global2'
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %f = kernel.lambda (%t: tensor<4xf32>) {
+  }
+}
+// CHECK: kernel.lambda: argument type tensor<4xf32> is not a scalar, pointer or !kernel.fn
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %f = kernel.lambda (%x: f32) -> f32 {
+    %c = arith.constant 0 : i32
+    kernel.yield %c : i32
+  }
+}
+// CHECK: kernel.lambda: kernel.yield must give one value per result, of its type
+
+// -----
+kernel.func @k(%a: i32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %f = kernel.lambda (%x: f32) -> f32 {
+    kernel.yield %x : f32
+  }
+  %y = kernel.invoke %f(%a) : (i32) -> f32
+}
+// CHECK: kernel.invoke: arguments do not match the lambda's parameters
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %f = kernel.lambda (%x: f32) -> f32 {
+    kernel.yield %x : f32
+  }
+  kernel.invoke %f(%a) : (f32) -> ()
+}
+// CHECK: kernel.invoke: results do not match the lambda's
+
+// -----
+func.func @f() {
+  %f = kernel.lambda () {
+  }
+  func.return
+}
+// CHECK: kernel.lambda: must be inside a kernel.func
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  "kernel.return"() : () -> ()
+  "kernel.return"() : () -> ()
+}
+// CHECK: kernel.return

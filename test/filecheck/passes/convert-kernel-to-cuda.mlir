@@ -1,0 +1,123 @@
+// RUN: emmy-opt %s --split-input-file --verify-diagnostics -p convert-kernel-to-cuda | filecheck %s
+
+// Buffers from the function (inputs and params by PyTorch name, the returned buffer an output,
+// the rest temps), launches in order, and every kernel written as CUDA C++.
+builtin.module attributes {emmy.target = "sm_90"} {
+  kernel.func @scale(%x: !kernel.ptr<bf16>, %y: !kernel.ptr<f32>, %n: i32) grid [4, 1, 1] block [128, 1, 1] smem 1024 {
+    %c128 = arith.constant 128 : index
+    %t = kernel.thread_id x
+    %b = kernel.block_id x
+    %base = arith.muli %b, %c128 : index
+    %i = arith.addi %base, %t : index
+    %s = kernel.shared [256] offset 0 align 16 : !kernel.ptr<f32, shared>
+    %v = kernel.load %x[%i] : !kernel.ptr<bf16> -> bf16
+    %f = arith.extf %v : bf16 to f32
+    %e = math.exp %f : f32
+    kernel.store %e, %s[%t] : f32, !kernel.ptr<f32, shared>
+    kernel.barrier
+    %w = kernel.load %s[%t] : !kernel.ptr<f32, shared> -> f32
+    %r = kernel.call "emmy::warp_sum<32>"(%w) : (f32) -> f32
+    kernel.store %r, %y[%i] : f32, !kernel.ptr<f32>
+  }
+  kernel.func @cast(%y: !kernel.ptr<f32>, %z: !kernel.ptr<bf16>) grid [1, 1, 1] block [512, 1, 1] smem 0 {
+    %t = kernel.thread_id x
+    %c2 = arith.constant 2 : index
+    %i = arith.muli %t, %c2 : index
+    %v = kernel.load %y[%i] : !kernel.ptr<f32> -> vector<2xf32>
+    %a = kernel.extract %v[0] : vector<2xf32>
+    %b = kernel.extract %v[1] : vector<2xf32>
+    %ab = arith.truncf %a : f32 to bf16
+    %bb = arith.truncf %b : f32 to bf16
+    %p = kernel.pack %ab, %bb : vector<2xbf16>
+    kernel.store %p, %z[%i] : vector<2xbf16>, !kernel.ptr<bf16>
+  }
+  func.func @layer(%x: tensor<512xbf16> {emmy.name = "hidden_states", emmy.role = "input"}, %w: tensor<8xbf16> {emmy.name = "mlp.weight", emmy.role = "param"}) -> tensor<512xbf16> {
+    %y = kernel.empty : tensor<512xf32>
+    %z = kernel.empty : tensor<512xbf16>
+    %n = arith.constant 512 : i32
+    kernel.launch @scale(%x, %y, %n) : tensor<512xbf16>, tensor<512xf32>, i32
+    kernel.launch @cast(%y, %z) : tensor<512xf32>, tensor<512xbf16>
+    func.return %z : tensor<512xbf16>
+  }
+}
+
+// CHECK:      builtin.module attributes {emmy.target = "sm_90"} {
+// CHECK-NEXT:   cuda.module @layer {
+// CHECK-NEXT:     cuda.kernel @scale(!cuda.ptr<bf16>, !cuda.ptr<f32>, i32) grid [4, 1, 1] block [128, 1, 1] smem 1024 source "extern \22C\22 __global__ void __launch_bounds__(128) scale(const __nv_bfloat16* __restrict__ x_0, float* __restrict__ y_1, const int n_2) {
+// CHECK-SAME:       __nv_bfloat16 v_{{[0-9]+}} = x_0[i_{{[0-9]+}}];
+// CHECK-SAME:       expf(f_{{[0-9]+}})
+// CHECK-SAME:       __syncthreads();
+// CHECK-SAME:       emmy::warp_sum<32>(w_{{[0-9]+}})
+// CHECK-NEXT:     cuda.kernel @cast(!cuda.ptr<f32>, !cuda.ptr<bf16>) grid [1, 1, 1] block [512, 1, 1] smem 0 source "extern \22C\22 __global__ void __launch_bounds__(512) cast(const float* __restrict__ y_0, __nv_bfloat16* __restrict__ z_1) {
+// CHECK-SAME:       *reinterpret_cast<const emmy::Vec<float, 2>*>(y_0 + i_{{[0-9]+}})
+// CHECK-SAME:       __float2bfloat16_rn(a_{{[0-9]+}})
+// CHECK-SAME:       *reinterpret_cast<emmy::Vec<__nv_bfloat16, 2>*>(z_1 + i_{{[0-9]+}}) = p_{{[0-9]+}};
+// CHECK-NEXT:     cuda.buffer @hidden_states : tensor<512xbf16> input 0 "hidden_states"
+// CHECK-NEXT:     cuda.buffer @mlp_weight : tensor<8xbf16> param 1 "mlp.weight"
+// CHECK-NEXT:     cuda.buffer @y : tensor<512xf32> temp
+// CHECK-NEXT:     cuda.buffer @z : tensor<512xbf16> output 0
+// CHECK-NEXT:     cuda.launch @scale(@hidden_states, @y, 512 : i32) grid [4, 1, 1] block [128, 1, 1] smem 1024
+// CHECK-NEXT:     cuda.launch @cast(@y, @z) grid [1, 1, 1] block [512, 1, 1] smem 0
+// CHECK-NEXT:   }
+// CHECK-NEXT: }
+
+// -----
+// Loops with loop-carried values, branches with results, lambdas.
+builtin.module {
+  kernel.func @loops(%x: !kernel.ptr<f32>, %o: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c8 = arith.constant 8 : index
+    %z = arith.constant 0.0 : f32
+    %t = kernel.thread_id x
+    %s = kernel.for %i = %c0 to %c8 step %c1 unroll 4 iter_args(%acc = %z) -> (f32) {
+      %v = kernel.load %x[%i] : !kernel.ptr<f32> -> f32
+      %a = arith.addf %acc, %v : f32
+      kernel.yield %a : f32
+    }
+    %c = arith.cmpi eq, %t, %c0 : index
+    %m = kernel.if %c -> (f32) {
+      kernel.yield %s : f32
+    } else {
+      kernel.yield %z : f32
+    }
+    %sq = kernel.lambda (%a: f32) -> f32 {
+      %b = arith.mulf %a, %a : f32
+      kernel.yield %b : f32
+    }
+    %r = kernel.invoke %sq(%m) : (f32) -> f32
+    kernel.store %r, %o[%t] if %c : f32, !kernel.ptr<f32>
+  }
+  func.func @f(%x: tensor<8xf32>) -> tensor<32xf32> {
+    %o = kernel.empty : tensor<32xf32>
+    kernel.launch @loops(%x, %o) : tensor<8xf32>, tensor<32xf32>
+    func.return %o : tensor<32xf32>
+  }
+}
+
+// CHECK:      cuda.kernel @loops(!cuda.ptr<f32>, !cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source "
+// CHECK-SAME:   float acc_{{[0-9]+}} = z_{{[0-9]+}};\0A  #pragma unroll 4\0A  for (int i_{{[0-9]+}} = c0_{{[0-9]+}}; i_{{[0-9]+}} < c8_{{[0-9]+}}; i_{{[0-9]+}} += c1_{{[0-9]+}}) {
+// CHECK-SAME:   acc_{{[0-9]+}} = a_{{[0-9]+}};
+// CHECK-SAME:   float m_{{[0-9]+}};\0A  if (c_{{[0-9]+}}) {\0A    m_{{[0-9]+}} = acc_{{[0-9]+}};\0A  } else {\0A    m_{{[0-9]+}} = z_{{[0-9]+}};\0A  }
+// CHECK-SAME:   auto sq_{{[0-9]+}} = [&](const float a_{{[0-9]+}}) -> float {
+// CHECK-SAME:   if (c_{{[0-9]+}}) o_1[t_{{[0-9]+}}] = r_{{[0-9]+}};
+// CHECK:      cuda.buffer @x : tensor<8xf32> input 0 "x"
+// CHECK-NEXT: cuda.buffer @o : tensor<32xf32> output 0
+
+// -----
+// A function returning one of its arguments cannot be a launch sequence.
+builtin.module {
+  func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+    func.return %x : tensor<8xf32>
+  }
+}
+// CHECK: convert-kernel-to-cuda: @f result #0 is not a buffer written by a kernel
+
+// -----
+// Tensors index with 32-bit ints.
+builtin.module {
+  func.func @f(%x: tensor<65536x65536xbf16>) {
+    func.return
+  }
+}
+// CHECK: convert-kernel-to-cuda: argument #0 of @f has 4294967296 elements; kernels index with 32-bit ints (at most 2147483647)

@@ -1,0 +1,501 @@
+"""Kernel builders (emmy/codegen), convert-tile-to-kernel, convert-kernel-to-cuda and the launch
+plan, on hand-written tile IR (no GPU, no nvcc: see test_nvcc.py for compiling the output)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from emmy.backend.plan import launch_plan
+from emmy.context import make_context
+from emmy.diagnostics import EmmyError
+from emmy.dialects import kernel as K
+from emmy.ir_io import parse_module, parse_pipeline, print_module, run_passes
+
+ROOT = Path(__file__).resolve().parents[2]
+LOWER = "convert-tile-to-kernel,convert-kernel-to-cuda"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-written tile IR
+# ---------------------------------------------------------------------------------------------
+
+
+def _knobs(values: dict) -> str:
+    domains = {
+        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 128, 256]",
+        "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5]",
+        "workers": '["thread", "mma_sync", "wgmma"]', "warps": "[1, 2, 4, 8, 16]",
+        "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
+        "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]",
+    }
+    parts = []
+    for k, v in values.items():
+        val = f'"{v}"' if isinstance(v, str) else str(v)
+        parts.append(f'{k} = #tile.knob<"{k}", {domains[k]} = {val}, "pinned", "test">')
+    return "{" + ", ".join(parts) + "}"
+
+
+def rmsnorm_matmul(M=64, N=64, K=128, target="sm_90a", name="rms_norm_qkv_proj", **knobs) -> str:
+    """RMSNorm (HF rounding points) fused into x @ w^T: a prologue row reduction, an A side
+    computed from x, the row statistic and the norm weight, B a plain weight load."""
+    k = dict(block_m=64, block_n=64, block_k=64, split_k=1, stages=2, workers="mma_sync", warps=4, vector=8, fusion="fused")
+    k.update(knobs)
+    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
+  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %nw: tensor<{K}xbf16> {{emmy.name = "norm.weight", emmy.role = "param"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "proj.weight", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
+    %out = tile.kernel @{name} kind "contraction" axes [m = {M}, n = {N}, k = {K}] knobs {_knobs(k)}
+        ins(%x, %nw, %w : tensor<{M}x{K}xbf16>, tensor<{K}xbf16>, tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> attributes {{emmy.fusion = "fused"}} {{
+    ^bb0(%xa: tensor<{M}x{K}xbf16>, %nwa: tensor<{K}xbf16>, %wa: tensor<{N}x{K}xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %ss = loop.reduce sum ["k"] : f32 {{
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<{M}x{K}xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %sq = arith.mulf %af, %af : f32
+        loop.yield %sq : f32
+      }}
+      %inv = arith.constant {1.0 / K:e} : f32
+      %eps = arith.constant 1.0e-06 : f32
+      %mean = arith.mulf %ss, %inv : f32
+      %v = arith.addf %mean, %eps : f32
+      %r = math.rsqrt %v : f32
+      %acc = loop.reduce sum ["k"] : f32 {{
+        %k2 = loop.axis "k" : index
+        %a2 = loop.load %xa[%m, %k2] : tensor<{M}x{K}xbf16> -> bf16
+        %g = loop.load %nwa[%k2] : tensor<{K}xbf16> -> bf16
+        %b = loop.load %wa[%n, %k2] : tensor<{N}x{K}xbf16> -> bf16
+        %a2f = arith.extf %a2 : bf16 to f32
+        %xr = arith.mulf %a2f, %r : f32
+        %xrb = arith.truncf %xr : f32 to bf16
+        %h = arith.mulf %g, %xrb : bf16
+        %hf = arith.extf %h : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %hf, %bf : f32
+        loop.yield %p : f32
+      }}
+      %o = arith.truncf %acc : f32 to bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }}
+    func.return %out : tensor<{M}x{N}xbf16>
+  }}
+}}
+"""
+
+
+def gate_up(M=48, N=96, K=128, target="sm_90a", **knobs) -> str:
+    """SiLU(x @ wg^T) * (x @ wu^T) with gate and up rows of one concatenated weight: a dual
+    contraction sharing A, B rows n and n + N, the epilogue combining both."""
+    k = dict(block_m=64, block_n=32, block_k=32, split_k=1, stages=3, workers="mma_sync", warps=4, vector=8)
+    k.update(knobs)
+    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
+  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %w: tensor<{2 * N}x{K}xbf16> {{emmy.name = "gate_up.weight", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
+    %out = tile.kernel @gate_up_silu kind "contraction" axes [m = {M}, n = {N}, k = {K}] knobs {_knobs(k)}
+        ins(%x, %w : tensor<{M}x{K}xbf16>, tensor<{2 * N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> {{
+    ^bb0(%xa: tensor<{M}x{K}xbf16>, %wa: tensor<{2 * N}x{K}xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %gate = loop.reduce sum ["k"] : f32 {{
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<{M}x{K}xbf16> -> bf16
+        %b = loop.load %wa[%n, %k] : tensor<{2 * N}x{K}xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %af, %bf : f32
+        loop.yield %p : f32
+      }}
+      %up = loop.reduce sum ["k"] : f32 {{
+        %k2 = loop.axis "k" : index
+        %cN = arith.constant {N} : index
+        %n2 = arith.addi %n, %cN : index
+        %a2 = loop.load %xa[%m, %k2] : tensor<{M}x{K}xbf16> -> bf16
+        %b2 = loop.load %wa[%n2, %k2] : tensor<{2 * N}x{K}xbf16> -> bf16
+        %af2 = arith.extf %a2 : bf16 to f32
+        %bf2 = arith.extf %b2 : bf16 to f32
+        %p2 = arith.mulf %af2, %bf2 : f32
+        loop.yield %p2 : f32
+      }}
+      %ng = arith.negf %gate : f32
+      %e = math.exp %ng : f32
+      %one = arith.constant 1.0 : f32
+      %d = arith.addf %e, %one : f32
+      %s = arith.divf %gate, %d : f32
+      %y = arith.mulf %s, %up : f32
+      %o = arith.truncf %y : f32 to bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }}
+    func.return %out : tensor<{M}x{N}xbf16>
+  }}
+}}
+"""
+
+
+def heads_matmul_residual(S=40, H=4, D=64, N=72, target="sm_90", **knobs) -> str:
+    """o_proj style: A read from a [1, H, S, D] tensor with k = h * D + d (div/rem by D), plus a
+    residual add in the epilogue."""
+    K = H * D
+    k = dict(block_m=32, block_n=32, block_k=32, split_k=1, stages=2, workers="mma_sync", warps=2, vector=8)
+    k.update(knobs)
+    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
+  func.func @f(%res: tensor<1x{S}x{N}xbf16> {{emmy.name = "residual", emmy.role = "input"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "o.weight", emmy.role = "param"}}, %attn: tensor<1x{H}x{S}x{D}xbf16> {{emmy.name = "attn", emmy.role = "input"}}) -> tensor<1x{S}x{N}xbf16> {{
+    %out = tile.kernel @o_proj_residual kind "contraction" axes [m = {S}, n = {N}, k = {K}] knobs {_knobs(k)}
+        ins(%res, %w, %attn : tensor<1x{S}x{N}xbf16>, tensor<{N}x{K}xbf16>, tensor<1x{H}x{S}x{D}xbf16>) -> tensor<1x{S}x{N}xbf16> {{
+    ^bb0(%r0: tensor<1x{S}x{N}xbf16>, %w0: tensor<{N}x{K}xbf16>, %a0: tensor<1x{H}x{S}x{D}xbf16>):
+      %c0 = arith.constant 0 : index
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %rv = loop.load %r0[%c0, %m, %n] : tensor<1x{S}x{N}xbf16> -> bf16
+      %cD = arith.constant {D} : index
+      %acc = loop.reduce sum ["k"] : f32 {{
+        %k = loop.axis "k" : index
+        %h = arith.divui %k, %cD : index
+        %d = arith.remui %k, %cD : index
+        %a = loop.load %a0[%c0, %h, %m, %d] : tensor<1x{H}x{S}x{D}xbf16> -> bf16
+        %b = loop.load %w0[%n, %k] : tensor<{N}x{K}xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %af, %bf : f32
+        loop.yield %p : f32
+      }}
+      %t = arith.truncf %acc : f32 to bf16
+      %y = arith.addf %rv, %t : bf16
+      loop.store %y, 0 [%c0, %m, %n] : bf16
+      loop.yield
+    }}
+    func.return %out : tensor<1x{S}x{N}xbf16>
+  }}
+}}
+"""
+
+
+def silu_mul(M=7, N=3072, target="sm_90", **knobs) -> str:
+    k = dict(threads=128, vector=8, items=2)
+    k.update(knobs)
+    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
+  func.func @f(%g: tensor<{M}x{2 * N}xbf16> {{emmy.name = "g", emmy.role = "input"}}) -> tensor<{M}x{N}xbf16> {{
+    %y = tile.kernel @silu_mul kind "elementwise" axes [m = {M}, n = {N}] knobs {_knobs(k)}
+        ins(%g : tensor<{M}x{2 * N}xbf16>) -> tensor<{M}x{N}xbf16> {{
+    ^bb0(%ga: tensor<{M}x{2 * N}xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %cN = arith.constant {N} : index
+      %n2 = arith.addi %n, %cN : index
+      %a = loop.load %ga[%m, %n] : tensor<{M}x{2 * N}xbf16> -> bf16
+      %b = loop.load %ga[%m, %n2] : tensor<{M}x{2 * N}xbf16> -> bf16
+      %af = arith.extf %a : bf16 to f32
+      %bf = arith.extf %b : bf16 to f32
+      %ng = arith.negf %af : f32
+      %e = math.exp %ng : f32
+      %one = arith.constant 1.0 : f32
+      %d = arith.addf %e, %one : f32
+      %s = arith.divf %af, %d : f32
+      %p = arith.mulf %s, %bf : f32
+      %r = arith.truncf %p : f32 to bf16
+      loop.store %r, 0 [%m, %n] : bf16
+      loop.yield
+    }}
+    func.return %y : tensor<{M}x{N}xbf16>
+  }}
+}}
+"""
+
+
+def rms_norm(M=7, N=1024, target="sm_90", **knobs) -> str:
+    k = dict(rows_per_block=2, threads=256, vector=8)
+    k.update(knobs)
+    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
+  func.func @f(%x: tensor<{M}x{N}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %w: tensor<{N}xbf16> {{emmy.name = "w", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
+    %y = tile.kernel @rms_norm kind "reduction" axes [m = {M}, n = {N}, k = {N}] knobs {_knobs(k)}
+        ins(%x, %w : tensor<{M}x{N}xbf16>, tensor<{N}xbf16>) -> tensor<{M}x{N}xbf16> {{
+    ^bb0(%xa: tensor<{M}x{N}xbf16>, %wa: tensor<{N}xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %ss = loop.reduce sum ["k"] : f32 {{
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<{M}x{N}xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %sq = arith.mulf %af, %af : f32
+        loop.yield %sq : f32
+      }}
+      %inv = arith.constant {1.0 / N:e} : f32
+      %eps = arith.constant 1.0e-06 : f32
+      %ms = arith.mulf %ss, %inv : f32
+      %v = arith.addf %ms, %eps : f32
+      %r = math.rsqrt %v : f32
+      %xn = loop.load %xa[%m, %n] : tensor<{M}x{N}xbf16> -> bf16
+      %xf = arith.extf %xn : bf16 to f32
+      %h = arith.mulf %xf, %r : f32
+      %hb = arith.truncf %h : f32 to bf16
+      %wn = loop.load %wa[%n] : tensor<{N}xbf16> -> bf16
+      %o = arith.mulf %wn, %hb : bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }}
+    func.return %y : tensor<{M}x{N}xbf16>
+  }}
+}}
+"""
+
+
+def lower(text: str, passes: str = LOWER):
+    ctx = make_context()
+    module = parse_module(ctx, text, "test.mlir")
+    run_passes(ctx, module, parse_pipeline(passes))
+    return module
+
+
+def kernel_funcs(module) -> dict[str, K.KernelFuncOp]:
+    return {op.sym_name.data: op for op in module.body.block.ops if isinstance(op, K.KernelFuncOp)}
+
+
+def callees(func: K.KernelFuncOp) -> list[str]:
+    return [op.callee.data for op in func.walk() if isinstance(op, K.CallOp)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Contractions
+# ---------------------------------------------------------------------------------------------
+
+CONTRACTION_CASES = [
+    # (target, knobs, expected compute call)
+    ("sm_80", dict(workers="mma_sync", block_m=64, block_n=64, block_k=32, stages=3, warps=4), "emmy::mma::warp_tile<32, 32, 32, 64, 64>"),
+    ("sm_90", dict(workers="mma_sync", block_m=32, block_n=64, block_k=16, stages=2, warps=2), "emmy::mma::warp_tile<32, 32, 16, 32, 64>"),
+    ("sm_90", dict(workers="mma_sync", block_m=64, block_n=64, block_k=64, stages=1, warps=4), "emmy::mma::warp_tile<32, 32, 64, 64, 64>"),
+    ("sm_90a", dict(workers="wgmma", block_m=64, block_n=64, block_k=64, stages=4, warps=4), "emmy::wgmma::tile<64, 64, 64, 64>"),
+    ("sm_90a", dict(workers="wgmma", block_m=128, block_n=128, block_k=128, stages=2, warps=4), "emmy::wgmma::tile<128, 128, 128, 128>"),
+    ("sm_90a", dict(workers="wgmma", block_m=128, block_n=32, block_k=32, stages=3, warps=8), "emmy::wgmma::tile<32, 32, 128, 32>"),
+    ("sm_90", dict(workers="thread", block_m=32, block_n=32, block_k=32, stages=2, warps=4), "emmy::fma::thread_tile<8, 1, 32, 32, 32, 4, 32>"),
+]
+
+
+@pytest.mark.parametrize("target,knobs,compute", CONTRACTION_CASES)
+def test_contraction_workers(target, knobs, compute):
+    module = lower(rmsnorm_matmul(M=72, N=80, K=192, target=target, **knobs), "convert-tile-to-kernel")
+    funcs = kernel_funcs(module)
+    assert list(funcs) == ["rms_norm_qkv_proj"]
+    f = funcs["rms_norm_qkv_proj"]
+    calls = callees(f)
+    assert compute in calls
+    # the row statistics are computed once per block (one warp per row) and kept in smem
+    assert "emmy::warp_sum<32>" in calls
+    shared = {op.result.name_hint: op for op in f.walk() if isinstance(op, K.SharedOp)}
+    # B (a plain weight load) is copied with cp.async; the tensors A (x * rstd * w) reads are
+    # copied raw (x: block_m rows, w: one row), then A is computed from shared memory
+    assert set(shared) == {"sA", "sB", "raw0", "raw1", "rs"}
+    assert "emmy::cp_async16" in calls
+    assert any(isinstance(op, K.PackOp) for op in f.walk())
+    bm, bn, bk, st = knobs["block_m"], knobs["block_n"], knobs["block_k"], knobs["stages"]
+    assert shared["raw0"].size.value.data == st * bm * bk and shared["raw1"].size.value.data == st * bk
+    assert f.grid_dims == (-(-80 // bn), -(-72 // bm), 1)
+    assert f.threads == 32 * knobs["warps"]
+    up = lambda n: -(-n // 128) * 128  # noqa: E731
+    tiles = st * (bm + bn) * bk * 2 + up(st * bm * bk * 2) + up(st * bk * 2)
+    assert f.smem_bytes == tiles + bm * 4 + (1024 if knobs["workers"] == "wgmma" else 0)
+    if knobs["workers"] == "wgmma":
+        assert "emmy::fence_proxy_async" in calls
+        assert shared["sA"].align.value.data == 1024
+
+
+def test_wgmma_pipeline_keeps_one_group_in_flight():
+    module = lower(rmsnorm_matmul(workers="wgmma", stages=3, K=512), "convert-tile-to-kernel")
+    calls = callees(kernel_funcs(module)["rms_norm_qkv_proj"])
+    assert "emmy::wgmma::wait<1>" in calls and calls[-1] != "emmy::wgmma::wait<1>"
+    assert calls.count("emmy::wgmma::wait<0>") == 1  # after the main loop only
+    # lookahead of stages - 2: cp.async groups waited down to stages - 3 pending
+    assert "emmy::cp_async_wait<0>" in calls
+
+
+def test_split_k_and_split_fusion_launch_sequence():
+    module = lower(rmsnorm_matmul(K=512, split_k=4, workers="mma_sync", block_k=64), "convert-tile-to-kernel")
+    funcs = kernel_funcs(module)
+    assert list(funcs) == ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine"]
+    assert funcs["rms_norm_qkv_proj"].grid_dims[2] == 4
+    text = print_module(module)
+    assert "kernel.empty : tensor<1x64xf32>" in text  # statistics: [prologue reductions, rows]
+    assert "kernel.empty : tensor<4x1x1x64x64xf32>" in text  # workspace: [split, contractions, batch, M, N]
+    launches = re.findall(r"kernel.launch @(\w+)", text)
+    assert launches == ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine"]
+
+    module = lower(rmsnorm_matmul(fusion="split"), "convert-tile-to-kernel")
+    assert list(kernel_funcs(module)) == ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj"]
+    main = kernel_funcs(module)["rms_norm_qkv_proj"]
+    assert not any(op.result.name_hint == "rs" for op in main.walk() if isinstance(op, K.SharedOp))
+
+
+def test_dual_contraction_shares_the_a_tile():
+    module = lower(gate_up(), "convert-tile-to-kernel")
+    f = kernel_funcs(module)["gate_up_silu"]
+    names = [op.result.name_hint for op in f.walk() if isinstance(op, K.SharedOp)]
+    assert names == ["sA", "sB0", "sB1"]
+    locals_ = [op.result.name_hint for op in f.walk() if isinstance(op, K.LocalOp)]
+    assert locals_[:2] == ["acc0", "acc1"]
+    calls = callees(f)
+    assert calls.count("emmy::mma::warp_tile<32, 16, 32, 64, 32>") == 2
+    # A, B gate rows, B up rows (rows n + N); once in the pipeline prologue, once in the loop
+    assert calls.count("emmy::cp_async16") == 6
+    assert any(op.name == "math.exp" for op in f.walk())
+
+
+def test_index_arithmetic_contiguous_through_div_rem():
+    """k = h * D + d read as [h, s, d]: still 16-byte contiguous along k, so A uses cp.async."""
+    module = lower(heads_matmul_residual(), "convert-tile-to-kernel")
+    f = kernel_funcs(module)["o_proj_residual"]
+    calls = callees(f)
+    assert calls.count("emmy::cp_async16") == 4  # A and B, prologue and loop
+    assert not any(isinstance(op, K.PackOp) and op.result.type.get_shape() == (8,) for op in f.walk())
+    # the residual is read two columns at a time in the epilogue
+    loads = [op for op in f.walk() if isinstance(op, K.LoadOp) and op.ptr.name_hint == "r0"]
+    assert loads and all(op.result.type == K.VectorType(K.BFloat16Type(), [2]) for op in loads)
+
+
+def test_computed_a_without_room_for_raw_copies_is_staged_from_registers():
+    """sm_80 has 163 KB: 128x128 tiles, block_k 128, 2 stages fit, their raw copies do not."""
+    module = lower(
+        rmsnorm_matmul(M=128, N=128, K=256, target="sm_80", block_m=128, block_n=128, block_k=128, stages=2, warps=8),
+        "convert-tile-to-kernel",
+    )
+    f = kernel_funcs(module)["rms_norm_qkv_proj"]
+    names = [op.result.name_hint for op in f.walk() if isinstance(op, (K.SharedOp, K.LocalOp))]
+    assert "raw0" not in names and "stage_a" in names
+
+
+def test_wgmma_needs_sm90a():
+    with pytest.raises(EmmyError, match="workers=wgmma needs sm_90a"):
+        lower(rmsnorm_matmul(target="sm_90", workers="wgmma"), "convert-tile-to-kernel")
+
+
+def test_shared_memory_over_the_target_limit():
+    with pytest.raises(EmmyError, match="bytes of shared memory exceed"):
+        lower(
+            rmsnorm_matmul(M=256, N=256, K=512, target="sm_80", block_m=256, block_n=256, block_k=128, stages=2, warps=8),
+            "convert-tile-to-kernel",
+        )
+
+
+def test_undecided_knobs():
+    text = silu_mul().replace('= 128, "pinned", "test"', "")
+    with pytest.raises(EmmyError, match="undecided"):
+        lower(text, "convert-tile-to-kernel")
+
+
+def test_unknown_kind_builder():
+    from emmy.passes.convert_tile_to_kernel import builder_for
+
+    with pytest.raises(EmmyError, match="no kernel builder for kind 'bogus'"):
+        builder_for("bogus")
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise and reduction
+# ---------------------------------------------------------------------------------------------
+
+
+def test_elementwise_vectorized():
+    module = lower(silu_mul(), "convert-tile-to-kernel")
+    f = kernel_funcs(module)["silu_mul"]
+    loads = [op for op in f.walk() if isinstance(op, K.LoadOp)]
+    stores = [op for op in f.walk() if isinstance(op, K.StoreOp)]
+    assert [str(op.result.type) for op in loads] == ["vector<8xbf16>", "vector<8xbf16>"]
+    assert [str(op.value.type) for op in stores] == ["vector<8xbf16>"]
+    assert f.grid_dims == (-(-7 * 3072 // 8 // 256), 1, 1) and f.block_dims == (128, 1, 1)
+
+
+def test_elementwise_odd_extent_falls_back_to_scalars():
+    module = lower(silu_mul(M=3, N=5, vector=8), "convert-tile-to-kernel")
+    f = kernel_funcs(module)["silu_mul"]
+    assert all(op.result.type == K.BFloat16Type() for op in f.walk() if isinstance(op, K.LoadOp))
+
+
+def test_reduction_rows_per_block():
+    module = lower(rms_norm(rows_per_block=4, threads=256), "convert-tile-to-kernel")
+    f = kernel_funcs(module)["rms_norm"]
+    assert "emmy::group_sum<64>" in callees(f)
+    assert f.grid_dims == (2, 1, 1)
+    module = lower(rms_norm(M=64, rows_per_block=16, threads=256, N=512), "convert-tile-to-kernel")
+    assert "emmy::warp_sum<16>" in callees(kernel_funcs(module)["rms_norm"])
+
+
+# ---------------------------------------------------------------------------------------------
+# cuda stage and the launch plan
+# ---------------------------------------------------------------------------------------------
+
+
+def test_launch_plan_of_a_split_k_kernel():
+    module = lower(rmsnorm_matmul(K=512, split_k=2, workers="mma_sync", stages=4, block_m=64, block_n=64, block_k=64))
+    plan = launch_plan(module)
+    assert plan.name == "f" and plan.entry == "emmy_launch_f" and plan.target == "sm_90a"
+    roles = [(b.name, b.role, b.position, b.torch_name) for b in plan.buffers]
+    assert roles == [
+        ("x", "input", 0, "x"),
+        ("norm_weight", "param", 1, "norm.weight"),
+        ("proj_weight", "param", 2, "proj.weight"),
+        ("out", "output", 0, None),
+        ("rms_norm_qkv_proj_tmp", "temp", None, None),
+        ("rms_norm_qkv_proj_tmp_1", "temp", None, None),
+    ]
+    assert plan.buffer("rms_norm_qkv_proj_tmp_1").shape == (2, 1, 1, 64, 64)
+    assert plan.buffer("rms_norm_qkv_proj_tmp_1").nbytes == 2 * 64 * 64 * 4
+    assert [l.kernel for l in plan.launches] == ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine"]
+    main = plan.launches[1]
+    assert main.args == ("x", "norm_weight", "proj_weight", "rms_norm_qkv_proj_tmp", "rms_norm_qkv_proj_tmp_1")
+    assert main.grid == (1, 1, 2) and main.smem > 48 * 1024
+    src = plan.source
+    assert src.startswith("// Generated by Emmy")
+    assert '#include "emmy.cuh"' in src
+    for k in plan.kernels:
+        assert f'extern "C" __global__ void __launch_bounds__(' in k.source and f" {k.name}(" in k.source
+    host = src[src.index('extern "C" void emmy_launch_f('):]
+    assert "const __nv_bfloat16* x, const __nv_bfloat16* norm_weight, const __nv_bfloat16* proj_weight, __nv_bfloat16* out, float* rms_norm_qkv_proj_tmp, float* rms_norm_qkv_proj_tmp_1, cudaStream_t stream" in host
+    assert f"cudaFuncSetAttribute(rms_norm_qkv_proj, cudaFuncAttributeMaxDynamicSharedMemorySize, {main.smem});" in host
+    order = [host.index(f"{k}<<<") for k in ("rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine")]
+    assert order == sorted(order)
+
+
+def test_launch_plan_errors():
+    module = lower(silu_mul(), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="no cuda.module"):
+        launch_plan(module)
+
+
+def test_cxx_constants_and_types():
+    from xdsl.dialects.builtin import BFloat16Type, Float32Type, Float64Type
+
+    from emmy.codegen.cxx import c_float
+
+    assert c_float(1.0, Float32Type()) == "1.0f"
+    assert c_float(float("-inf"), Float32Type()) == "-INFINITY"
+    assert c_float(float("nan"), Float32Type()) == "NAN"
+    assert c_float(1e-6, Float32Type()) == "9.99999997e-07f" or c_float(1e-6, Float32Type()) == "1e-06f"
+    assert c_float(0.5, BFloat16Type()) == "__float2bfloat16_rn(0.5f)"
+    assert c_float(0.1, Float64Type()) == "0.1"
+
+
+def test_kernel_ir_round_trips():
+    module = lower(rmsnorm_matmul(workers="wgmma", stages=3), "convert-tile-to-kernel")
+    text = print_module(module)
+    ctx = make_context()
+    again = parse_module(ctx, text, "again.mlir")
+    assert print_module(again) == text
+    generic = print_module(module, generic=True)
+    assert print_module(parse_module(make_context(), generic, "generic.mlir")) == text
+
+
+def test_layer_pipeline_lowers_quickly():
+    """The whole Qwen3 layer through every pass; the two kernel passes stay well under a second."""
+    text = (ROOT / "test/filecheck/inputs/torch-layer.mlir").read_text()
+    front = "convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile,decide-forks"
+    ctx = make_context()
+    module = parse_module(ctx, text, "torch-layer.mlir")
+    run_passes(ctx, module, parse_pipeline(front))
+    start = time.perf_counter()
+    run_passes(ctx, module, parse_pipeline(LOWER))
+    elapsed = time.perf_counter() - start
+    plan = launch_plan(module)
+    assert [b.role for b in plan.buffers].count("output") == 1
+    assert len(plan.launches) >= 5
+    assert elapsed < 1.5, f"kernel lowering took {elapsed:.2f} s"
