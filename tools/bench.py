@@ -81,16 +81,21 @@ def rel_err(out, ref) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def emmy_layer(traced, target, cache):
+def emmy_plan(traced, target):
     from emmy.backend.plan import launch_plan
-    from emmy.backend.run import GpuLayer
     from emmy.driver import CompileOptions, compile_traced
 
-    opts = CompileOptions(model="bench", layer=0, tokens=0, target=target)
+    opts = CompileOptions(model="bench", layer=0, tokens=1, target=target)
     t0 = time.perf_counter()
     result = compile_traced(traced, opts)
-    compile_s = time.perf_counter() - t0
-    layer = GpuLayer(launch_plan(result.module), target, cache)
+    return launch_plan(result.module), time.perf_counter() - t0
+
+
+def emmy_layer(traced, target, cache):
+    from emmy.backend.run import GpuLayer
+
+    plan, compile_s = emmy_plan(traced, target)
+    layer = GpuLayer(plan, target, cache)
     values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
     layer.bind(values)
     return layer, compile_s
@@ -111,6 +116,12 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
     row["floor_s"] = max(bytes_ / ceilings["bandwidth_Bps"], flops / ceilings["bf16_flops"])
     fns = {}
     with torch.no_grad():
+        if "eager" in contenders:
+            fns["eager"] = eager
+        if "compile" in contenders:
+            fns["compile"] = torch.compile(module)
+        if "max-autotune" in contenders:
+            fns["max-autotune"] = torch.compile(module, mode="max-autotune-no-cudagraphs")
         if "emmy" in contenders:
             try:
                 layer, cs = emmy_layer(traced, target, cache)
@@ -123,12 +134,6 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
                 fns["emmy"] = emmy_fn
             except Exception as e:  # report and carry on with the others
                 row["emmy_error"] = f"{type(e).__name__}: {e}"[:500]
-        if "eager" in contenders:
-            fns["eager"] = eager
-        if "compile" in contenders:
-            fns["compile"] = torch.compile(module)
-        if "max-autotune" in contenders:
-            fns["max-autotune"] = torch.compile(module, mode="max-autotune-no-cudagraphs")
         for key, fn in fns.items():
             try:
                 outs = _all(fn())
@@ -187,29 +192,59 @@ def main() -> None:
     ap.add_argument("--contenders", default="emmy,eager,compile,max-autotune")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--build-only", action="store_true",
+                    help="compile every case and build its cubin into EMMY_HOME (no GPU needed)")
     args = ap.parse_args()
     cache = Path(os.environ.get("EMMY_HOME", "/tmp/emmy-home"))
     contenders = args.contenders.split(",")
+    if args.build_only:
+        return build_only(args, cache)
     ceilings = measure_ceilings()
     print(f"# {torch.cuda.get_device_name()}  copy {ceilings['bandwidth_Bps'] / 1e12:.2f} TB/s  "
           f"bf16 matmul {ceilings['bf16_flops'] / 1e12:.0f} TFLOP/s  torch {torch.__version__}", flush=True)
     rows = []
-    cases = []
-    if "example" in args.cases:
-        cases += [(f"example M={m}", lambda m=m: example_case(m)) for m in map(int, args.example_sizes.split(","))]
-    if "layer" in args.cases:
-        cases += [(f"layer T={t}", lambda t=t: layer_case(t)) for t in map(int, args.layer_sizes.split(","))]
-    for name, make in cases:
+    for name, make in _cases(args):
         traced, flops, bytes_ = make()
         row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders)
         rows.append(row)
         print(format_row(row, contenders), flush=True)
+        if args.json:  # after every case, so a crash keeps what was measured
+            Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
+                                                   "torch": torch.__version__, "rows": rows}, indent=2))
         torch._dynamo.reset()
     print()
     print(format_table(rows, contenders))
     if args.json:
         Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
                                                "torch": torch.__version__, "rows": rows}, indent=2))
+
+
+def _cases(args):
+    cases = []
+    if "example" in args.cases:
+        cases += [(f"example M={m}", lambda m=m: example_case(m)) for m in map(int, args.example_sizes.split(","))]
+    if "layer" in args.cases:
+        cases += [(f"layer T={t}", lambda t=t: layer_case(t)) for t in map(int, args.layer_sizes.split(","))]
+    return cases
+
+
+def build_only(args, cache) -> None:
+    """nvcc every case ahead of time (the cubins are cached by source hash, so a GPU run of the
+    same cases reuses them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from emmy.backend.run import build_cubin
+
+    plans = []
+    for name, make in _cases(args):
+        traced, _, _ = make()
+        plan, _ = emmy_plan(traced, args.target)
+        plans.append((name, plan))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = [(name, pool.submit(build_cubin, plan.source, args.target, cache, [])) for name, plan in plans]
+        for name, f in futures:
+            f.result()
+            print(f"built {name}", flush=True)
 
 
 def format_row(row, contenders) -> str:

@@ -89,7 +89,10 @@ class GpuModule:
         self.plan = plan
         self.driver = _driver()
         cubin = build_cubin(plan.source, arch, cache_dir, [k.name for k in plan.kernels])
-        self.module = _check(self.driver.cuModuleLoadData(cubin), "cuModuleLoadData")
+        import numpy as np
+
+        self._image = np.frombuffer(cubin, dtype=np.uint8).copy()  # kept alive with the module
+        self.module = _check(self.driver.cuModuleLoadData(self._image.ctypes.data), "cuModuleLoadData")
         kernels = {k.name: k for k in plan.kernels}
         functions = {}
         for k in plan.kernels:

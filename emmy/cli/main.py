@@ -231,7 +231,8 @@ def _print_summary(module, options, writer) -> None:
     from emmy.backend.plan import launch_plan
 
     plan = launch_plan(module)
-    print(f"{options.model} layer {options.layer}, {options.tokens} tokens, target {options.target}: "
+    where = f" layer {options.layer}" if options.layer is not None else ""
+    print(f"{options.model}{where}, {options.tokens} tokens, target {options.target}: "
           f"{len(plan.launches)} kernel launches")
     for launch in plan.launches:
         print(f"  {launch.kernel:<40} grid {tuple(launch.grid)} block {tuple(launch.block)} smem {launch.smem}")

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 # Accumulator values (fp32) one thread may hold before registers run out (255 per thread, minus
 # addresses, operand fragments and the epilogue).
 MAX_ACC_PER_THREAD = 192
+REGS_BESIDES_ACCUMULATORS = 40
 # Widest global access, in bytes (ld.global.v4.b32 / cp.async 16).
 MAX_VECTOR_BYTES = 16
 
@@ -160,12 +161,16 @@ def _c_registers(info, v, t, reasons):
     bm, bn, threads = v["block_m"], v["block_n"], 32 * v["warps"]
     nc = info.n_contractions
     acc = nc * bm * bn / threads
-    if acc > MAX_ACC_PER_THREAD:
+    # A block's threads share the SM's register file: 512 threads get at most 128 registers
+    # each, of which about 40 go to addresses, staging and the epilogue (ptxas, sm_90a).
+    regs = min(t.regs_per_thread, t.regs_per_sm // threads)
+    budget = min(MAX_ACC_PER_THREAD, regs - REGS_BESIDES_ACCUMULATORS)
+    if acc > budget:
         what = f"{nc} x " if nc > 1 else ""
         reasons.append(
             f"registers: {what}block_m={bm} x block_n={bn} fp32 accumulators over {threads} "
-            f"threads is {acc:g} per thread, over the {MAX_ACC_PER_THREAD} that fit in "
-            f"{t.regs_per_thread} registers"
+            f"threads is {acc:g} per thread, over the {budget} that fit in "
+            f"{regs} registers"
         )
     if bm * bn < threads:
         reasons.append(
