@@ -119,9 +119,11 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
         if "eager" in contenders:
             fns["eager"] = eager
         if "compile" in contenders:
-            fns["compile"] = torch.compile(module)
+            compiled = torch.compile(module)
+            fns["compile"] = lambda: compiled(*args)
         if "max-autotune" in contenders:
-            fns["max-autotune"] = torch.compile(module, mode="max-autotune-no-cudagraphs")
+            tuned = torch.compile(module, mode="max-autotune-no-cudagraphs")
+            fns["max-autotune"] = lambda: tuned(*args)
         if "emmy" in contenders:
             try:
                 layer, cs = emmy_layer(traced, target, cache)
