@@ -76,8 +76,13 @@ def build_kernel(op: KernelOp, target: Target) -> Built:
         raise EmmyError(
             f"tile.kernel @{op.kernel_name}: knobs {', '.join(undecided)} are undecided (run decide-forks first)"
         )
-    info = classify(op)
-    return builder_for(op.kind.data)(op, info, op.knob_values(), target)
+    from emmy.codegen.split import build_parts, split_by_outputs
+
+    builder = builder_for(op.kind.data)
+    parts = split_by_outputs(op) if op.kind.data != "attention" else [op]
+    if len(parts) > 1:
+        return build_parts(parts, op.knob_values(), target, builder)
+    return builder(op, classify(op), op.knob_values(), target)
 
 
 class LowerTileKernel(RewritePattern):
