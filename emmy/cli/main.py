@@ -102,9 +102,12 @@ def cmd_compile(args) -> int:
         return _compile_whole_model(args, options, dump_dir)
     writer = DumpWriter(Path(dump_dir)) if dump_dir else None
     captured: dict[str, str] = {}
+    decided: list = []
 
     def after_each(name: str, module) -> None:
         text = None
+        if name == "decide-forks":  # the tile ops (and their knobs) are gone after kernel lowering
+            decided.extend(_decisions(module))
         if writer is not None:
             text = writer.write_stage(name, module)
         if args.ir is not None and _stage_of(name) == args.ir and (args.ir != "tile" or name == "decide-forks"):
@@ -112,7 +115,7 @@ def cmd_compile(args) -> int:
 
     result = compile_model(options, after_each=after_each)
     module = result.module
-    decisions = _decisions(module) if STAGES.index(stop) >= STAGES.index("tile") else []
+    decisions = decided
     source = _source(module) if stop == "cuda" else None
     if writer is not None:
         writer.write_source(_func_name(module), source)
@@ -144,9 +147,12 @@ def _compile_whole_model(args, options, dump_dir) -> int:
 
     writers: dict[str, DumpWriter] = {}
     captured: dict[str, str] = {}
+    decided: dict[str, list] = {}
 
     def after_each(part: str, name: str, module) -> None:
         text = None
+        if name == "decide-forks":
+            decided[part] = _decisions(module)
         if dump_dir:
             if part not in writers:
                 writers[part] = DumpWriter(Path(dump_dir) / part)
@@ -158,7 +164,7 @@ def _compile_whole_model(args, options, dump_dir) -> int:
     total = 0
     for part in result.parts:
         module = part.result.module
-        decisions = _decisions(module) if STAGES.index(options.stop_after) >= STAGES.index("tile") else []
+        decisions = decided.get(part.name, [])
         source = _source(module) if options.stop_after == "cuda" else None
         if part.name in writers:
             writers[part.name].write_source(_func_name(module), source)

@@ -138,3 +138,21 @@ def test_unwritable_dump_dir(tmp_path):
     blocker.write_text("not a directory")
     proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "8", env={"EMMY_DUMP_DIR": str(blocker / "sub")})
     assert_user_error(proc, "EMMY_DUMP_DIR")
+
+
+def test_compile_explain_lists_every_decision_with_its_tier():
+    proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "16", "--explain", "--knob", "attention.block_kv=16")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["kernel", "knob", "value", "tier", "reason"]
+    rows = [line.split() for line in lines[2:]]
+    assert {"rms_norm_qkv_proj", "attention", "o_proj_residual", "down_proj_residual"} <= {r[0] for r in rows}
+    assert ["attention", "block_kv", "16", "pinned"] == rows[[r[:2] for r in rows].index(["attention", "block_kv"])][:4]
+    assert all(r[3] in ("rule", "pinned") for r in rows)
+
+
+def test_whole_model_compile_compiles_each_structure_once(tmp_path):
+    proc = emmy("compile", MODEL, "--tokens", "16")
+    assert proc.returncode == 0, proc.stderr
+    assert "layer0 (used by layers 0-27)" in proc.stdout
+    assert "3 distinct parts compiled" in proc.stdout
