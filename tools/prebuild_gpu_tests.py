@@ -1,0 +1,56 @@
+"""Build, without a GPU, the kernels test/pytest/test_gpu.py will launch, into EMMY_HOME.
+
+    EMMY_HOME=.emmy-cache python tools/prebuild_gpu_tests.py --target sm_90a
+
+Kernels are cached by a hash of their source, so a GPU machine given the same EMMY_HOME skips
+nvcc. Useful where GPU time is scarce and CPU time is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tools"), str(ROOT / "test" / "pytest")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="sm_90a")
+    args = ap.parse_args()
+    from running_example import make
+    from test_gpu import EXAMPLE_SPLITS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS
+
+    from emmy.backend.plan import launch_plan
+    from emmy.backend.run import build_cubin
+    from emmy.driver import CompileOptions, compile_model, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    cache = Path(os.environ.get("EMMY_HOME", ROOT / ".emmy-cache"))
+    sources = []
+    model = "Qwen/Qwen3-Embedding-0.6B"
+    for tokens in LAYER_TOKENS + [64]:
+        for workers in LAYER_WORKERS:
+            pins = () if workers is None else (f"*.workers={workers}",)
+            opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
+            sources.append(launch_plan(compile_model(opts).module).source)
+    for tokens in EXAMPLE_TOKENS:
+        for split_k in EXAMPLE_SPLITS:
+            src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
+                              factory=lambda t=tokens: make(t))
+            opts = CompileOptions(model="example", layer=0, tokens=tokens, target=args.target,
+                                  pins=(f"*.split_k={split_k}",))
+            sources.append(launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module).source)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for f in [pool.submit(build_cubin, s, args.target, cache, []) for s in set(sources)]:
+            f.result()
+    print(f"built {len(set(sources))} sources into {cache}")
+
+
+if __name__ == "__main__":
+    main()
