@@ -238,7 +238,9 @@ def _print_summary(module, options, writer) -> None:
 
     plan = launch_plan(module)
     where = f" layer {options.layer}" if options.layer is not None else ""
-    print(f"{options.model}{where}, {options.tokens} tokens, target {options.target}: "
+    tokens = module.attributes.get("emmy.tokens")  # a factory brings its own inputs
+    tokens = tokens.value.data if tokens is not None else options.tokens
+    print(f"{options.model}{where}, {tokens} tokens, target {options.target}: "
           f"{len(plan.launches)} kernel launches")
     for launch in plan.launches:
         print(f"  {launch.kernel:<40} grid {tuple(launch.grid)} block {tuple(launch.block)} smem {launch.smem}")

@@ -106,6 +106,9 @@ class LowerFunction(RewritePattern):
     def match_and_rewrite(self, op: func.FuncOp, rewriter: PatternRewriter) -> None:
         fname = op.sym_name.data
         names = _Names()
+        # Buffers and kernels share the cuda.module's symbols: an intermediate named after the
+        # kernel that writes it (the usual name hint) must not shadow that kernel.
+        names.used.update(self.kernels)
         buffers: list[C.BufferOp] = []
         symbol: dict[SSAValue, str] = {}
         ret = op.body.block.last_op
