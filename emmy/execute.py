@@ -66,7 +66,7 @@ def run_interpreted(module: ModuleOp, traced, stage: str = "tile") -> RunReport:
     return RunReport(output=out, reference=ref, rel_error=rel_error(out, ref))
 
 
-def run_model_interpreted(result) -> RunReport:
+def run_model_interpreted(result, input_ids=None) -> RunReport:
     """A whole model (`emmy.driver.ModelCompileResult`) with the tile-stage interpreter, part by
     part; the pooled, L2-normalized last-token embedding next to PyTorch's. For small models."""
     from emmy.interp import tile_stage
@@ -83,7 +83,8 @@ def run_model_interpreted(result) -> RunReport:
         (out,) = tile_stage.run_function(part.result.module, bind_arguments(fn, {**np_values, **params}))
         return np.asarray(out, dtype=np.float32)
 
-    ids = traced.input_ids.numpy()
+    ids_t = traced.input_ids if input_ids is None else input_ids
+    ids = ids_t.numpy()
     hidden = run(parts["embed_tokens"], traced.embedding, {"input_ids": ids})
     cos, sin = to_numpy(traced.cos), to_numpy(traced.sin)
     for i, layer in enumerate(traced.layers):
@@ -91,5 +92,5 @@ def run_model_interpreted(result) -> RunReport:
     final = run(parts["norm"], traced.norm, {"hidden_states": hidden})
     last = final.reshape(final.shape[0], final.shape[1], -1)[:, -1].astype(np.float32)
     pooled = round_to(last / np.maximum(np.linalg.norm(last, axis=1, keepdims=True), 1e-12), "bf16")
-    ref = to_numpy(traced.embed())
+    ref = to_numpy(traced.embed(ids_t))
     return RunReport(output=pooled, reference=ref, rel_error=rel_error(pooled, ref))

@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=None, default=None, help="cuda (default with a GPU) or interpret")
     r.add_argument("--check", action="store_true", help="compare with PyTorch; exit 1 past the tolerance")
     r.add_argument("--tolerance", type=float, default=1e-2, help="relative error allowed (default 1e-2)")
+    r.add_argument("--input-ids", default=None, metavar="ID,ID,...",
+                   help="token ids for a whole-model run (their count sets --tokens)")
+    r.add_argument("--text", default=None, help="text for a whole-model run, tokenized by the model "
+                   "directory's own tokenizer (needs a local model with tokenizer files)")
     return ap
 
 
@@ -273,18 +277,25 @@ def cmd_run(args) -> int:
         if backend is None:
             raise EmmyError("no CUDA device found", hint="use '--backend interpret' to run on the CPU")
     whole = args.layer is None and not _is_factory(args.model)
+    input_ids = _input_ids(args) if whole else None
+    if (args.input_ids or args.text) and not whole:
+        raise EmmyError("--input-ids and --text are for whole-model runs (leave out --layer)")
+    if input_ids is not None:
+        args.tokens = int(input_ids.shape[1])
     if backend == "cuda":
         if not _has_gpu():
             raise EmmyError("no CUDA device found", hint="use '--backend interpret' to run on the CPU")
         from emmy.backend.run import run_model_on_gpu, run_on_gpu
 
-        run = run_model_on_gpu if whole else run_on_gpu
-        report = run(_options(args, "cuda"), cache_dir=_emmy_home())
+        if whole:
+            report = run_model_on_gpu(_options(args, "cuda"), cache_dir=_emmy_home(), input_ids=input_ids)
+        else:
+            report = run_on_gpu(_options(args, "cuda"), cache_dir=_emmy_home())
     elif whole:
         from emmy.driver import compile_whole_model
         from emmy.execute import run_model_interpreted
 
-        report = run_model_interpreted(compile_whole_model(_options(args, "tile")))
+        report = run_model_interpreted(compile_whole_model(_options(args, "tile")), input_ids)
     else:
         from emmy.execute import run_interpreted
 
@@ -297,6 +308,27 @@ def cmd_run(args) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _input_ids(args):
+    """`--input-ids 1,2,3` or `--text ...` as a [1, T] int64 tensor (None when neither is given)."""
+    import torch
+
+    if args.input_ids and args.text:
+        raise EmmyError("give either --input-ids or --text, not both")
+    if args.input_ids:
+        try:
+            ids = [int(x) for x in args.input_ids.split(",") if x.strip()]
+        except ValueError:
+            raise EmmyError(f"--input-ids: expected comma-separated integers, got '{args.input_ids}'") from None
+        if not ids:
+            raise EmmyError("--input-ids: no token ids given")
+        return torch.tensor([ids], dtype=torch.int64)
+    if args.text is not None:
+        from emmy.frontend.tokenize import tokenize
+
+        return tokenize(args.model, args.text)
+    return None
 
 
 def _has_gpu() -> bool:

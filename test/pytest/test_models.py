@@ -74,3 +74,31 @@ def test_block_cuda_compiles_with_nvcc(tmp_path):
     plan = launch_plan(result.module)
     assert [launch.kernel for launch in plan.launches] == ["layer_norm_fc1_gelu", "gelu_fc2_residual"]
     assert compile_source(plan.source, "sm_90", tmp_path).exists()
+
+
+def test_whole_model_run_on_given_token_ids(tiny_model, capsys):
+    assert run(["run", tiny_model, "--input-ids", "5,17,301,42,9", "--backend", "interpret", "--check"]) == 0
+    assert "pooled embedding shape (1, 96)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--input-ids", "5,x"], "expected comma-separated integers"),
+        (["--input-ids", ","], "no token ids"),
+        (["--text", "hello"], "tokenizer"),
+        (["--text", "hi", "--input-ids", "1"], "either --input-ids or --text"),
+        (["--layer", "0", "--input-ids", "1"], "whole-model runs"),
+    ],
+)
+def test_token_input_errors(tmp_path, extra, message):
+    import subprocess
+    import sys
+
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**TINY, **FAMILIES["qwen2"]}))
+    proc = subprocess.run([sys.executable, "-m", "emmy.cli.main", "run", str(d), "--backend", "interpret", *extra],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert message in proc.stderr
