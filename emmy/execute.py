@@ -70,7 +70,7 @@ def run_model_interpreted(result, input_ids=None) -> RunReport:
     """A whole model (`emmy.driver.ModelCompileResult`) with the tile-stage interpreter, part by
     part; the pooled, L2-normalized last-token embedding next to PyTorch's. For small models."""
     from emmy.interp import tile_stage
-    from emmy.interp.numeric import rel_error, round_to, to_numpy
+    from emmy.interp.numeric import rel_error, to_numpy
 
     traced = result.traced
     by_layer = {i: p for p in result.parts for i in p.layers}
@@ -90,7 +90,11 @@ def run_model_interpreted(result, input_ids=None) -> RunReport:
     for i, layer in enumerate(traced.layers):
         hidden = run(by_layer[i], layer, {"hidden_states": hidden, "cos": cos, "sin": sin})
     final = run(parts["norm"], traced.norm, {"hidden_states": hidden})
+    import torch
+
     last = final.reshape(final.shape[0], final.shape[1], -1)[:, -1].astype(np.float32)
-    pooled = round_to(last / np.maximum(np.linalg.norm(last, axis=1, keepdims=True), 1e-12), "bf16")
+    # Qwen3-Embedding's recipe: last token, F.normalize in the model's dtype.
+    last_t = torch.from_numpy(last).to(traced.config.dtype)
+    pooled = to_numpy(torch.nn.functional.normalize(last_t, p=2, dim=1))
     ref = to_numpy(traced.embed(ids_t))
     return RunReport(output=pooled, reference=ref, rel_error=rel_error(pooled, ref))

@@ -77,7 +77,11 @@ def test_block_cuda_compiles_with_nvcc(tmp_path):
 
 
 def test_whole_model_run_on_given_token_ids(tiny_model, capsys):
-    assert run(["run", tiny_model, "--input-ids", "5,17,301,42,9", "--backend", "interpret", "--check"]) == 0
+    # Both sides compute in bf16 in different orders; with random embeddings of std 0.02 the
+    # residual stream is small next to each layer's output, so two bf16 results of the pooled
+    # embedding differ by up to about 1e-2 (per-layer runs agree to ~5e-4, see above).
+    assert run(["run", tiny_model, "--input-ids", "5,17,301,42,9", "--backend", "interpret", "--check",
+                "--tolerance", "2e-2"]) == 0
     assert "pooled embedding shape (1, 96)" in capsys.readouterr().out
 
 
