@@ -29,6 +29,7 @@ class CompileOptions:
     stop_after: str = "cuda"  # a stage name
     seed: int = 0
     tracer: str = "capture"  # or "export" (torch.export); both give the same torch-stage IR
+    verify_each: bool = True  # verify after every pass (else after the last one only)
 
 
 @dataclass
@@ -108,7 +109,7 @@ def compile_traced(
             after_each(p.name, m)
         clock[0] = time.perf_counter()
 
-    run_passes(ctx, module, passes, after_each=hook)
+    run_passes(ctx, module, passes, after_each=hook, verify_each=options.verify_each)
     return CompileResult(ctx=ctx, module=module, traced=traced, timings=timings)
 
 

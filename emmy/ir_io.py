@@ -90,15 +90,18 @@ def run_passes(
     module: ModuleOp,
     passes: list[ModulePass],
     after_each: Callable[[ModulePass, ModuleOp], None] | None = None,
+    verify_each: bool = True,
 ) -> None:
-    """Apply passes in order, verifying after each; `after_each` sees the module after a pass."""
-    for p in passes:
+    """Apply passes in order, verifying after each (or, with verify_each=False, after the last);
+    `after_each` sees the module after a pass."""
+    for i, p in enumerate(passes):
         try:
             p.apply(ctx, module)
         except EmmyError:
             raise
         except (VerifyException, DiagnosticException) as e:
             raise EmmyError(f"pass '{p.name}' failed: {_strip(str(e))}") from None
-        verify(module, f"after pass '{p.name}'")
+        if verify_each or i == len(passes) - 1:
+            verify(module, f"after pass '{p.name}'")
         if after_each is not None:
             after_each(p, module)

@@ -86,9 +86,13 @@ def _options(args, stop_after: str):
         raise EmmyError(f"unknown target '{target}'", hint="valid targets: " + ", ".join(TARGETS))
     if args.tracer not in ("capture", "export"):
         raise EmmyError(f"unknown tracer '{args.tracer}'", hint="valid tracers: capture, export")
+    # Dump files must each be valid IR; otherwise the module is verified after import and after
+    # the last pass (every pass is verified by its tests and by emmy-opt).
+    verify_each = bool(os.environ.get("EMMY_DUMP_DIR"))
     return CompileOptions(
         model=args.model, layer=args.layer, tokens=args.tokens, target=target,
         pins=tuple(args.knob), stop_after=stop_after, seed=args.seed, tracer=args.tracer,
+        verify_each=verify_each,
     )
 
 
