@@ -8,7 +8,7 @@ job, `emmy/tuning/legality.py`).
 | kind | knobs (in this order) |
 |---|---|
 | contraction | block_m, block_n, block_k, split_k, stages, workers, warps, vector, fusion (only with a prologue reduction) |
-| attention | block_q, block_kv, workers, stages, warps |
+| attention | block_q, block_kv, workers (mma_sync only), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
 
