@@ -22,3 +22,21 @@
 // CHECK:     tile.kernel @down_proj_residual kind "contraction"
 // CHECK-NOT: tile.kernel
 // CHECK:     func.return
+
+// The same layer lowered to the cuda stage, with one cuda.kernel per kernel, launched in order
+// (at 32 tokens the rules split down_proj's 3072-long reduction eight ways: a combine kernel adds
+// the partial sums).
+// RUN: emmy-opt %inputs/torch-layer.mlir -p convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile,decide-forks,convert-tile-to-kernel,convert-kernel-to-cuda | filecheck %s --check-prefix=CUDA
+// CUDA:     cuda.module @layer0
+// CUDA:     cuda.kernel @rms_norm_qkv_proj
+// CUDA:     cuda.kernel @attention
+// CUDA:     cuda.kernel @o_proj_residual
+// CUDA:     cuda.kernel @rms_norm_gate_up_proj_silu
+// CUDA:     cuda.kernel @down_proj_residual
+// CUDA:     cuda.launch @rms_norm_qkv_proj
+// CUDA:     cuda.launch @attention
+// CUDA:     cuda.launch @o_proj_residual
+// CUDA:     cuda.launch @rms_norm_gate_up_proj_silu
+// CUDA:     cuda.launch @down_proj_residual
+// CUDA:     cuda.launch @down_proj_residual_combine
+// CUDA-NOT: cuda.launch

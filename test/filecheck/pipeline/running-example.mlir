@@ -23,3 +23,12 @@
 // TILE:       workers = #tile.knob<"workers", ["thread", "mma_sync"] = "mma_sync", "rule"
 // TILE-NOT: tile.kernel
 // TILE:     func.return
+
+// At the kernel stage the loop's two output groups (q over 2048 columns; k and v over 1024) are
+// launched as two kernels, each normalizing the rows of its own tiles in shared memory.
+// RUN: emmy-opt %inputs/torch-running-example.mlir -p convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile,decide-forks,convert-tile-to-kernel | filecheck %s --check-prefix=KERNEL
+// KERNEL:     kernel.func @rms_norm_qkv_proj_out0
+// KERNEL:     kernel.func @rms_norm_qkv_proj_out1_2
+// KERNEL:     kernel.launch @rms_norm_qkv_proj_out0
+// KERNEL:     kernel.launch @rms_norm_qkv_proj_out1_2
+// KERNEL-NOT: kernel.launch
