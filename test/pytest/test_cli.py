@@ -156,3 +156,14 @@ def test_whole_model_compile_compiles_each_structure_once(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "layer0 (used by layers 0-27)" in proc.stdout
     assert "3 distinct parts compiled" in proc.stdout
+
+
+def test_tracers_give_the_same_torch_ir():
+    capture = emmy("compile", MODEL, "--layer", "0", "--tokens", "16", "--ir", "torch")
+    export = emmy("compile", MODEL, "--layer", "0", "--tokens", "16", "--ir", "torch", "--tracer", "export")
+    assert capture.returncode == 0 and export.returncode == 0, export.stderr
+    assert capture.stdout == export.stdout and "torch.scaled_dot_product_attention" in capture.stdout
+
+
+def test_unknown_tracer():
+    assert_user_error(emmy("compile", MODEL, "--layer", "0", "--tracer", "jit"), "unknown tracer 'jit'", "capture, export")
