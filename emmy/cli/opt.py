@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emmy.cli.report import fail, run_guarded
+from emmy.cli.report import run_guarded
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
 from emmy.ir_io import mlir_pipeline_to_spec, parse_module, parse_pipeline, print_module, run_passes

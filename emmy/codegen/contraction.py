@@ -644,7 +644,6 @@ class ContractionBuilder:
                     body(row, col, kb.add(kb.mul(i, TN), j), 1)
 
     def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
-        g = self.g
         n_last = self.n_axes[-1] if self.n_axes else None
 
         def body(r_local, c_local, idx, lanes):

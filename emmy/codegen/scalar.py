@@ -28,7 +28,6 @@ from math import gcd
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
-    Float16Type,
     IntegerAttr,
     TensorType,
     VectorType,

@@ -159,6 +159,60 @@ def print_axis_items(printer: Printer, items: Sequence[tuple[str, int]]) -> None
     printer.print_list(items, lambda it: printer.print_string(f"{it[0]} = {it[1]}"))
 
 
+def parse_axis_items(parser: AttrParser) -> list[tuple[str, int]]:
+    """`[m = 512, k = 1024]`."""
+    return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: _parse_axis_item(parser))
+
+
+def print_ins_results_body(printer: Printer, op: Operation) -> None:
+    """The tail shared by `loop.fused` and `tile.kernel`:
+    `ins(%a, %b : T, U) -> R attributes {...} { body }` (several results as `(R, S)`)."""
+    printer.print_string("ins(")
+    printer.print_list(op.operands, printer.print_operand)
+    if op.operands:
+        printer.print_string(" : ")
+        printer.print_list([v.type for v in op.operands], printer.print_attribute)
+    printer.print_string(") -> ")
+    types = [r.type for r in op.results]
+    if len(types) == 1:
+        printer.print_attribute(types[0])
+    else:
+        printer.print_string("(")
+        printer.print_list(types, printer.print_attribute)
+        printer.print_string(")")
+    printer.print_op_attributes(op.attributes, print_keyword=True)
+    printer.print_string(" ")
+    printer.print_region(op.regions[0])
+
+
+def parse_ins_results_body(parser: Parser):
+    """Parse what `print_ins_results_body` prints: (inputs, result types, attributes, region)."""
+    parser.parse_keyword("ins")
+    parser.parse_punctuation("(")
+    pos = parser.pos
+    operands = []
+    types: list[Attribute] = []
+    if parser.parse_optional_punctuation(")") is None:
+        operands = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
+        parser.parse_punctuation(":")
+        types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        parser.parse_punctuation(")")
+    if len(operands) != len(types):
+        parser.raise_error(f"{len(operands)} inputs but {len(types)} input types")
+    inputs = parser.resolve_operands(operands, types, pos)
+    parser.parse_punctuation("->")
+    if parser.parse_optional_punctuation("(") is not None:
+        result_types: list[Attribute] = []
+        if parser.parse_optional_punctuation(")") is None:
+            result_types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+            parser.parse_punctuation(")")
+    else:
+        result_types = [parser.parse_type()]
+    attrs = parser.parse_optional_attr_dict_with_keyword()
+    body = parser.parse_region()
+    return inputs, result_types, (dict(attrs.data) if attrs is not None else {}), body
+
+
 # --------------------------------------------------------------------------------------------
 # Helpers shared by the verifiers and by passes
 # --------------------------------------------------------------------------------------------
@@ -619,60 +673,17 @@ class FusedOp(IRDLOperation):
         printer.print_symbol_name(self.sym_name.data)
         printer.print_string(" axes [")
         print_axis_items(printer, self.axes.items())
-        printer.print_string("] ins(")
-        printer.print_list(self.inputs, printer.print_operand)
-        if self.inputs:
-            printer.print_string(" : ")
-            printer.print_list([v.type for v in self.inputs], printer.print_attribute)
-        printer.print_string(") -> ")
-        types = [r.type for r in self.results]
-        if len(types) == 1:
-            printer.print_attribute(types[0])
-        else:
-            printer.print_string("(")
-            printer.print_list(types, printer.print_attribute)
-            printer.print_string(")")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.body)
+        printer.print_string("] ")
+        print_ins_results_body(printer, self)
 
     @classmethod
     def parse(cls, parser: Parser) -> FusedOp:
         sym = parser.parse_symbol_name()
         parser.parse_keyword("axes")
-        items = parser.parse_comma_separated_list(
-            parser.Delimiter.SQUARE, lambda: _parse_axis_item(parser)
-        )
-        parser.parse_keyword("ins")
-        parser.parse_punctuation("(")
-        pos = parser.pos
-        unresolved = []
-        types: list[Attribute] = []
-        if parser.parse_optional_punctuation(")") is None:
-            unresolved.append(parser.parse_unresolved_operand())
-            while parser.parse_optional_punctuation(",") is not None:
-                unresolved.append(parser.parse_unresolved_operand())
-            parser.parse_punctuation(":")
-            types.append(parser.parse_type())
-            while parser.parse_optional_punctuation(",") is not None:
-                types.append(parser.parse_type())
-            parser.parse_punctuation(")")
-        inputs = parser.resolve_operands(unresolved, types, pos)
-        parser.parse_punctuation("->")
-        if parser.parse_optional_punctuation("(") is not None:
-            result_types: list[Attribute] = []
-            if parser.parse_optional_punctuation(")") is None:
-                result_types.append(parser.parse_type())
-                while parser.parse_optional_punctuation(",") is not None:
-                    result_types.append(parser.parse_type())
-                parser.parse_punctuation(")")
-        else:
-            result_types = [parser.parse_type()]
-        attrs = parser.parse_optional_attr_dict_with_keyword()
-        body = parser.parse_region()
+        items = parse_axis_items(parser)
+        inputs, result_types, attrs, body = parse_ins_results_body(parser)
         op = cls(sym.data, items, inputs, result_types, body)
-        if attrs is not None:
-            op.attributes |= attrs.data
+        op.attributes |= attrs
         return op
 
     def verify_(self) -> None:

@@ -54,12 +54,19 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.parser import AttrParser, Parser, UnresolvedOperand
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import IsolatedFromAbove, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from emmy.dialects.loop import AxesAttr, YieldOp, print_axis_items
+from emmy.dialects.loop import (
+    AxesAttr,
+    YieldOp,
+    parse_axis_items,
+    parse_ins_results_body,
+    print_axis_items,
+    print_ins_results_body,
+)
 from emmy.diagnostics import EmmyError
 
 KINDS: tuple[str, ...] = ("elementwise", "reduction", "contraction", "attention")
@@ -441,22 +448,8 @@ class KernelOp(IRDLOperation):
                         printer.print_string(",")
             with printer.indented(1):
                 printer.print_string("\n")
-        printer.print_string("} ins(")
-        printer.print_list(self.inputs, printer.print_operand)
-        if self.inputs:
-            printer.print_string(" : ")
-            printer.print_list([v.type for v in self.inputs], printer.print_attribute)
-        printer.print_string(") -> ")
-        types = [r.type for r in self.results]
-        if len(types) == 1:
-            printer.print_attribute(types[0])
-        else:
-            printer.print_string("(")
-            printer.print_list(types, printer.print_attribute)
-            printer.print_string(")")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.body)
+        printer.print_string("} ")
+        print_ins_results_body(printer, self)
 
     @classmethod
     def parse(cls, parser: Parser) -> KernelOp:
@@ -464,35 +457,12 @@ class KernelOp(IRDLOperation):
         parser.parse_keyword("kind")
         kind = parser.parse_str_literal(" (the kernel kind)")
         parser.parse_keyword("axes")
-        axes = parser.parse_comma_separated_list(
-            parser.Delimiter.SQUARE, lambda: _parse_axis_item(parser)
-        )
+        axes = parse_axis_items(parser)
         parser.parse_keyword("knobs")
         knobs = parser.parse_attribute()
         if not isinstance(knobs, DictionaryAttr):
             parser.raise_error("expected a dictionary of #tile.knob after 'knobs'")
-        parser.parse_keyword("ins")
-        parser.parse_punctuation("(")
-        operands: list[UnresolvedOperand] = []
-        types: list[Attribute] = []
-        if parser.parse_optional_punctuation(")") is None:
-            operands = parser.parse_comma_separated_list(
-                parser.Delimiter.NONE, parser.parse_unresolved_operand
-            )
-            parser.parse_punctuation(":")
-            types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
-            parser.parse_punctuation(")")
-        if len(operands) != len(types):
-            parser.raise_error(f"{len(operands)} inputs but {len(types)} input types")
-        inputs = parser.resolve_operands(operands, types, parser.pos)
-        parser.parse_punctuation("->")
-        if parser.parse_optional_punctuation("(") is not None:
-            result_types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
-            parser.parse_punctuation(")")
-        else:
-            result_types = [parser.parse_type()]
-        attrs = parser.parse_optional_attr_dict_with_keyword()
-        body = parser.parse_region()
+        inputs, result_types, attrs, body = parse_ins_results_body(parser)
         op = cls.create(
             operands=inputs,
             result_types=result_types,
@@ -503,15 +473,9 @@ class KernelOp(IRDLOperation):
                 "knobs": knobs,
             },
             regions=[body],
-            attributes=dict(attrs.data) if attrs is not None else {},
+            attributes=attrs,
         )
         return op
-
-
-def _parse_axis_item(parser: Parser) -> tuple[str, int]:
-    name = parser.parse_identifier(context_msg=" (axis name)")
-    parser.parse_punctuation("=")
-    return name, parser.parse_integer(allow_boolean=False, allow_negative=False)
 
 
 Tile = Dialect("tile", [KernelOp], [KnobAttr])
