@@ -21,28 +21,58 @@ from emmy.diagnostics import EmmyError
 from emmy.passes.pipeline import all_passes, pass_names
 
 
+class _LocatingParser(Parser):
+    """xDSL's parser, remembering where each operation starts (for verifier messages)."""
+
+    def __init__(self, ctx: Context, text: str, name: str):
+        super().__init__(ctx, text, name=name)
+        self.spans: dict[int, object] = {}
+
+    def parse_operation(self) -> Operation:
+        span = self._current_token.span
+        op = super().parse_operation()
+        self.spans[id(op)] = span
+        return op
+
+
 def parse_module(ctx: Context, text: str, filename: str) -> ModuleOp:
     """Parse and verify; errors become EmmyError with file:line:col."""
+    parser = _LocatingParser(ctx, text, filename)
     try:
-        module = Parser(ctx, text, name=filename).parse_module()
+        module = parser.parse_module()
     except ParseError as e:
         raise EmmyError(f"{filename}: invalid IR\n{_strip(str(e))}") from None
     except Exception as e:  # xDSL raises plain exceptions for some malformed input
         raise EmmyError(f"{filename}: invalid IR: {e}") from None
-    verify(module, f"{filename}")
+    try:
+        module.verify()
+    except (VerifyException, DiagnosticException) as e:
+        where = filename
+        op = _failing_op(module)
+        span = parser.spans.get(id(op)) if op is not None else None
+        if span is not None:
+            loc = span.get_location()  # type: ignore[attr-defined]
+            where = f"{loc.file}:{loc.line}:{loc.col}"
+        raise EmmyError(f"{where}: IR does not verify\n{_strip(str(e))}") from None
     return module
+
+
+def _failing_op(module: ModuleOp) -> Operation | None:
+    """The innermost operation whose own verifier fails."""
+    found = None
+    for op in module.walk():
+        try:
+            op.verify(verify_nested_ops=False)
+        except (VerifyException, DiagnosticException):
+            found = op
+    return found
 
 
 def verify(module: Operation, where: str) -> None:
     try:
         module.verify()
     except (VerifyException, DiagnosticException) as e:
-        loc = _op_location(e)
-        raise EmmyError(f"{where}: IR does not verify{loc}\n{_strip(str(e))}") from None
-
-
-def _op_location(e: Exception) -> str:
-    return ""
+        raise EmmyError(f"{where}: IR does not verify\n{_strip(str(e))}") from None
 
 
 def _strip(text: str) -> str:

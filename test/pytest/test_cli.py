@@ -167,3 +167,31 @@ def test_tracers_give_the_same_torch_ir():
 
 def test_unknown_tracer():
     assert_user_error(emmy("compile", MODEL, "--layer", "0", "--tracer", "jit"), "unknown tracer 'jit'", "capture, export")
+
+
+def test_run_unknown_backend():
+    assert_user_error(emmy("run", MODEL, "--layer", "0", "--backend", "tpu"), "unknown backend 'tpu'", "interpret")
+
+
+def test_compile_unwritable_output(tmp_path):
+    proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "8", "-o", str(tmp_path / "missing" / "x.cu"))
+    assert_user_error(proc, "cannot write", "x.cu")
+
+
+def test_opt_unwritable_output(tmp_path):
+    proc = emmy_opt(str(INPUTS / "torch-running-example.mlir"), "-o", str(tmp_path / "missing" / "out.mlir"))
+    assert_user_error(proc, "cannot write", "out.mlir")
+
+
+def test_opt_verifier_error_names_the_op(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text(
+        "builtin.module {\n"
+        "  func.func @f(%x: tensor<4x8xbf16>, %w: tensor<16x9xbf16>) -> tensor<4x16xbf16> {\n"
+        "    %y = torch.linear %x, %w : (tensor<4x8xbf16>, tensor<16x9xbf16>) -> tensor<4x16xbf16>\n"
+        "    func.return %y : tensor<4x16xbf16>\n"
+        "  }\n"
+        "}\n"
+    )
+    proc = emmy_opt(str(bad))
+    assert_user_error(proc, f"{bad}:3:5: IR does not verify", "torch.linear")
