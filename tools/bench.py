@@ -92,13 +92,45 @@ def emmy_plan(traced, target):
 
 
 def emmy_layer(traced, target, cache):
+    """Emmy's version of a traced module: (a function launching it and returning its outputs,
+    compile seconds)."""
     from emmy.backend.run import GpuLayer
 
     plan, compile_s = emmy_plan(traced, target)
     layer = GpuLayer(plan, target, cache)
     values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
     layer.bind(values)
-    return layer, compile_s
+
+    def run():
+        layer.launch()
+        return layer.outputs()
+
+    return run, compile_s
+
+
+class ModelCase:
+    """A whole model as a case: `layer_module`/`inputs` for the PyTorch contenders, `emmy` for Emmy."""
+
+    def __init__(self, traced):
+        self.traced = traced
+        self.layer_module = traced.torch_module()
+        self.inputs = {"input_ids": traced.input_ids, "cos": traced.cos, "sin": traced.sin}
+
+    def emmy(self, target, cache):
+        from emmy.backend.run import GpuModel
+        from emmy.driver import CompileOptions, compile_whole_model
+
+        opts = CompileOptions(model=self.traced.model_id, layer=None, tokens=self.traced.tokens, target=target)
+        t0 = time.perf_counter()
+        result = compile_whole_model(opts)
+        compile_s = time.perf_counter() - t0
+        model = GpuModel(result, target, cache, self.traced.input_ids)
+
+        def run():
+            model.launch()
+            return [model.output]
+
+        return run, compile_s
 
 
 def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
@@ -126,13 +158,9 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
             fns["max-autotune"] = lambda: tuned(*args)
         if "emmy" in contenders:
             try:
-                layer, cs = emmy_layer(traced, target, cache)
+                build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c: emmy_layer(traced, t, c))
+                emmy_fn, cs = build(target, cache)
                 row["emmy_compile_s"] = cs
-
-                def emmy_fn():
-                    layer.launch()
-                    return layer.outputs()
-
                 fns["emmy"] = emmy_fn
             except Exception as e:  # report and carry on with the others
                 row["emmy_error"] = f"{type(e).__name__}: {e}"[:500]
@@ -179,11 +207,28 @@ def layer_case(tokens: int):
     from emmy.frontend import resolve_model, trace_layer
 
     traced = trace_layer(resolve_model("Qwen/Qwen3-Embedding-0.6B"), 0, tokens)
+    return (traced, *_layer_costs(tokens))
+
+
+def _layer_costs(tokens: int) -> tuple[int, int]:
+    """FLOPs and the fewest bytes moved of one Qwen3-Embedding-0.6B decoder layer."""
     h, inter, q, kv, d = 1024, 3072, 2048, 1024, 128
     weights = h * (q + 2 * kv) + q * h + 2 * h * inter + inter * h + 2 * h + 2 * d
     flops = 2 * tokens * weights + 2 * 16 * d * tokens * tokens  # projections + causal QK^T and PV
     bytes_ = 2 * (weights + 2 * tokens * h + 2 * tokens * d)
-    return traced, flops, bytes_
+    return flops, bytes_
+
+
+def model_case(tokens: int):
+    """Qwen3-Embedding-0.6B whole (embedding, 28 layers, final norm), random weights. The same
+    weights for every contender: Emmy's compile traces the same model with the same seed."""
+    from emmy.frontend import resolve_model
+    from emmy.frontend.whole_model import trace_model
+
+    traced = trace_model(resolve_model("Qwen/Qwen3-Embedding-0.6B"), tokens)
+    flops, bytes_ = _layer_costs(tokens)
+    layers = len(traced.layers)
+    return ModelCase(traced), layers * flops, layers * bytes_ + 2 * tokens * 1024 * 2
 
 
 def main() -> None:
@@ -191,6 +236,7 @@ def main() -> None:
     ap.add_argument("--cases", default="example,layer")
     ap.add_argument("--example-sizes", default="1,32,512,4096,32768")
     ap.add_argument("--layer-sizes", default="32,512,4096")
+    ap.add_argument("--model-sizes", default="512,4096", help="tokens for the whole-model case (--cases model)")
     ap.add_argument("--contenders", default="emmy,eager,compile,max-autotune")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
@@ -227,6 +273,8 @@ def _cases(args):
         cases += [(f"example M={m}", lambda m=m: example_case(m)) for m in map(int, args.example_sizes.split(","))]
     if "layer" in args.cases:
         cases += [(f"layer T={t}", lambda t=t: layer_case(t)) for t in map(int, args.layer_sizes.split(","))]
+    if "model" in args.cases:
+        cases += [(f"model T={t}", lambda t=t: model_case(t)) for t in map(int, args.model_sizes.split(","))]
     return cases
 
 
@@ -237,9 +285,18 @@ def build_only(args, cache) -> None:
 
     from emmy.backend.run import build_cubin
 
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_whole_model
+
     plans = []
     for name, make in _cases(args):
         traced, _, _ = make()
+        if isinstance(traced, ModelCase):
+            opts = CompileOptions(model=traced.traced.model_id, layer=None, tokens=traced.traced.tokens,
+                                  target=args.target)
+            for part in compile_whole_model(opts).parts:
+                plans.append((f"{name} {part.name}", launch_plan(part.result.module)))
+            continue
         plan, _ = emmy_plan(traced, args.target)
         plans.append((name, plan))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

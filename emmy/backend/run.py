@@ -230,13 +230,51 @@ def run_on_gpu(options, cache_dir: Path):
     return RunReport(output=out_np, reference=ref_np, rel_error=rel_error(out_np, ref_np))
 
 
+class GpuModel:
+    """A whole compiled model on the GPU (`emmy.driver.ModelCompileResult`): each distinct part
+    built and loaded once, every decoder layer bound to its own weights, the layers chained
+    through their hidden-state buffers. `launch()` runs it all on PyTorch's current stream."""
+
+    def __init__(self, result, target: str, cache_dir: Path, input_ids=None):
+        import torch
+
+        from emmy.backend.plan import launch_plan
+
+        traced = result.traced
+        ids = traced.input_ids if input_ids is None else input_ids
+        modules = {p.name: GpuModule(launch_plan(p.result.module), target, cache_dir) for p in result.parts}
+        by_layer = {i: p.name for p in result.parts for i in p.layers}
+
+        def cuda(d):
+            return {k: v.cuda() for k, v in d.items()}
+
+        emb = modules["embed_tokens"].bind({"input_ids": ids.cuda(), **cuda(traced.embedding.params)})
+        self.bindings = [emb]
+        hidden = emb.outputs[0]
+        cos, sin = traced.cos.cuda(), traced.sin.cuda()
+        for i, layer in enumerate(traced.layers):
+            b = modules[by_layer[i]].bind({"hidden_states": hidden, "cos": cos, "sin": sin, **cuda(layer.params)})
+            self.bindings.append(b)
+            hidden = b.outputs[0]
+        norm = modules["norm"].bind({"hidden_states": hidden, **cuda(traced.norm.params)})
+        self.bindings.append(norm)
+        self.output = norm.outputs[0]
+        self._torch = torch
+
+    def launch(self) -> None:
+        for b in self.bindings:
+            b.launch()
+
+    def embedding(self):
+        """Qwen3-Embedding's pooled embedding: last token, L2-normalized in the model dtype."""
+        return self._torch.nn.functional.normalize(self.output[:, -1], p=2, dim=1)
+
+
 def run_model_on_gpu(options, cache_dir: Path, input_ids=None):
-    """`emmy run MODEL` (no --layer) on the GPU: every part built once, each decoder layer bound
-    to its own weights, run in order; returns the pooled, L2-normalized embedding next to
-    PyTorch's (`TracedModel.embed`, computed on the CPU)."""
+    """`emmy run MODEL` (no --layer) on the GPU: returns the pooled, L2-normalized embedding next
+    to PyTorch's (`TracedModel.embed`, computed on the CPU)."""
     import torch
 
-    from emmy.backend.plan import launch_plan
     from emmy.driver import compile_whole_model
     from emmy.execute import RunReport
     from emmy.interp.numeric import rel_error
@@ -246,25 +284,10 @@ def run_model_on_gpu(options, cache_dir: Path, input_ids=None):
     if traced is None:
         return run_on_gpu(options, cache_dir)
     ids = traced.input_ids if input_ids is None else input_ids
-    modules = {p.name: GpuModule(launch_plan(p.result.module), options.target, cache_dir) for p in result.parts}
-    by_layer = {i: p.name for p in result.parts for i in p.layers}
-    cuda = lambda d: {k: v.cuda() for k, v in d.items()}  # noqa: E731
-    bindings = []
-    emb = modules["embed_tokens"].bind({"input_ids": ids.cuda(), **cuda(traced.embedding.params)})
-    bindings.append(emb)
-    hidden = emb.outputs[0]
-    cos, sin = traced.cos.cuda(), traced.sin.cuda()
-    for i, layer in enumerate(traced.layers):
-        b = modules[by_layer[i]].bind({"hidden_states": hidden, "cos": cos, "sin": sin, **cuda(layer.params)})
-        bindings.append(b)
-        hidden = b.outputs[0]
-    norm = modules["norm"].bind({"hidden_states": hidden, **cuda(traced.norm.params)})
-    bindings.append(norm)
-    for b in bindings:
-        b.launch()
+    model = GpuModel(result, options.target, cache_dir, ids)
+    model.launch()
     torch.cuda.synchronize()
-    final = norm.outputs[0]
-    emb_out = torch.nn.functional.normalize(final[:, -1], p=2, dim=1)
+    emb_out = model.embedding()
     ref = traced.embed(ids.cpu())
     out_np, ref_np = emb_out.float().cpu().numpy(), ref.float().cpu().numpy()
     return RunReport(output=out_np, reference=ref_np, rel_error=rel_error(out_np, ref_np))

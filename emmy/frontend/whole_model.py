@@ -101,6 +101,13 @@ class TracedModel:
                 h = layer.reference({"hidden_states": h, "cos": cos, "sin": sin})
             return self.norm.reference({"hidden_states": h})
 
+    def torch_module(self) -> nn.Module:
+        """The whole model as one PyTorch module, `forward(input_ids, cos, sin)` -> the last
+        hidden state [1, T, H] (what `reference` computes; for benchmarks and torch.compile)."""
+        return _WholeModel(
+            self.embedding.layer_module, [p.layer_module for p in self.layers], self.norm.layer_module
+        )
+
     def embed(self, input_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Qwen3-Embedding's sentence embedding [1, H]: the last token's final hidden state,
         L2-normalized (`F.normalize(p=2, dim=1)`, in the model dtype, as its model card does)."""
@@ -192,6 +199,20 @@ class _Weights:
 
 def _specs(module: nn.Module, dtype: torch.dtype) -> dict[str, Spec]:
     return {n: (tuple(p.shape), dtype) for n, p in module.named_parameters()}
+
+
+class _WholeModel(nn.Module):
+    def __init__(self, embedding: nn.Module, layers: list[nn.Module], norm: nn.Module):
+        super().__init__()
+        self.embedding = embedding
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+    def forward(self, input_ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = self.embedding(input_ids)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        return self.norm(h)
 
 
 class _Runner:
