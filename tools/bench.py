@@ -300,7 +300,7 @@ def build_only(args, cache) -> None:
         plan, _ = emmy_plan(traced, args.target)
         plans.append((name, plan))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = [(name, pool.submit(build_cubin, plan.source, args.target, cache, [])) for name, plan in plans]
+        futures = [(name, pool.submit(build_cubin, plan.source, args.target, cache)) for name, plan in plans]
         for name, f in futures:
             f.result()
             print(f"built {name}", flush=True)

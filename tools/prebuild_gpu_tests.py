@@ -47,7 +47,7 @@ def main() -> None:
                                   pins=(f"*.split_k={split_k}",))
             sources.append(launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module).source)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for f in [pool.submit(build_cubin, s, args.target, cache, []) for s in set(sources)]:
+        for f in [pool.submit(build_cubin, s, args.target, cache) for s in set(sources)]:
             f.result()
     print(f"built {len(set(sources))} sources into {cache}")
 

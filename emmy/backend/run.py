@@ -40,7 +40,7 @@ def _check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
-def build_cubin(source: str, arch: str, cache_dir: Path, kernel_names: list[str]) -> bytes:
+def build_cubin(source: str, arch: str, cache_dir: Path) -> bytes:
     """nvcc once per (source, arch); later calls read the cached cubin."""
     from emmy.backend.nvcc import compile_source
 
@@ -88,7 +88,7 @@ class GpuModule:
             pass
         self.plan = plan
         self.driver = _driver()
-        cubin = build_cubin(plan.source, arch, cache_dir, [k.name for k in plan.kernels])
+        cubin = build_cubin(plan.source, arch, cache_dir)
         import numpy as np
 
         self._image = np.frombuffer(cubin, dtype=np.uint8).copy()  # kept alive with the module

@@ -97,9 +97,7 @@ def _options(args, stop_after: str):
 
 
 def cmd_compile(args) -> int:
-    from emmy.cli.dump import DumpWriter
     from emmy.driver import compile_model
-    from emmy.ir_io import print_module
 
     if args.ir is not None and args.ir not in STAGES:
         raise EmmyError(f"unknown stage '{args.ir}'", hint="valid stages: " + ", ".join(STAGES))
@@ -108,37 +106,51 @@ def cmd_compile(args) -> int:
     options = _options(args, stop)
     if args.layer is None and not _is_factory(args.model):
         return _compile_whole_model(args, options, dump_dir)
-    writer = DumpWriter(Path(dump_dir)) if dump_dir else None
-    captured: dict[str, str] = {}
-    decided: list = []
-
-    def after_each(name: str, module) -> None:
-        text = None
-        if name == "decide-forks":  # the tile ops (and their knobs) are gone after kernel lowering
-            decided.extend(_decisions(module))
-        if writer is not None:
-            text = writer.write_stage(name, module)
-        if args.ir is not None and _stage_of(name) == args.ir and (args.ir != "tile" or name == "decide-forks"):
-            captured[args.ir] = text if text is not None else print_module(module)
-
-    result = compile_model(options, after_each=after_each)
+    rec = _Recorder(Path(dump_dir) if dump_dir else None, args.ir)
+    result = compile_model(options, after_each=rec.after)
     module = result.module
-    decisions = decided
     source = _source(module) if stop == "cuda" else None
-    if writer is not None:
-        writer.write_source(_func_name(module), source)
-        writer.write_decisions(decisions)
+    rec.finish(module, source)
     if args.output and source is not None:
         _write(Path(args.output), source)
     if args.ir is not None:
-        sys.stdout.write(captured.get(args.ir, ""))
+        sys.stdout.write(rec.stage_text)
     elif not args.explain:
-        _print_summary(module, options, writer)
+        _print_summary(module, options, rec.writer)
     if args.explain:
-        _print_decisions(decisions)
+        _print_decisions(rec.decisions)
     if args.time_passes:
         _print_timings(result.timings)
     return 0
+
+
+class _Recorder:
+    """What `emmy compile` keeps while one module goes down the pipeline: the dump files (when
+    dumping), the text of the `--ir` stage, and the decisions (taken right after decide-forks:
+    the tile ops and their knobs are gone after kernel lowering)."""
+
+    def __init__(self, dump_dir: Path | None, ir: str | None):
+        from emmy.cli.dump import DumpWriter
+
+        self.writer = DumpWriter(dump_dir) if dump_dir is not None else None
+        self.ir = ir
+        self.stage_text = ""
+        self.decisions: list = []
+
+    def after(self, name: str, module) -> None:
+        from emmy.ir_io import print_module
+
+        if name == "decide-forks":
+            self.decisions = _decisions(module)
+        text = self.writer.write_stage(name, module) if self.writer is not None else None
+        # The last pass of the asked stage wins; tile is shown after decide-forks.
+        if self.ir is not None and _stage_of(name) == self.ir and (self.ir != "tile" or name == "decide-forks"):
+            self.stage_text = text if text is not None else print_module(module)
+
+    def finish(self, module, source: str | None) -> None:
+        if self.writer is not None:
+            self.writer.write_source(_func_name(module), source)
+            self.writer.write_decisions(self.decisions)
 
 
 def _is_factory(model: str) -> bool:
@@ -149,40 +161,27 @@ def _is_factory(model: str) -> bool:
 def _compile_whole_model(args, options, dump_dir) -> int:
     """`emmy compile MODEL` without --layer: the embedding, each distinct layer structure once,
     the final norm. Dumps go to one subdirectory per part."""
-    from emmy.cli.dump import DumpWriter
     from emmy.driver import compile_whole_model
-    from emmy.ir_io import print_module
 
-    writers: dict[str, DumpWriter] = {}
-    captured: dict[str, str] = {}
-    decided: dict[str, list] = {}
+    recorders: dict[str, _Recorder] = {}
 
     def after_each(part: str, name: str, module) -> None:
-        text = None
-        if name == "decide-forks":
-            decided[part] = _decisions(module)
-        if dump_dir:
-            if part not in writers:
-                writers[part] = DumpWriter(Path(dump_dir) / part)
-            text = writers[part].write_stage(name, module)
-        if args.ir is not None and _stage_of(name) == args.ir and (args.ir != "tile" or name == "decide-forks"):
-            captured[part] = text if text is not None else print_module(module)
+        if part not in recorders:
+            recorders[part] = _Recorder(Path(dump_dir) / part if dump_dir else None, args.ir)
+        recorders[part].after(name, module)
 
     result = compile_whole_model(options, after_each=after_each)
     total = 0
     for part in result.parts:
         module = part.result.module
-        decisions = decided.get(part.name, [])
-        source = _source(module) if options.stop_after == "cuda" else None
-        if part.name in writers:
-            writers[part.name].write_source(_func_name(module), source)
-            writers[part.name].write_decisions(decisions)
+        rec = recorders[part.name]
+        rec.finish(module, _source(module) if options.stop_after == "cuda" else None)
         if args.ir is not None:
-            sys.stdout.write(captured.get(part.name, ""))
+            sys.stdout.write(rec.stage_text)
             continue
         if args.explain:
             print(f"{part.name}:")
-            _print_decisions(decisions)
+            _print_decisions(rec.decisions)
             continue
         from emmy.backend.plan import launch_plan
 
@@ -195,7 +194,7 @@ def _compile_whole_model(args, options, dump_dir) -> int:
         print(f"{options.model}, {options.tokens} tokens, target {options.target}: "
               f"{len(result.parts)} distinct parts compiled, {total} kernel launches per forward pass")
         if dump_dir:
-            print(f"wrote {sum(w.count for w in writers.values())} files under {dump_dir}")
+            print(f"wrote {sum(r.writer.count for r in recorders.values())} files under {dump_dir}")
     if args.output:
         texts = [_source(p.result.module) for p in result.parts]
         _write(Path(args.output), "\n".join(texts))

@@ -20,9 +20,9 @@ def build_parts(parts, knobs, target, builder) -> Built:
 
 
 def fit_part(part, info, knobs, target, builder) -> Built:
-    """A part of a split contraction with the whole's knobs. A part with more B operands than the
-    whole was decided for (k and v together: two accumulators) may not fit them: its block_n is
-    halved, then its pipeline made shallower, until the legality check passes."""
+    """Build one part with the whole op's knobs. A part may need more than the whole was decided
+    for (k and v together: two accumulators against the whole's one): its block_n is halved, then
+    its pipeline made shallower, until the legality check passes."""
     from emmy.tuning.legality import check
 
     values = dict(knobs)
@@ -34,11 +34,10 @@ def fit_part(part, info, knobs, target, builder) -> Built:
 
 
 def split_by_outputs(op) -> list:
-    """A contraction loop whose outputs have different column axes (the running example returns
-    q over n = 2048 and k, v over d2 = 1024, all sharing the normalized A side) is one launch per
-    group of outputs with the same axes: copies of the tile op, each keeping only its group's
-    stores (and what they need). Each copy computes its rows' statistics itself; the normalized
-    values still never reach global memory."""
+    """Copies of the tile op, one per group of outputs stored over the same parallel axes, each
+    keeping only its group's stores and what they need ([op] itself when there is one group).
+    Each copy computes its rows' statistics itself; normalized values still never reach global
+    memory."""
     from xdsl.dialects.builtin import StringAttr
 
     from emmy.analysis.body import domain

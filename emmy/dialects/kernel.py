@@ -908,6 +908,28 @@ def _check_access(op: IRDLOperation, ptr_t: Attribute, value_t: Attribute) -> No
         raise VerifyException(f"{op.name}: value type {value_t} is not the pointer's element type {elt}")
 
 
+def _print_access(printer: Printer, op: Operation) -> None:
+    """`%ptr[%index] if %mask {attrs}`, shared by kernel.load and kernel.store."""
+    printer.print_operand(op.ptr)
+    printer.print_string("[")
+    printer.print_operand(op.index)
+    printer.print_string("]")
+    if op.mask is not None:
+        printer.print_string(" if ")
+        printer.print_operand(op.mask)
+    printer.print_op_attributes(op.attributes)
+
+
+def _parse_access(parser: Parser):
+    """What `_print_access` prints: (unresolved pointer, index, mask or None, attributes)."""
+    ptr = parser.parse_unresolved_operand()
+    parser.parse_punctuation("[")
+    index = parser.parse_operand(IndexType())
+    parser.parse_punctuation("]")
+    mask = parser.parse_operand(i1) if parser.parse_optional_keyword("if") else None
+    return ptr, index, mask, parser.parse_optional_attr_dict()
+
+
 @irdl_op_definition
 class LoadOp(IRDLOperation):
     """Read one element, or a vector of 2, 4 or 8 consecutive elements (at most 16 bytes, one
@@ -949,14 +971,7 @@ class LoadOp(IRDLOperation):
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
-        printer.print_operand(self.ptr)
-        printer.print_string("[")
-        printer.print_operand(self.index)
-        printer.print_string("]")
-        if self.mask is not None:
-            printer.print_string(" if ")
-            printer.print_operand(self.mask)
-        printer.print_op_attributes(self.attributes)
+        _print_access(printer, self)
         printer.print_string(" : ")
         printer.print_attribute(self.ptr.type)
         printer.print_string(" -> ")
@@ -964,12 +979,7 @@ class LoadOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> LoadOp:
-        ptr = parser.parse_unresolved_operand()
-        parser.parse_punctuation("[")
-        index = parser.parse_operand(IndexType())
-        parser.parse_punctuation("]")
-        mask = parser.parse_operand(i1) if parser.parse_optional_keyword("if") else None
-        attrs = parser.parse_optional_attr_dict()
+        ptr, index, mask, attrs = _parse_access(parser)
         parser.parse_punctuation(":")
         ptr_t = parser.parse_type()
         parser.parse_punctuation("->")
@@ -1015,14 +1025,7 @@ class StoreOp(IRDLOperation):
         printer.print_string(" ")
         printer.print_operand(self.value)
         printer.print_string(", ")
-        printer.print_operand(self.ptr)
-        printer.print_string("[")
-        printer.print_operand(self.index)
-        printer.print_string("]")
-        if self.mask is not None:
-            printer.print_string(" if ")
-            printer.print_operand(self.mask)
-        printer.print_op_attributes(self.attributes)
+        _print_access(printer, self)
         printer.print_string(" : ")
         printer.print_attribute(self.value.type)
         printer.print_string(", ")
@@ -1032,12 +1035,7 @@ class StoreOp(IRDLOperation):
     def parse(cls, parser: Parser) -> StoreOp:
         value = parser.parse_unresolved_operand()
         parser.parse_punctuation(",")
-        ptr = parser.parse_unresolved_operand()
-        parser.parse_punctuation("[")
-        index = parser.parse_operand(IndexType())
-        parser.parse_punctuation("]")
-        mask = parser.parse_operand(i1) if parser.parse_optional_keyword("if") else None
-        attrs = parser.parse_optional_attr_dict()
+        ptr, index, mask, attrs = _parse_access(parser)
         parser.parse_punctuation(":")
         value_t = parser.parse_type()
         parser.parse_punctuation(",")

@@ -21,7 +21,7 @@ The figures for sm_90/sm_90a are H200 measurements (copy bandwidth, dense bf16 m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation
@@ -67,6 +67,20 @@ class Target:
 _AMPERE = frozenset({"mma_sync", "cp_async"})
 _HOPPER = _AMPERE | {"tma"}
 
+# sm_90/sm_90a: measured on an H200 here (PyTorch): 132 SMs, 60 MB L2, ~4.3 TB/s device-to-device
+# copy, ~770-790 TFLOP/s dense bf16 (wgmma). Code for plain sm_90 has only mma.sync, roughly half
+# that rate. An H100 has the same limits with 50 MB of L2 and 3.35 TB/s.
+_SM90 = Target(
+    name="sm_90", card="H200 SXM (sm_90 code: no wgmma)", sm=90, sms=132,
+    smem_per_sm=228 * KB, smem_per_block=227 * KB,
+    regs_per_sm=65536, regs_per_thread=255,
+    max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
+    l2_bytes=60 * MB, dram_bandwidth=4.3e12, tensor_flops=400e12, fp32_flops=67e12,
+    features=_HOPPER,
+)
+# The same card compiled for sm_90a: the architecture-specific instructions (wgmma) too.
+_SM90A = replace(_SM90, name="sm_90a", card="H200 SXM", tensor_flops=790e12, features=_HOPPER | {"wgmma"})
+
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
@@ -94,27 +108,10 @@ TARGETS: dict[str, Target] = {
             l2_bytes=72 * MB, dram_bandwidth=0.9e12, tensor_flops=165e12, fp32_flops=82.6e12,
             features=_AMPERE,
         ),
-        Target(
-            name="sm_90", card="H200 SXM (sm_90 code: no wgmma)", sm=90, sms=132,
-            smem_per_sm=228 * KB, smem_per_block=227 * KB,
-            regs_per_sm=65536, regs_per_thread=255,
-            max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
-            l2_bytes=60 * MB, dram_bandwidth=4.3e12, tensor_flops=400e12, fp32_flops=67e12,
-            features=_HOPPER,
-        ),
-        Target(
-            name="sm_90a", card="H200 SXM", sm=90, sms=132,
-            smem_per_sm=228 * KB, smem_per_block=227 * KB,
-            regs_per_sm=65536, regs_per_thread=255,
-            max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
-            l2_bytes=60 * MB, dram_bandwidth=4.3e12, tensor_flops=790e12, fp32_flops=67e12,
-            features=_HOPPER | {"wgmma"},
-        ),
+        _SM90,
+        _SM90A,
     )
 }
-# sm_90/sm_90a: measured on an H200 here (PyTorch): 132 SMs, 60 MB L2, ~4.3 TB/s device-to-device
-# copy, ~770-790 TFLOP/s dense bf16 (wgmma). Code for plain sm_90 has only mma.sync, roughly half
-# that rate. An H100 has the same limits with 50 MB of L2 and 3.35 TB/s.
 
 
 def target_names() -> list[str]:
