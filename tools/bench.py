@@ -81,22 +81,22 @@ def rel_err(out, ref) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def emmy_plan(traced, target):
+def emmy_plan(traced, target, pins=()):
     from emmy.backend.plan import launch_plan
     from emmy.driver import CompileOptions, compile_traced
 
-    opts = CompileOptions(model="bench", layer=0, tokens=1, target=target)
+    opts = CompileOptions(model="bench", layer=0, tokens=1, target=target, pins=tuple(pins))
     t0 = time.perf_counter()
     result = compile_traced(traced, opts)
     return launch_plan(result.module), time.perf_counter() - t0
 
 
-def emmy_layer(traced, target, cache):
+def emmy_layer(traced, target, cache, pins=()):
     """Emmy's version of a traced module: (a function launching it and returning its outputs,
     compile seconds)."""
     from emmy.backend.run import GpuLayer
 
-    plan, compile_s = emmy_plan(traced, target)
+    plan, compile_s = emmy_plan(traced, target, pins)
     layer = GpuLayer(plan, target, cache)
     values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
     layer.bind(values)
@@ -116,11 +116,12 @@ class ModelCase:
         self.layer_module = traced.torch_module()
         self.inputs = {"input_ids": traced.input_ids, "cos": traced.cos, "sin": traced.sin}
 
-    def emmy(self, target, cache):
+    def emmy(self, target, cache, pins=()):
         from emmy.backend.run import GpuModel
         from emmy.driver import CompileOptions, compile_whole_model
 
-        opts = CompileOptions(model=self.traced.model_id, layer=None, tokens=self.traced.tokens, target=target)
+        opts = CompileOptions(model=self.traced.model_id, layer=None, tokens=self.traced.tokens, target=target,
+                              pins=tuple(pins))
         t0 = time.perf_counter()
         result = compile_whole_model(opts)
         compile_s = time.perf_counter() - t0
@@ -133,7 +134,27 @@ class ModelCase:
         return run, compile_s
 
 
-def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
+def kernel_times(fn, reps: int = 20) -> dict[str, float]:
+    """Mean device microseconds per call of every kernel `fn` launches (torch.profiler, CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0.0)
+        if t > 0 and not e.key.startswith(("cudaLaunch", "cuLaunch", "Memcpy", "Memset")):
+            out[e.key] = round(t / reps, 2)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, pins=(), profile=False):
     """Time every contender on one traced module; returns a result row."""
     module = traced.layer_module.cuda()
     inputs = {k: v.cuda() for k, v in traced.inputs.items()}
@@ -158,8 +179,8 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
             fns["max-autotune"] = lambda: tuned(*args)
         if "emmy" in contenders:
             try:
-                build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c: emmy_layer(traced, t, c))
-                emmy_fn, cs = build(target, cache)
+                build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c, p: emmy_layer(traced, t, c, p))
+                emmy_fn, cs = build(target, cache, pins)
                 row["emmy_compile_s"] = cs
                 fns["emmy"] = emmy_fn
             except Exception as e:  # report and carry on with the others
@@ -170,6 +191,8 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders):
                 torch.cuda.synchronize()
                 row[f"{key}_err"] = max(rel_err(o.reshape(r.shape), r) for o, r in zip(outs, refs))
                 row[f"{key}_s"] = time_fn(fn)
+                if profile and key == "emmy":
+                    row["emmy_kernels_us"] = kernel_times(fn)
             except Exception as e:
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
     return row
@@ -240,6 +263,9 @@ def main() -> None:
     ap.add_argument("--contenders", default="emmy,eager,compile,max-autotune")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels")
+    ap.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
+                    help="pin a schedule knob of Emmy's kernels, as emmy compile --knob (repeatable)")
     ap.add_argument("--build-only", action="store_true",
                     help="compile every case and build its cubin into EMMY_HOME (no GPU needed)")
     args = ap.parse_args()
@@ -253,9 +279,14 @@ def main() -> None:
     rows = []
     for name, make in _cases(args):
         traced, flops, bytes_ = make()
-        row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders)
+        row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, args.knob,
+                       args.profile)
+        if args.knob:
+            row["pins"] = list(args.knob)
         rows.append(row)
         print(format_row(row, contenders), flush=True)
+        for kernel, us in row.get("emmy_kernels_us", {}).items():
+            print(f"    {us:9.2f} us  {kernel}", flush=True)
         if args.json:  # after every case, so a crash keeps what was measured
             Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
                                                    "torch": torch.__version__, "rows": rows}, indent=2))
@@ -293,11 +324,11 @@ def build_only(args, cache) -> None:
         traced, _, _ = make()
         if isinstance(traced, ModelCase):
             opts = CompileOptions(model=traced.traced.model_id, layer=None, tokens=traced.traced.tokens,
-                                  target=args.target)
+                                  target=args.target, pins=tuple(args.knob))
             for part in compile_whole_model(opts).parts:
                 plans.append((f"{name} {part.name}", launch_plan(part.result.module)))
             continue
-        plan, _ = emmy_plan(traced, args.target)
+        plan, _ = emmy_plan(traced, args.target, args.knob)
         plans.append((name, plan))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = [(name, pool.submit(build_cubin, plan.source, args.target, cache)) for name, plan in plans]

@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--target", default="sm_90a")
     args = ap.parse_args()
     from running_example import make
-    from test_gpu import EXAMPLE_SPLITS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS
+    from test_gpu import EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, layer_pins
 
     from emmy.backend.plan import launch_plan
     from emmy.backend.run import build_cubin
@@ -36,15 +36,18 @@ def main() -> None:
     model = "Qwen/Qwen3-Embedding-0.6B"
     for tokens in LAYER_TOKENS + [64]:
         for workers in LAYER_WORKERS:
-            pins = () if workers is None else (f"*.workers={workers}",)
+            pins = layer_pins(workers)
+            if any("wgmma" in p for p in pins) and args.target != "sm_90a":
+                continue
             opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_model(opts).module).source)
     for tokens in EXAMPLE_TOKENS:
-        for split_k in EXAMPLE_SPLITS:
+        for pins in EXAMPLE_PINS:
+            if any("wgmma" in p for p in pins) and args.target != "sm_90a":
+                continue
             src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
                               factory=lambda t=tokens: make(t))
-            opts = CompileOptions(model="example", layer=0, tokens=tokens, target=args.target,
-                                  pins=(f"*.split_k={split_k}",))
+            opts = CompileOptions(model="example", layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module).source)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for f in [pool.submit(build_cubin, s, args.target, cache) for s in set(sources)]:

@@ -13,6 +13,8 @@ errors point into, and the path of the saved source.
 
 from __future__ import annotations
 
+import hashlib
+
 import re
 import shutil
 import subprocess
@@ -25,6 +27,16 @@ from emmy.diagnostics import EmmyError
 ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 _KERNEL_DEF = re.compile(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(')
 
+
+
+def runtime_digest() -> str:
+    """A hash of Emmy's device library (the headers every kernel includes), so that a cache of
+    built kernels keyed on it never serves a cubin built against other headers."""
+    h = hashlib.sha256()
+    for f in sorted(runtime_dir().iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 def nvcc_path() -> str | None:
     return shutil.which("nvcc")

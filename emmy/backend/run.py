@@ -41,10 +41,10 @@ def _check(result, what: str):
 
 
 def build_cubin(source: str, arch: str, cache_dir: Path) -> bytes:
-    """nvcc once per (source, arch); later calls read the cached cubin."""
-    from emmy.backend.nvcc import compile_source
+    """nvcc once per (source, arch, device library); later calls read the cached cubin."""
+    from emmy.backend.nvcc import compile_source, runtime_digest
 
-    digest = hashlib.sha256((arch + "\0" + source).encode()).hexdigest()[:24]
+    digest = hashlib.sha256((arch + "\0" + runtime_digest() + "\0" + source).encode()).hexdigest()[:24]
     kdir = cache_dir / "kernels"
     cubin = kdir / f"{digest}-{arch}.cubin"
     if cubin.exists():

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from math import prod
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32
+from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32, i64
 from xdsl.ir import Operation, SSAValue
 
 from emmy.codegen import Built, In, Launch, Out, Tmp
@@ -149,6 +149,7 @@ class Geometry:
     # wgmma
     groups: int = 1
     mi: int = 1
+    producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
     # thread
     tx: int = 1
     ty: int = 1
@@ -158,8 +159,17 @@ class Geometry:
         return self.bk if self.bk < 64 else 64
 
     @property
+    def wgmma(self) -> bool:
+        return self.workers in ("wgmma", "wgmma_ws")
+
+    @property
+    def consumers(self) -> int:
+        """Threads that compute (all of them unless a producer warpgroup stages)."""
+        return self.threads - 128 if self.producer else self.threads
+
+    @property
     def acc_per_thread(self) -> int:
-        if self.workers == "wgmma":
+        if self.wgmma:
             return self.mi * self.bn // 2
         return self.bm * self.bn // self.threads
 
@@ -179,9 +189,12 @@ def geometry(info, knobs, op, target) -> Geometry:
         raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")
     if bm % 8 or bn % 8:
         raise EmmyError(f"{where}: block_m={bm} and block_n={bn} must be multiples of 8")
-    if workers == "wgmma":
+    if workers in ("wgmma", "wgmma_ws"):
         if not target.has("wgmma"):
-            raise EmmyError(f"{where}: workers=wgmma needs sm_90a (target is {target.name})")
+            raise EmmyError(f"{where}: workers={workers} needs sm_90a (target is {target.name})")
+        if workers == "wgmma_ws":
+            g.producer = True
+            g.threads += 128
         if warps % 4:
             raise EmmyError(f"{where}: wgmma needs whole warpgroups (warps={warps})")
         g.groups = warps // 4
@@ -350,7 +363,9 @@ class ContractionBuilder:
         stats_off = tiles
         stats_bytes = len(self.prologue) * g.bm * 4 if stats_in_smem else 0
         total = tiles + stats_bytes
-        if g.workers == "wgmma":
+        if g.producer:  # full and empty mbarriers per slot, 8 bytes each
+            total = _round_up(total, 8) + 2 * g.stages * 8
+        if g.wgmma:
             total += 1024  # the runtime rounds the shared-memory base up to 1024 bytes
         return a_elems, b_elems, stats_off, total
 
@@ -369,7 +384,7 @@ class ContractionBuilder:
             arg_types += types[n_in:]
             arg_names += names[n_in:]
         stats_in_smem = bool(self.prologue) and not stats
-        raw = self.raw_a_loads()
+        raw = None if g.producer else self.raw_a_loads()
         if raw is not None and self.smem_layout(stats_in_smem, raw)[3] > self.target.smem_per_block:
             raw = None  # no room for the raw copies: compute A from global loads instead
         a_elems, b_elems, stats_off, smem = self.smem_layout(stats_in_smem, raw)
@@ -398,8 +413,8 @@ class ContractionBuilder:
             outs = list(args[pos:])
         em = BodyEmitter(kb, self.op, ptrs, outs)
         # wgmma reads tiles through the swizzle of absolute addresses: 8-row groups aligned
-        align_a = 1024 if g.workers == "wgmma" else 128
-        align_b = 8 * 2 * g.slab if g.workers == "wgmma" else 128
+        align_a = 1024 if g.wgmma else 128
+        align_b = 8 * 2 * g.slab if g.wgmma else 128
         sa = kb.shared(bf16, g.stages * a_elems, 0, align_a, "sA")
         sbs = [
             kb.shared(
@@ -430,7 +445,10 @@ class ContractionBuilder:
             row = kb.min(kb.add(m0, r_local), self.M - 1)
             return kb.load(stats_ptr, kb.add(kb.mul(p, self.B * self.M), kb.add(kb.mul(batch, self.M), row)))
 
-        if rs is not None:
+        # wgmma_ws with a computed A side: the producer sums the row statistics from the tiles
+        # it loads anyway, instead of a pass over the block's rows before the k loop
+        producer_stats = g.producer and rs is not None and self.producer_stats_ok()
+        if rs is not None and not producer_stats:
             self.emit_prologue(kb, em, rs, tid, m0, batch)
             kb.barrier()
 
@@ -446,12 +464,19 @@ class ContractionBuilder:
             for acc in accs:
                 kb.store(zero, acc, i)
 
+        if g.producer:
+            bars = kb.shared(i64, 2 * g.stages, _round_up(stats_off + (len(self.prologue) * g.bm * 4 if rs is not None else 0), 8), 8, "bars")
+            self.specialized_loop(
+                kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr,
+                rs if producer_stats else None,
+            )
+            return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
         S = g.stages
         if S >= 2:
             # lookahead L: k-steps in flight ahead of the one computed. wgmma with 3+ stages keeps
             # one group of wgmmas in flight (wait<1>), so a slot is refilled two steps after use.
-            overlap = g.workers == "wgmma" and S >= 3
+            overlap = g.wgmma and S >= 3
             L = S - 2 if overlap else S - 1
             with kb.for_(0, L, 1, unroll=0, name="s") as s:
                 kt = kb.add(kt0, s)
@@ -460,7 +485,7 @@ class ContractionBuilder:
                 kb.call("emmy::cp_async_commit")
             with kb.for_(kt0, kt1, 1, name="kt") as kt:
                 kb.call(f"emmy::cp_async_wait<{L - 1}>")
-                if g.workers == "wgmma":
+                if g.wgmma:
                     kb.call("emmy::fence_proxy_async")
                 kb.barrier()
                 nk = kb.add(kt, L)
@@ -471,7 +496,7 @@ class ContractionBuilder:
                 slot = kb.rem(kb.sub(kt, kt0), S)
                 if raw_bufs:
                     stager.compute_a(kt, slot, sa, a_elems)
-                    if g.workers == "wgmma":
+                    if g.wgmma:
                         kb.call("emmy::fence_proxy_async")
                     kb.barrier()
                 self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1 if overlap else 0)
@@ -486,7 +511,7 @@ class ContractionBuilder:
                 if raw_bufs:
                     kb.barrier()
                     stager.compute_a(kt, 0, sa, a_elems)
-                if g.workers == "wgmma":
+                if g.wgmma:
                     kb.call("emmy::fence_proxy_async")
                 kb.barrier()
                 self.compute(kb, tid, sa, sbs, 0, a_elems, b_elems, accs)
@@ -496,6 +521,82 @@ class ContractionBuilder:
         # epilogue
         self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
         return kb.finish()
+
+    def producer_stats_ok(self) -> bool:
+        """Whether the producer can compute the prologue reductions while staging A: each is a
+        sum or max over exactly the contraction's k axes, and A is computed from prefetched
+        block_m-row tensors."""
+        if not any(rows > 1 for _, rows in self.raw_a_loads() or ()):
+            return False
+        return all(
+            r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
+        )
+
+    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, rs=None) -> None:
+        """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
+        multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
+        back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
+
+        Each producer thread arrives on a slot's `full` barrier twice: when its cp.async copies
+        of the slot land (the hardware arrives; the thread goes on) and after its own stores of
+        a computed A tile. So the producer runs up to `stages` k-steps ahead of the consumers,
+        and a computed A side is loaded one k-step before it is computed. A consumer keeps one
+        group of wgmmas in flight and frees slot j - 1 once step j's group is issued and step
+        j - 1's has completed."""
+        g = self.g
+        S = g.stages
+        consumers = g.consumers
+
+        def full(slot):
+            return kb.ptr_add(bars, slot)
+
+        def empty(slot):
+            return kb.ptr_add(bars, kb.add(slot, S))
+
+        with kb.if_(kb.cmp("eq", tid, 0)):
+            for s_ in range(S):
+                kb.call("emmy::mbar_init", [full(kb.idx(s_)), kb.idx(2 * 128)])
+                kb.call("emmy::mbar_init", [empty(kb.idx(s_)), kb.idx(consumers)])
+        kb.barrier()
+        with kb.if_(kb.cmp("sge", tid, consumers)):
+            ptid = kb.sub(tid, consumers)
+            # tensors with block_m rows are prefetched; one-row ones (a norm weight) stay in L1
+            leaves = [(ld, rows) for ld, rows in self.raw_a_loads() or () if rows > 1]
+            stager = Stager(self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves)
+            if stager.leaves:  # a computed A side: its loads run one k-step ahead
+                cur, nxt = stager.a_registers(), stager.a_registers()
+                stager.prefetch_a(cur, kt0, kb.lt(kt0, kt1))
+            if rs is not None:
+                stager.start_stats()
+            with kb.for_(kt0, kt1, 1, name="kt") as kt:
+                j = kb.sub(kt, kt0)
+                slot = kb.rem(j, S)
+                kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
+                stager.stage(kt, slot, sa, sbs, kb.true(), a_elems, b_elems, deferred=False)
+                kb.call("emmy::cp_async_mbar_arrive", [full(slot)])
+                if stager.leaves:
+                    stager.prefetch_a(nxt, kb.add(kt, 1), kb.lt(kb.add(kt, 1), kt1))
+                    stager.store_a(cur, slot, sa, a_elems, kt, kb.true())
+                    stager.copy_registers(cur, nxt)
+                kb.call("emmy::fence_proxy_async")
+                kb.call("emmy::mbar_arrive", [full(slot)])
+            kb.call("emmy::cp_async_wait<0>")
+            if rs is not None:
+                stager.finish_stats(rs)
+                kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
+        with kb.if_(kb.lt(tid, consumers)):
+            with kb.for_(kt0, kt1, 1, name="kt") as kt:
+                j = kb.sub(kt, kt0)
+                slot = kb.rem(j, S)
+                kb.call("emmy::mbar_wait", [full(slot), kb.rem(kb.div(j, S), 2)])
+                kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
+                self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1)
+                with kb.if_(kb.cmp("sgt", j, 0)):
+                    kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(j, S - 1), S))])
+            kb.call("emmy::wgmma::wait<0>")
+            if rs is not None:  # the producer's row statistics
+                kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
+            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator: as many as shared memory
@@ -574,7 +675,7 @@ class ContractionBuilder:
         g = self.g
         a_stage = kb.ptr_add(sa, kb.mul(slot, a_elems))
         b_stages = [kb.ptr_add(sb, kb.mul(slot, b_elems)) for sb in sbs]
-        if g.workers == "wgmma":
+        if g.wgmma:
             wgi = kb.div(tid, 128)
             n_wg = g.bn
             for mi in range(g.mi):
@@ -608,11 +709,11 @@ class ContractionBuilder:
         """Call body(row_local, col_local, acc_index, lanes) for every accumulator group of this
         thread (lanes consecutive columns at acc_index, acc_index + 1, ...), inside unrolled loops."""
         g = self.g
-        if g.workers in ("wgmma", "mma_sync"):
+        if g.wgmma or g.workers == "mma_sync":
             lane = kb.rem(tid, 32)
             gq = kb.div(lane, 4)
             tq = kb.rem(lane, 4)
-            if g.workers == "wgmma":
+            if g.wgmma:
                 warp_in = kb.rem(kb.div(tid, 32), 4)
                 wgi = kb.div(tid, 128)
                 mt, nt, WN = g.mi, g.bn // 8, g.bn
@@ -765,7 +866,15 @@ class Stager:
     loop is unrolled here, so register-staged values computed before the tensor-core step can be
     stored after it (`finish`)."""
 
-    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, n0, batch, stat, raw_bufs=()):
+    def __init__(
+        self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, n0, batch, stat, raw_bufs=(),
+        threads: int | None = None, leaves: list | None = None,
+    ):
+        self.threads = threads or cb.g.threads  # the threads that stage (tid counts among them)
+        # (load, rows) of a computed A side: with `leaves`, stage() leaves the A side to the
+        # caller, which loads a k-step ahead (prefetch_a) and computes it later (store_a)
+        self.leaves = list(leaves or ())
+        self.partials = None  # row-statistic partial sums (start_stats)
         self.raw_bufs = list(raw_bufs)  # (load, rows, shared buffer): raw copies for a computed A
         self.cb = cb
         self.kb = kb
@@ -807,6 +916,8 @@ class Stager:
             ops.append(("b", sb, b_elems, g.bn, src, cb.cs[c], v))
         for side, sbuf, elems, rows, src, contraction, value in ops:
             base = kb.ptr_add(sbuf, kb.mul(slot, elems))
+            if side == "a" and src is None and self.leaves:
+                continue  # the caller stages it: prefetch_a, then store_a
             p = self._stage_operand(side, base, rows, src, contraction, value, kt, pred, deferred)
             if p is not None:
                 pending.append(p)
@@ -820,13 +931,13 @@ class Stager:
         chunk = cb.chunk
         per_row = g.bk // chunk
         total = g.bm * per_row
-        steps = -(-total // g.threads)
+        steps = -(-total // self.threads)
         base = kb.ptr_add(sa, kb.mul(slot, a_elems))
         raw_slots = [(load, rows, kb.ptr_add(buf, kb.mul(slot, rows * g.bk))) for load, rows, buf in self.raw_bufs]
         vt = VectorType(bf16, [chunk])
         with kb.for_(0, steps, 1, unroll=0, name="c") as it:
-            cidx = kb.add(kb.mul(it, g.threads), self.tid)
-            in_tile = None if total % g.threads == 0 else kb.lt(cidx, total)
+            cidx = kb.add(kb.mul(it, self.threads), self.tid)
+            in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
             r = kb.div(cidx, per_row)
             e = kb.mul(kb.rem(cidx, per_row), chunk)
             grow = kb.add(self.m0, r)
@@ -867,8 +978,8 @@ class Stager:
             total = rows * per_row
             vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
             with kb.for_(0, steps, 1, unroll=0, name="c") as it:
-                cidx = kb.add(kb.mul(it, g.threads), self.tid)
-                in_tile = None if total % g.threads == 0 else kb.lt(cidx, total)
+                cidx = kb.add(kb.mul(it, self.threads), self.tid)
+                in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
                 r = kb.div(cidx, per_row)
                 e = kb.mul(kb.rem(cidx, per_row), chunk)
                 soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
@@ -881,7 +992,7 @@ class Stager:
         chunk = cb.chunk
         per_row = g.bk // chunk
         total = rows * per_row
-        steps = -(-total // g.threads)
+        steps = -(-total // self.threads)
         R_total = cb.M if side == "a" else cb.N
         origin = self.m0 if side == "a" else self.n0
         regs = None
@@ -889,8 +1000,8 @@ class Stager:
             regs = kb.local(bf16, steps * chunk, f"stage_{side}")
         vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
         with kb.for_(0, steps, 1, unroll=0, name="c") as it:
-            cidx = kb.add(kb.mul(it, g.threads), self.tid)
-            in_tile = None if total % g.threads == 0 else kb.lt(cidx, total)
+            cidx = kb.add(kb.mul(it, self.threads), self.tid)
+            in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
             r = kb.div(cidx, per_row)
             e = kb.mul(kb.rem(cidx, per_row), chunk)
             grow = kb.add(origin, r)
@@ -934,6 +1045,134 @@ class Stager:
         if regs is not None:
             return (base, rows, regs, steps)
         return None
+
+    # -- a computed A side, loads first (the producer warpgroup of wgmma_ws) ---------------------------
+    def a_registers(self) -> list:
+        """Register arrays holding one k-step of the tensors a computed A side reads."""
+        g = self.cb.g
+        steps = -(-g.bm * (g.bk // self.cb.chunk) // self.threads)
+        return [self.kb.local(bf16, steps * self.cb.chunk, f"raw{i}") for i in range(len(self.leaves))]
+
+    def _a_place(self, it, kt, pred):
+        cb, kb = self.cb, self.kb
+        g, chunk = cb.g, cb.chunk
+        per_row = g.bk // chunk
+        total = g.bm * per_row
+        cidx = kb.add(kb.mul(it, self.threads), self.tid)
+        in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
+        r = kb.div(cidx, per_row)
+        e = kb.mul(kb.rem(cidx, per_row), chunk)
+        grow = kb.add(self.m0, r)
+        gk = kb.add(kb.mul(kt, g.bk), e)
+        ok = kb.and_(kb.and_(kb.and_(kb.lt(grow, cb.M), kb.lt(gk, cb.K)), pred), in_tile)
+        return in_tile, r, e, grow, gk, ok
+
+    def _a_steps(self) -> int:
+        g = self.cb.g
+        return -(-g.bm * (g.bk // self.cb.chunk) // self.threads)
+
+    def prefetch_a(self, regs, kt, pred) -> None:
+        """Issue every 16-byte load of k-step `kt`'s A side into `regs` (nothing waits here)."""
+        cb, kb = self.cb, self.kb
+        chunk = cb.chunk
+        vt = VectorType(bf16, [chunk])
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            _, r, e, grow, gk, ok = self._a_place(it, kt, pred)
+            scope = self.em.scope(self._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)))
+            for (load, _rows), reg in zip(self.leaves, regs):
+                kb.store(kb.load(self._address(scope, Leaf(load)), 0, vt, ok), reg, kb.mul(it, chunk))
+
+    def start_stats(self) -> None:
+        """Per-thread partial row statistics (one per prologue reduction and chunk row)."""
+        cb, kb = self.cb, self.kb
+        n = self._a_steps() * len(cb.prologue)
+        self.partials = kb.local(f32, n, "part")
+        with kb.for_(0, n, 1, unroll=0, name="i") as i:
+            kb.store(kb.fconst(0.0), self.partials, i)
+        inits = [0.0 if r.kind_name == "sum" else float("-inf") for r in cb.prologue]
+        if any(v != 0.0 for v in inits):
+            with kb.for_(0, self._a_steps(), 1, unroll=0, name="i") as i:
+                for p, v in enumerate(inits):
+                    if v != 0.0:
+                        kb.store(kb.fconst(v), self.partials, kb.add(kb.mul(p, self._a_steps()), i))
+
+    def _accumulate_stats(self, scope, it, ok) -> None:
+        cb, kb = self.cb, self.kb
+        for p, r in enumerate(cb.prologue):
+            init = kb.fconst(0.0 if r.kind_name == "sum" else float("-inf"))
+            part = None
+            for v in scope.value(r.yielded):
+                v = kb.to_f32(v)
+                if ok is not None:
+                    v = kb.select(ok, v, init)
+                part = v if part is None else (kb.addf(part, v) if r.kind_name == "sum" else kb.maxf(part, v))
+            idx = kb.add(kb.mul(p, self._a_steps()), it)
+            old = kb.load(self.partials, idx)
+            kb.store(kb.addf(old, part) if r.kind_name == "sum" else kb.maxf(old, part), self.partials, idx)
+
+    def finish_stats(self, rs) -> None:
+        """Combine the partials of a row's threads (consecutive lanes) and write them to `rs`."""
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        per_row = g.bk // cb.chunk
+        total = g.bm * per_row
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            cidx = kb.add(kb.mul(it, self.threads), self.tid)
+            r = kb.div(cidx, per_row)
+            first = kb.cmp("eq", kb.rem(cidx, per_row), 0)
+            if total % self.threads:
+                first = kb.and_(first, kb.lt(cidx, total))
+            for p, red in enumerate(cb.prologue):
+                v = kb.load(self.partials, kb.add(kb.mul(p, self._a_steps()), it))
+                fn = "warp_sum" if red.kind_name == "sum" else "warp_max"
+                v = kb.call(f"emmy::{fn}<{per_row}>", [v], f32)
+                kb.store(v, rs, kb.add(kb.mul(p, g.bm), r), first)
+
+    def copy_registers(self, dst, src) -> None:
+        kb, chunk = self.kb, self.cb.chunk
+        vt = VectorType(bf16, [chunk])
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            for d, s_ in zip(dst, src):
+                kb.store(kb.load(s_, kb.mul(it, chunk), vt), d, kb.mul(it, chunk))
+
+    def store_a(self, regs, slot, sa, a_elems, kt, pred) -> None:
+        """The A tile of k-step `kt` from the prefetched `regs`: the loop body's A side in f32,
+        rounded to bf16, out-of-range elements zero, into the A tile of `slot`."""
+        cb, kb = self.cb, self.kb
+        g, chunk = cb.g, cb.chunk
+        vt = VectorType(bf16, [chunk])
+        base = kb.ptr_add(sa, kb.mul(slot, a_elems))
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            in_tile, r, e, grow, gk, ok = self._a_place(it, kt, pred)
+
+            def hook_for(reg):
+                def hook(scope):
+                    vec = kb.load(reg, kb.mul(it, chunk), vt)
+                    return [kb.extract(vec, j) for j in range(chunk)]
+
+                return hook
+
+            hooks = {}
+            others = _loads_in(cb.cs[0]) + [o for r in cb.prologue for o in r.walk() if isinstance(o, LoadOp)]
+            for (load, _rows), reg in zip(self.leaves, regs):
+                hooks[load] = hook_for(reg)
+                for other in others:
+                    if other is not load and same_expr(other.result, load.result):
+                        hooks[other] = hooks[load]
+            overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
+            # clamped coordinates, no mask: out-of-range lanes are replaced below (a masked
+            # scope predicates every load and halves the producer's speed, measured on H200)
+            scope = self.em.scope(
+                self._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)), lane_axis=cb.k_last,
+                lanes=chunk, overrides=overrides, load_hooks=hooks,
+            )
+            if self.partials is not None:
+                self._accumulate_stats(scope, it, ok)
+            vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
+            zero = kb.fconst(0.0, bf16)
+            vals = [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
+            soff = kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType())
+            kb.store(kb.pack(vals, vt), kb.ptr_add(base, soff), 0, in_tile)
 
     def _coords(self, side, row, k) -> dict:
         cb, kb = self.cb, self.kb

@@ -33,6 +33,8 @@ default; export stays available and tested (test/pytest/test_export_tracer.py).
 
 from __future__ import annotations
 
+import inspect
+
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -110,7 +112,7 @@ def trace_layer(
         raise EmmyError(f"--tokens must be at least 1, got {tokens}")
     check_tracer(tracer)
     if source.kind == "factory":
-        return _trace_factory(source, tracer)
+        return _trace_factory(source, tracer, tokens)
     assert source.config is not None
     config = dict(source.config)
     n_layers = int(config.get("num_hidden_layers", 0))
@@ -306,10 +308,15 @@ def _load_weights(module: nn.Module, weights_dir: Path, layer: int) -> None:
 
 
 # ------------------------------------------------------------------------------------ factories
-def _trace_factory(source: ModelSource, tracer: Tracer) -> TracedLayer:
+def _trace_factory(source: ModelSource, tracer: Tracer, tokens: int) -> TracedLayer:
+    """Trace what `fn()` returns; a factory with a `tokens` parameter gets `--tokens`."""
     assert source.factory is not None
     try:
-        made = source.factory()
+        wants_tokens = "tokens" in inspect.signature(source.factory).parameters
+    except (TypeError, ValueError):
+        wants_tokens = False
+    try:
+        made = source.factory(tokens=tokens) if wants_tokens else source.factory()
     except EmmyError:
         raise
     except Exception as e:

@@ -19,8 +19,10 @@ Meanings (what the kernel stage does with each value):
 - `stages`: shared-memory staging depth of the k loop (1 = operands go straight to registers,
   2 = double buffering, ...).
 - `workers`: who computes a tile: plain threads (`thread`), warps with `mma.sync` (`mma_sync`), or
-  warpgroups with `wgmma` (`wgmma`, sm_90a only).
-- `warps`: warps per block (threads = 32 * warps).
+  warpgroups with `wgmma` (`wgmma`, sm_90a only), or warpgroups with `wgmma` fed by one more
+  warpgroup that only stages operands, handing pipeline slots over with mbarriers instead of
+  block-wide barriers (`wgmma_ws`, warp-specialized, sm_90a only).
+- `warps`: warps per block that compute (threads = 32 * warps, plus 128 with `wgmma_ws`).
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
   `split` computes it in a kernel of its own first.
@@ -43,7 +45,7 @@ KnobValue = int | str
 
 KINDS: tuple[str, ...] = ("elementwise", "reduction", "contraction", "attention")
 
-WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma")
+WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma", "wgmma_ws")
 FUSION: tuple[str, ...] = ("fused", "split")
 
 # The full spaces, before the target filters them.
@@ -82,7 +84,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
 }
 
 # Which target feature a knob value needs.
-_NEEDS_FEATURE: dict[KnobValue, str] = {"mma_sync": "mma_sync", "wgmma": "wgmma"}
+_NEEDS_FEATURE: dict[KnobValue, str] = {"mma_sync": "mma_sync", "wgmma": "wgmma", "wgmma_ws": "wgmma"}
 
 
 def knob_names(kind: str, *, fusion: bool = False) -> tuple[str, ...]:

@@ -16,7 +16,8 @@ Limits checked (contraction): threads per block; shared memory of the staged ope
 accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling (16x8x16 per
 warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
-bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps). Attention,
+bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps). `wgmma_ws`
+has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
 """
 
@@ -132,9 +133,16 @@ def _vector(
 # --------------------------------------------------------------------------------------------
 
 
+def _producer_threads(v) -> int:
+    """`workers = wgmma_ws` adds a producer warpgroup to the block's computing warps."""
+    return 128 if v.has("workers") and v["workers"] == "wgmma_ws" else 0
+
+
 def _c_threads(info, v, t, reasons):
     if v.has("warps"):
-        _threads(v, t, reasons, 32 * v["warps"], f"warps={v['warps']} x 32")
+        extra = _producer_threads(v)
+        what = f"warps={v['warps']} x 32" + (" + a producer warpgroup of 128" if extra else "")
+        _threads(v, t, reasons, 32 * v["warps"] + extra, what)
 
 
 def _c_smem(info, v, t, reasons):
@@ -163,7 +171,7 @@ def _c_registers(info, v, t, reasons):
     acc = nc * bm * bn / threads
     # A block's threads share the SM's register file: 512 threads get at most 128 registers
     # each, of which about 40 go to addresses, staging and the epilogue (ptxas, sm_90a).
-    regs = min(t.regs_per_thread, t.regs_per_sm // threads)
+    regs = min(t.regs_per_thread, t.regs_per_sm // (threads + _producer_threads(v)))
     budget = min(MAX_ACC_PER_THREAD, regs - REGS_BESIDES_ACCUMULATORS)
     if acc > budget:
         what = f"{nc} x " if nc > 1 else ""
@@ -192,26 +200,26 @@ def _c_workers(info, v, t, reasons):
                     f"mma_sync: block_m={bm} x block_n={bn} cannot be split among warps={wp} "
                     f"into tiles of at least 16x8 (multiples of 16 rows and 8 columns per warp)"
                 )
-    elif w == "wgmma":
+    elif w in ("wgmma", "wgmma_ws"):
         if v.has("warps") and v["warps"] % 4:
-            reasons.append(f"wgmma: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
+            reasons.append(f"{w}: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
         if v.has("block_m") and v["block_m"] % 64:
-            reasons.append(f"wgmma: block_m={v['block_m']} is not a multiple of 64")
+            reasons.append(f"{w}: block_m={v['block_m']} is not a multiple of 64")
         if v.has("block_m", "warps") and v["warps"] % 4 == 0 and v["block_m"] % 64 == 0:
             groups = v["warps"] // 4
             if v["block_m"] % (64 * groups):
                 reasons.append(
-                    f"wgmma: block_m={v['block_m']} does not give each of the {groups} "
+                    f"{w}: block_m={v['block_m']} does not give each of the {groups} "
                     f"warpgroups 64-row slices (block_m must be a multiple of {64 * groups})"
                 )
         if v.has("block_n"):
             bn = v["block_n"]
             if bn % 8 or bn > 256:
-                reasons.append(f"wgmma: block_n={bn} must be a multiple of 8 and at most 256")
+                reasons.append(f"{w}: block_n={bn} must be a multiple of 8 and at most 256")
         if v.has("block_k") and v["block_k"] % 16:
-            reasons.append(f"wgmma: block_k={v['block_k']} is not a multiple of 16")
+            reasons.append(f"{w}: block_k={v['block_k']} is not a multiple of 16")
         if v.has("stages") and v["stages"] < 2:
-            reasons.append("wgmma reads its operands from shared memory: stages must be at least 2")
+            reasons.append(f"{w} reads its operands from shared memory: stages must be at least 2")
 
 
 def _c_split(info, v, t, reasons):

@@ -28,7 +28,7 @@ def _knobs(values: dict) -> str:
     domains = {
         "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 128, 256]",
         "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5]",
-        "workers": '["thread", "mma_sync", "wgmma"]', "warps": "[1, 2, 4, 8, 16]",
+        "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]",
     }
@@ -308,6 +308,35 @@ def test_wgmma_pipeline_keeps_one_group_in_flight():
     assert calls.count("emmy::wgmma::wait<0>") == 1  # after the main loop only
     # lookahead of stages - 2: cp.async groups waited down to stages - 3 pending
     assert "emmy::cp_async_wait<0>" in calls
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_warp_specialized_pipeline(stages):
+    """workers=wgmma_ws: a producer warpgroup stages, mbarriers hand slots over, no block-wide
+    barrier inside the k loop (test_nvcc.py builds such kernels for sm_90a)."""
+    text = rmsnorm_matmul(M=200, N=96, K=448, workers="wgmma_ws", block_m=128, block_n=64, warps=8, stages=stages)
+    module = lower(text, "convert-tile-to-kernel")
+    f = kernel_funcs(module)["rms_norm_qkv_proj"]
+    assert f.threads == 8 * 32 + 128
+    calls = callees(f)
+    assert calls.count("emmy::mbar_init") == 2 * stages
+    assert "emmy::mbar_wait" in calls and "emmy::mbar_arrive" in calls
+    assert "emmy::cp_async_mbar_arrive" in calls and "emmy::cp_async_wait<0>" in calls
+    shared = {op.result.name_hint: op for op in f.walk() if isinstance(op, K.SharedOp)}
+    assert set(shared) == {"sA", "sB", "rs", "bars"}  # A is computed by the producer, no raw copies
+    # the producer sums the row statistics from the x tiles it loads (8 threads per row), so
+    # there is no pass over the block's rows before the k loop (one warp per row)
+    assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
+    assert calls.count("emmy::named_barrier<384>") == 2
+    loops = [op for op in f.walk() if isinstance(op, K.ForOp) and op.body.block.args[0].name_hint == "kt"]
+    assert len(loops) == 2  # the producer's and the consumers'
+    for loop in loops:
+        assert not any(isinstance(op, K.BarrierOp) for op in loop.walk())
+
+
+def test_warp_specialized_needs_sm90a():
+    with pytest.raises(EmmyError, match="workers=wgmma_ws needs sm_90a"):
+        lower(rmsnorm_matmul(target="sm_90", workers="wgmma_ws"), "convert-tile-to-kernel")
 
 
 def test_split_k_and_split_fusion_launch_sequence():

@@ -21,9 +21,24 @@ def _cache(tmp_path):
 
 
 LAYER_TOKENS = [7, 33, 130]
-LAYER_WORKERS = ["mma_sync", None]
+LAYER_WORKERS = ["mma_sync", None, "wgmma_ws"]
 EXAMPLE_TOKENS = [5, 64, 300]
-EXAMPLE_SPLITS = [1, 2]
+EXAMPLE_PINS = [("*.split_k=1",), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=wgmma_ws", "*.split_k=2")]
+# The layer's contraction kernels (attention has no wgmma_ws).
+LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]
+
+
+def layer_pins(workers: str | None) -> tuple[str, ...]:
+    if workers is None:
+        return ()
+    if workers == "wgmma_ws":
+        return tuple(f"{k}.workers=wgmma_ws" for k in LAYER_CONTRACTIONS)
+    return (f"*.workers={workers}",)
+
+
+def _needs(pins, target: str) -> None:
+    if any("wgmma" in p for p in pins) and target != "sm_90a":
+        pytest.skip("wgmma needs sm_90a")
 
 
 def _target() -> str:
@@ -37,15 +52,16 @@ def test_layer_matches_pytorch(tokens, workers, tmp_path):
     from emmy.backend.run import run_on_gpu
     from emmy.driver import CompileOptions
 
-    pins = () if workers is None else (f"*.workers={workers}",)
+    pins = layer_pins(workers)
+    _needs(pins, _target())
     opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target=_target(), pins=pins)
     report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.rel_error <= 1e-2, report.rel_error
 
 
 @pytest.mark.parametrize("tokens", EXAMPLE_TOKENS)
-@pytest.mark.parametrize("split_k", EXAMPLE_SPLITS)
-def test_running_example_matches_pytorch(tokens, split_k, tmp_path):
+@pytest.mark.parametrize("pins", EXAMPLE_PINS, ids=lambda p: ",".join(p))
+def test_running_example_matches_pytorch(tokens, pins, tmp_path):
     import sys
     from pathlib import Path
 
@@ -61,8 +77,8 @@ def test_running_example_matches_pytorch(tokens, split_k, tmp_path):
     src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
                       factory=lambda: make(tokens))
     traced = trace_layer(src, 0, tokens)
-    opts = CompileOptions(model="example", layer=0, tokens=tokens, target=_target(),
-                          pins=(f"*.split_k={split_k}",))
+    _needs(pins, _target())
+    opts = CompileOptions(model="example", layer=0, tokens=tokens, target=_target(), pins=pins)
     result = compile_traced(traced, opts)
     layer = GpuLayer(launch_plan(result.module), opts.target, _cache(tmp_path))
     layer.bind({k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()})

@@ -45,6 +45,8 @@ CASES = {
         rmsnorm_matmul(M=200, N=136, K=520, target="sm_90a", workers="wgmma", block_m=128, block_n=128, block_k=64, stages=3, warps=8),
         rmsnorm_matmul(M=64, N=64, K=512, target="sm_90a", workers="wgmma", block_k=32, split_k=2, stages=4),
         gate_up(target="sm_90a", workers="wgmma", block_m=64, block_n=64, block_k=64, warps=4),
+        rmsnorm_matmul(M=200, N=96, K=448, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64, warps=8, stages=4),
+        gate_up(target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64, block_k=64, warps=4, stages=3),
     ],
 }
 

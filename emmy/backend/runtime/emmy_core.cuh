@@ -135,6 +135,78 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Pipelines between warps (sm_90+): shared-memory mbarriers and named barriers.
+//
+// A warp-specialized k loop has, per pipeline slot, a `full` barrier (each producer thread
+// arrives twice: once its stores are done, once its cp.async copies land) and an `empty` barrier (its consumers arrive once
+// their tensor-core reads of the slot are done). Round j of a slot completes phase j, so a
+// waiter of round j waits for parity j & 1; waiting for parity 1 on a fresh barrier returns at
+// once (the producer's first pass over the empty slots). Barriers are 8-byte shared words.
+// ---------------------------------------------------------------------------------------------
+
+// Initialize a barrier expecting `count` arrivals per phase. One thread; then __syncthreads().
+__device__ __forceinline__ void mbar_init(long long* bar, int count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b), "r"(count) : "memory");
+#endif
+}
+
+// Arrive (release: this thread's earlier shared-memory writes are visible to whoever waits).
+__device__ __forceinline__ void mbar_arrive(long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(b) : "memory");
+#endif
+}
+
+// Arrive once this thread's earlier cp.async copies have landed (the barrier's expected count
+// includes this arrival; the thread does not wait).
+__device__ __forceinline__ void cp_async_mbar_arrive(long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(b) : "memory");
+#endif
+}
+
+// Wait until the phase with parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(long long* bar, int parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n"
+      " .reg .pred done;\n"
+      "WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT_%=;\n"
+      "}\n" ::"r"(b), "r"(parity)
+      : "memory");
+#endif
+}
+
+// Barrier among the THREADS threads (a multiple of 32) that call it with the same id (1..15;
+// 0 is __syncthreads).
+template <int THREADS>
+__device__ __forceinline__ void named_barrier(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
+// Give this warpgroup's registers back (producers) or take more (consumers); the counts must be
+// multiples of 8 between 24 and 256, and every warp of the warpgroup must call it.
+template <int REGS>
+__device__ __forceinline__ void regs_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+template <int REGS>
+__device__ __forceinline__ void regs_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // Swizzled K-major operand tiles in shared memory (used by mma::warp_tile, wgmma::tile and
 // fma::thread_tile alike; the same layout TMA's 32/64/128-byte swizzles produce).
 //

@@ -9,7 +9,7 @@
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128]>,
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>,
 // CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>,
-// CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>,
+// CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma", "wgmma_ws"]>,
 // CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>,
 // CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8]>,
 // CHECK-NEXT:   fusion = #tile.knob<"fusion", ["fused", "split"]>
