@@ -445,8 +445,10 @@ class ContractionBuilder:
             row = kb.min(kb.add(m0, r_local), self.M - 1)
             return kb.load(stats_ptr, kb.add(kb.mul(p, self.B * self.M), kb.add(kb.mul(batch, self.M), row)))
 
-        # wgmma_ws with a computed A side: the producer sums the row statistics from the tiles
-        # it loads anyway, instead of a pass over the block's rows before the k loop
+        # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
+        # anyway (by the producer, or by the consumers transforming A in place), instead of a
+        # pass over the block's rows before the k loop
+        inplace = self.inplace_a_leaf() if g.producer else None
         producer_stats = g.producer and rs is not None and self.producer_stats_ok()
         if rs is not None and not producer_stats:
             self.emit_prologue(kb, em, rs, tid, m0, batch)
@@ -468,7 +470,7 @@ class ContractionBuilder:
             bars = kb.shared(i64, 2 * g.stages, _round_up(stats_off + (len(self.prologue) * g.bm * 4 if rs is not None else 0), 8), 8, "bars")
             self.specialized_loop(
                 kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr,
-                rs if producer_stats else None,
+                rs if producer_stats else None, inplace,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
@@ -522,6 +524,30 @@ class ContractionBuilder:
         self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
         return kb.finish()
 
+    def inplace_a_leaf(self) -> LoadOp | None:
+        """The one block_m-row tensor a computed A side reads, when A can be computed in place:
+        the producer copies that tensor's tile into the A slot (cp.async) and each consumer
+        warpgroup rewrites its own rows of it (other tensors A reads have one row, e.g. a norm
+        weight, and are read through L1); A must not use the row statistics. None otherwise."""
+        leaves = self.raw_a_loads() or []
+        big = [ld for ld, rows in leaves if rows > 1]
+        if len(big) != 1:
+            return None
+        a_value = _side_value(self.cs[0].a, self.cs[0].a_factors)
+        roots = [a_value] if a_value is not None else list(self.cs[0].a_factors)
+        prologue = {r.result for r in self.prologue}
+        seen, stack = set(), list(roots)
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in prologue:
+                return None
+            if isinstance(v.owner, Operation):
+                stack.extend(v.owner.operands)
+        return big[0]
+
     def producer_stats_ok(self) -> bool:
         """Whether the producer can compute the prologue reductions while staging A: each is a
         sum or max over exactly the contraction's k axes, and A is computed from prefetched
@@ -532,7 +558,7 @@ class ContractionBuilder:
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
         )
 
-    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, rs=None) -> None:
+    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, rs=None, inplace=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
         multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
         back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
@@ -542,10 +568,16 @@ class ContractionBuilder:
         a computed A tile. So the producer runs up to `stages` k-steps ahead of the consumers,
         and a computed A side is loaded one k-step before it is computed. A consumer keeps one
         group of wgmmas in flight and frees slot j - 1 once step j's group is issued and step
-        j - 1's has completed."""
+        j - 1's has completed.
+
+        With `inplace` (the tensor a computed A side reads, see inplace_a_leaf) the producer
+        only copies: that tensor's tile goes into the A slot, and each consumer warpgroup
+        computes A over its own rows in place (and sums the row statistics into `rs`) while its
+        previous wgmma group runs."""
         g = self.g
         S = g.stages
         consumers = g.consumers
+        consumer_rs, rs = (rs, None) if inplace is not None else (None, rs)
 
         def full(slot):
             return kb.ptr_add(bars, slot)
@@ -561,8 +593,8 @@ class ContractionBuilder:
         with kb.if_(kb.cmp("sge", tid, consumers)):
             ptid = kb.sub(tid, consumers)
             # tensors with block_m rows are prefetched; one-row ones (a norm weight) stay in L1
-            leaves = [(ld, rows) for ld, rows in self.raw_a_loads() or () if rows > 1]
-            stager = Stager(self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves)
+            leaves = [] if inplace is not None else [(ld, rows) for ld, rows in self.raw_a_loads() or () if rows > 1]
+            stager = Stager(self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves, a_copy=inplace)
             if stager.leaves:  # a computed A side: its loads run one k-step ahead
                 cur, nxt = stager.a_registers(), stager.a_registers()
                 stager.prefetch_a(cur, kt0, kb.lt(kt0, kt1))
@@ -585,17 +617,25 @@ class ContractionBuilder:
                 stager.finish_stats(rs)
                 kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
         with kb.if_(kb.lt(tid, consumers)):
+            transform = None
+            if inplace is not None:
+                transform = InPlaceA(self, kb, em, tid, m0, batch, inplace, consumer_rs)
             with kb.for_(kt0, kt1, 1, name="kt") as kt:
                 j = kb.sub(kt, kt0)
                 slot = kb.rem(j, S)
                 kb.call("emmy::mbar_wait", [full(slot), kb.rem(kb.div(j, S), 2)])
-                kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
+                if transform is not None:
+                    transform.step(sa, slot, a_elems, kt)
+                else:
+                    kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
                 self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1)
                 with kb.if_(kb.cmp("sgt", j, 0)):
                     kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(j, S - 1), S))])
             kb.call("emmy::wgmma::wait<0>")
             if rs is not None:  # the producer's row statistics
                 kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
+            if transform is not None and consumer_rs is not None:
+                transform.finish_stats()
             self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
 
     def min_blocks(self, smem: int) -> int:
@@ -868,13 +908,14 @@ class Stager:
 
     def __init__(
         self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, n0, batch, stat, raw_bufs=(),
-        threads: int | None = None, leaves: list | None = None,
+        threads: int | None = None, leaves: list | None = None, a_copy: LoadOp | None = None,
     ):
         self.threads = threads or cb.g.threads  # the threads that stage (tid counts among them)
         # (load, rows) of a computed A side: with `leaves`, stage() leaves the A side to the
         # caller, which loads a k-step ahead (prefetch_a) and computes it later (store_a)
         self.leaves = list(leaves or ())
         self.partials = None  # row-statistic partial sums (start_stats)
+        self.a_copy = a_copy  # copy this tensor's tile into the A slot (A is computed in place)
         self.raw_bufs = list(raw_bufs)  # (load, rows, shared buffer): raw copies for a computed A
         self.cb = cb
         self.kb = kb
@@ -910,6 +951,8 @@ class Stager:
         if self.raw_bufs:
             for load, rows, buf in self.raw_bufs:
                 ops.append(("a", buf, rows * g.bk, rows, Leaf(load), cb.cs[0], None))
+        elif self.a_copy is not None:
+            ops.append(("a", sa, a_elems, g.bm, Leaf(self.a_copy), cb.cs[0], None))
         else:
             ops.append(("a", sa, a_elems, g.bm, self.a_src, cb.cs[0], self.a_value))
         for c, (sb, src, v) in enumerate(zip(sbs, self.b_srcs, self.b_values)):
@@ -1205,6 +1248,91 @@ class Stager:
             v = [kb.to_f32(x) for x in scope.value(f)]
             out = v if out is None else [kb.mulf(a, b) for a, b in zip(out, v)]
         return out
+
+
+class InPlaceA:
+    """A consumer warpgroup's in-place A transform (wgmma_ws): its rows of the A slot hold the
+    raw tile of the one tensor A reads (copied by the producer); each thread rewrites a fixed
+    set of 16-byte chunks (same rows, same k offsets every step) with the A side computed from
+    them, and sums the row statistics of those rows on the way."""
+
+    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, batch, leaf: LoadOp, rs):
+        g = cb.g
+        self.cb, self.kb, self.em = cb, kb, em
+        self.m0, self.batch, self.leaf, self.rs = m0, batch, leaf, rs
+        self.wg = kb.div(tid, 128)
+        self.lt = kb.rem(tid, 128)
+        self.rows = 64 * g.mi  # rows of the A tile this warpgroup multiplies
+        self.per_row = g.bk // cb.chunk
+        self.steps = self.rows * self.per_row // 128
+        self.stager = Stager(cb, kb, em, self.lt, m0, None, batch, None, (), threads=128)
+        self.partials = None
+        if rs is not None:
+            self.partials = kb.local(f32, self.steps * len(cb.prologue), "part")
+            for p, r in enumerate(cb.prologue):
+                init = kb.fconst(0.0 if r.kind_name == "sum" else float("-inf"))
+                with kb.for_(0, self.steps, 1, unroll=0, name="i") as i:
+                    kb.store(init, self.partials, kb.add(kb.mul(p, self.steps), i))
+
+    def _place(self, it):
+        kb, cb = self.kb, self.cb
+        cidx = kb.add(kb.mul(it, 128), self.lt)
+        r = kb.add(kb.mul(self.wg, self.rows), kb.div(cidx, self.per_row))
+        e = kb.mul(kb.rem(cidx, self.per_row), cb.chunk)
+        return cidx, r, e
+
+    def step(self, sa, slot, a_elems, kt) -> None:
+        kb, cb, g = self.kb, self.cb, self.cb.g
+        chunk = cb.chunk
+        vt = VectorType(bf16, [chunk])
+        base = kb.ptr_add(sa, kb.mul(slot, a_elems))
+        with kb.for_(0, self.steps, 1, unroll=0, name="c") as it:
+            _, r, e = self._place(it)
+            grow = kb.add(self.m0, r)
+            gk = kb.add(kb.mul(kt, g.bk), e)
+            ok = kb.and_(kb.lt(grow, cb.M), kb.lt(gk, cb.K))
+            ptr = kb.ptr_add(base, kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType()))
+            raw = kb.load(ptr, 0, vt)
+            lanes = [kb.extract(raw, j) for j in range(chunk)]
+            hooks = {}
+            others = _loads_in(cb.cs[0]) + [o for red in cb.prologue for o in red.walk() if isinstance(o, LoadOp)]
+            for other in [self.leaf, *others]:
+                if other is self.leaf or same_expr(other.result, self.leaf.result):
+                    hooks[other] = lambda scope, lanes=lanes: lanes
+            # clamped coordinates, no mask (out-of-range lanes are replaced below)
+            scope = self.em.scope(
+                self.stager._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)),
+                lane_axis=cb.k_last, lanes=chunk, load_hooks=hooks,
+            )
+            if self.partials is not None:
+                for p, red in enumerate(cb.prologue):
+                    init = kb.fconst(0.0 if red.kind_name == "sum" else float("-inf"))
+                    part = None
+                    for v in scope.value(red.yielded):
+                        v = kb.select(ok, kb.to_f32(v), init)
+                        part = v if part is None else (kb.addf(part, v) if red.kind_name == "sum" else kb.maxf(part, v))
+                    idx = kb.add(kb.mul(p, self.steps), it)
+                    old = kb.load(self.partials, idx)
+                    kb.store(kb.addf(old, part) if red.kind_name == "sum" else kb.maxf(old, part), self.partials, idx)
+            vals = self.stager._lanes(scope, self.stager.a_value, cb.cs[0].a_factors)
+            zero = kb.fconst(0.0, bf16)
+            vals = [kb.select(ok, kb.to_type(v, bf16), zero) for v in vals]
+            kb.store(kb.pack(vals, vt), ptr, 0)
+        kb.call("emmy::fence_proxy_async")
+        kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
+
+    def finish_stats(self) -> None:
+        """Combine the partials of a row's threads and write the warpgroup's rows of `rs`."""
+        kb, cb, g = self.kb, self.cb, self.cb.g
+        with kb.for_(0, self.steps, 1, unroll=0, name="c") as it:
+            cidx, r, _ = self._place(it)
+            first = kb.cmp("eq", kb.rem(cidx, self.per_row), 0)
+            for p, red in enumerate(cb.prologue):
+                v = kb.load(self.partials, kb.add(kb.mul(p, self.steps), it))
+                fn = "warp_sum" if red.kind_name == "sum" else "warp_max"
+                v = kb.call(f"emmy::{fn}<{self.per_row}>", [v], f32)
+                kb.store(v, self.rs, kb.add(kb.mul(p, g.bm), r), first)
+        kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
 
 
 def _round_up(n: int, m: int) -> int:

@@ -11,13 +11,13 @@ search takes the first value of each list that keeps the partial assignment lega
 when a later knob has no legal value, so pinned values and target limits are always respected.
 
 The preferences (tier `rule` in the IR):
-- contraction: tensor-core workers (`wgmma` on sm_90a when M >= 64, else `mma_sync`); block_m,
+- contraction: tensor-core workers (warp-specialized `wgmma_ws` on sm_90a when M >= 64, else
+  `mma_sync`); block_m,
   block_n and split_k ranked by a small roofline estimate that counts tiles and waves on the SMs
   (small M -> small block_m, narrower block_n or split_k to fill the SMs; large M -> big tiles),
   preferring tiles that divide the extents; block_k 64 (16-byte rows of bf16); 3-4 stages when
   there are enough k-steps and shared memory; warps from the tile area; 16-byte vectors.
-- attention: block_q 128 for long sequences that still fill the SMs, else 64 (smaller for tiny
-  sequences); block_kv 64 (128 for head dims <= 64); one 16-row slice per warp.
+- attention: block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head dims <= 64); one 16-row slice per warp.
 - reduction: 16-byte vectors; one warp per row for rows up to 1024 elements (several rows per
   block), a block per row for longer rows; enough blocks to fill the SMs.
 - elementwise: 16-byte vectors, 256 threads, more items per thread only for large tensors.
@@ -168,17 +168,27 @@ def gemm_estimate(
     else:
         rate = target.tensor_flops / target.sms
     intensity = bm * nc * bn / (bm + nc * bn)  # FMAs per loaded element, per k
+    if workers in ("wgmma", "wgmma_ws"):
+        # one wgmma reads a 64-row slice of A and block_n rows of B from shared memory, per
+        # contraction: narrow tiles starve the tensor cores (H200, dual gate/up at M=512:
+        # 128x128 tiles 1.5x faster than 128x64 ones)
+        intensity = min(intensity, 64 * bn / (64 + bn))
     rate *= min(1.0, intensity / 64)
     compute = waves * 2 * bm * bn * nc * kpart / rate
     elt = info.element_bytes
     unique = batch * (M * K + nc * N * K + M * N * nc) * elt
     reread = batch * (ceil(N / bn) * M * K + ceil(M / bm) * nc * N * K) * elt  # mostly from L2
-    busy = min(1.0, tiles / target.sms)
+    # about half the SMs can already pull the whole memory bandwidth
+    busy = min(1.0, 2 * tiles / target.sms)
     memory = unique / (target.dram_bandwidth * busy) + reread / (3 * target.dram_bandwidth * busy)
     # Loads and arithmetic overlap, not perfectly.
     seconds = max(compute, memory) + 0.1 * min(compute, memory) + LAUNCH_OVERHEAD_S
     if sk > 1:  # partial sums written, read back and added
         seconds += 2 * sk * batch * M * N * nc * 4 / target.dram_bandwidth + SPLIT_OVERHEAD_S
+    if workers == "wgmma_ws" and bm > 128:
+        # each consumer warpgroup multiplies one 64-row slice best (H200: 128x256 tiles beat
+        # 256x128 ones); taller tiles give a warpgroup two slices and twice the accumulators
+        seconds *= 1.15
     padded = ceil(M / bm) * bm * ceil(N / bn) * bn
     waste = 1 - M * N / padded
     if waste:  # prefer tiles that divide the extents
@@ -201,10 +211,18 @@ def _gemm_ranking(info: KernelInfo, target: Target, chosen: Mapping[str, KnobVal
         for bn in space["block_n"]
         for sk in space["split_k"]
         if not check(info, {**base, "block_m": bm, "block_n": bn, "split_k": sk}, target)
+        and _wgmma_accumulators_fit(workers, info.n_contractions, bn)
     ]
     ranking = sorted(ests, key=lambda e: (e.seconds, e.waste, -e.block_m * e.block_n, e.split_k))
     memo[key] = ranking
     return ranking
+
+
+def _wgmma_accumulators_fit(workers, nc: int, bn: int) -> bool:
+    """A wgmma thread holds nc * block_n / 2 accumulators per 64-row slice; more than 128 leave
+    no registers for the rest (checked before `warps` is chosen, so the ranking only offers
+    tiles some warp count can hold)."""
+    return workers not in ("wgmma", "wgmma_ws") or nc * bn // 2 <= 128
 
 
 def info_space(info: KernelInfo, target: Target):
@@ -216,6 +234,11 @@ def info_space(info: KernelInfo, target: Target):
 def _c_workers(knob, info, target, chosen, memo) -> Prefs:
     prefs: Prefs = []
     if target.has("wgmma") and info.M >= 64:
+        prefs.append((
+            "wgmma_ws",
+            f"{target.name} has wgmma and M={info.M} fills 64-row warpgroup tiles; a producer "
+            f"warpgroup stages the operands (H200: up to 2.4x faster than wgmma)",
+        ))
         prefs.append(("wgmma", f"{target.name} has wgmma and M={info.M} fills 64-row warpgroup tiles"))
     if target.has("mma_sync"):
         why = (
@@ -253,7 +276,7 @@ def _c_warps(knob, info, target, chosen, memo) -> Prefs:
     bm, bn = int(chosen.get("block_m", 64)), int(chosen.get("block_n", 64))
     nc = info.n_contractions
     workers = chosen.get("workers")
-    if workers == "wgmma":
+    if workers in ("wgmma", "wgmma_ws"):
         want = 4 * max(1, min(2, bm // 64))
     elif workers == "mma_sync":
         want = max(1, min(8, _pow2_floor(bm * bn / 1024)))  # about 32x32 outputs per warp
@@ -264,6 +287,9 @@ def _c_warps(knob, info, target, chosen, memo) -> Prefs:
 
     def why(v: int) -> str:
         acc = nc * bm * bn // (32 * v) if bm * bn >= 32 * v else 0
+        if workers == "wgmma_ws":
+            return (f"{v // 4 or 1} consumer warpgroup(s) for {bm}x{bn}, {acc} accumulators per thread, "
+                    f"plus a producer warpgroup")
         if workers == "wgmma":
             return f"{v // 4 or 1} warpgroup(s) for {bm}x{bn}, {acc} accumulators per thread"
         grid = warp_grid(bm, bn, v) if workers == "mma_sync" else None
@@ -293,7 +319,7 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     elif steps >= 2:
         order = [2, 3, 1, 4, 5]
     else:
-        order = [2, 1, 3, 4, 5] if chosen.get("workers") == "wgmma" else [1, 2, 3, 4, 5]
+        order = [2, 1, 3, 4, 5] if chosen.get("workers") in ("wgmma", "wgmma_ws") else [1, 2, 3, 4, 5]
     return [
         (v, f"{steps} k-step(s) per block: {v}-deep staging" if v > 1 else
          f"{steps} k-step(s) per block: operands straight to registers")
@@ -365,10 +391,9 @@ def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
         want, why = 16, f"{sq} queries fit one 16-row tile"
     elif sq <= 32:
         want, why = 32, f"{sq} queries fit one 32-row tile"
-    elif sq >= 512 and heads * ceil(sq / 128) >= target.sms:
-        want = 128
-        why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 128)} tiles of 128 fill {target.sms} SMs"
     else:
+        # H200, Qwen3 attention at 4096 queries: 64-row tiles (4 warps) 7% faster than 128-row
+        # ones (8 warps); smaller tiles also fill the SMs at shorter sequences
         want = 64
         why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 64)} tiles of 64"
     values = _closest_first((16, 32, 64, 128), want)

@@ -324,7 +324,8 @@ def test_warp_specialized_pipeline(stages):
     assert "emmy::cp_async_mbar_arrive" in calls and "emmy::cp_async_wait<0>" in calls
     shared = {op.result.name_hint: op for op in f.walk() if isinstance(op, K.SharedOp)}
     assert set(shared) == {"sA", "sB", "rs", "bars"}  # A is computed by the producer, no raw copies
-    # the producer sums the row statistics from the x tiles it loads (8 threads per row), so
+    # A uses the row statistic (x * rstd * w): the producer computes it, from x prefetched a
+    # k-step ahead, and sums the statistics from the same registers (8 threads per row), so
     # there is no pass over the block's rows before the k loop (one warp per row)
     assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
     assert calls.count("emmy::named_barrier<384>") == 2
@@ -332,6 +333,31 @@ def test_warp_specialized_pipeline(stages):
     assert len(loops) == 2  # the producer's and the consumers'
     for loop in loops:
         assert not any(isinstance(op, K.BarrierOp) for op in loop.walk())
+
+
+def test_warp_specialized_computes_a_in_place():
+    """The running example's A side (norm weight * x; rstd is applied in the epilogue) reads one
+    block_m-row tensor: the producer copies x into the A slot and each consumer warpgroup
+    rewrites its rows in place, summing the row statistics on the way."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(200))
+    pins = ("*.workers=wgmma_ws", "*.block_m=128", "*.block_n=128", "*.warps=8", "*.split_k=1")
+    opts = CompileOptions(model="example", layer=0, tokens=200, target="sm_90a", pins=pins,
+                          stop_after="kernel")
+    module = compile_traced(trace_layer(src, 0, 200), opts).module
+    for f in kernel_funcs(module).values():
+        calls = callees(f)
+        assert calls.count("emmy::named_barrier<128>") == 2  # after each transform, before the epilogue
+        assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
+        assert "emmy::named_barrier<384>" not in calls
 
 
 def test_warp_specialized_needs_sm90a():

@@ -71,7 +71,7 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps")
     assert knob_names("reduction") == ("rows_per_block", "threads", "vector")
     assert knob_names("elementwise") == ("threads", "vector", "items")
-    assert knob_space("contraction", SM90A)["workers"] == ("thread", "mma_sync", "wgmma")
+    assert knob_space("contraction", SM90A)["workers"] == ("thread", "mma_sync", "wgmma", "wgmma_ws")
     assert knob_space("contraction", SM90)["workers"] == ("thread", "mma_sync")
     assert knob_space("attention", SM80)["workers"] == ("mma_sync",)  # the one flash kernel Emmy has
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
@@ -217,14 +217,16 @@ def test_rules_follow_the_shapes():
     assert tiles >= SM90A.sms // 2  # small M: narrow tiles or split_k fill the SMs
     big_info = info_of(L.matmul(2048, 4096, 1024))
     big = rules.decide(big_info, SM90A, knob_space_for(big_info, SM90A))
-    assert big["workers"].value == "wgmma" and big["block_m"].value >= 128 and big["stages"].value >= 3
+    assert big["workers"].value == "wgmma_ws" and big["block_m"].value >= 128 and big["stages"].value >= 3
+    # each consumer warpgroup multiplies one 64-row slice: 2 of them for block_m=128
+    assert big["warps"].value == 4 * big["block_m"].value // 64
     assert "tiles of" in big["block_m"].reason and "132 SMs" in big["block_m"].reason
     big80 = rules.decide(big_info, SM80, knob_space_for(big_info, SM80))
     assert big80["workers"].value == "mma_sync" and big80["block_m"].value >= 128
     att_s = info_of(L.attention(1, 16, 8, 7, 128))
     att_l = info_of(L.attention(1, 16, 8, 2048, 128))
     assert rules.decide(att_s, SM90, knob_space_for(att_s, SM90))["block_q"].value == 16
-    assert rules.decide(att_l, SM90, knob_space_for(att_l, SM90))["block_q"].value == 128
+    assert rules.decide(att_l, SM90, knob_space_for(att_l, SM90))["block_q"].value == 64
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
