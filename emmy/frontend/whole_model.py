@@ -113,6 +113,18 @@ class TracedModel:
         L2-normalized (`F.normalize(p=2, dim=1)`, in the model dtype, as its model card does)."""
         return F.normalize(self.reference(input_ids)[:, -1], p=2, dim=1)
 
+    def embed_float32(self, input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The same embedding computed in float32 throughout (a copy of the model): the
+        reference both Emmy's and PyTorch's bf16 results are measured against."""
+        import copy
+
+        ids = self.input_ids if input_ids is None else input_ids
+        c = self.config
+        cos, sin = decoder.rotary_cos_sin(c.head_dim, c.rope_theta, int(ids.shape[1]), torch.float32)
+        model = copy.deepcopy(self.torch_module()).float()
+        with torch.no_grad():
+            return F.normalize(model(ids, cos, sin)[:, -1], p=2, dim=1)
+
 
 def layer_key(traced: TracedLayer) -> str:
     """A structural key: equal for parts whose IR differs only in `emmy.layer` and the function
