@@ -132,3 +132,24 @@ def test_token_input_errors(tmp_path, extra, message):
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert message in proc.stderr
+
+
+def test_whole_model_run_on_text_with_a_local_tokenizer(tmp_path, capsys):
+    """--text goes through the model directory's own tokenizer (a small word-level one here,
+    saved the way transformers saves any fast tokenizer)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    d = tmp_path / "qwen3"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**TINY, **FAMILIES["qwen3"]}))
+    vocab = {"[UNK]": 0, "emmy": 7, "compiles": 123, "models": 321}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(str(d))
+
+    from emmy.frontend.tokenize import tokenize
+
+    assert tokenize(str(d), "emmy compiles models").tolist() == [[7, 123, 321]]
+    assert run(["run", str(d), "--text", "emmy compiles models", "--backend", "interpret", "--check"]) == 0
+    assert "pooled embedding shape (1, 96)" in capsys.readouterr().out
