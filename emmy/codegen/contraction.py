@@ -972,20 +972,12 @@ class Stager:
         cb, kb = self.cb, self.kb
         g = cb.g
         chunk = cb.chunk
-        per_row = g.bk // chunk
-        total = g.bm * per_row
-        steps = -(-total // self.threads)
+        steps = self._a_steps()
         base = kb.ptr_add(sa, kb.mul(slot, a_elems))
         raw_slots = [(load, rows, kb.ptr_add(buf, kb.mul(slot, rows * g.bk))) for load, rows, buf in self.raw_bufs]
         vt = VectorType(bf16, [chunk])
         with kb.for_(0, steps, 1, unroll=0, name="c") as it:
-            cidx = kb.add(kb.mul(it, self.threads), self.tid)
-            in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
-            r = kb.div(cidx, per_row)
-            e = kb.mul(kb.rem(cidx, per_row), chunk)
-            grow = kb.add(self.m0, r)
-            gk = kb.add(kb.mul(kt, g.bk), e)
-            ok = kb.and_(kb.lt(grow, cb.M), kb.lt(gk, cb.K))
+            in_tile, r, e, grow, gk, ok = self._a_place(it, kt, None)
 
             def hook_for(ptr, rows):
                 def hook(scope):
@@ -1092,11 +1084,12 @@ class Stager:
     # -- a computed A side, loads first (the producer warpgroup of wgmma_ws) ---------------------------
     def a_registers(self) -> list:
         """Register arrays holding one k-step of the tensors a computed A side reads."""
-        g = self.cb.g
-        steps = -(-g.bm * (g.bk // self.cb.chunk) // self.threads)
+        steps = self._a_steps()
         return [self.kb.local(bf16, steps * self.cb.chunk, f"raw{i}") for i in range(len(self.leaves))]
 
     def _a_place(self, it, kt, pred):
+        """Where chunk `it` of this thread's share of an A tile lies: (in_tile mask, row and k
+        offset in the tile, global row and k, whether the chunk is inside the operand)."""
         cb, kb = self.cb, self.kb
         g, chunk = cb.g, cb.chunk
         per_row = g.bk // chunk
@@ -1126,32 +1119,8 @@ class Stager:
                 kb.store(kb.load(self._address(scope, Leaf(load)), 0, vt, ok), reg, kb.mul(it, chunk))
 
     def start_stats(self) -> None:
-        """Per-thread partial row statistics (one per prologue reduction and chunk row)."""
-        cb, kb = self.cb, self.kb
-        n = self._a_steps() * len(cb.prologue)
-        self.partials = kb.local(f32, n, "part")
-        with kb.for_(0, n, 1, unroll=0, name="i") as i:
-            kb.store(kb.fconst(0.0), self.partials, i)
-        inits = [0.0 if r.kind_name == "sum" else float("-inf") for r in cb.prologue]
-        if any(v != 0.0 for v in inits):
-            with kb.for_(0, self._a_steps(), 1, unroll=0, name="i") as i:
-                for p, v in enumerate(inits):
-                    if v != 0.0:
-                        kb.store(kb.fconst(v), self.partials, kb.add(kb.mul(p, self._a_steps()), i))
-
-    def _accumulate_stats(self, scope, it, ok) -> None:
-        cb, kb = self.cb, self.kb
-        for p, r in enumerate(cb.prologue):
-            init = kb.fconst(0.0 if r.kind_name == "sum" else float("-inf"))
-            part = None
-            for v in scope.value(r.yielded):
-                v = kb.to_f32(v)
-                if ok is not None:
-                    v = kb.select(ok, v, init)
-                part = v if part is None else (kb.addf(part, v) if r.kind_name == "sum" else kb.maxf(part, v))
-            idx = kb.add(kb.mul(p, self._a_steps()), it)
-            old = kb.load(self.partials, idx)
-            kb.store(kb.addf(old, part) if r.kind_name == "sum" else kb.maxf(old, part), self.partials, idx)
+        """Per-thread partial row statistics, summed while storing A (store_a)."""
+        self.partials = RowStats(self.kb, self.cb.prologue, self._a_steps())
 
     def finish_stats(self, rs) -> None:
         """Combine the partials of a row's threads (consecutive lanes) and write them to `rs`."""
@@ -1161,15 +1130,10 @@ class Stager:
         total = g.bm * per_row
         with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
             cidx = kb.add(kb.mul(it, self.threads), self.tid)
-            r = kb.div(cidx, per_row)
             first = kb.cmp("eq", kb.rem(cidx, per_row), 0)
             if total % self.threads:
                 first = kb.and_(first, kb.lt(cidx, total))
-            for p, red in enumerate(cb.prologue):
-                v = kb.load(self.partials, kb.add(kb.mul(p, self._a_steps()), it))
-                fn = "warp_sum" if red.kind_name == "sum" else "warp_max"
-                v = kb.call(f"emmy::{fn}<{per_row}>", [v], f32)
-                kb.store(v, rs, kb.add(kb.mul(p, g.bm), r), first)
+            self.partials.write(it, per_row, kb.div(cidx, per_row), first, rs, g.bm)
 
     def copy_registers(self, dst, src) -> None:
         kb, chunk = self.kb, self.cb.chunk
@@ -1195,13 +1159,7 @@ class Stager:
 
                 return hook
 
-            hooks = {}
-            others = _loads_in(cb.cs[0]) + [o for r in cb.prologue for o in r.walk() if isinstance(o, LoadOp)]
-            for (load, _rows), reg in zip(self.leaves, regs):
-                hooks[load] = hook_for(reg)
-                for other in others:
-                    if other is not load and same_expr(other.result, load.result):
-                        hooks[other] = hooks[load]
+            hooks = _hooks(cb, [(load, hook_for(reg)) for (load, _rows), reg in zip(self.leaves, regs)])
             overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
             # clamped coordinates, no mask: out-of-range lanes are replaced below (a masked
             # scope predicates every load and halves the producer's speed, measured on H200)
@@ -1210,7 +1168,7 @@ class Stager:
                 lanes=chunk, overrides=overrides, load_hooks=hooks,
             )
             if self.partials is not None:
-                self._accumulate_stats(scope, it, ok)
+                self.partials.add(scope, it, ok)
             vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
             zero = kb.fconst(0.0, bf16)
             vals = [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
@@ -1250,6 +1208,59 @@ class Stager:
         return out
 
 
+def _hooks(cb: ContractionBuilder, pairs) -> dict:
+    """Load hooks for a computed A side: each (load, hook) pair, and every load of the A side or
+    the prologue reductions equal to one of those loads, read through its hook."""
+    others = _loads_in(cb.cs[0]) + [o for r in cb.prologue for o in r.walk() if isinstance(o, LoadOp)]
+    hooks = {}
+    for load, hook in pairs:
+        hooks[load] = hook
+        for other in others:
+            if other is not load and same_expr(other.result, load.result):
+                hooks[other] = hook
+    return hooks
+
+
+class RowStats:
+    """Partial row statistics of one thread: for each prologue reduction (a sum or max over k)
+    and each of the thread's `steps` chunk rows, a register folded over the k-steps (`add`), then
+    combined across the row's threads and written to shared memory (`write`)."""
+
+    def __init__(self, kb: KB, prologue, steps: int):
+        self.kb, self.prologue, self.steps = kb, list(prologue), steps
+        self.regs = kb.local(f32, steps * len(self.prologue), "part")
+        for p, r in enumerate(self.prologue):
+            init = kb.fconst(0.0 if r.kind_name == "sum" else float("-inf"))
+            with kb.for_(0, steps, 1, unroll=0, name="i") as i:
+                kb.store(init, self.regs, kb.add(kb.mul(p, steps), i))
+
+    def add(self, scope, it, ok) -> None:
+        """Fold chunk `it`'s lanes (the reductions' bodies evaluated in `scope`) into the
+        partials; lanes where `ok` is false contribute the identity."""
+        kb = self.kb
+        for p, red in enumerate(self.prologue):
+            init = kb.fconst(0.0 if red.kind_name == "sum" else float("-inf"))
+            part = None
+            for v in scope.value(red.yielded):
+                v = kb.to_f32(v)
+                if ok is not None:
+                    v = kb.select(ok, v, init)
+                part = v if part is None else (kb.addf(part, v) if red.kind_name == "sum" else kb.maxf(part, v))
+            idx = kb.add(kb.mul(p, self.steps), it)
+            old = kb.load(self.regs, idx)
+            kb.store(kb.addf(old, part) if red.kind_name == "sum" else kb.maxf(old, part), self.regs, idx)
+
+    def write(self, it, per_row: int, r, first, rs, bm: int) -> None:
+        """Combine chunk row `it` over its `per_row` threads (consecutive lanes); the `first`
+        of them writes row `r` of `rs` (one block of `bm` rows per reduction)."""
+        kb = self.kb
+        for p, red in enumerate(self.prologue):
+            v = kb.load(self.regs, kb.add(kb.mul(p, self.steps), it))
+            fn = "warp_sum" if red.kind_name == "sum" else "warp_max"
+            v = kb.call(f"emmy::{fn}<{per_row}>", [v], f32)
+            kb.store(v, rs, kb.add(kb.mul(p, bm), r), first)
+
+
 class InPlaceA:
     """A consumer warpgroup's in-place A transform (wgmma_ws): its rows of the A slot hold the
     raw tile of the one tensor A reads (copied by the producer); each thread rewrites a fixed
@@ -1266,13 +1277,7 @@ class InPlaceA:
         self.per_row = g.bk // cb.chunk
         self.steps = self.rows * self.per_row // 128
         self.stager = Stager(cb, kb, em, self.lt, m0, None, batch, None, (), threads=128)
-        self.partials = None
-        if rs is not None:
-            self.partials = kb.local(f32, self.steps * len(cb.prologue), "part")
-            for p, r in enumerate(cb.prologue):
-                init = kb.fconst(0.0 if r.kind_name == "sum" else float("-inf"))
-                with kb.for_(0, self.steps, 1, unroll=0, name="i") as i:
-                    kb.store(init, self.partials, kb.add(kb.mul(p, self.steps), i))
+        self.partials = RowStats(kb, cb.prologue, self.steps) if rs is not None else None
 
     def _place(self, it):
         kb, cb = self.kb, self.cb
@@ -1294,26 +1299,14 @@ class InPlaceA:
             ptr = kb.ptr_add(base, kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType()))
             raw = kb.load(ptr, 0, vt)
             lanes = [kb.extract(raw, j) for j in range(chunk)]
-            hooks = {}
-            others = _loads_in(cb.cs[0]) + [o for red in cb.prologue for o in red.walk() if isinstance(o, LoadOp)]
-            for other in [self.leaf, *others]:
-                if other is self.leaf or same_expr(other.result, self.leaf.result):
-                    hooks[other] = lambda scope, lanes=lanes: lanes
+            hooks = _hooks(cb, [(self.leaf, lambda scope, lanes=lanes: lanes)])
             # clamped coordinates, no mask (out-of-range lanes are replaced below)
             scope = self.em.scope(
                 self.stager._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)),
                 lane_axis=cb.k_last, lanes=chunk, load_hooks=hooks,
             )
             if self.partials is not None:
-                for p, red in enumerate(cb.prologue):
-                    init = kb.fconst(0.0 if red.kind_name == "sum" else float("-inf"))
-                    part = None
-                    for v in scope.value(red.yielded):
-                        v = kb.select(ok, kb.to_f32(v), init)
-                        part = v if part is None else (kb.addf(part, v) if red.kind_name == "sum" else kb.maxf(part, v))
-                    idx = kb.add(kb.mul(p, self.steps), it)
-                    old = kb.load(self.partials, idx)
-                    kb.store(kb.addf(old, part) if red.kind_name == "sum" else kb.maxf(old, part), self.partials, idx)
+                self.partials.add(scope, it, ok)
             vals = self.stager._lanes(scope, self.stager.a_value, cb.cs[0].a_factors)
             zero = kb.fconst(0.0, bf16)
             vals = [kb.select(ok, kb.to_type(v, bf16), zero) for v in vals]
@@ -1323,15 +1316,11 @@ class InPlaceA:
 
     def finish_stats(self) -> None:
         """Combine the partials of a row's threads and write the warpgroup's rows of `rs`."""
-        kb, cb, g = self.kb, self.cb, self.cb.g
+        kb, g = self.kb, self.cb.g
         with kb.for_(0, self.steps, 1, unroll=0, name="c") as it:
             cidx, r, _ = self._place(it)
             first = kb.cmp("eq", kb.rem(cidx, self.per_row), 0)
-            for p, red in enumerate(cb.prologue):
-                v = kb.load(self.partials, kb.add(kb.mul(p, self.steps), it))
-                fn = "warp_sum" if red.kind_name == "sum" else "warp_max"
-                v = kb.call(f"emmy::{fn}<{self.per_row}>", [v], f32)
-                kb.store(v, self.rs, kb.add(kb.mul(p, g.bm), r), first)
+            self.partials.write(it, self.per_row, r, first, self.rs, g.bm)
         kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
 
 
