@@ -93,7 +93,7 @@ def run_model_interpreted(result, input_ids=None) -> RunReport:
     """A whole model (`emmy.driver.ModelCompileResult`) with the tile-stage interpreter, part by
     part; the pooled, L2-normalized last-token embedding next to PyTorch's. For small models."""
     from emmy.interp import tile_stage
-    from emmy.interp.numeric import rel_error, to_numpy
+    from emmy.interp.numeric import to_numpy
 
     traced = result.traced
     by_layer = {i: p for p in result.parts for i in p.layers}
