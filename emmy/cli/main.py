@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     def model_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("model", help="a known model id, a local Hugging Face directory, or path.py:fn")
         p.add_argument("--layer", type=int, default=None, help="decoder layer to compile")
-        p.add_argument("--tokens", type=int, default=512, help="sequence length (static shape)")
+        p.add_argument("--tokens", type=int, default=512,
+                       help="sequence length (static shape); a path.py:fn factory that takes `tokens` gets it")
         p.add_argument("--target", default=None, help="sm_80|sm_86|sm_89|sm_90|sm_90a (default: the GPU's, else sm_90)")
         p.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                        help="pin a schedule knob (repeatable; KERNEL may be '*')")

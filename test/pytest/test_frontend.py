@@ -545,3 +545,14 @@ def test_trace_time_and_no_transformers_import():
             break
     cpu, trace_s = min(runs)
     assert trace_s < 0.6 and cpu < 2.5, f"import + trace took {cpu:.2f} CPU s, trace {trace_s:.2f} s; runs {runs}"
+
+
+def test_factory_with_a_tokens_parameter_gets_tokens():
+    """A factory that takes `tokens` (tools/running_example.py:make) is called with --tokens;
+    one without keeps its own example inputs (test_factory_traces_whole_module)."""
+    root = Path(__file__).resolve().parents[2]
+    src = resolve_model(f"{root / 'tools' / 'running_example.py'}:make")
+    for tokens in (5, 64):
+        traced = trace_layer(src, 0, tokens)
+        assert traced.module.attributes["emmy.tokens"].value.data == tokens
+        assert list(traced.inputs["input0"].shape) == [1, tokens, 1024]
