@@ -176,3 +176,17 @@ def test_running_example_through_the_pipeline():
     out = tile_stage.run_function(tiled, args)
     for o, r in zip(out, ref, strict=True):
         assert rel_error(o, r) < BF16_TOL
+
+
+def test_layer_on_sm90a_schedules_interprets():
+    """On sm_90a the rules pick warp-specialized wgmma tiles; the tile interpreter follows them
+    (70 tokens: edge tiles on every 64- and 128-row tile) and matches PyTorch."""
+    from emmy.driver import CompileOptions, compile_model
+    from emmy.execute import run_interpreted
+
+    result = compile_model(CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=70,
+                                          target="sm_90a", stop_after="tile"))
+    text = str(result.module)
+    assert '= "wgmma_ws", "rule"' in text
+    report = run_interpreted(result.module, result.traced)
+    assert report.rel_error <= 1e-2, report.rel_error
