@@ -362,4 +362,10 @@ def format_table(rows, contenders) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from emmy.diagnostics import EmmyError
+
+    try:
+        main()
+    except EmmyError as e:  # a bad --knob, an unknown case: the message, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -194,3 +194,21 @@ def test_opt_verifier_error_names_the_op(tmp_path):
     )
     proc = emmy_opt(str(bad))
     assert_user_error(proc, f"{bad}:3:5: IR does not verify", "torch.linear")
+
+
+def test_bench_bad_knob_is_a_message(tmp_path):
+    """tools/bench.py with a pin that matches no kernel: the reason and exit 1, no traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run(
+        [sys.executable, str(root / "tools" / "bench.py"), "--build-only", "--cases", "example",
+         "--example-sizes", "64", "--knob", "attention.block_q=64"],
+        capture_output=True, text=True, env={**os.environ, "EMMY_HOME": str(tmp_path)},
+    )
+    assert p.returncode == 1
+    assert "error: pin 'attention.block_q=64': no kernel named 'attention'" in p.stderr
+    assert "Traceback" not in p.stderr
