@@ -22,6 +22,13 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    then the block multiplies the tiles: `workers = wgmma` (sm_90a: warpgroups along m, 64-row
    slices, `emmy::wgmma::tile`), `mma_sync` (`emmy::mma::warp_tile`, ldmatrix + mma.sync
    m16n8k16, warps arranged by `emmy.tuning.legality.warp_grid`) or `thread` (plain FMA).
+   `workers = wgmma_ws` (warp-specialized, `specialized_loop`): one more warpgroup only stages
+   (cp.async, arriving on a `full` mbarrier per slot when its copies land), the wgmma
+   warpgroups only multiply and free slots through `empty` mbarriers. A computed A side that
+   reads one block_m-row tensor (RMSNorm's `w * x`) is copied raw into the A slot and rewritten
+   in place by each consumer warpgroup (`InPlaceA`); otherwise the producer loads it a k-step
+   ahead into registers and stores it computed. Either way the row statistics are summed from
+   those values (`RowStats`), so there is no prologue pass (step 1) over the block's rows.
 3. epilogue: the loop body's scalar code after the contractions (row scale, residual add,
    SiLU(gate) * up, ...) on the f32 accumulators, then the bf16 stores (two columns per access),
    predicated at the edges. With `split_k > 1` the block writes its f32 partial sums to a
