@@ -538,8 +538,13 @@ class ContractionBuilder:
         weight, and are read through L1); A must not use the row statistics. None otherwise."""
         leaves = self.raw_a_loads() or []
         big = [ld for ld, rows in leaves if rows > 1]
-        if len(big) != 1:
+        if len(big) != 1 or self.a_reads_row_statistics():
             return None
+        return big[0]
+
+    def a_reads_row_statistics(self) -> bool:
+        """Whether the A side uses a prologue reduction's result (e.g. x * rstd * w): then the
+        statistics must exist before the k loop, not be summed during it."""
         a_value = _side_value(self.cs[0].a, self.cs[0].a_factors)
         roots = [a_value] if a_value is not None else list(self.cs[0].a_factors)
         prologue = {r.result for r in self.prologue}
@@ -550,16 +555,18 @@ class ContractionBuilder:
                 continue
             seen.add(v)
             if v in prologue:
-                return None
+                return True
             if isinstance(v.owner, Operation):
                 stack.extend(v.owner.operands)
-        return big[0]
+        return False
 
     def producer_stats_ok(self) -> bool:
-        """Whether the producer can compute the prologue reductions while staging A: each is a
-        sum or max over exactly the contraction's k axes, and A is computed from prefetched
-        block_m-row tensors."""
+        """Whether the row statistics can be summed while staging A: each prologue reduction is a
+        sum or max over exactly the contraction's k axes, A is computed from prefetched
+        block_m-row tensors, and A itself does not use the statistics."""
         if not any(rows > 1 for _, rows in self.raw_a_loads() or ()):
+            return False
+        if self.a_reads_row_statistics():
             return False
         return all(
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
