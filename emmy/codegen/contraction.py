@@ -371,10 +371,14 @@ class ContractionBuilder:
         stats_bytes = len(self.prologue) * g.bm * 4 if stats_in_smem else 0
         total = tiles + stats_bytes
         if g.producer:  # full and empty mbarriers per slot, 8 bytes each
-            total = _round_up(total, 8) + 2 * g.stages * 8
+            total = self.bars_offset(stats_off, stats_in_smem) + 2 * g.stages * 8
         if g.wgmma:
             total += 1024  # the runtime rounds the shared-memory base up to 1024 bytes
         return a_elems, b_elems, stats_off, total
+
+    def bars_offset(self, stats_off: int, stats_in_smem: bool) -> int:
+        """Where wgmma_ws's mbarriers start: after the row statistics, 8-byte aligned."""
+        return _round_up(stats_off + (len(self.prologue) * self.g.bm * 4 if stats_in_smem else 0), 8)
 
     def build_main(self, types, names, *, stats: bool, workspace: bool) -> K.KernelFuncOp:
         g = self.g
@@ -391,7 +395,8 @@ class ContractionBuilder:
             arg_types += types[n_in:]
             arg_names += names[n_in:]
         stats_in_smem = bool(self.prologue) and not stats
-        raw = None if g.producer else self.raw_a_loads()
+        a_loads = self.raw_a_loads()
+        raw = None if g.producer else a_loads
         if raw is not None and self.smem_layout(stats_in_smem, raw)[3] > self.target.smem_per_block:
             raw = None  # no room for the raw copies: compute A from global loads instead
         a_elems, b_elems, stats_off, smem = self.smem_layout(stats_in_smem, raw)
@@ -455,8 +460,8 @@ class ContractionBuilder:
         # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
         # anyway (by the producer, or by the consumers transforming A in place), instead of a
         # pass over the block's rows before the k loop
-        inplace = self.inplace_a_leaf() if g.producer else None
-        producer_stats = g.producer and rs is not None and self.producer_stats_ok()
+        inplace = self.inplace_a_leaf(a_loads) if g.producer else None
+        producer_stats = g.producer and rs is not None and self.producer_stats_ok(a_loads)
         if rs is not None and not producer_stats:
             self.emit_prologue(kb, em, rs, tid, m0, batch)
             kb.barrier()
@@ -474,10 +479,10 @@ class ContractionBuilder:
                 kb.store(zero, acc, i)
 
         if g.producer:
-            bars = kb.shared(i64, 2 * g.stages, _round_up(stats_off + (len(self.prologue) * g.bm * 4 if rs is not None else 0), 8), 8, "bars")
+            bars = kb.shared(i64, 2 * g.stages, self.bars_offset(stats_off, stats_in_smem), 8, "bars")
             self.specialized_loop(
                 kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr,
-                rs if producer_stats else None, inplace,
+                rs if producer_stats else None, inplace, a_loads,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
@@ -531,13 +536,13 @@ class ContractionBuilder:
         self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
         return kb.finish()
 
-    def inplace_a_leaf(self) -> LoadOp | None:
+    def inplace_a_leaf(self, a_loads: list | None) -> LoadOp | None:
         """The one block_m-row tensor a computed A side reads, when A can be computed in place:
         the producer copies that tensor's tile into the A slot (cp.async) and each consumer
         warpgroup rewrites its own rows of it (other tensors A reads have one row, e.g. a norm
-        weight, and are read through L1); A must not use the row statistics. None otherwise."""
-        leaves = self.raw_a_loads() or []
-        big = [ld for ld, rows in leaves if rows > 1]
+        weight, and are read through L1); A must not use the row statistics. None otherwise.
+        `a_loads`: raw_a_loads()."""
+        big = [ld for ld, rows in a_loads or () if rows > 1]
         if len(big) != 1 or self.a_reads_row_statistics():
             return None
         return big[0]
@@ -560,11 +565,11 @@ class ContractionBuilder:
                 stack.extend(v.owner.operands)
         return False
 
-    def producer_stats_ok(self) -> bool:
+    def producer_stats_ok(self, a_loads: list | None) -> bool:
         """Whether the row statistics can be summed while staging A: each prologue reduction is a
         sum or max over exactly the contraction's k axes, A is computed from prefetched
-        block_m-row tensors, and A itself does not use the statistics."""
-        if not any(rows > 1 for _, rows in self.raw_a_loads() or ()):
+        block_m-row tensors (`a_loads`: raw_a_loads()), and A itself does not use the statistics."""
+        if not any(rows > 1 for _, rows in a_loads or ()):
             return False
         if self.a_reads_row_statistics():
             return False
@@ -572,7 +577,7 @@ class ContractionBuilder:
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
         )
 
-    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, rs=None, inplace=None) -> None:
+    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, rs=None, inplace=None, a_loads=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
         multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
         back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
@@ -607,7 +612,7 @@ class ContractionBuilder:
         with kb.if_(kb.cmp("sge", tid, consumers)):
             ptid = kb.sub(tid, consumers)
             # tensors with block_m rows are prefetched; one-row ones (a norm weight) stay in L1
-            leaves = [] if inplace is not None else [(ld, rows) for ld, rows in self.raw_a_loads() or () if rows > 1]
+            leaves = [] if inplace is not None else [(ld, rows) for ld, rows in a_loads or () if rows > 1]
             stager = Stager(self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves, a_copy=inplace)
             if stager.leaves:  # a computed A side: its loads run one k-step ahead
                 cur, nxt = stager.a_registers(), stager.a_registers()
@@ -1175,19 +1180,25 @@ class Stager:
 
             hooks = _hooks(cb, [(load, hook_for(reg)) for (load, _rows), reg in zip(self.leaves, regs)])
             overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
-            # clamped coordinates, no mask: out-of-range lanes are replaced below (a masked
-            # scope predicates every load and halves the producer's speed, measured on H200)
-            scope = self.em.scope(
-                self._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)), lane_axis=cb.k_last,
-                lanes=chunk, overrides=overrides, load_hooks=hooks,
-            )
-            if self.partials is not None:
-                self.partials.add(scope, it, ok)
-            vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
-            zero = kb.fconst(0.0, bf16)
-            vals = [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
+            vals = self.a_chunk(it, grow, gk, ok, hooks, overrides, self.partials)
             soff = kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType())
             kb.store(kb.pack(vals, vt), kb.ptr_add(base, soff), 0, in_tile)
+
+    def a_chunk(self, it, grow, gk, ok, hooks, overrides=None, partials: RowStats | None = None) -> list:
+        """The A side of chunk `it` at global row `grow`, k `gk`, its tensors read through
+        `hooks`: bf16 lanes, zero where `ok` is false; the row statistics of its lanes are folded
+        into `partials`. Coordinates are clamped rather than masked (a masked scope predicates
+        every load and halved the producer's speed on an H200)."""
+        cb, kb = self.cb, self.kb
+        scope = self.em.scope(
+            self._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - cb.chunk)), lane_axis=cb.k_last,
+            lanes=cb.chunk, overrides=overrides, load_hooks=hooks,
+        )
+        if partials is not None:
+            partials.add(scope, it, ok)
+        vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
+        zero = kb.fconst(0.0, bf16)
+        return [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
 
     def _coords(self, side, row, k) -> dict:
         cb, kb = self.cb, self.kb
@@ -1314,16 +1325,7 @@ class InPlaceA:
             raw = kb.load(ptr, 0, vt)
             lanes = [kb.extract(raw, j) for j in range(chunk)]
             hooks = _hooks(cb, [(self.leaf, lambda scope, lanes=lanes: lanes)])
-            # clamped coordinates, no mask (out-of-range lanes are replaced below)
-            scope = self.em.scope(
-                self.stager._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)),
-                lane_axis=cb.k_last, lanes=chunk, load_hooks=hooks,
-            )
-            if self.partials is not None:
-                self.partials.add(scope, it, ok)
-            vals = self.stager._lanes(scope, self.stager.a_value, cb.cs[0].a_factors)
-            zero = kb.fconst(0.0, bf16)
-            vals = [kb.select(ok, kb.to_type(v, bf16), zero) for v in vals]
+            vals = self.stager.a_chunk(it, grow, gk, ok, hooks, None, self.partials)
             kb.store(kb.pack(vals, vt), ptr, 0)
         kb.call("emmy::fence_proxy_async")
         kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
