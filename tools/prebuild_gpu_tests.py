@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--target", default="sm_90a")
     args = ap.parse_args()
     from running_example import make
-    from test_gpu import EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, layer_pins
+    from test_gpu import EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, layer_pins, wants_sm90a
 
     from emmy.backend.plan import launch_plan
     from emmy.backend.run import build_cubin
@@ -37,13 +37,13 @@ def main() -> None:
     for tokens in LAYER_TOKENS + [64]:
         for workers in LAYER_WORKERS:
             pins = layer_pins(workers)
-            if any("wgmma" in p for p in pins) and args.target != "sm_90a":
+            if wants_sm90a(pins) and args.target != "sm_90a":
                 continue
             opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_model(opts).module).source)
     for tokens in EXAMPLE_TOKENS:
         for pins in EXAMPLE_PINS:
-            if any("wgmma" in p for p in pins) and args.target != "sm_90a":
+            if wants_sm90a(pins) and args.target != "sm_90a":
                 continue
             src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
                               factory=lambda t=tokens: make(t))

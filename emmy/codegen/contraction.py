@@ -56,6 +56,7 @@ from emmy.codegen.scalar import BodyEmitter, Scope
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
+from emmy.tuning.knobs import WGMMA_WORKERS
 
 _CASTS = (arith.ExtFOp,)
 
@@ -167,7 +168,7 @@ class Geometry:
 
     @property
     def wgmma(self) -> bool:
-        return self.workers in ("wgmma", "wgmma_ws")
+        return self.workers in WGMMA_WORKERS
 
     @property
     def consumers(self) -> int:
@@ -196,7 +197,7 @@ def geometry(info, knobs, op, target) -> Geometry:
         raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")
     if bm % 8 or bn % 8:
         raise EmmyError(f"{where}: block_m={bm} and block_n={bn} must be multiples of 8")
-    if workers in ("wgmma", "wgmma_ws"):
+    if workers in WGMMA_WORKERS:
         if not target.has("wgmma"):
             raise EmmyError(f"{where}: workers={workers} needs sm_90a (target is {target.name})")
         if workers == "wgmma_ws":

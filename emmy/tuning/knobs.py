@@ -46,6 +46,8 @@ KnobValue = int | str
 KINDS: tuple[str, ...] = ("elementwise", "reduction", "contraction", "attention")
 
 WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma", "wgmma_ws")
+# The workers values that multiply with wgmma warpgroups (64-row slices, staged operands).
+WGMMA_WORKERS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 FUSION: tuple[str, ...] = ("fused", "split")
 
 # The full spaces, before the target filters them.

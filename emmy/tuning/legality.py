@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from math import ceil
 from typing import TYPE_CHECKING
 
-from emmy.tuning.knobs import KnobValue, knob_space_for
+from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for
 from emmy.tuning.targets import Target
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def _c_workers(info, v, t, reasons):
                     f"mma_sync: block_m={bm} x block_n={bn} cannot be split among warps={wp} "
                     f"into tiles of at least 16x8 (multiples of 16 rows and 8 columns per warp)"
                 )
-    elif w in ("wgmma", "wgmma_ws"):
+    elif w in WGMMA_WORKERS:
         if v.has("warps") and v["warps"] % 4:
             reasons.append(f"{w}: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
         if v.has("block_m") and v["block_m"] % 64:

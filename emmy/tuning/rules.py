@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from math import ceil, prod
 from typing import TYPE_CHECKING
 
-from emmy.tuning.knobs import KnobValue
+from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue
 from emmy.tuning.legality import check, warp_grid
 from emmy.tuning.targets import Target
 
@@ -168,7 +168,7 @@ def gemm_estimate(
     else:
         rate = target.tensor_flops / target.sms
     intensity = bm * nc * bn / (bm + nc * bn)  # FMAs per loaded element, per k
-    if workers in ("wgmma", "wgmma_ws"):
+    if workers in WGMMA_WORKERS:
         # one wgmma reads a 64-row slice of A and block_n rows of B from shared memory, per
         # contraction: narrow tiles starve the tensor cores (H200, dual gate/up at M=512:
         # 128x128 tiles 1.5x faster than 128x64 ones)
@@ -222,7 +222,7 @@ def _wgmma_accumulators_fit(workers, nc: int, bn: int) -> bool:
     """A wgmma thread holds nc * block_n / 2 accumulators per 64-row slice; more than 128 leave
     no registers for the rest (checked before `warps` is chosen, so the ranking only offers
     tiles some warp count can hold)."""
-    return workers not in ("wgmma", "wgmma_ws") or nc * bn // 2 <= 128
+    return workers not in WGMMA_WORKERS or nc * bn // 2 <= 128
 
 
 def info_space(info: KernelInfo, target: Target):
@@ -276,7 +276,7 @@ def _c_warps(knob, info, target, chosen, memo) -> Prefs:
     bm, bn = int(chosen.get("block_m", 64)), int(chosen.get("block_n", 64))
     nc = info.n_contractions
     workers = chosen.get("workers")
-    if workers in ("wgmma", "wgmma_ws"):
+    if workers in WGMMA_WORKERS:
         want = 4 * max(1, min(2, bm // 64))
     elif workers == "mma_sync":
         want = max(1, min(8, _pow2_floor(bm * bn / 1024)))  # about 32x32 outputs per warp
@@ -319,7 +319,7 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     elif steps >= 2:
         order = [2, 3, 1, 4, 5]
     else:
-        order = [2, 1, 3, 4, 5] if chosen.get("workers") in ("wgmma", "wgmma_ws") else [1, 2, 3, 4, 5]
+        order = [2, 1, 3, 4, 5] if chosen.get("workers") in WGMMA_WORKERS else [1, 2, 3, 4, 5]
     return [
         (v, f"{steps} k-step(s) per block: {v}-deep staging" if v > 1 else
          f"{steps} k-step(s) per block: operands straight to registers")

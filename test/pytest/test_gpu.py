@@ -36,8 +36,13 @@ def layer_pins(workers: str | None) -> tuple[str, ...]:
     return (f"*.workers={workers}",)
 
 
+def wants_sm90a(pins) -> bool:
+    """Whether the pins ask for wgmma (sm_90a only); also used by tools/prebuild_gpu_tests.py."""
+    return any("wgmma" in p for p in pins)
+
+
 def _needs(pins, target: str) -> None:
-    if any("wgmma" in p for p in pins) and target != "sm_90a":
+    if wants_sm90a(pins) and target != "sm_90a":
         pytest.skip("wgmma needs sm_90a")
 
 
