@@ -14,7 +14,6 @@ errors point into, and the path of the saved source.
 from __future__ import annotations
 
 import hashlib
-
 import re
 import shutil
 import subprocess
@@ -28,7 +27,6 @@ ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 _KERNEL_DEF = re.compile(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(')
 
 
-
 def runtime_digest() -> str:
     """A hash of Emmy's device library (the headers every kernel includes), so that a cache of
     built kernels keyed on it never serves a cubin built against other headers."""
@@ -37,6 +35,7 @@ def runtime_digest() -> str:
         if f.is_file():
             h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
+
 
 def nvcc_path() -> str | None:
     return shutil.which("nvcc")

@@ -34,7 +34,6 @@ default; export stays available and tested (test/pytest/test_export_tracer.py).
 from __future__ import annotations
 
 import inspect
-
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass

@@ -216,6 +216,14 @@ def _c_workers(info, v, t, reasons):
             bn = v["block_n"]
             if bn % 8 or bn > 256:
                 reasons.append(f"{w}: block_n={bn} must be a multiple of 8 and at most 256")
+            nc = info.n_contractions
+            per_slice = nc * bn // 2  # a thread's accumulators for one 64-row slice, any warps
+            if per_slice > MAX_ACC_PER_THREAD:
+                what = f"{nc} x block_n={bn}" if nc > 1 else f"block_n={bn}"
+                reasons.append(
+                    f"{w}: {what} needs {per_slice} fp32 accumulators per thread for each 64-row "
+                    f"slice, over the {MAX_ACC_PER_THREAD} a thread can hold"
+                )
         if v.has("block_k") and v["block_k"] % 16:
             reasons.append(f"{w}: block_k={v['block_k']} is not a multiple of 16")
         if v.has("stages") and v["stages"] < 2:

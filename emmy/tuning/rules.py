@@ -12,12 +12,12 @@ when a later knob has no legal value, so pinned values and target limits are alw
 
 The preferences (tier `rule` in the IR):
 - contraction: tensor-core workers (warp-specialized `wgmma_ws` on sm_90a when M >= 64, else
-  `mma_sync`); block_m,
-  block_n and split_k ranked by a small roofline estimate that counts tiles and waves on the SMs
-  (small M -> small block_m, narrower block_n or split_k to fill the SMs; large M -> big tiles),
-  preferring tiles that divide the extents; block_k 64 (16-byte rows of bf16); 3-4 stages when
+  `mma_sync`); block_m, block_n and split_k ranked by a small roofline estimate that counts tiles
+  and waves on the SMs (small M -> small block_m, narrower block_n or split_k to fill the SMs;
+  large M -> big tiles), preferring tiles that divide the extents; block_k 64 (16-byte rows of bf16); 3-4 stages when
   there are enough k-steps and shared memory; warps from the tile area; 16-byte vectors.
-- attention: block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head dims <= 64); one 16-row slice per warp.
+- attention: block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head dims <= 64); one
+  16-row slice per warp.
 - reduction: 16-byte vectors; one warp per row for rows up to 1024 elements (several rows per
   block), a block per row for longer rows; enough blocks to fill the SMs.
 - elementwise: 16-byte vectors, 256 threads, more items per thread only for large tensors.
@@ -211,18 +211,10 @@ def _gemm_ranking(info: KernelInfo, target: Target, chosen: Mapping[str, KnobVal
         for bn in space["block_n"]
         for sk in space["split_k"]
         if not check(info, {**base, "block_m": bm, "block_n": bn, "split_k": sk}, target)
-        and _wgmma_accumulators_fit(workers, info.n_contractions, bn)
     ]
     ranking = sorted(ests, key=lambda e: (e.seconds, e.waste, -e.block_m * e.block_n, e.split_k))
     memo[key] = ranking
     return ranking
-
-
-def _wgmma_accumulators_fit(workers, nc: int, bn: int) -> bool:
-    """A wgmma thread holds nc * block_n / 2 accumulators per 64-row slice; more than 128 leave
-    no registers for the rest (checked before `warps` is chosen, so the ranking only offers
-    tiles some warp count can hold)."""
-    return workers not in WGMMA_WORKERS or nc * bn // 2 <= 128
 
 
 def info_space(info: KernelInfo, target: Target):

@@ -138,6 +138,13 @@ def test_wgmma_and_mma_sync_shapes():
     assert warp_grid(64, 64, 4) == (2, 2) and warp_grid(16, 32, 4) == (1, 4) and warp_grid(16, 16, 4) is None
     r = check(info, dict(GOOD, workers="mma_sync", block_m=16, block_n=16, warps=4), SM90A)
     assert any(x.startswith("mma_sync: block_m=16 x block_n=16 cannot be split among warps=4") for x in r)
+    # gate and up side by side: 2 x 256 columns are 256 accumulators per thread per 64-row
+    # slice whatever the warps (known before `warps` is chosen)
+    dual = info_of(L.gate_up(512, 3072, 1024))
+    msg = ("wgmma_ws: 2 x block_n=256 needs 256 fp32 accumulators per thread for each 64-row slice, "
+           "over the 192 a thread can hold")
+    assert msg in check(dual, {"workers": "wgmma_ws", "block_n": 256}, SM90A)
+    assert check(dual, {"workers": "wgmma_ws", "block_n": 128}, SM90A) == []
 
 
 def test_vector_and_split_k():
