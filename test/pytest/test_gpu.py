@@ -108,20 +108,13 @@ def test_emmy_run_check_cli(tmp_path, monkeypatch):
 
 def test_whole_model_embedding_on_gpu(tmp_path):
     """A small Qwen3 (non-power-of-two sizes) end to end on the GPU: the pooled embedding."""
-    import json
+    from tiny_models import write_tiny_model
 
     from emmy.backend.run import run_model_on_gpu
     from emmy.driver import CompileOptions
 
-    d = tmp_path / "model"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 96,
-        "intermediate_size": 200, "num_hidden_layers": 2, "num_attention_heads": 3,
-        "num_key_value_heads": 1, "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "vocab_size": 500, "max_position_embeddings": 64, "torch_dtype": "bfloat16",
-    }))
-    opts = CompileOptions(model=str(d), layer=None, tokens=11, target=_target())
+    d = write_tiny_model(tmp_path / "model")
+    opts = CompileOptions(model=d, layer=None, tokens=11, target=_target())
     report = run_model_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.output.shape == (1, 96)
     assert report.rel_error <= 2e-2, report.rel_error

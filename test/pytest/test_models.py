@@ -4,37 +4,20 @@ every stage, and their interpreted results match PyTorch."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from emmy.cli.main import run
+from tiny_models import FAMILIES, write_tiny_model
 
 HERE = Path(__file__).resolve().parent
 BLOCK = str(HERE / "models" / "mlp_block.py") + ":make"
 
-TINY = {
-    "hidden_size": 96, "intermediate_size": 200, "num_hidden_layers": 2, "num_attention_heads": 3,
-    "num_key_value_heads": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "vocab_size": 500,
-    "max_position_embeddings": 512, "torch_dtype": "bfloat16", "hidden_act": "silu",
-    "tie_word_embeddings": False,
-}
-FAMILIES = {
-    "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "head_dim": 32},
-    "mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "head_dim": 32, "sliding_window": None},
-    "qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
-    "qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "head_dim": 32},
-}
-
-
 @pytest.fixture(params=sorted(FAMILIES))
 def tiny_model(request, tmp_path) -> str:
-    d = tmp_path / request.param
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({**TINY, **FAMILIES[request.param]}))
-    return str(d)
+    return write_tiny_model(tmp_path / request.param, request.param)
 
 
 def test_layer_of_each_family_matches_pytorch(tiny_model, capsys):
@@ -125,10 +108,8 @@ def test_token_input_errors(tmp_path, extra, message):
     import subprocess
     import sys
 
-    d = tmp_path / "m"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({**TINY, **FAMILIES["qwen2"]}))
-    proc = subprocess.run([sys.executable, "-m", "emmy.cli.main", "run", str(d), "--backend", "interpret", *extra],
+    d = write_tiny_model(tmp_path / "m", "qwen2")
+    proc = subprocess.run([sys.executable, "-m", "emmy.cli.main", "run", d, "--backend", "interpret", *extra],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert message in proc.stderr
@@ -140,9 +121,7 @@ def test_whole_model_run_on_text_with_a_local_tokenizer(tmp_path, capsys):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    d = tmp_path / "qwen3"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({**TINY, **FAMILIES["qwen3"]}))
+    d = Path(write_tiny_model(tmp_path / "qwen3"))
     vocab = {"[UNK]": 0, "emmy": 7, "compiles": 123, "models": 321}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

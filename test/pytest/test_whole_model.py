@@ -241,22 +241,13 @@ def test_trace_model_time():
 
 
 def test_torch_module_runs_the_whole_model(tmp_path):
-    import json
-
     import torch
+    from tiny_models import write_tiny_model
 
     from emmy.frontend import resolve_model
     from emmy.frontend.whole_model import trace_model
 
-    d = tmp_path / "m"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 96,
-        "intermediate_size": 200, "num_hidden_layers": 2, "num_attention_heads": 3,
-        "num_key_value_heads": 1, "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "vocab_size": 500, "max_position_embeddings": 64, "torch_dtype": "bfloat16",
-    }))
-    traced = trace_model(resolve_model(str(d)), 6)
+    traced = trace_model(resolve_model(write_tiny_model(tmp_path / "m")), 6)
     with torch.no_grad():
         out = traced.torch_module()(traced.input_ids, traced.cos, traced.sin)
     assert torch.equal(out, traced.reference())
