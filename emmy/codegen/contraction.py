@@ -59,6 +59,8 @@ from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.tuning.knobs import WGMMA_WORKERS
 
 _CASTS = (arith.ExtFOp,)
+STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
+EPILOGUE_BARRIER = 8  # named barrier of wgmma_ws's computing warpgroups around the staged epilogue
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,6 +320,15 @@ class ContractionBuilder:
         return built
 
     # -- shared helpers -------------------------------------------------------------------------------
+    def inside(self, kb: KB, g_index, extent: int, tile: int) -> SSAValue | None:
+        """g_index < extent, for an index `origin + r` with origin a multiple of `tile` and
+        r < tile; None (always true) when the tiles divide the extent."""
+        return None if extent % tile == 0 else kb.lt(g_index, extent)
+
+    def clamp(self, kb: KB, g_index, hi: int, extent: int, tile: int) -> SSAValue:
+        """min(g_index, hi), or g_index itself when the tiles divide the extent."""
+        return g_index if extent % tile == 0 else kb.min(g_index, hi)
+
     def _row_coords(self, kb: KB, row, batch) -> dict:
         c = decompose(kb, row, self.m_axes, self.ext) if self.m_axes else {}
         if self.b_axes:
@@ -483,7 +494,7 @@ class ContractionBuilder:
             bars = kb.shared(i64, 2 * g.stages, self.bars_offset(stats_off, stats_in_smem), 8, "bars")
             self.specialized_loop(
                 kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr,
-                rs if producer_stats else None, inplace, a_loads,
+                stats_off, rs if producer_stats else None, inplace, a_loads,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
@@ -534,7 +545,10 @@ class ContractionBuilder:
         kb.call("emmy::cp_async_wait<0>")
 
         # epilogue
-        self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+        if self.staging_fits(stats_off, ws_ptr):
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, kb.barrier)
+        else:
+            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
         return kb.finish()
 
     def inplace_a_leaf(self, a_loads: list | None) -> LoadOp | None:
@@ -578,7 +592,7 @@ class ContractionBuilder:
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
         )
 
-    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, rs=None, inplace=None, a_loads=None) -> None:
+    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, free_bytes, rs=None, inplace=None, a_loads=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
         multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
         back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
@@ -656,7 +670,13 @@ class ContractionBuilder:
                 kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
             if transform is not None and consumer_rs is not None:
                 transform.finish_stats()
-            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+            if self.staging_fits(free_bytes, ws_ptr):
+                self.staged_epilogue(
+                    kb, em, tid, m0, n0, batch, accs, stat,
+                    lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)]),
+                )
+            else:
+                self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator: as many as shared memory
@@ -803,6 +823,62 @@ class ContractionBuilder:
                     row = kb.add(ty, kb.mul(i, g.ty))
                     col = kb.add(tx, kb.mul(j, g.tx))
                     body(row, col, kb.add(kb.mul(i, TN), j), 1)
+
+    def staging_fits(self, free_bytes: int, ws_ptr) -> bool:
+        """Whether the epilogue goes through shared memory (see staged_epilogue): tensor-core
+        workers, no split-k workspace, 8-column chunks that never straddle the innermost output
+        axis, whole chunks per thread, and the f32 tiles within the bytes the k loop's buffers free."""
+        g = self.g
+        n_last = self.n_axes[-1] if self.n_axes else None
+        return (
+            ws_ptr is None
+            and (g.wgmma or g.workers == "mma_sync")
+            and n_last is not None
+            and self.ext[n_last] % 8 == 0
+            and (g.bm * g.bn // 8) % g.consumers == 0
+            and g.nc * g.bm * (g.bn + STAGE_PAD) * 4 <= free_bytes
+        )
+
+    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync) -> None:
+        """The epilogue through shared memory: the accumulators go to f32 tiles there (rows
+        padded by STAGE_PAD floats, so the fragments' rows fall in different banks), then each
+        thread takes 8 consecutive columns of a row at a time and evaluates the stored values
+        for all 8 at once: 16-byte stores, and 16-byte loads of what the epilogue reads (a
+        residual), where a thread's fragments would give 4-byte ones. `sync` waits for all
+        computing threads (the k loop's buffers are reused)."""
+        g = self.g
+        pitch = g.bn + STAGE_PAD
+        per_acc = g.bm * pitch
+        tiles = kb.shared(f32, g.nc * per_acc, 0, 16, "sC")
+        sync()
+
+        def put(r_local, c_local, idx, lanes):
+            for c, acc in enumerate(accs):
+                pair = kb.pack([kb.load(acc, kb.add(idx, j)) for j in range(lanes)], VectorType(f32, [lanes]))
+                kb.store(pair, tiles, kb.add(kb.add(kb.mul(r_local, pitch), c_local), c * per_acc))
+
+        self.fragments(kb, tid, put)
+        sync()
+        per_row = g.bn // 8
+        with kb.for_(0, g.bm * per_row // g.consumers, 1, unroll=0, name="c") as it:
+            cidx = kb.add(kb.mul(it, g.consumers), tid)
+            r_local = kb.div(cidx, per_row)
+            c_local = kb.mul(kb.rem(cidx, per_row), 8)
+            row, col = kb.add(m0, r_local), kb.add(n0, c_local)
+            mask = kb.and_(
+                kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
+            )
+            overrides = {}
+            for c, con in enumerate(self.cs):
+                at = kb.add(kb.add(kb.mul(r_local, pitch), c_local), c * per_acc)
+                vals = []
+                for h in range(2):
+                    v = kb.load(tiles, kb.add(at, 4 * h), VectorType(f32, [4]))
+                    vals += [kb.extract(v, j) for j in range(4)]
+                overrides[con.result] = vals
+            for p, r in enumerate(self.prologue):
+                overrides[r.result] = [stat(p, r_local)]
+            self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
     def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
         n_last = self.n_axes[-1] if self.n_axes else None
@@ -1019,7 +1095,7 @@ class Stager:
             )
             vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
             zero = kb.fconst(0.0, bf16)
-            vals = [kb.select(ok, kb.to_type(v, bf16), zero) for v in vals]
+            vals = [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
             soff = kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType())
             kb.store(kb.pack(vals, vt), kb.ptr_add(base, soff), 0, in_tile)
 
@@ -1061,20 +1137,22 @@ class Stager:
             e = kb.mul(kb.rem(cidx, per_row), chunk)
             grow = kb.add(origin, r)
             gk = kb.add(kb.mul(kt, g.bk), e)
-            ok = kb.and_(kb.and_(kb.lt(grow, R_total), kb.lt(gk, cb.K)), pred)
+            ok = kb.and_(kb.and_(cb.inside(kb, grow, R_total, rows), cb.inside(kb, gk, cb.K, g.bk)), pred)
             if src is not None:
                 # cp.async: addresses from clamped coordinates (always valid), zero-fill when !ok
                 soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
                 dst = kb.ptr_add(base, soff)
-                crow = kb.min(grow, R_total - 1)
-                ck = kb.min(gk, cb.K - chunk)
+                crow = cb.clamp(kb, grow, R_total - 1, R_total, rows)
+                ck = cb.clamp(kb, gk, cb.K - chunk, cb.K, g.bk)
                 scope = self.em.scope(self._coords(side, crow, ck))
                 gptr = self._address(scope, src)
+                always = ok is None or kb.const_value(ok) not in (None, 0)
+                copy = ("emmy::cp_async16", [dst, gptr] if always else [dst, gptr, ok])
                 if in_tile is not None:
                     with kb.if_(in_tile):
-                        kb.call("emmy::cp_async16", [dst, gptr, ok])
+                        kb.call(*copy)
                 else:
-                    kb.call("emmy::cp_async16", [dst, gptr, ok])
+                    kb.call(*copy)
             else:
                 overrides = {}
                 if side == "a":
@@ -1120,7 +1198,7 @@ class Stager:
         e = kb.mul(kb.rem(cidx, per_row), chunk)
         grow = kb.add(self.m0, r)
         gk = kb.add(kb.mul(kt, g.bk), e)
-        ok = kb.and_(kb.and_(kb.and_(kb.lt(grow, cb.M), kb.lt(gk, cb.K)), pred), in_tile)
+        ok = kb.and_(kb.and_(kb.and_(cb.inside(kb, grow, cb.M, g.bm), cb.inside(kb, gk, cb.K, g.bk)), pred), in_tile)
         return in_tile, r, e, grow, gk, ok
 
     def _a_steps(self) -> int:
@@ -1192,7 +1270,8 @@ class Stager:
         every load and halved the producer's speed on an H200)."""
         cb, kb = self.cb, self.kb
         scope = self.em.scope(
-            self._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - cb.chunk)), lane_axis=cb.k_last,
+            self._coords("a", cb.clamp(kb, grow, cb.M - 1, cb.M, cb.g.bm), cb.clamp(kb, gk, cb.K - cb.chunk, cb.K, cb.g.bk)),
+            lane_axis=cb.k_last,
             lanes=cb.chunk, overrides=overrides, load_hooks=hooks,
         )
         if partials is not None:
@@ -1321,7 +1400,7 @@ class InPlaceA:
             _, r, e = self._place(it)
             grow = kb.add(self.m0, r)
             gk = kb.add(kb.mul(kt, g.bk), e)
-            ok = kb.and_(kb.lt(grow, cb.M), kb.lt(gk, cb.K))
+            ok = kb.and_(cb.inside(kb, grow, cb.M, g.bm), cb.inside(kb, gk, cb.K, g.bk))
             ptr = kb.ptr_add(base, kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType()))
             raw = kb.load(ptr, 0, vt)
             lanes = [kb.extract(raw, j) for j in range(chunk)]

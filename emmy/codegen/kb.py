@@ -195,7 +195,7 @@ class KB:
             return a
         for x, y in ((a, b), (b, a)):
             c = self.const_value(x) if isinstance(x.owner, arith.ConstantOp) else None
-            if c == 1:
+            if c is not None and c != 0:  # i1 true reads back as -1
                 return y
         return self.insert(arith.AndIOp(a, b)).results[0]
 

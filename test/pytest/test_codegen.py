@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from xdsl.dialects.builtin import VectorType
+
 from emmy.backend.plan import launch_plan
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
@@ -273,6 +275,31 @@ CONTRACTION_CASES = [
 ]
 
 
+@pytest.mark.parametrize(
+    "target,knobs,staged",
+    [
+        ("sm_90a", dict(workers="wgmma_ws", block_m=128, block_n=128, block_k=64, stages=4, warps=8), True),
+        ("sm_90a", dict(workers="wgmma", block_m=64, block_n=64, block_k=64, stages=4, warps=4), True),
+        ("sm_80", dict(workers="mma_sync", block_m=64, block_n=64, block_k=32, stages=3, warps=4), True),
+        # the k loop's buffers (2 x (32 + 64) x 16 bf16) are smaller than the f32 tile
+        ("sm_90", dict(workers="mma_sync", block_m=32, block_n=64, block_k=16, stages=2, warps=2), False),
+        ("sm_90", dict(workers="thread", block_m=32, block_n=32, block_k=32, stages=2, warps=4), False),
+    ],
+)
+def test_contraction_staged_epilogue(target, knobs, staged):
+    """Tensor-core kernels write their outputs through shared memory: the accumulators go to an
+    f32 tile there and each thread then stores 8 consecutive bf16 columns (16 bytes) at once."""
+    module = lower(rmsnorm_matmul(M=72, N=80, K=192, target=target, **knobs), "convert-tile-to-kernel")
+    f = kernel_funcs(module)["rms_norm_qkv_proj"]
+    shared = {op.result.name_hint for op in f.walk() if isinstance(op, K.SharedOp)}
+    outputs = set(f.body.block.args[-1:])
+    out_stores = [op for op in f.walk() if isinstance(op, K.StoreOp) and op.ptr in outputs]
+    assert out_stores
+    widths = {op.value.type.get_shape()[0] if isinstance(op.value.type, VectorType) else 1 for op in out_stores}
+    assert ("sC" in shared) == staged
+    assert widths == ({8} if staged else widths - {8})
+
+
 @pytest.mark.parametrize("target,knobs,compute", CONTRACTION_CASES)
 def test_contraction_workers(target, knobs, compute):
     module = lower(rmsnorm_matmul(M=72, N=80, K=192, target=target, **knobs), "convert-tile-to-kernel")
@@ -286,7 +313,8 @@ def test_contraction_workers(target, knobs, compute):
     shared = {op.result.name_hint: op for op in f.walk() if isinstance(op, K.SharedOp)}
     # B (a plain weight load) is copied with cp.async; the tensors A (x * rstd * w) reads are
     # copied raw (x: block_m rows, w: one row), then A is computed from shared memory
-    assert set(shared) == {"sA", "sB", "raw0", "raw1", "rs"}
+    # (sC: the staged epilogue's tiles, where the k loop's buffers leave room; test below)
+    assert set(shared) - {"sC"} == {"sA", "sB", "raw0", "raw1", "rs"}
     assert "emmy::cp_async16" in calls
     assert any(isinstance(op, K.PackOp) for op in f.walk())
     bm, bn, bk, st = knobs["block_m"], knobs["block_n"], knobs["block_k"], knobs["stages"]
@@ -323,7 +351,7 @@ def test_warp_specialized_pipeline(stages):
     assert "emmy::mbar_wait" in calls and "emmy::mbar_arrive" in calls
     assert "emmy::cp_async_mbar_arrive" in calls and "emmy::cp_async_wait<0>" in calls
     shared = {op.result.name_hint: op for op in f.walk() if isinstance(op, K.SharedOp)}
-    assert set(shared) == {"sA", "sB", "rs", "bars"}  # A is computed by the producer, no raw copies
+    assert set(shared) - {"sC"} == {"sA", "sB", "rs", "bars"}  # A computed by the producer, no raw copies
     # A uses the row statistic (x * rstd * w): the producer computes it from x prefetched a
     # k-step ahead, so the statistics must exist before the k loop: the block's pass over its
     # rows (one warp per row) runs first, nothing is summed during the loop
@@ -386,7 +414,7 @@ def test_dual_contraction_shares_the_a_tile():
     module = lower(gate_up(), "convert-tile-to-kernel")
     f = kernel_funcs(module)["gate_up_silu"]
     names = [op.result.name_hint for op in f.walk() if isinstance(op, K.SharedOp)]
-    assert names == ["sA", "sB0", "sB1"]
+    assert [n for n in names if n != "sC"] == ["sA", "sB0", "sB1"]
     locals_ = [op.result.name_hint for op in f.walk() if isinstance(op, K.LocalOp)]
     assert locals_[:2] == ["acc0", "acc1"]
     calls = callees(f)
@@ -402,10 +430,13 @@ def test_index_arithmetic_contiguous_through_div_rem():
     f = kernel_funcs(module)["o_proj_residual"]
     calls = callees(f)
     assert calls.count("emmy::cp_async16") == 4  # A and B, prologue and loop
-    assert not any(isinstance(op, K.PackOp) and op.result.type.get_shape() == (8,) for op in f.walk())
-    # the residual is read two columns at a time in the epilogue
+    # nothing computed is stored into the A tile (the only 8-lane bf16 stores are the outputs)
+    outs = set(f.body.block.args[-1:])
+    packed = [op for op in f.walk() if isinstance(op, K.StoreOp) and isinstance(op.value.owner, K.PackOp)]
+    assert packed and all(op.ptr in outs for op in packed if op.value.type == K.VectorType(K.BFloat16Type(), [8]))
+    # the staged epilogue reads the residual 8 columns (16 bytes) at a time
     loads = [op for op in f.walk() if isinstance(op, K.LoadOp) and op.ptr.name_hint == "r0"]
-    assert loads and all(op.result.type == K.VectorType(K.BFloat16Type(), [2]) for op in loads)
+    assert loads and all(op.result.type == K.VectorType(K.BFloat16Type(), [8]) for op in loads)
 
 
 def test_computed_a_without_room_for_raw_copies_is_staged_from_registers():
