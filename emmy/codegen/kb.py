@@ -306,7 +306,7 @@ class KB:
     @contextmanager
     def if_(self, cond: SSAValue) -> Iterator[None]:
         c = self.const_value(cond) if isinstance(cond.owner, arith.ConstantOp) else None
-        if c == 1:
+        if c is not None and c != 0:  # i1 true reads back as -1
             yield
             return
         op = K.IfOp(cond)

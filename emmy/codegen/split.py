@@ -4,7 +4,10 @@ A fused loop may store several results over different parallel axes: the running
 q over n = 2048 and k, v over d2 = 1024, all from one normalized input. `split_by_outputs` makes one
 copy of the tile op per group of outputs with the same axes, each keeping only its group's stores
 and what they need; `build_parts` builds each with the whole op's knobs (adjusted where a part
-needs more registers than the whole was decided for) and `merge_built` joins the launches.
+needs more registers than the whole was decided for). Where each part is one kernel with the
+same block shape, `one_launch` puts them side by side in one kernel (the blocks of part 0 first,
+then part 1's, ...): one launch whose blocks fill the machine together instead of one launch per
+part, each with its own tail. Otherwise `merge_built` joins the launches.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from emmy.codegen import Built, Launch, Tmp
 from emmy.dialects.loop import StoreOp
 
 
-def build_parts(parts, knobs, target, builder) -> Built:
+def build_parts(parts, knobs, target, builder, name: str) -> Built:
     from emmy.analysis.classify import classify
 
-    return merge_built([fit_part(p, classify(p), knobs, target, builder) for p in parts])
+    builts = [fit_part(p, classify(p), knobs, target, builder) for p in parts]
+    return one_launch(builts, name, target) or merge_built(builts)
 
 
 def fit_part(part, info, knobs, target, builder) -> Built:
@@ -78,6 +82,68 @@ def _erase_dead(block) -> None:
                 o.detach()
                 o.erase()
                 changed = True
+
+
+def one_launch(builts: list[Built], name: str, target) -> Built | None:
+    """One kernel `name` running the parts' kernels side by side along the grid's x axis, or
+    None where they differ in arguments, block shape, grid y/z, or need more shared memory
+    together than a block may have. Each part's body runs in a branch on blockIdx.x, with
+    blockIdx.x counted from the part's first block."""
+    from emmy.codegen.kb import KB
+    from emmy.dialects import kernel as K
+
+    if len(builts) < 2 or any(len(b.funcs) != 1 or len(b.launches) != 1 or b.temps for b in builts):
+        return None
+    funcs = [b.funcs[0] for b in builts]
+    first = funcs[0]
+    arg_types = [a.type for a in first.body.block.args]
+    for f, b in zip(funcs, builts):
+        if (
+            [a.type for a in f.body.block.args] != arg_types
+            or f.block_dims != first.block_dims
+            or f.grid_dims[1:] != first.grid_dims[1:]
+            or b.launches[0].args != builts[0].launches[0].args
+        ):
+            return None
+    smem = max(f.smem_bytes for f in funcs)
+    if smem > target.smem_per_block:
+        return None
+    bounds = [f.min_blocks.value.data for f in funcs if f.min_blocks is not None]
+    grid = (sum(f.grid_dims[0] for f in funcs), *first.grid_dims[1:])
+    kb = KB.new_func(
+        name, arg_types, grid, first.block_dims, smem, min(bounds) if bounds else None,
+        arg_names=[a.name_hint or f"arg{i}" for i, a in enumerate(first.body.block.args)],
+    )
+    bid = kb.block_id("x")
+    start = 0
+    for i, f in enumerate(funcs):
+        end = start + f.grid_dims[0]
+        inside = kb.and_(kb.cmp("sge", bid, start) if i else None, kb.lt(bid, end) if i < len(funcs) - 1 else None)
+        with kb.if_(inside):
+            _inline(kb, f, kb.sub(bid, start))
+        start = end
+    return Built(funcs=[kb.finish()], launches=[Launch(name, builts[0].launches[0].args)])
+
+
+def _inline(kb, f, bid_x) -> None:
+    """Clone f's body at kb's insertion point, f's arguments read as kb's function's, and its
+    blockIdx.x as `bid_x`."""
+    from emmy.dialects import kernel as K
+
+    mapper = dict(zip(f.body.block.args, kb.func.body.block.args))
+    for op in f.body.block.ops:
+        if isinstance(op, K.ReturnOp):
+            continue
+        if isinstance(op, K.BlockIdOp) and op.dim.data == "x":
+            mapper[op.result] = bid_x
+            continue
+        new = op.clone(mapper)
+        kb.insert(new)
+        for inner in list(new.walk()):
+            if inner is not new and isinstance(inner, K.BlockIdOp) and inner.dim.data == "x":
+                inner.result.replace_by(bid_x)
+                inner.detach()
+                inner.erase()
 
 
 def merge_built(builts: list[Built]) -> Built:

@@ -45,6 +45,7 @@ from xdsl.rewriter import InsertPoint
 
 from emmy.analysis.classify import classify
 from emmy.codegen import Built, In, Out, Scalar, Tmp
+from emmy.codegen.common import c_ident
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
@@ -81,7 +82,7 @@ def build_kernel(op: KernelOp, target: Target) -> Built:
     builder = builder_for(op.kind.data)
     parts = split_by_outputs(op) if op.kind.data != "attention" else [op]
     if len(parts) > 1:
-        return build_parts(parts, op.knob_values(), target, builder)
+        return build_parts(parts, op.knob_values(), target, builder, c_ident(op.kernel_name))
     return builder(op, classify(op), op.knob_values(), target)
 
 

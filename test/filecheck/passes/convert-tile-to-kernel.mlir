@@ -163,9 +163,14 @@ builtin.module attributes {emmy.target = "sm_90"} {
 // CHECK:           kernel.store %{{.*}}, %{{.*}}[%c0] : vector<8xbf16>, !kernel.ptr<bf16, shared>
 // CHECK:           kernel.barrier
 // CHECK:           kernel.call "emmy::mma::warp_tile<32, 32, 64, 64, 64>"(%{{.*}}, %{{.*}}, %acc) : (!kernel.ptr<bf16, shared>, !kernel.ptr<bf16, shared>, !kernel.ptr<f32, local>) -> ()
+// CHECK:         %sC = kernel.shared [4608] offset 0 align 16 : !kernel.ptr<f32, shared>
 // CHECK:         kernel.for %mi = %c0 to %c2 step %c1 unroll full {
 // CHECK:           %{{.*}} = kernel.load %acc[%{{.*}}] : !kernel.ptr<f32, local> -> f32
-// CHECK:           kernel.store %{{.*}}, %out[%{{.*}}] if %{{.*}} : vector<2xbf16>, !kernel.ptr<bf16>
+// CHECK:           kernel.store %{{.*}}, %sC[%{{.*}}] : vector<2xf32>, !kernel.ptr<f32, shared>
+// CHECK:         kernel.barrier
+// CHECK:         kernel.for %c{{.*}} = %c0 to %c{{.*}} step %c1 unroll full {
+// CHECK:           %{{.*}} = kernel.load %sC[%{{.*}}] : !kernel.ptr<f32, shared> -> vector<4xf32>
+// CHECK:           kernel.store %{{.*}}, %out[%{{.*}}] : vector<8xbf16>, !kernel.ptr<bf16>
 // CHECK:         kernel.launch @rms_norm_qkv_proj(%x, %nw, %w, %out)
 
 // -----

@@ -25,10 +25,17 @@
 // TILE:     func.return
 
 // At the kernel stage the loop's two output groups (q over 2048 columns; k and v over 1024) are
-// launched as two kernels, each normalizing the rows of its own tiles in shared memory.
+// built as two parts, each normalizing the rows of its own tiles in shared memory, and run side
+// by side in one kernel: blockIdx.x picks the part.
 // RUN: emmy-opt %inputs/torch-running-example.mlir -p convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile,decide-forks,convert-tile-to-kernel | filecheck %s --check-prefix=KERNEL
-// KERNEL:     kernel.func @rms_norm_qkv_proj_out0
-// KERNEL:     kernel.func @rms_norm_qkv_proj_out1_2
-// KERNEL:     kernel.launch @rms_norm_qkv_proj_out0
-// KERNEL:     kernel.launch @rms_norm_qkv_proj_out1_2
+// KERNEL:     kernel.func @rms_norm_qkv_proj({{.*}}) grid [96, 2, 1]
+// KERNEL:       %bid_x = kernel.block_id x
+// KERNEL:       kernel.if %{{.*}} {
+// KERNEL:         %bid_y = kernel.block_id y
+// KERNEL:         kernel.store %{{.*}}, %q_proj[%{{.*}}]
+// KERNEL:       kernel.if %{{.*}} {
+// KERNEL:         kernel.store %{{.*}}, %k_proj[%{{.*}}]
+// KERNEL:         kernel.store %{{.*}}, %v_proj[%{{.*}}]
+// KERNEL-NOT: kernel.func
+// KERNEL:     kernel.launch @rms_norm_qkv_proj(
 // KERNEL-NOT: kernel.launch
