@@ -170,6 +170,24 @@ class KernelInfo:
         return max(1, len(self.contractions))
 
     @property
+    def gemm_n_nc(self) -> tuple[int, int]:
+        """(N, contractions per tile) of the matrix product the kernel amounts to. Contractions
+        over different column axes (q over 2048 columns, k and v over 1024) are built as parts
+        side by side in one launch (codegen.split): together one product over all their
+        columns, one contraction per tile."""
+        from emmy.analysis.body import domain
+
+        if not self.other_reductions:
+            return self.N, self.n_contractions
+        rows = set(self.m_axes) | set(self.batch_axes) | set(self.k_axes)
+        widths = [self.N] * self.n_contractions + [
+            self.extent(sorted(set(domain(r.result)) - rows))
+            for r in self.other_reductions
+            if set(r.axis_names) == set(self.k_axes)
+        ]
+        return sum(widths), 1
+
+    @property
     def seq_q(self) -> int:
         return self.axes[self.attention.query_axis] if self.attention else 1
 

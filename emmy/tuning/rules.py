@@ -147,7 +147,7 @@ class GemmEstimate:
         split = f" x split_k={self.split_k}" if self.split_k > 1 else ""
         wave = "wave" if self.waves == 1 else "waves"
         return (
-            f"M={info.M} N={info.N}: {self.tiles} tiles of {self.block_m}x{self.block_n}{split}, "
+            f"M={info.M} N={info.gemm_n_nc[0]}: {self.tiles} tiles of {self.block_m}x{self.block_n}{split}, "
             f"{self.waves} {wave} on {target.sms} SMs ({busy:.0%} busy)"
         )
 
@@ -156,7 +156,7 @@ def gemm_estimate(
     info: KernelInfo, target: Target, workers: str, bm: int, bn: int, sk: int
 ) -> GemmEstimate:
     """Roofline-style time of a contraction tiled block_m x block_n with split_k parts."""
-    M, N, K, nc = info.M, info.N, info.K, info.n_contractions
+    (N, nc), M, K = info.gemm_n_nc, info.M, info.K
     batch = info.batch
     tiles = batch * ceil(M / bm) * ceil(N / bn) * sk
     waves = ceil(tiles / target.sms)

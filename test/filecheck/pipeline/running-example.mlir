@@ -28,7 +28,7 @@
 // built as two parts, each normalizing the rows of its own tiles in shared memory, and run side
 // by side in one kernel: blockIdx.x picks the part.
 // RUN: emmy-opt %inputs/torch-running-example.mlir -p convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile,decide-forks,convert-tile-to-kernel | filecheck %s --check-prefix=KERNEL
-// KERNEL:     kernel.func @rms_norm_qkv_proj({{.*}}) grid [96, 2, 1]
+// KERNEL:     kernel.func @rms_norm_qkv_proj({{.*}}) grid [96, 1, 1]
 // KERNEL:       %bid_x = kernel.block_id x
 // KERNEL:       kernel.if %{{.*}} {
 // KERNEL:         %bid_y = kernel.block_id y
