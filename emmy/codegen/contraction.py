@@ -752,6 +752,8 @@ class ContractionBuilder:
 
     # -- tensor-core / FMA step -------------------------------------------------------------------------
     def compute(self, kb: KB, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending: int = 0) -> None:
+        """One k-step's products from the tiles in `slot`; with wgmma, returns once at most
+        `wgmma_pending` k-steps of wgmmas are still running."""
         g = self.g
         a_stage = kb.ptr_add(sa, kb.mul(slot, a_elems))
         b_stages = [kb.ptr_add(sb, kb.mul(slot, b_elems)) for sb in sbs]
@@ -764,7 +766,9 @@ class ContractionBuilder:
                 for c, (b_stage, acc) in enumerate(zip(b_stages, accs)):
                     acc_ptr = kb.ptr_add(acc, mi * n_wg // 2)
                     kb.call(f"emmy::wgmma::tile<{n_wg}, {g.bk}, {g.bm}, {g.bn}>", [a_ptr, b_stage, acc_ptr])
-            kb.call(f"emmy::wgmma::wait<{wgmma_pending}>")
+            # each tile() commits one group: a k-step is mi * nc groups, and wgmma_pending
+            # counts k-steps left in flight
+            kb.call(f"emmy::wgmma::wait<{wgmma_pending * g.mi * len(accs)}>")
         elif g.workers == "mma_sync":
             warp = kb.div(tid, 32)
             wmi = kb.div(warp, g.wn)

@@ -338,6 +338,16 @@ def test_wgmma_pipeline_keeps_one_group_in_flight():
     assert "emmy::cp_async_wait<0>" in calls
 
 
+@pytest.mark.parametrize("workers,warps", [("wgmma", 4), ("wgmma_ws", 4)])
+def test_wgmma_dual_contraction_keeps_a_whole_k_step_in_flight(workers, warps):
+    """Gate and up are two groups of wgmmas per k-step: waiting down to one pending group would
+    wait for the step's gate products; one k-step in flight is two groups."""
+    text = gate_up(M=128, N=128, K=256, workers=workers, block_m=64, block_n=64, block_k=64, stages=4, warps=warps)
+    calls = callees(kernel_funcs(lower(text, "convert-tile-to-kernel"))["gate_up_silu"])
+    assert calls.count("emmy::wgmma::tile<64, 64, 64, 64>") == 2
+    assert "emmy::wgmma::wait<2>" in calls and "emmy::wgmma::wait<1>" not in calls
+
+
 @pytest.mark.parametrize("stages", [2, 4])
 def test_warp_specialized_pipeline(stages):
     """workers=wgmma_ws: a producer warpgroup stages, mbarriers hand slots over, no block-wide
