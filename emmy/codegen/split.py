@@ -24,12 +24,17 @@ def build_parts(parts, knobs, target, builder, name: str) -> Built:
 
 
 def fit_part(part, info, knobs, target, builder) -> Built:
-    """Build one part with the whole op's knobs. A part may need more than the whole was decided
-    for (k and v together: two accumulators against the whole's one): its block_n is halved, then
-    its pipeline made shallower, until the legality check passes."""
+    """Build one part with the whole op's knobs. The whole was decided as one product over all
+    the parts' columns (KernelInfo.gemm_n_nc), so a part with several contractions (k and v
+    together) splits block_n among them: every block of the launch does the same work. If the
+    part still needs more than the legality check allows, its block_n is halved, then its
+    pipeline made shallower, until the check passes."""
     from emmy.tuning.legality import check
 
     values = dict(knobs)
+    nc = len(info.contractions)
+    if nc > 1 and "block_n" in values:
+        values["block_n"] = max(8, int(values["block_n"]) // nc // 8 * 8)
     while check(info, values, target) and int(values.get("block_n", 0)) > 64:
         values["block_n"] = int(values["block_n"]) // 2
     while check(info, values, target) and int(values.get("stages", 1)) > 1:

@@ -26,9 +26,10 @@
 
 // At the kernel stage the loop's two output groups (q over 2048 columns; k and v over 1024) are
 // built as two parts, each normalizing the rows of its own tiles in shared memory, and run side
-// by side in one kernel: blockIdx.x picks the part.
+// by side in one kernel: blockIdx.x picks the part. k and v split the part's block columns, so
+// all 64 + 64 blocks do the same work.
 // RUN: emmy-opt %inputs/torch-running-example.mlir -p convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile,decide-forks,convert-tile-to-kernel | filecheck %s --check-prefix=KERNEL
-// KERNEL:     kernel.func @rms_norm_qkv_proj({{.*}}) grid [96, 1, 1]
+// KERNEL:     kernel.func @rms_norm_qkv_proj({{.*}}) grid [128, 1, 1]
 // KERNEL:       %bid_x = kernel.block_id x
 // KERNEL:       kernel.if %{{.*}} {
 // KERNEL:         %bid_y = kernel.block_id y
