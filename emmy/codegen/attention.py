@@ -509,16 +509,21 @@ class Schedule:
     stages: int
     workers: str  # the knob's value
     note: str  # how the knob values were realized ("" when exactly as asked)
+    wgmma: bool = False  # S = Q K^T with wgmma (emmy::attention::run's WGMMA)
 
     @property
     def threads(self) -> int:
         return 32 * self.warps
 
 
-def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int) -> int:
-    """Dynamic shared memory of emmy::attention::run (Config::kSmemBytes in attention.cuh)."""
+def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False) -> int:
+    """Dynamic shared memory of emmy::attention::run (Config::kSmemBytes in attention.cuh), plus
+    what aligning the base to 1024 bytes may take for wgmma."""
     ld = head_dim if head_dim % 64 == 0 else head_dim + 8
-    return (block_q * ld + 2 * stages * block_kv * ld) * 2
+    return (block_q * ld + 2 * stages * block_kv * ld) * 2 + (SMEM_ALIGN_WGMMA if wgmma else 0)
+
+
+SMEM_ALIGN_WGMMA = 1024  # wgmma's swizzled tiles are read through absolute address bits
 
 
 def schedule(plan: AttentionPlan, knobs: Mapping[str, object], target: Target, op: Operation) -> Schedule:
@@ -531,8 +536,16 @@ def schedule(plan: AttentionPlan, knobs: Mapping[str, object], target: Target, o
     note = ""
     if workers == "thread":
         raise _err(name, "workers=thread is not implemented for attention (use mma_sync)")
+    wgmma = False
     if workers == "wgmma":
-        note = "workers=wgmma runs the mma.sync main loop (no wgmma attention path yet)"
+        if not target.has("wgmma"):
+            raise _err(name, f"workers=wgmma needs sm_90a (target is {target.name})")
+        if D % 64 or bq != 64 or warps != 4 or bkv > 256:
+            raise _err(
+                name, "workers=wgmma needs a head dim that is a multiple of 64, block_q=64, warps=4 and "
+                f"block_kv <= 256 (have {D}, {bq}, {warps}, {bkv})"
+            )
+        wgmma = True
     elif workers != "mma_sync":
         raise _err(name, f"unknown workers '{workers}'")
     if not target.has("mma_sync"):
@@ -545,10 +558,10 @@ def schedule(plan: AttentionPlan, knobs: Mapping[str, object], target: Target, o
         raise _err(name, f"block_q={bq} does not give each of warps={warps} whole 16-row tiles")
     if stages < 1:
         raise _err(name, f"stages={stages} must be at least 1")
-    smem = smem_bytes(D, bq, bkv, stages)
+    smem = smem_bytes(D, bq, bkv, stages, wgmma)
     if smem > target.smem_per_block:
         raise _err(name, f"{smem} bytes of shared memory exceed the {target.smem_per_block} of {target.name}")
-    return Schedule(bq, bkv, warps, stages, workers, note)
+    return Schedule(bq, bkv, warps, stages, workers, note, wgmma)
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,6 +624,7 @@ def run_callee(plan: AttentionPlan, sched: Schedule, materialized: frozenset[str
             args += [DIRECT, 0]
         else:
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
+    args.append(int(sched.wgmma))
     return "emmy::attention::run<" + ", ".join(str(a) for a in args) + ">"
 
 
@@ -719,7 +733,7 @@ def _flash_func(
     types, names, _ = io_args(kernel_op)
     types = types + [K.PtrType(BFloat16Type())] * len(temps)
     names = names + [t[0] for t in temps]
-    smem = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages)
+    smem = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages, sched.wgmma)
     kb = KB.new_func(
         c_ident(plan.name), types, grid=(n_qblocks, n_batch, 1), block=(sched.threads, 1, 1),
         smem=smem, min_blocks=1, arg_names=names,
@@ -736,7 +750,8 @@ def _flash_func(
     top = em.scope(outer)
     q_block = kb.sub(n_qblocks - 1, bid_x)  # the longest (causal) query blocks start first
     q_block.name_hint = "q_block"
-    sbuf = kb.shared(BFloat16Type(), smem // 2, 0, 16, "smem")
+    align = SMEM_ALIGN_WGMMA if sched.wgmma else 16
+    sbuf = kb.shared(BFloat16Type(), (smem - (align if sched.wgmma else 0)) // 2, 0, align, "smem")
 
     materialized = {p.name: (arg, p, gqa) for arg, (_, p, gqa) in zip(temp_args, temps)}
     args: list[SSAValue] = []

@@ -31,15 +31,20 @@ def fit_part(part, info, knobs, target, builder) -> Built:
     pipeline made shallower, until the check passes."""
     from emmy.tuning.legality import check
 
-    values = dict(knobs)
+    def fitted(values: dict) -> dict:
+        values = dict(values)
+        while check(info, values, target) and int(values.get("block_n", 0)) > 64:
+            values["block_n"] = int(values["block_n"]) // 2
+        while check(info, values, target) and int(values.get("stages", 1)) > 1:
+            values["stages"] = int(values["stages"]) - 1
+        return values
+
     nc = len(info.contractions)
-    if nc > 1 and "block_n" in values:
-        values["block_n"] = max(8, int(values["block_n"]) // nc // 8 * 8)
-    while check(info, values, target) and int(values.get("block_n", 0)) > 64:
-        values["block_n"] = int(values["block_n"]) // 2
-    while check(info, values, target) and int(values.get("stages", 1)) > 1:
-        values["stages"] = int(values["stages"]) - 1
-    return builder(part, info, values, target)
+    if nc > 1 and "block_n" in knobs:
+        shared = fitted(dict(knobs, block_n=max(8, int(knobs["block_n"]) // nc // 8 * 8)))
+        if not check(info, shared, target):  # else too narrow for the workers (mma_sync pieces)
+            return builder(part, info, shared, target)
+    return builder(part, info, fitted(knobs), target)
 
 
 def split_by_outputs(op) -> list:

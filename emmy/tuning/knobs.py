@@ -8,7 +8,7 @@ job, `emmy/tuning/legality.py`).
 | kind | knobs (in this order) |
 |---|---|
 | contraction | block_m, block_n, block_k, split_k, stages, workers, warps, vector, fusion (only with a prologue reduction) |
-| attention | block_q, block_kv, workers (mma_sync only), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
+| attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
 
@@ -66,9 +66,10 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "attention": {
         "block_q": (16, 32, 64, 128),
         "block_kv": (16, 32, 64, 128),
-        # Only the mma.sync flash kernel exists (emmy/backend/runtime/attention.cuh); the
-        # domain lists what the lowering implements, nothing it would reject.
-        "workers": ("mma_sync",),
+        # The flash kernel (emmy/backend/runtime/attention.cuh) on mma.sync, or with S = Q K^T
+        # on wgmma (sm_90a; one warpgroup of 64 query rows); the domain lists what the lowering
+        # implements, nothing it would reject.
+        "workers": ("mma_sync", "wgmma"),
         "stages": (1, 2, 3),
         "warps": (1, 2, 4, 8),
         "fusion": FUSION,

@@ -275,6 +275,8 @@ def _a_smem(info, v, t, reasons):
     if st < 2:
         return
     nbytes = (bq * d + st * bkv * (d + dv)) * info.element_bytes
+    if v.has("workers") and v["workers"] == "wgmma":
+        nbytes += 1024  # the tiles' base is aligned to 1024 bytes
     if nbytes > t.smem_per_block:
         reasons.append(
             f"shared memory: block_q={bq} x {d} + stages={st} x block_kv={bkv} x ({d} + {dv}) "
@@ -325,13 +327,14 @@ def _a_workers(info, v, t, reasons):
                 f"(block_q must be a multiple of {16 * wp})"
             )
     if w == "wgmma":
-        if v.has("warps") and v["warps"] % 4:
-            reasons.append(f"wgmma: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
-        elif v.has("block_q", "warps") and v["block_q"] % (64 * (v["warps"] // 4)):
-            reasons.append(
-                f"wgmma: block_q={v['block_q']} does not give each of the {v['warps'] // 4} "
-                f"warpgroups 64-row slices"
-            )
+        # the wgmma flash kernel: one warpgroup multiplies its 64 query rows by 64-column slabs
+        # of the head dimension (emmy/backend/runtime/attention.cuh)
+        if v.has("warps") and v["warps"] != 4:
+            reasons.append(f"wgmma: warps={v['warps']} is not 4 (one warpgroup)")
+        if v.has("block_q") and v["block_q"] != 64:
+            reasons.append(f"wgmma: block_q={v['block_q']} is not 64 (the warpgroup's rows)")
+        if d % 64:
+            reasons.append(f"wgmma: head dimension {d} is not a multiple of 64")
         if v.has("block_kv") and v["block_kv"] > 256:
             reasons.append(f"wgmma: block_kv={v['block_kv']} is over 256")
         if v.has("stages") and v["stages"] < 2:

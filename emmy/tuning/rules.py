@@ -16,8 +16,9 @@ The preferences (tier `rule` in the IR):
   and waves on the SMs (small M -> small block_m, narrower block_n or split_k to fill the SMs;
   large M -> big tiles), preferring tiles that divide the extents; block_k 64 (16-byte rows of bf16); 3-4 stages when
   there are enough k-steps and shared memory; warps from the tile area; 16-byte vectors.
-- attention: block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head dims <= 64); one
-  16-row slice per warp.
+- attention: wgmma for S = Q K^T on sm_90a (one warpgroup of 64 query rows), else mma.sync with
+  one 16-row slice per warp; block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head
+  dims <= 64).
 - reduction: 16-byte vectors; one warp per row for rows up to 1024 elements (several rows per
   block), a block per row for longer rows; enough blocks to fill the SMs.
 - elementwise: 16-byte vectors, 256 threads, more items per thread only for large tensors.

@@ -292,7 +292,7 @@ def test_kernel_ir():
     assert func.block_dims == (128, 1, 1)
     assert func.smem_bytes == A.smem_bytes(128, 64, 64, 2) == (64 * 128 + 4 * 64 * 128) * 2
     calls = [o for o in func.walk() if isinstance(o, K.CallOp)]
-    assert [c.callee.data for c in calls] == ["emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0>"]
+    assert [c.callee.data for c in calls] == ["emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0, 0>"]
     lambdas = [o for o in func.walk() if isinstance(o, K.LambdaOp)]
     assert len(lambdas) == 6  # q term/elem, k term/elem, score, out
     (launch,) = built.launches
@@ -306,7 +306,7 @@ def test_kernel_ir():
 def test_cuda_text():
     _, _, built = build_text(attention_ir(T=48))
     src = emit_kernel(built.funcs[0])
-    assert "emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0>(" in src
+    assert "emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0, 0>(" in src
     assert "__launch_bounds__(128, 1)" in src
 
 
@@ -333,16 +333,30 @@ def test_split_variant():
     callees = [o.callee.data for o in prep.walk() if isinstance(o, K.CallOp)]
     assert callees == ["emmy::attention::materialize<128, 2, 128, 8, 4>"] * 2
     (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
-    assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0>"
+    assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 0>"
     # plain attention has nothing to materialize: one kernel
     op = parse_kernel(attention_ir(qwen=False))
     built = A.build(op, classify(op), dict(op.knob_values(), fusion="split"), get_target("sm_90"))
     assert len(built.funcs) == 1 and not built.temps
 
 
-def test_wgmma_falls_back_with_a_note():
+def test_wgmma_attention():
+    """workers=wgmma (sm_90a): S = Q K^T on wgmma (the template's last argument); the tiles'
+    base is aligned to 1024 bytes for wgmma's swizzle, and the shared memory has room for it."""
     _, _, built = build_text(attention_ir(knobs=_knobs(workers="wgmma")), target="sm_90a")
-    assert "mma.sync" in built.funcs[0].attributes["emmy.note"].data
+    (func,) = built.funcs
+    (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
+    assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0, 1>"
+    (smem,) = [o for o in func.walk() if isinstance(o, K.SharedOp)]
+    assert smem.align.value.data == 1024
+    assert func.smem_bytes == A.smem_bytes(128, 64, 64, 2, wgmma=True) == (64 * 128 + 4 * 64 * 128) * 2 + 1024
+    assert "emmy.note" not in func.attributes
+
+
+def test_wgmma_attention_needs_one_warpgroup():
+    text = attention_ir(T=256, knobs=_knobs(workers="wgmma", block_q=128, warps=8))
+    with pytest.raises(EmmyError, match=re.escape("workers=wgmma needs a head dim that is a multiple of 64, block_q=64")):
+        build_text(text, target="sm_90a")
 
 
 @pytest.mark.parametrize(
@@ -400,17 +414,20 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 @needs_nvcc
 @pytest.mark.nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a", "sm_90a-wgmma"])
 @pytest.mark.parametrize("variant", ["qwen", "qwen-split", "plain"])
 def test_nvcc(arch, variant, tmp_path):
     op = parse_kernel(attention_ir(T=100, qwen=variant != "plain"))
     knobs = dict(op.knob_values(), fusion="split" if variant.endswith("split") else "fused")
+    if arch.endswith("-wgmma"):
+        arch, knobs["workers"] = "sm_90a", "wgmma"
     built = A.build(op, classify(op), knobs, get_target(arch))
     log, obj = nvcc_compile(cuda_source(built), arch, tmp_path)
     _check_ptxas(log)
     if shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True, text=True).stdout
-        assert "HMMA" in sass
+        assert "HMMA" in sass  # P V (and Q K^T unless wgmma)
+        assert ("HGMMA" in sass) == (knobs["workers"] == "wgmma")
         assert not re.search(r"\b(LDL|STL)\b", sass)
 
 

@@ -401,6 +401,28 @@ def test_warp_specialized_computes_a_in_place():
         assert "emmy::named_barrier<384>" not in calls
 
 
+@pytest.mark.parametrize("tokens", [5, 64, 300])
+@pytest.mark.parametrize("pins", [(), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=mma_sync",)], ids=str)
+def test_running_example_lowers_at_odd_sizes(tokens, pins):
+    """The GPU tests' running-example configurations lower to CUDA on sm_90a (parts side by side
+    in one launch, k and v sharing a block's columns where the workers allow it)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(tokens))
+    opts = CompileOptions(model="example", layer=0, tokens=tokens, target="sm_90a", pins=pins)
+    plan = launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module)
+    kernels = [l.kernel for l in plan.launches]
+    # split-k parts have statistics and combine kernels: one launch per part then
+    assert kernels == ["rms_norm_qkv_proj"] or all(k.startswith("rms_norm_qkv_proj_out") for k in kernels)
+
+
 def test_warp_specialized_needs_sm90a():
     with pytest.raises(EmmyError, match="workers=wgmma_ws needs sm_90a"):
         lower(rmsnorm_matmul(target="sm_90", workers="wgmma_ws"), "convert-tile-to-kernel")

@@ -9,7 +9,8 @@
 //   stage the block's BQ query rows into shared memory (once)
 //   for each key block (blocks masked for every query of the block are skipped):
 //     stage K, V rows into shared memory (through the lambdas, or cp.async for plain rows)
-//     S = Q K^T          (mma.sync m16n8k16 bf16, f32 accumulate; ldmatrix from shared memory)
+//     S = Q K^T          (mma.sync m16n8k16 bf16, f32 accumulate; ldmatrix from shared memory;
+//                         with WGMMA, one warpgroup's wgmmas straight from shared memory)
 //     S = score(q, kv, S), out-of-range keys -> -inf
 //     m' = max(m, rowmax S); P = exp(S - m'); l = l * exp(m - m') + rowsum P
 //     O = O * exp(m - m') + P V   (mma.sync, P kept in registers as bf16)
@@ -23,7 +24,7 @@
 //
 // Entry point (all arguments but the lambdas are ints or pointers):
 //
-//   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED>(
+//   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED, WGMMA>(
 //       qa, qb, ka, kb, va, vb, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
 //
 // Each producer (Q rows indexed by query, K and V rows by key; columns d < D) is two arguments
@@ -43,6 +44,8 @@
 // smem_bytes<D, BQ, BKV, STAGES>() bytes, 16-byte aligned (over 48 KB needs
 // cudaFuncSetAttribute). Requirements: D % 16 == 0, BKV % 16 == 0, BQ % (16 * WARPS) == 0,
 // STAGES >= 1, sm_80 or newer; every thread of the block (32 * WARPS threads) calls it.
+// WGMMA != 0 (sm_90a only): S = Q K^T with wgmma; needs D % 64 == 0, BQ == 64, WARPS == 4,
+// BKV <= 256 and `smem` 1024-byte aligned (the tiles are stored in wgmma's swizzled layout).
 //
 // Element producers are staged by each warp in groups of EMMY_ATTENTION_ROW_UNROLL rows (default
 // 4), in three straight-line phases (every row's statistic loads, the warp sums, every element)
@@ -58,6 +61,8 @@
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+#include "emmy_wgmma.cuh"
 
 #ifndef EMMY_ATTENTION_ROW_UNROLL
 #define EMMY_ATTENTION_ROW_UNROLL 4
@@ -94,7 +99,7 @@ __device__ __forceinline__ float round_bf16(float v) {
 // ---------------------------------------------------------------------------------------------
 // Configuration and shared-memory layout.
 
-template <int D_, int BQ_, int BKV_, int WARPS_, int STAGES_>
+template <int D_, int BQ_, int BKV_, int WARPS_, int STAGES_, int WGMMA_ = 0>
 struct Config {
   static constexpr int D = D_;
   static constexpr int BQ = BQ_;
@@ -110,9 +115,11 @@ struct Config {
   // chunks are XOR-swizzled by row; otherwise rows padded by 16 bytes (an odd number of 16-byte
   // chunks per row). Either way ldmatrix over 8 rows at one column hits 8 distinct bank groups.
   static constexpr bool kSwizzle = D % 64 == 0;
+  // S = Q K^T with wgmma (sm_90a): one warpgroup, its 64 query rows against the block's keys.
+  static constexpr bool kWgmma = WGMMA_ != 0;
   static constexpr int LD = kSwizzle ? D : D + 8;
   // Keep Q's A fragments in registers when the accumulators leave room for them.
-  static constexpr bool kQInRegs = MT == 1 && D / 2 + BKV / 2 + D / 4 <= 128;
+  static constexpr bool kQInRegs = !kWgmma && MT == 1 && D / 2 + BKV / 2 + D / 4 <= 128;
   // Rows a warp computes at once (element producers): their loads are in flight together.
   static constexpr int kRowUnroll = EMMY_ATTENTION_ROW_UNROLL;
   static constexpr int kQElems = BQ * LD;
@@ -123,6 +130,8 @@ struct Config {
   static_assert(BKV % 16 == 0 && BKV > 0, "block_kv must be a multiple of 16");
   static_assert(BQ % (16 * WARPS) == 0 && MT >= 1, "block_q must give each warp 16-row tiles");
   static_assert(STAGES >= 1, "stages must be at least 1");
+  static_assert(!kWgmma || (D % 64 == 0 && BQ == 64 && WARPS == 4 && BKV % 8 == 0 && BKV <= 256),
+                "wgmma attention: head dim a multiple of 64, block_q 64, 4 warps, block_kv <= 256");
 };
 
 // Dynamic shared memory `run` needs, in bytes.
@@ -137,10 +146,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Element offset of (row r, column c) in a tile; c % 8 stays in place.
-template <class C>
+// Element offset of (row r, column c) in a tile of ROWS rows; c % 8 stays in place. With wgmma
+// the tile is stored as D / 64 slabs of [ROWS][64] (the K-major 128-byte swizzled layout wgmma
+// reads, as emmy::tile_offset), otherwise as [ROWS][LD].
+template <class C, int ROWS>
 __device__ __forceinline__ int at(int r, int c) {
-  if constexpr (C::kSwizzle) {
+  if constexpr (C::kWgmma) {
+    return (c >> 6) * (ROWS * 64) + r * 64 + ((((c & 63) >> 3) ^ (r & 7)) << 3) + (c & 7);
+  } else if constexpr (C::kSwizzle) {
     return r * C::LD + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7);
   } else {
     return r * C::LD + c;
@@ -270,7 +283,7 @@ __device__ __forceinline__ void stage_rows(const F& f, __nv_bfloat16* tile, int 
       const int ch = c % CHUNKS;
       const bool valid = row0 + r < limit;
       const __nv_bfloat16* src = f.row(valid ? row0 + r : row0) + ch * 8;
-      cp_async_16(smem_addr(tile + at<C>(r, ch * 8)), src, valid);
+      cp_async_16(smem_addr(tile + at<C, ROWS>(r, ch * 8)), src, valid);
     }
   } else {
     // Each warp produces rows warp, warp + WARPS, ... in groups of U rows, in three straight-line
@@ -290,7 +303,7 @@ __device__ __forceinline__ void stage_rows(const F& f, __nv_bfloat16* tile, int 
 #pragma unroll
           for (int j = 0; j < N; ++j) {
             const int d = lane + 32 * j;
-            if (D % 32 == 0 || d < D) tile[at<C>(r0 + u * C::WARPS, d)] = __float2bfloat16(0.f);
+            if (D % 32 == 0 || d < D) tile[at<C, ROWS>(r0 + u * C::WARPS, d)] = __float2bfloat16(0.f);
           }
         continue;
       }
@@ -319,7 +332,7 @@ __device__ __forceinline__ void stage_rows(const F& f, __nv_bfloat16* tile, int 
 #pragma unroll
         for (int j = 0; j < N; ++j) {
           const int d = lane + 32 * j;
-          if (D % 32 == 0 || d < D) tile[at<C>(r, d)] = __float2bfloat16(valid ? v[u][j] : 0.f);
+          if (D % 32 == 0 || d < D) tile[at<C, ROWS>(r, d)] = __float2bfloat16(valid ? v[u][j] : 0.f);
         }
       }
     }
@@ -407,9 +420,11 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
       stage_kv(j);
       cp_async_commit();
       cp_async_wait<0>();
+      if constexpr (C::kWgmma) emmy::fence_proxy_async();  // wgmma reads through the async proxy
       __syncthreads();
     } else {
       cp_async_wait<STAGES - 2>();  // block j's copies (and Q's) have landed
+      if constexpr (C::kWgmma) emmy::fence_proxy_async();  // wgmma reads through the async proxy
       __syncthreads();              // ... for every thread; block j-1's buffer is free
       if (j + STAGES - 1 < n_blocks) stage_kv(j + STAGES - 1);
       cp_async_commit();
@@ -421,7 +436,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #pragma unroll
           for (int kk = 0; kk < KT; ++kk)
             ldmatrix_x4(qreg[mt][kk],
-                        smem_addr(sQ + at<C>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
+                        smem_addr(sQ + at<C, BQ>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
       }
     }
     const __nv_bfloat16* tK = sK + buf * C::kKVElems;
@@ -436,6 +451,12 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.f;
+    if constexpr (C::kWgmma) {
+      // the warpgroup's 64 rows of Q against the block's BKV keys; s[0][nt][2h + i] is the
+      // accumulator layout of wgmma (emmy_wgmma.cuh) and of mma.sync alike
+      emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQ, tK, &s[0][0][0]);
+      emmy::wgmma::wait<0>();
+    } else {
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
       uint32_t a[MT][4];
@@ -445,19 +466,20 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #pragma unroll
           for (int c = 0; c < 4; ++c) a[mt][c] = qreg[mt][kk][c];
         } else {
-          ldmatrix_x4(a[mt], smem_addr(sQ + at<C>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
+          ldmatrix_x4(a[mt], smem_addr(sQ + at<C, BQ>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
         }
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(tK + at<C>(np * 16 + b_row, kk * 16 + b_col)));
+        ldmatrix_x4(b, smem_addr(tK + at<C, BKV>(np * 16 + b_row, kk * 16 + b_col)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
           mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
+    }
     }
 
     // Scores, online softmax, P (bf16 A fragments) and O += P V.
@@ -517,7 +539,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #pragma unroll
       for (int np = 0; np < DT / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, smem_addr(tV + at<C>(kk * 16 + v_row, np * 16 + v_col)));
+        ldmatrix_x4_trans(b, smem_addr(tV + at<C, BKV>(kk * 16 + v_row, np * 16 + v_col)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_bf16(acc[mt][2 * np], p[mt], b[0], b[1]);
@@ -620,13 +642,13 @@ __device__ __forceinline__ void materialize(const A& a, const B& b, __nv_bfloat1
 // The entry point generated kernels call (see the top of this file).
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
-          int KRED, int VMODE, int VRED, class QA, class QB, class KA, class KB, class VA,
-          class VB, class SF, class OF>
+          int KRED, int VMODE, int VRED, int WGMMA = 0, class QA, class QB, class KA, class KB,
+          class VA, class VB, class SF, class OF>
 __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                     const VA& va, const VB& vb, const SF& score, const OF& out,
                                     int q_block, int seq_q, int seq_kv, int causal,
                                     int causal_offset, void* smem) {
-  using C = Config<D, BQ, BKV, WARPS, STAGES>;
+  using C = Config<D, BQ, BKV, WARPS, STAGES, WGMMA>;
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
