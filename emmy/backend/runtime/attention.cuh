@@ -458,28 +458,28 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
       emmy::wgmma::wait<0>();
     } else {
 #pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        if constexpr (C::kQInRegs) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) a[mt][c] = qreg[mt][kk][c];
-        } else {
-          ldmatrix_x4(a[mt], smem_addr(sQ + at<C, BQ>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
-        }
-      }
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(tK + at<C, BKV>(np * 16 + b_row, kk * 16 + b_col)));
+      for (int kk = 0; kk < KT; ++kk) {
+        uint32_t a[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
-          mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          if constexpr (C::kQInRegs) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) a[mt][c] = qreg[mt][kk][c];
+          } else {
+            ldmatrix_x4(a[mt], smem_addr(sQ + at<C, BQ>(wq0 + mt * 16 + a_row, kk * 16 + a_col)));
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, smem_addr(tK + at<C, BKV>(np * 16 + b_row, kk * 16 + b_col)));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+            mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
         }
       }
-    }
     }
 
     // Scores, online softmax, P (bf16 A fragments) and O += P V.
