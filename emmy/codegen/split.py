@@ -100,7 +100,6 @@ def one_launch(builts: list[Built], name: str, target) -> Built | None:
     together than a block may have. Each part's body runs in a branch on blockIdx.x, with
     blockIdx.x counted from the part's first block."""
     from emmy.codegen.kb import KB
-    from emmy.dialects import kernel as K
 
     if len(builts) < 2 or any(len(b.funcs) != 1 or len(b.launches) != 1 or b.temps for b in builts):
         return None
