@@ -73,7 +73,8 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_names("elementwise") == ("threads", "vector", "items")
     assert knob_space("contraction", SM90A)["workers"] == ("thread", "mma_sync", "wgmma", "wgmma_ws")
     assert knob_space("contraction", SM90)["workers"] == ("thread", "mma_sync")
-    assert knob_space("attention", SM80)["workers"] == ("mma_sync",)  # the one flash kernel Emmy has
+    assert knob_space("attention", SM80)["workers"] == ("mma_sync",)
+    assert knob_space("attention", SM90A)["workers"] == ("mma_sync", "wgmma")
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
         knob_names("conv")
 
@@ -175,6 +176,15 @@ def test_attention_and_reduction_limits():
     assert "mma_sync: block_q=64 does not give each of the warps=8 16-row slices (block_q must be a multiple of 128)" in check(
         att, {"block_q": 64, "workers": "mma_sync", "warps": 8}, SM90
     )
+    # the wgmma flash kernel: one warpgroup of 64 query rows, head dims in 64-column slabs
+    wg = {"block_q": 64, "block_kv": 64, "stages": 2, "workers": "wgmma", "warps": 4}
+    assert check(att, wg, SM90A) == []
+    assert check(att, dict(wg, block_q=128, warps=8), SM90A) == [
+        "wgmma: warps=8 is not 4 (one warpgroup)",
+        "wgmma: block_q=128 is not 64 (the warpgroup's rows)",
+    ]
+    att96 = info_of(L.attention(1, 4, 2, 512, 96))
+    assert "wgmma: head dimension 96 is not a multiple of 64" in check(att96, wg, SM90A)
     red = info_of(L.rmsnorm(512, 1024))
     assert check(red, {"rows_per_block": 4, "threads": 128, "vector": 8}, SM90) == []
     assert check(red, {"rows_per_block": 4, "threads": 64}, SM90) == [
@@ -234,6 +244,10 @@ def test_rules_follow_the_shapes():
     att_l = info_of(L.attention(1, 16, 8, 2048, 128))
     assert rules.decide(att_s, SM90, knob_space_for(att_s, SM90))["block_q"].value == 16
     assert rules.decide(att_l, SM90, knob_space_for(att_l, SM90))["block_q"].value == 64
+    # sm_90a: Q K^T on wgmma where 64-row query tiles fill
+    wg = rules.decide(att_l, SM90A, knob_space_for(att_l, SM90A))
+    assert (wg["workers"].value, wg["block_q"].value, wg["warps"].value) == ("wgmma", 64, 4)
+    assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["workers"].value == "mma_sync"
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
