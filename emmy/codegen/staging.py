@@ -1,0 +1,556 @@
+"""Operand staging for contraction kernels: what an operand tile is made of, and the code that
+fills the pipeline slots with it.
+
+- Operand analysis: `direct_source` finds operands that are plain bf16 loads contiguous along k
+  (or selects between such loads, e.g. concatenated weights: `Leaf`, `Pick`), which are copied
+  with cp.async; `same_expr` compares loop-body values structurally.
+- `Stager` stages the A and B tiles of one k-step into a slot: cp.async for direct sources,
+  computed values otherwise (from global loads, from raw copies in shared memory, or, for the
+  producer warpgroup of `wgmma_ws`, from registers loaded a k-step ahead).
+- `InPlaceA` (wgmma_ws): each consumer warpgroup computes its rows of the A tile in place from
+  the raw copy the producer made; `RowStats` sums the row statistics on the way.
+
+The `ContractionBuilder` of emmy/codegen/contraction.py owns the geometry and the kernels; these
+classes read its fields (`cb.g`, `cb.cs`, extents, axes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32
+from xdsl.ir import Operation, SSAValue
+
+from emmy.codegen.common import decompose
+from emmy.codegen.kb import KB
+from emmy.codegen.scalar import BodyEmitter, Scope
+from emmy.diagnostics import EmmyError
+from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp
+
+if TYPE_CHECKING:
+    from emmy.codegen.contraction import ContractionBuilder
+
+# ---------------------------------------------------------------------------------------------
+# Operand analysis
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leaf:
+    load: LoadOp
+
+
+@dataclass(frozen=True)
+class Pick:
+    cond: SSAValue
+    a: object  # Leaf | Pick
+    b: object
+
+
+def _strip_ext(v: SSAValue) -> SSAValue:
+    while isinstance(v.owner, arith.ExtFOp):
+        v = v.owner.input
+    return v
+
+
+def direct_source(em: BodyEmitter, v: SSAValue, k_axes: frozenset[str], k_last: str):
+    """A tree of selects over bf16 loads contiguous along k (copyable with cp.async), or None."""
+    v = _strip_ext(v)
+    op = v.owner
+    if isinstance(op, LoadOp):
+        t = op.tensor.type
+        if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
+            return None
+        contiguous, aligned = em.access(t, op.indices, k_last, 8)
+        return Leaf(op) if contiguous and aligned else None
+    if isinstance(op, arith.SelectOp):
+        # e.g. concatenated weights: row n of the first tensor, or row n - N0 of the second
+        if em.dom(op.cond) & k_axes:
+            return None
+        a = direct_source(em, op.lhs, k_axes, k_last)
+        b = direct_source(em, op.rhs, k_axes, k_last) if a is not None else None
+        if a is None or b is None:
+            return None
+        return Pick(op.cond, a, b)
+    return None
+
+
+def same_expr(a: SSAValue, b: SSAValue, memo: dict | None = None) -> bool:
+    """Structural equality of two loop-body values (same ops, tensors, axes, constants)."""
+    memo = {} if memo is None else memo
+    if a is b:
+        return True
+    key = (a, b)
+    if key in memo:
+        return memo[key]
+    oa, ob = a.owner, b.owner
+    ok = False
+    if isinstance(oa, Operation) and isinstance(ob, Operation) and type(oa) is type(ob):
+        if isinstance(oa, AxisOp):
+            ok = oa.axis_name == ob.axis_name
+        elif isinstance(oa, ReduceOp):
+            ok = False
+        else:
+            ok = (
+                oa.properties == ob.properties
+                and oa.attributes == ob.attributes
+                and len(oa.operands) == len(ob.operands)
+                and [r.type for r in oa.results] == [r.type for r in ob.results]
+                and all(
+                    (x is y) or same_expr(x, y, memo) for x, y in zip(oa.operands, ob.operands)
+                )
+            )
+    memo[key] = ok
+    return ok
+
+
+# ---------------------------------------------------------------------------------------------
+# Staging operand tiles into shared memory
+# ---------------------------------------------------------------------------------------------
+
+
+class Stager:
+    """Stages the A tile and the B tile(s) of one k-step into a pipeline slot.
+
+    Chunks of `chunk` consecutive k (16 bytes) are spread over the block's threads; the chunk
+    loop is unrolled here, so register-staged values computed before the tensor-core step can be
+    stored after it (`finish`)."""
+
+    def __init__(
+        self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, n0, batch, stat, raw_bufs=(),
+        threads: int | None = None, leaves: list | None = None, a_copy: LoadOp | None = None,
+    ):
+        self.threads = threads or cb.g.threads  # the threads that stage (tid counts among them)
+        # (load, rows) of a computed A side: with `leaves`, stage() leaves the A side to the
+        # caller, which loads a k-step ahead (prefetch_a) and computes it later (store_a)
+        self.leaves = list(leaves or ())
+        self.partials = None  # row-statistic partial sums (start_stats)
+        self.a_copy = a_copy  # copy this tensor's tile into the A slot (A is computed in place)
+        self.raw_bufs = list(raw_bufs)  # (load, rows, shared buffer): raw copies for a computed A
+        self.cb = cb
+        self.kb = kb
+        self.em = em
+        self.tid = tid
+        self.m0, self.n0, self.batch = m0, n0, batch
+        self.stat = stat
+        kset = frozenset(cb.k_axes)
+        c0 = cb.cs[0]
+        for c in cb.cs[1:]:
+            if len(c.a_factors) != len(c0.a_factors) or not all(
+                same_expr(x, y) for x, y in zip(c.a_factors, c0.a_factors)
+            ):
+                raise EmmyError(
+                    f"tile.kernel @{cb.info.name}: the contractions do not share their A side; only shared-A (dual) contractions are supported"
+                )
+        self.a_value = side_value(c0.a, c0.a_factors)
+        self.b_values = [side_value(c.b, c.b_factors) for c in cb.cs]
+        direct_ok = cb.chunk == 8
+        self.a_src = direct_source(em, self.a_value, kset, cb.k_last) if direct_ok and self.a_value is not None else None
+        self.b_srcs = [
+            direct_source(em, v, kset, cb.k_last) if direct_ok and v is not None else None for v in self.b_values
+        ]
+
+    def stage(self, kt, slot, sa, sbs, pred, a_elems, b_elems, *, deferred: bool):
+        """Issue the copies of k-step `kt` into `slot`. Register-staged operands: with
+        deferred=True their values are computed now (into a register array) and stored to shared
+        memory by finish(pending), after the tensor-core step."""
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        pending: list = []
+        ops = []
+        if self.raw_bufs:
+            for load, rows, buf in self.raw_bufs:
+                ops.append(("a", buf, rows * g.bk, rows, Leaf(load), cb.cs[0], None))
+        elif self.a_copy is not None:
+            ops.append(("a", sa, a_elems, g.bm, Leaf(self.a_copy), cb.cs[0], None))
+        else:
+            ops.append(("a", sa, a_elems, g.bm, self.a_src, cb.cs[0], self.a_value))
+        for c, (sb, src, v) in enumerate(zip(sbs, self.b_srcs, self.b_values)):
+            ops.append(("b", sb, b_elems, g.bn, src, cb.cs[c], v))
+        for side, sbuf, elems, rows, src, contraction, value in ops:
+            base = kb.ptr_add(sbuf, kb.mul(slot, elems))
+            if side == "a" and src is None and self.leaves:
+                continue  # the caller stages it: prefetch_a, then store_a
+            p = self._stage_operand(side, base, rows, src, contraction, value, kt, pred, deferred)
+            if p is not None:
+                pending.append(p)
+        return pending
+
+    def compute_a(self, kt, slot, sa, a_elems) -> None:
+        """A tile of k-step `kt` from the raw copies in `slot`: the loop body's A side on 8
+        consecutive k per thread and chunk, rounded to bf16, stored in the A tile of `slot`."""
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        chunk = cb.chunk
+        steps = self._a_steps()
+        base = kb.ptr_add(sa, kb.mul(slot, a_elems))
+        raw_slots = [(load, rows, kb.ptr_add(buf, kb.mul(slot, rows * g.bk))) for load, rows, buf in self.raw_bufs]
+        vt = VectorType(bf16, [chunk])
+        with kb.for_(0, steps, 1, unroll=0, name="c") as it:
+            in_tile, r, e, grow, gk, ok = self._a_place(it, kt, None)
+
+            def hook_for(ptr, rows):
+                def hook(scope):
+                    idx = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r if rows > 1 else kb.idx(0), e], IndexType())
+                    vec = kb.load(kb.ptr_add(ptr, idx), 0, vt)
+                    return [kb.extract(vec, j) for j in range(chunk)]
+
+                return hook
+
+            hooks = {load: hook_for(ptr, rows) for load, rows, ptr in raw_slots}
+            for load, rows, ptr in raw_slots:
+                # equal loads elsewhere in the A side read the same copy
+                for other in _loads_in(cb.cs[0]):
+                    if other is not load and same_expr(other.result, load.result):
+                        hooks[other] = hooks[load]
+            overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
+            scope = self.em.scope(
+                self._coords("a", grow, gk), lane_axis=cb.k_last, lanes=chunk, overrides=overrides, load_hooks=hooks
+            )
+            vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
+            zero = kb.fconst(0.0, bf16)
+            vals = [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
+            soff = kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType())
+            kb.store(kb.pack(vals, vt), kb.ptr_add(base, soff), 0, in_tile)
+
+    def finish(self, pending) -> None:
+        """Store the register-staged chunks computed by a deferred stage()."""
+        kb = self.kb
+        g = self.cb.g
+        chunk = self.cb.chunk
+        for base, rows, regs, steps in pending:
+            per_row = g.bk // chunk
+            total = rows * per_row
+            vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
+            with kb.for_(0, steps, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, self.threads), self.tid)
+                in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
+                r = kb.div(cidx, per_row)
+                e = kb.mul(kb.rem(cidx, per_row), chunk)
+                soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
+                vec = kb.load(regs, kb.mul(it, chunk), vt)
+                kb.store(vec, kb.ptr_add(base, soff), 0, in_tile)
+
+    def _stage_operand(self, side, base, rows, src, contraction, value, kt, pred, deferred):
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        chunk = cb.chunk
+        per_row = g.bk // chunk
+        total = rows * per_row
+        steps = -(-total // self.threads)
+        R_total = cb.M if side == "a" else cb.N
+        origin = self.m0 if side == "a" else self.n0
+        regs = None
+        if src is None and deferred:
+            regs = kb.local(bf16, steps * chunk, f"stage_{side}")
+        vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
+        with kb.for_(0, steps, 1, unroll=0, name="c") as it:
+            cidx = kb.add(kb.mul(it, self.threads), self.tid)
+            in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
+            r = kb.div(cidx, per_row)
+            e = kb.mul(kb.rem(cidx, per_row), chunk)
+            grow = kb.add(origin, r)
+            gk = kb.add(kb.mul(kt, g.bk), e)
+            ok = kb.and_(kb.and_(cb.inside(kb, grow, R_total, rows), cb.inside(kb, gk, cb.K, g.bk)), pred)
+            if src is not None:
+                # cp.async: addresses from clamped coordinates (always valid), zero-fill when !ok
+                soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
+                dst = kb.ptr_add(base, soff)
+                crow = cb.clamp(kb, grow, R_total - 1, R_total, rows)
+                ck = cb.clamp(kb, gk, cb.K - chunk, cb.K, g.bk)
+                scope = self.em.scope(self._coords(side, crow, ck))
+                gptr = self._address(scope, src)
+                always = ok is None or kb.const_value(ok) not in (None, 0)
+                copy = ("emmy::cp_async16", [dst, gptr] if always else [dst, gptr, ok])
+                if in_tile is not None:
+                    with kb.if_(in_tile):
+                        kb.call(*copy)
+                else:
+                    kb.call(*copy)
+            else:
+                overrides = {}
+                if side == "a":
+                    for p, rr in enumerate(cb.prologue):
+                        overrides[rr.result] = [self.stat(p, r)]
+                mask = kb.and_(ok, in_tile)
+                scope = self.em.scope(
+                    self._coords(side, grow, gk),
+                    lane_axis=cb.k_last if chunk > 1 else None,
+                    lanes=chunk,
+                    mask=mask,
+                    overrides=overrides,
+                )
+                vals = self._lanes(scope, value, contraction.a_factors if side == "a" else contraction.b_factors)
+                zero = kb.fconst(0.0, bf16)
+                vals = [kb.select(mask, kb.to_type(v, bf16), zero) if mask is not None else kb.to_type(v, bf16) for v in vals]
+                vec = kb.pack(vals, vt) if chunk > 1 else vals[0]
+                if regs is not None:
+                    kb.store(vec, regs, kb.mul(it, chunk))
+                else:
+                    soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
+                    kb.store(vec, kb.ptr_add(base, soff), 0, in_tile)
+        if regs is not None:
+            return (base, rows, regs, steps)
+        return None
+
+    # -- a computed A side, loads first (the producer warpgroup of wgmma_ws) ---------------------------
+    def a_registers(self) -> list:
+        """Register arrays holding one k-step of the tensors a computed A side reads."""
+        steps = self._a_steps()
+        return [self.kb.local(bf16, steps * self.cb.chunk, f"raw{i}") for i in range(len(self.leaves))]
+
+    def _a_place(self, it, kt, pred):
+        """Where chunk `it` of this thread's share of an A tile lies: (in_tile mask, row and k
+        offset in the tile, global row and k, whether the chunk is inside the operand)."""
+        cb, kb = self.cb, self.kb
+        g, chunk = cb.g, cb.chunk
+        per_row = g.bk // chunk
+        total = g.bm * per_row
+        cidx = kb.add(kb.mul(it, self.threads), self.tid)
+        in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
+        r = kb.div(cidx, per_row)
+        e = kb.mul(kb.rem(cidx, per_row), chunk)
+        grow = kb.add(self.m0, r)
+        gk = kb.add(kb.mul(kt, g.bk), e)
+        ok = kb.and_(kb.and_(kb.and_(cb.inside(kb, grow, cb.M, g.bm), cb.inside(kb, gk, cb.K, g.bk)), pred), in_tile)
+        return in_tile, r, e, grow, gk, ok
+
+    def _a_steps(self) -> int:
+        g = self.cb.g
+        return -(-g.bm * (g.bk // self.cb.chunk) // self.threads)
+
+    def prefetch_a(self, regs, kt, pred) -> None:
+        """Issue every 16-byte load of k-step `kt`'s A side into `regs` (nothing waits here)."""
+        cb, kb = self.cb, self.kb
+        chunk = cb.chunk
+        vt = VectorType(bf16, [chunk])
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            _, r, e, grow, gk, ok = self._a_place(it, kt, pred)
+            scope = self.em.scope(self._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)))
+            for (load, _rows), reg in zip(self.leaves, regs):
+                kb.store(kb.load(self._address(scope, Leaf(load)), 0, vt, ok), reg, kb.mul(it, chunk))
+
+    def start_stats(self) -> None:
+        """Per-thread partial row statistics, summed while storing A (store_a)."""
+        self.partials = RowStats(self.kb, self.cb.prologue, self._a_steps())
+
+    def finish_stats(self, rs) -> None:
+        """Combine the partials of a row's threads (consecutive lanes) and write them to `rs`."""
+        cb, kb = self.cb, self.kb
+        g = cb.g
+        per_row = g.bk // cb.chunk
+        total = g.bm * per_row
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            cidx = kb.add(kb.mul(it, self.threads), self.tid)
+            first = kb.cmp("eq", kb.rem(cidx, per_row), 0)
+            if total % self.threads:
+                first = kb.and_(first, kb.lt(cidx, total))
+            self.partials.write(it, per_row, kb.div(cidx, per_row), first, rs, g.bm)
+
+    def copy_registers(self, dst, src) -> None:
+        kb, chunk = self.kb, self.cb.chunk
+        vt = VectorType(bf16, [chunk])
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            for d, s_ in zip(dst, src):
+                kb.store(kb.load(s_, kb.mul(it, chunk), vt), d, kb.mul(it, chunk))
+
+    def store_a(self, regs, slot, sa, a_elems, kt, pred) -> None:
+        """The A tile of k-step `kt` from the prefetched `regs`: the loop body's A side in f32,
+        rounded to bf16, out-of-range elements zero, into the A tile of `slot`."""
+        cb, kb = self.cb, self.kb
+        g, chunk = cb.g, cb.chunk
+        vt = VectorType(bf16, [chunk])
+        base = kb.ptr_add(sa, kb.mul(slot, a_elems))
+        with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
+            in_tile, r, e, grow, gk, ok = self._a_place(it, kt, pred)
+
+            def hook_for(reg):
+                def hook(scope):
+                    vec = kb.load(reg, kb.mul(it, chunk), vt)
+                    return [kb.extract(vec, j) for j in range(chunk)]
+
+                return hook
+
+            hooks = _hooks(cb, [(load, hook_for(reg)) for (load, _rows), reg in zip(self.leaves, regs)])
+            overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
+            vals = self.a_chunk(it, grow, gk, ok, hooks, overrides, self.partials)
+            soff = kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType())
+            kb.store(kb.pack(vals, vt), kb.ptr_add(base, soff), 0, in_tile)
+
+    def a_chunk(self, it, grow, gk, ok, hooks, overrides=None, partials: RowStats | None = None) -> list:
+        """The A side of chunk `it` at global row `grow`, k `gk`, its tensors read through
+        `hooks`: bf16 lanes, zero where `ok` is false; the row statistics of its lanes are folded
+        into `partials`. Coordinates are clamped rather than masked (a masked scope predicates
+        every load and halved the producer's speed on an H200)."""
+        cb, kb = self.cb, self.kb
+        scope = self.em.scope(
+            self._coords("a", cb.clamp(kb, grow, cb.M - 1, cb.M, cb.g.bm), cb.clamp(kb, gk, cb.K - cb.chunk, cb.K, cb.g.bk)),
+            lane_axis=cb.k_last,
+            lanes=cb.chunk, overrides=overrides, load_hooks=hooks,
+        )
+        if partials is not None:
+            partials.add(scope, it, ok)
+        vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
+        zero = kb.fconst(0.0, bf16)
+        return [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
+
+    def _coords(self, side, row, k) -> dict:
+        cb, kb = self.cb, self.kb
+        c = cb._k_coords(kb, k)
+        if side == "a":
+            c.update(cb._row_coords(kb, row, self.batch))
+        else:
+            c.update(cb._col_coords(kb, row))
+            if cb.b_axes:
+                c.update(decompose(kb, self.batch, cb.b_axes, cb.ext))
+        return c
+
+    def _address(self, scope: Scope, src) -> SSAValue:
+        kb = self.kb
+        if isinstance(src, Leaf):
+            t = src.load.tensor.type
+            ptr = self.em.ptrs[src.load.tensor]
+            off = scope._offset(t, [scope.value(i) for i in src.load.indices], 0)
+            return kb.ptr_add(ptr, off)
+        a = self._address(scope, src.a)
+        b = self._address(scope, src.b)
+        return kb.select(scope.one(src.cond), a, b)
+
+    def _lanes(self, scope: Scope, value, factors) -> list[SSAValue]:
+        kb = self.kb
+        if value is not None:
+            return scope.value(value)
+        out = None
+        for f in factors:
+            v = [kb.to_f32(x) for x in scope.value(f)]
+            out = v if out is None else [kb.mulf(a, b) for a, b in zip(out, v)]
+        return out
+
+
+def _hooks(cb: ContractionBuilder, pairs) -> dict:
+    """Load hooks for a computed A side: each (load, hook) pair, and every load of the A side or
+    the prologue reductions equal to one of those loads, read through its hook."""
+    others = _loads_in(cb.cs[0]) + [o for r in cb.prologue for o in r.walk() if isinstance(o, LoadOp)]
+    hooks = {}
+    for load, hook in pairs:
+        hooks[load] = hook
+        for other in others:
+            if other is not load and same_expr(other.result, load.result):
+                hooks[other] = hook
+    return hooks
+
+
+class RowStats:
+    """Partial row statistics of one thread: for each prologue reduction (a sum or max over k)
+    and each of the thread's `steps` chunk rows, a register folded over the k-steps (`add`), then
+    combined across the row's threads and written to shared memory (`write`)."""
+
+    def __init__(self, kb: KB, prologue, steps: int):
+        self.kb, self.prologue, self.steps = kb, list(prologue), steps
+        self.regs = kb.local(f32, steps * len(self.prologue), "part")
+        for p, r in enumerate(self.prologue):
+            init = kb.fconst(0.0 if r.kind_name == "sum" else float("-inf"))
+            with kb.for_(0, steps, 1, unroll=0, name="i") as i:
+                kb.store(init, self.regs, kb.add(kb.mul(p, steps), i))
+
+    def add(self, scope, it, ok) -> None:
+        """Fold chunk `it`'s lanes (the reductions' bodies evaluated in `scope`) into the
+        partials; lanes where `ok` is false contribute the identity."""
+        kb = self.kb
+        for p, red in enumerate(self.prologue):
+            init = kb.fconst(0.0 if red.kind_name == "sum" else float("-inf"))
+            part = None
+            for v in scope.value(red.yielded):
+                v = kb.to_f32(v)
+                if ok is not None:
+                    v = kb.select(ok, v, init)
+                part = v if part is None else (kb.addf(part, v) if red.kind_name == "sum" else kb.maxf(part, v))
+            idx = kb.add(kb.mul(p, self.steps), it)
+            old = kb.load(self.regs, idx)
+            kb.store(kb.addf(old, part) if red.kind_name == "sum" else kb.maxf(old, part), self.regs, idx)
+
+    def write(self, it, per_row: int, r, first, rs, bm: int) -> None:
+        """Combine chunk row `it` over its `per_row` threads (consecutive lanes); the `first`
+        of them writes row `r` of `rs` (one block of `bm` rows per reduction)."""
+        kb = self.kb
+        for p, red in enumerate(self.prologue):
+            v = kb.load(self.regs, kb.add(kb.mul(p, self.steps), it))
+            fn = "warp_sum" if red.kind_name == "sum" else "warp_max"
+            v = kb.call(f"emmy::{fn}<{per_row}>", [v], f32)
+            kb.store(v, rs, kb.add(kb.mul(p, bm), r), first)
+
+
+class InPlaceA:
+    """A consumer warpgroup's in-place A transform (wgmma_ws): its rows of the A slot hold the
+    raw tile of the one tensor A reads (copied by the producer); each thread rewrites a fixed
+    set of 16-byte chunks (same rows, same k offsets every step) with the A side computed from
+    them, and sums the row statistics of those rows on the way."""
+
+    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, batch, leaf: LoadOp, rs):
+        g = cb.g
+        self.cb, self.kb, self.em = cb, kb, em
+        self.m0, self.batch, self.leaf, self.rs = m0, batch, leaf, rs
+        self.wg = kb.div(tid, 128)
+        self.lt = kb.rem(tid, 128)
+        self.rows = 64 * g.mi  # rows of the A tile this warpgroup multiplies
+        self.per_row = g.bk // cb.chunk
+        self.steps = self.rows * self.per_row // 128
+        self.stager = Stager(cb, kb, em, self.lt, m0, None, batch, None, (), threads=128)
+        self.partials = RowStats(kb, cb.prologue, self.steps) if rs is not None else None
+
+    def _place(self, it):
+        kb, cb = self.kb, self.cb
+        cidx = kb.add(kb.mul(it, 128), self.lt)
+        r = kb.add(kb.mul(self.wg, self.rows), kb.div(cidx, self.per_row))
+        e = kb.mul(kb.rem(cidx, self.per_row), cb.chunk)
+        return cidx, r, e
+
+    def step(self, sa, slot, a_elems, kt) -> None:
+        kb, cb, g = self.kb, self.cb, self.cb.g
+        chunk = cb.chunk
+        vt = VectorType(bf16, [chunk])
+        base = kb.ptr_add(sa, kb.mul(slot, a_elems))
+        with kb.for_(0, self.steps, 1, unroll=0, name="c") as it:
+            _, r, e = self._place(it)
+            grow = kb.add(self.m0, r)
+            gk = kb.add(kb.mul(kt, g.bk), e)
+            ok = kb.and_(cb.inside(kb, grow, cb.M, g.bm), cb.inside(kb, gk, cb.K, g.bk))
+            ptr = kb.ptr_add(base, kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType()))
+            raw = kb.load(ptr, 0, vt)
+            lanes = [kb.extract(raw, j) for j in range(chunk)]
+            hooks = _hooks(cb, [(self.leaf, lambda scope, lanes=lanes: lanes)])
+            vals = self.stager.a_chunk(it, grow, gk, ok, hooks, None, self.partials)
+            kb.store(kb.pack(vals, vt), ptr, 0)
+        kb.call("emmy::fence_proxy_async")
+        kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
+
+    def finish_stats(self) -> None:
+        """Combine the partials of a row's threads and write the warpgroup's rows of `rs`."""
+        kb, g = self.kb, self.cb.g
+        with kb.for_(0, self.steps, 1, unroll=0, name="c") as it:
+            cidx, r, _ = self._place(it)
+            first = kb.cmp("eq", kb.rem(cidx, self.per_row), 0)
+            self.partials.write(it, self.per_row, r, first, self.rs, g.bm)
+        kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
+
+
+def round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _loads_in(contraction) -> list:
+    return [o for o in contraction.reduce.walk() if isinstance(o, LoadOp)]
+
+
+def side_value(value: SSAValue, factors) -> SSAValue | None:
+    """The one value computing a side (its product), or None when only the factors exist."""
+    if len(factors) == 1:
+        return factors[0]
+    return None if value in factors else value
+
+
+
+
+__all__ = ["InPlaceA", "Leaf", "Pick", "RowStats", "Stager", "direct_source", "same_expr"]
