@@ -225,13 +225,18 @@ class Stager:
             total = rows * per_row
             vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
             with kb.for_(0, steps, 1, unroll=0, name="c") as it:
-                cidx = kb.add(kb.mul(it, self.threads), self.tid)
-                in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
-                r = kb.div(cidx, per_row)
-                e = kb.mul(kb.rem(cidx, per_row), chunk)
+                _, in_tile, r, e = self.place(it, per_row, total)
                 soff = kb.call(f"emmy::tile_offset<{g.bk}, {rows}>", [r, e], IndexType())
                 vec = kb.load(regs, kb.mul(it, chunk), vt)
                 kb.store(vec, kb.ptr_add(base, soff), 0, in_tile)
+
+    def place(self, it, per_row: int, total: int):
+        """Chunk `it` of this thread's share of a tile of `total` chunks, `per_row` chunks (of
+        the chunk's k) per row: (chunk index, in-tile mask or None, row, k offset)."""
+        kb = self.kb
+        cidx = kb.add(kb.mul(it, self.threads), self.tid)
+        in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
+        return cidx, in_tile, kb.div(cidx, per_row), kb.mul(kb.rem(cidx, per_row), self.cb.chunk)
 
     def _stage_operand(self, side, base, rows, src, contraction, value, kt, pred, deferred):
         cb, kb = self.cb, self.kb
@@ -247,10 +252,7 @@ class Stager:
             regs = kb.local(bf16, steps * chunk, f"stage_{side}")
         vt = VectorType(bf16, [chunk]) if chunk > 1 else bf16
         with kb.for_(0, steps, 1, unroll=0, name="c") as it:
-            cidx = kb.add(kb.mul(it, self.threads), self.tid)
-            in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
-            r = kb.div(cidx, per_row)
-            e = kb.mul(kb.rem(cidx, per_row), chunk)
+            _, in_tile, r, e = self.place(it, per_row, total)
             grow = kb.add(origin, r)
             gk = kb.add(kb.mul(kt, g.bk), e)
             ok = kb.and_(kb.and_(cb.inside(kb, grow, R_total, rows), cb.inside(kb, gk, cb.K, g.bk)), pred)
@@ -308,10 +310,7 @@ class Stager:
         g, chunk = cb.g, cb.chunk
         per_row = g.bk // chunk
         total = g.bm * per_row
-        cidx = kb.add(kb.mul(it, self.threads), self.tid)
-        in_tile = None if total % self.threads == 0 else kb.lt(cidx, total)
-        r = kb.div(cidx, per_row)
-        e = kb.mul(kb.rem(cidx, per_row), chunk)
+        _, in_tile, r, e = self.place(it, per_row, total)
         grow = kb.add(self.m0, r)
         gk = kb.add(kb.mul(kt, g.bk), e)
         ok = kb.and_(kb.and_(kb.and_(cb.inside(kb, grow, cb.M, g.bm), cb.inside(kb, gk, cb.K, g.bk)), pred), in_tile)
