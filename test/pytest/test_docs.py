@@ -9,7 +9,9 @@ next). Lines of one page run in order. A trailing `# exits N` means the line mus
 print an `error:` line); a trailing `# needs a GPU`, or `emmy run` without
 `--backend interpret`, marks a line that is skipped without a CUDA device. An identical command
 line that already ran in this session is not run again. A line with `--explain` must also print
-at least one decision row (the table the page shows).
+at least one decision row (the table the page shows). A ```text block right after a ```sh block
+with one command line is that command's output, and must match what it prints (lines `...` stand
+for lines left out).
 """
 
 from __future__ import annotations
@@ -127,6 +129,60 @@ def test_page_commands_run(page, runner):
             why = "--explain printed no decision"
         if why:
             failures.append(f"{cmd.page}:{cmd.line}: {cmd.text}\n  {why}\n  stderr: {proc.stderr.strip()[-2000:]}")
+    assert not failures, "\n".join(failures)
+
+
+def shown_outputs(path: Path) -> list[tuple[Command, int, list[str]]]:
+    """(command, line, expected lines) for every ```text block that directly follows a ```sh
+    block holding exactly one command: the page shows that command's output."""
+    blocks, cur = [], None
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        stripped = raw.strip()
+        if cur is None:
+            if stripped.startswith("```"):
+                cur = (stripped.strip("`").strip(), n, [])
+            elif stripped:
+                blocks.append(("prose", n, []))
+        elif stripped.startswith("```") and stripped.strip("`") == "":
+            blocks.append(cur)
+            cur = None
+        else:
+            cur[2].append(raw.rstrip())
+    by_line = {c.line: c for c in commands(path)}
+    out = []
+    for (lang_a, start_a, lines_a), (lang_b, start_b, lines_b) in zip(blocks, blocks[1:]):
+        if lang_a != "sh" or lang_b != "text":
+            continue
+        cmds = [by_line[start_a + 1 + i] for i in range(len(lines_a)) if start_a + 1 + i in by_line]
+        if len(cmds) == 1:
+            out.append((cmds[0], start_b, lines_b))
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
+def test_page_outputs_match(page, runner):
+    """What a page shows as a command's output is what the command prints: every shown line
+    appears in the output, in order (a line `...` stands for lines left out)."""
+    gpu = _has_gpu()
+    for cmd in commands(page):  # in page order: later commands read earlier dumps
+        if not cmd.gpu or gpu:
+            runner(cmd)
+    failures = []
+    for cmd, line, shown in shown_outputs(page):
+        if cmd.gpu and not gpu:
+            continue
+        proc = runner(cmd)
+        printed = [l.rstrip() for l in (proc.stdout + proc.stderr).splitlines()]
+        i = 0
+        for want in shown:
+            if want.strip() in ("...", "…"):
+                continue
+            while i < len(printed) and printed[i] != want:
+                i += 1
+            if i == len(printed):
+                failures.append(f"{page.name}:{line}: output of `{cmd.text}` has no line (in order)\n  {want}")
+                break
+            i += 1
     assert not failures, "\n".join(failures)
 
 
