@@ -750,8 +750,8 @@ def _flash_func(
     top = em.scope(outer)
     q_block = kb.sub(n_qblocks - 1, bid_x)  # the longest (causal) query blocks start first
     q_block.name_hint = "q_block"
-    align = SMEM_ALIGN_WGMMA if sched.wgmma else 16
-    sbuf = kb.shared(BFloat16Type(), (smem - (align if sched.wgmma else 0)) // 2, 0, align, "smem")
+    tiles = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages)  # without the alignment
+    sbuf = kb.shared(BFloat16Type(), tiles // 2, 0, SMEM_ALIGN_WGMMA if sched.wgmma else 16, "smem")
 
     materialized = {p.name: (arg, p, gqa) for arg, (_, p, gqa) in zip(temp_args, temps)}
     args: list[SSAValue] = []

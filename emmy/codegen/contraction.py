@@ -476,11 +476,7 @@ class ContractionBuilder:
                 kb.barrier()
         kb.call("emmy::cp_async_wait<0>")
 
-        # epilogue
-        if self.staging_fits(stats_off, ws_ptr):
-            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, kb.barrier)
-        else:
-            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+        self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, stats_off, kb.barrier)
         return kb.finish()
 
     def inplace_a_leaf(self, a_loads: list | None) -> LoadOp | None:
@@ -602,13 +598,10 @@ class ContractionBuilder:
                 kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
             if transform is not None and consumer_rs is not None:
                 transform.finish_stats()
-            if self.staging_fits(free_bytes, ws_ptr):
-                self.staged_epilogue(
-                    kb, em, tid, m0, n0, batch, accs, stat,
-                    lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)]),
-                )
-            else:
-                self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+            self.epilogue(
+                kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, free_bytes,
+                lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)]),
+            )
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator: as many as shared memory
@@ -816,7 +809,18 @@ class ContractionBuilder:
                 overrides[r.result] = [stat(p, r_local)]
             self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, free_bytes, sync) -> None:
+        """The epilogue of the computing threads: staged through the `free_bytes` the k loop's
+        buffers leave (`sync` waits for all computing threads) where that fits, else straight
+        from the fragments."""
+        if self.staging_fits(free_bytes, ws_ptr):
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync)
+        else:
+            self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+
+    def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
+        """The epilogue straight from each thread's accumulator fragments (two columns per
+        access), or the partial sums into the split-k workspace."""
         n_last = self.n_axes[-1] if self.n_axes else None
 
         def body(r_local, c_local, idx, lanes):

@@ -113,6 +113,12 @@ class KB:
     def true(self) -> SSAValue:
         return self.const(1, i1)
 
+    @classmethod
+    def is_true(cls, v: SSAValue | None) -> bool:
+        """Whether `v` is the constant i1 true (which reads back as -1)."""
+        c = cls.const_value(v) if v is not None and isinstance(v.owner, arith.ConstantOp) else None
+        return c is not None and c != 0
+
     @staticmethod
     def const_value(v: Value) -> int | None:
         if isinstance(v, int):
@@ -194,8 +200,7 @@ class KB:
         if b is None:
             return a
         for x, y in ((a, b), (b, a)):
-            c = self.const_value(x) if isinstance(x.owner, arith.ConstantOp) else None
-            if c is not None and c != 0:  # i1 true reads back as -1
+            if self.is_true(x):
                 return y
         return self.insert(arith.AndIOp(a, b)).results[0]
 
@@ -305,8 +310,7 @@ class KB:
 
     @contextmanager
     def if_(self, cond: SSAValue) -> Iterator[None]:
-        c = self.const_value(cond) if isinstance(cond.owner, arith.ConstantOp) else None
-        if c is not None and c != 0:  # i1 true reads back as -1
+        if self.is_true(cond):
             yield
             return
         op = K.IfOp(cond)

@@ -199,12 +199,7 @@ class Stager:
 
                 return hook
 
-            hooks = {load: hook_for(ptr, rows) for load, rows, ptr in raw_slots}
-            for load, rows, ptr in raw_slots:
-                # equal loads elsewhere in the A side read the same copy
-                for other in _loads_in(cb.cs[0]):
-                    if other is not load and same_expr(other.result, load.result):
-                        hooks[other] = hooks[load]
+            hooks = _hooks(cb, [(load, hook_for(ptr, rows)) for load, rows, ptr in raw_slots])
             overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
             scope = self.em.scope(
                 self._coords("a", grow, gk), lane_axis=cb.k_last, lanes=chunk, overrides=overrides, load_hooks=hooks
@@ -264,7 +259,7 @@ class Stager:
                 ck = cb.clamp(kb, gk, cb.K - chunk, cb.K, g.bk)
                 scope = self.em.scope(self._coords(side, crow, ck))
                 gptr = self._address(scope, src)
-                always = ok is None or kb.const_value(ok) not in (None, 0)
+                always = ok is None or kb.is_true(ok)
                 copy = ("emmy::cp_async16", [dst, gptr] if always else [dst, gptr, ok])
                 if in_tile is not None:
                     with kb.if_(in_tile):
@@ -327,7 +322,7 @@ class Stager:
         vt = VectorType(bf16, [chunk])
         with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
             _, r, e, grow, gk, ok = self._a_place(it, kt, pred)
-            scope = self.em.scope(self._coords("a", kb.min(grow, cb.M - 1), kb.min(gk, cb.K - chunk)))
+            scope = self.em.scope(self._a_coords(grow, gk))
             for (load, _rows), reg in zip(self.leaves, regs):
                 kb.store(kb.load(self._address(scope, Leaf(load)), 0, vt, ok), reg, kb.mul(it, chunk))
 
@@ -342,11 +337,9 @@ class Stager:
         per_row = g.bk // cb.chunk
         total = g.bm * per_row
         with kb.for_(0, self._a_steps(), 1, unroll=0, name="c") as it:
-            cidx = kb.add(kb.mul(it, self.threads), self.tid)
-            first = kb.cmp("eq", kb.rem(cidx, per_row), 0)
-            if total % self.threads:
-                first = kb.and_(first, kb.lt(cidx, total))
-            self.partials.write(it, per_row, kb.div(cidx, per_row), first, rs, g.bm)
+            cidx, in_tile, r, _ = self.place(it, per_row, total)
+            first = kb.and_(kb.cmp("eq", kb.rem(cidx, per_row), 0), in_tile)
+            self.partials.write(it, per_row, r, first, rs, g.bm)
 
     def copy_registers(self, dst, src) -> None:
         kb, chunk = self.kb, self.cb.chunk
@@ -385,15 +378,20 @@ class Stager:
         every load and halved the producer's speed on an H200)."""
         cb, kb = self.cb, self.kb
         scope = self.em.scope(
-            self._coords("a", cb.clamp(kb, grow, cb.M - 1, cb.M, cb.g.bm), cb.clamp(kb, gk, cb.K - cb.chunk, cb.K, cb.g.bk)),
-            lane_axis=cb.k_last,
-            lanes=cb.chunk, overrides=overrides, load_hooks=hooks,
+            self._a_coords(grow, gk), lane_axis=cb.k_last, lanes=cb.chunk, overrides=overrides, load_hooks=hooks
         )
         if partials is not None:
             partials.add(scope, it, ok)
         vals = self._lanes(scope, self.a_value, cb.cs[0].a_factors)
         zero = kb.fconst(0.0, bf16)
         return [kb.select(ok, kb.to_type(v, bf16), zero) if ok is not None else kb.to_type(v, bf16) for v in vals]
+
+    def _a_coords(self, grow, gk) -> dict:
+        """The A side's coordinates of the chunk at global row `grow` and k `gk`, clamped into
+        the operand: the loads of chunks past the edges stay valid addresses."""
+        cb, kb = self.cb, self.kb
+        row = cb.clamp(kb, grow, cb.M - 1, cb.M, cb.g.bm)
+        return self._coords("a", row, cb.clamp(kb, gk, cb.K - cb.chunk, cb.K, cb.g.bk))
 
     def _coords(self, side, row, k) -> dict:
         cb, kb = self.cb, self.kb
@@ -548,8 +546,6 @@ def side_value(value: SSAValue, factors) -> SSAValue | None:
     if len(factors) == 1:
         return factors[0]
     return None if value in factors else value
-
-
 
 
 __all__ = ["InPlaceA", "Leaf", "Pick", "RowStats", "Stager", "direct_source", "same_expr"]

@@ -144,8 +144,8 @@ __device__ __forceinline__ void fence_proxy_async() {
 // Pipelines between warps (sm_90+): shared-memory mbarriers and named barriers.
 //
 // A warp-specialized k loop has, per pipeline slot, a `full` barrier (each producer thread
-// arrives twice: once its stores are done, once its cp.async copies land) and an `empty` barrier (its consumers arrive once
-// their tensor-core reads of the slot are done). Round j of a slot completes phase j, so a
+// arrives twice: once its stores are done, once its cp.async copies land) and an `empty`
+// barrier (its consumers arrive once their tensor-core reads of the slot are done). Round j of a slot completes phase j, so a
 // waiter of round j waits for parity j & 1; waiting for parity 1 on a fresh barrier returns at
 // once (the producer's first pass over the empty slots). Barriers are 8-byte shared words.
 // ---------------------------------------------------------------------------------------------
@@ -195,21 +195,6 @@ __device__ __forceinline__ void mbar_wait(long long* bar, int parity) {
 template <int THREADS>
 __device__ __forceinline__ void named_barrier(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
-}
-
-// Give this warpgroup's registers back (producers) or take more (consumers); the counts must be
-// multiples of 8 between 24 and 256, and every warp of the warpgroup must call it.
-template <int REGS>
-__device__ __forceinline__ void regs_dec() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
-#endif
-}
-template <int REGS>
-__device__ __forceinline__ void regs_inc() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------
