@@ -115,8 +115,7 @@ def run_model_interpreted(result, input_ids=None) -> RunReport:
     final = run(parts["norm"], traced.norm, {"hidden_states": hidden})
     import torch
 
-    last = final.reshape(final.shape[0], final.shape[1], -1)[:, -1].astype(np.float32)
-    # Qwen3-Embedding's recipe: last token, F.normalize in the model's dtype.
-    last_t = torch.from_numpy(last).to(traced.config.dtype)
-    pooled = to_numpy(torch.nn.functional.normalize(last_t, p=2, dim=1))
-    return model_report(traced, pooled, ids_t)
+    from emmy.frontend.whole_model import pool
+
+    hidden_t = torch.from_numpy(final.reshape(final.shape[0], final.shape[1], -1)).to(traced.config.dtype)
+    return model_report(traced, to_numpy(pool(hidden_t)), ids_t)

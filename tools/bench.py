@@ -116,14 +116,19 @@ class ModelCase:
         self.layer_module = traced.torch_module()
         self.inputs = {"input_ids": traced.input_ids, "cos": traced.cos, "sin": traced.sin}
 
-    def emmy(self, target, cache, pins=()):
-        from emmy.backend.run import GpuModel
+    def compile(self, target, pins=()):
+        """Emmy's compile of the whole model (every distinct part once)."""
         from emmy.driver import CompileOptions, compile_whole_model
 
-        opts = CompileOptions(model=self.traced.model_id, layer=None, tokens=self.traced.tokens, target=target,
-                              pins=tuple(pins))
+        return compile_whole_model(CompileOptions(
+            model=self.traced.model_id, layer=None, tokens=self.traced.tokens, target=target, pins=tuple(pins)
+        ))
+
+    def emmy(self, target, cache, pins=()):
+        from emmy.backend.run import GpuModel
+
         t0 = time.perf_counter()
-        result = compile_whole_model(opts)
+        result = self.compile(target, pins)
         compile_s = time.perf_counter() - t0
         model = GpuModel(result, target, cache, self.traced.input_ids)
 
@@ -317,15 +322,12 @@ def build_only(args, cache) -> None:
     from emmy.backend.run import build_cubin
 
     from emmy.backend.plan import launch_plan
-    from emmy.driver import CompileOptions, compile_whole_model
 
     plans = []
     for name, make in _cases(args):
         traced, _, _ = make()
         if isinstance(traced, ModelCase):
-            opts = CompileOptions(model=traced.traced.model_id, layer=None, tokens=traced.traced.tokens,
-                                  target=args.target, pins=tuple(args.knob))
-            for part in compile_whole_model(opts).parts:
+            for part in traced.compile(args.target, args.knob).parts:
                 plans.append((f"{name} {part.name}", launch_plan(part.result.module)))
             continue
         plan, _ = emmy_plan(traced, args.target, args.knob)

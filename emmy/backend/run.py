@@ -236,8 +236,6 @@ class GpuModel:
     through their hidden-state buffers. `launch()` runs it all on PyTorch's current stream."""
 
     def __init__(self, result, target: str, cache_dir: Path, input_ids=None):
-        import torch
-
         from emmy.backend.plan import launch_plan
 
         traced = result.traced
@@ -259,15 +257,16 @@ class GpuModel:
         norm = modules["norm"].bind({"hidden_states": hidden, **cuda(traced.norm.params)})
         self.bindings.append(norm)
         self.output = norm.outputs[0]
-        self._torch = torch
 
     def launch(self) -> None:
         for b in self.bindings:
             b.launch()
 
     def embedding(self):
-        """Qwen3-Embedding's pooled embedding: last token, L2-normalized in the model dtype."""
-        return self._torch.nn.functional.normalize(self.output[:, -1], p=2, dim=1)
+        """Qwen3-Embedding's pooled embedding (`emmy.frontend.whole_model.pool`)."""
+        from emmy.frontend.whole_model import pool
+
+        return pool(self.output)
 
 
 def run_model_on_gpu(options, cache_dir: Path, input_ids=None):

@@ -109,9 +109,8 @@ class TracedModel:
         )
 
     def embed(self, input_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Qwen3-Embedding's sentence embedding [1, H]: the last token's final hidden state,
-        L2-normalized (`F.normalize(p=2, dim=1)`, in the model dtype, as its model card does)."""
-        return F.normalize(self.reference(input_ids)[:, -1], p=2, dim=1)
+        """Qwen3-Embedding's sentence embedding [1, H] of PyTorch's model (see `pool`)."""
+        return pool(self.reference(input_ids))
 
     def embed_float32(self, input_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The same embedding computed in float32 throughout (a copy of the model): the
@@ -123,7 +122,7 @@ class TracedModel:
         cos, sin = decoder.rotary_cos_sin(c.head_dim, c.rope_theta, int(ids.shape[1]), torch.float32)
         model = copy.deepcopy(self.torch_module()).float()
         with torch.no_grad():
-            return F.normalize(model(ids, cos, sin)[:, -1], p=2, dim=1)
+            return pool(model(ids, cos, sin))
 
 
 def layer_key(traced: TracedLayer) -> str:
@@ -211,6 +210,13 @@ class _Weights:
 
 def _specs(module: nn.Module, dtype: torch.dtype) -> dict[str, Spec]:
     return {n: (tuple(p.shape), dtype) for n, p in module.named_parameters()}
+
+
+def pool(hidden: torch.Tensor) -> torch.Tensor:
+    """Qwen3-Embedding's sentence embedding from the final hidden states [B, T, H]: the last
+    token's, L2-normalized (`F.normalize(p=2, dim=1)`, in the tensor's dtype, as its model card
+    does)."""
+    return F.normalize(hidden[:, -1], p=2, dim=1)
 
 
 class _WholeModel(nn.Module):
