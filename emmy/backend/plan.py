@@ -11,8 +11,16 @@ The host entry point of each function `f` is
     extern "C" void emmy_launch_f(<one pointer per buffer, in plan.buffers order>, cudaStream_t stream);
 
 It raises the dynamic shared-memory limit of kernels that need more than 48 KB (once) and
-launches every kernel in order on `stream`. The caller allocates every buffer (inputs, params,
-outputs and temps, `Buffer.nbytes` each) and checks `cudaGetLastError()` afterwards.
+launches every forward-phase kernel in order on `stream`. When the function has prepare-phase
+launches (`emmy.phase`: work on parameters alone, such as a norm weight folded into a weight
+matrix), a second entry point with the same parameters runs them:
+
+    extern "C" void emmy_prepare_f(<the same pointers>, cudaStream_t stream);
+
+once after the parameters are in place and before the first `emmy_launch_f`; `prepared` buffers
+must then be kept (they are read by every call). The caller allocates every buffer (inputs,
+params, outputs, temps and prepared, `Buffer.nbytes` each) and checks `cudaGetLastError()`
+afterwards.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from xdsl.ir import Attribute
 
 from emmy.diagnostics import EmmyError
 from emmy.dialects import cuda as C
+from emmy.phase import is_prepare
 
 RUNTIME_INCLUDE = '#include "emmy.cuh"'
 DEFAULT_SMEM_LIMIT = 48 * 1024
@@ -99,6 +108,7 @@ class Launch:
     block: tuple[int, int, int]
     smem: int
     args: tuple[str | int | float, ...]  # buffer names, or scalar values
+    prepare: bool = False  # runs once when the parameters are bound (emmy.phase = "prepare")
 
 
 @dataclass
@@ -110,6 +120,19 @@ class LaunchPlan:
     buffers: list[Buffer] = field(default_factory=list)
     launches: list[Launch] = field(default_factory=list)
     source: str = ""
+
+    @property
+    def prepare_entry(self) -> str | None:
+        """The host entry point of the prepare launches, None when there are none."""
+        return f"emmy_prepare_{self.name}" if self.prepare_launches else None
+
+    @property
+    def prepare_launches(self) -> list[Launch]:
+        return [la for la in self.launches if la.prepare]
+
+    @property
+    def forward_launches(self) -> list[Launch]:
+        return [la for la in self.launches if not la.prepare]
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
@@ -172,6 +195,7 @@ def _plan_of(cm: C.ModuleOp, target: str | None) -> LaunchPlan:
                     tuple(op.block.get_values()),  # type: ignore[arg-type]
                     op.smem.value.data,
                     args,
+                    is_prepare(op),
                 )
             )
     plan.source = _source([plan])
@@ -226,15 +250,15 @@ def _host_value(plan: LaunchPlan, kernel: Kernel, i: int, arg: str | int | float
     return f"({c_type(t)}){int(arg)}"
 
 
-def _host_function(plan: LaunchPlan) -> str:
-    kernels = {k.name: k for k in plan.kernels}
+def _host_function(plan: LaunchPlan, entry: str, launches: list[Launch]) -> str:
+    kernels = {k.name: k for k in plan.kernels if any(la.kernel == k.name for la in launches)}
     params = []
     for b in plan.buffers:
         const = "const " if b.role in ("input", "param") else ""
         params.append(f"{const}{c_type(b.dtype)}* {b.name}")
     params.append("cudaStream_t stream")
-    lines = [f'extern "C" void {plan.entry}({", ".join(params)}) {{']
-    big = [k for k in plan.kernels if k.smem > DEFAULT_SMEM_LIMIT]
+    lines = [f'extern "C" void {entry}({", ".join(params)}) {{']
+    big = [k for k in kernels.values() if k.smem > DEFAULT_SMEM_LIMIT]
     if big:
         lines.append("  static bool emmy_smem_ready = false;")
         lines.append("  if (!emmy_smem_ready) {")
@@ -242,7 +266,7 @@ def _host_function(plan: LaunchPlan) -> str:
             lines.append(f"    cudaFuncSetAttribute({k.name}, cudaFuncAttributeMaxDynamicSharedMemorySize, {k.smem});")
         lines.append("    emmy_smem_ready = true;")
         lines.append("  }")
-    for launch in plan.launches:
+    for launch in launches:
         k = kernels[launch.kernel]
         args = ", ".join(_host_value(plan, k, i, a) for i, a in enumerate(launch.args))
         g, b = launch.grid, launch.block
@@ -268,7 +292,9 @@ def _source(plans: list[LaunchPlan]) -> str:
             seen.add(k.name)
             parts.append(k.source)
     for p in plans:
-        parts.append(_host_function(p))
+        if p.prepare_entry is not None:
+            parts.append(_host_function(p, p.prepare_entry, p.prepare_launches))
+        parts.append(_host_function(p, p.entry, p.forward_launches))
     return "\n".join(parts)
 
 

@@ -69,6 +69,7 @@ class _Launch:
     block: tuple[int, int, int]
     smem: int
     args: list  # buffer names (str) or (ctype, value) scalars
+    prepare: bool = False  # run once by bind(), not by every launch()
 
 
 class GpuModule:
@@ -116,7 +117,10 @@ class GpuModule:
                 attr = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 _check(self.driver.cuFuncSetAttribute(functions[launch.kernel], attr, smem), "shared memory")
             self.launches.append(
-                _Launch(launch.kernel, functions[launch.kernel], _dim3(launch.grid), _dim3(launch.block), smem, args)
+                _Launch(
+                    launch.kernel, functions[launch.kernel], _dim3(launch.grid), _dim3(launch.block), smem, args,
+                    launch.prepare,
+                )
             )
 
     def bind(self, values: dict[str, object], outputs: dict[str, object] | None = None) -> "Binding":
@@ -153,7 +157,9 @@ class GpuModule:
                     vals.append(arg[1])
             packed.append((tuple(vals), tuple(types)))
         outs = sorted((b for b in self.plan.buffers if b.role == "output"), key=lambda b: b.position or 0)
-        return Binding(self, tensors, packed, [tensors[b.name] for b in outs])
+        binding = Binding(self, tensors, packed, [tensors[b.name] for b in outs])
+        binding.run(prepare=True)  # prepared buffers: computed from the parameters, once
+        return binding
 
 
 @dataclass
@@ -164,12 +170,19 @@ class Binding:
     outputs: list
 
     def launch(self, stream=None) -> None:
-        """Launch every kernel in order on PyTorch's current stream (capturable in a CUDA graph)."""
+        """Launch every forward-phase kernel in order on PyTorch's current stream (capturable in
+        a CUDA graph). The prepare phase ran when the tensors were bound."""
+        self.run(prepare=False, stream=stream)
+
+    def run(self, prepare: bool, stream=None) -> None:
+        """Launch the kernels of one phase in order on `stream` (PyTorch's current one)."""
         import torch
 
         handle = (stream or torch.cuda.current_stream()).cuda_stream
         drv = self.module.driver
         for launch, params in zip(self.module.launches, self.packed):
+            if launch.prepare != prepare:
+                continue
             _check(
                 drv.cuLaunchKernel(launch.function, *launch.grid, *launch.block, launch.smem, handle, params, 0),
                 f"launching {launch.name}",

@@ -186,7 +186,7 @@ def _compile_whole_model(args, options, dump_dir) -> int:
             continue
         from emmy.backend.plan import launch_plan
 
-        launches = len(launch_plan(module).launches)
+        launches = len(launch_plan(module).forward_launches)
         uses = len(part.layers) if part.layers else 1
         total += launches * uses
         which = f" (used by layers {_ranges(part.layers)})" if part.layers else ""
@@ -249,9 +249,13 @@ def _print_summary(module, options, writer) -> None:
     tokens = module.attributes.get("emmy.tokens")  # a factory brings its own inputs
     tokens = tokens.value.data if tokens is not None else options.tokens
     print(f"{options.model}{where}, {tokens} tokens, target {options.target}: "
-          f"{len(plan.launches)} kernel launches")
-    for launch in plan.launches:
+          f"{len(plan.forward_launches)} kernel launches")
+    for launch in plan.forward_launches:
         print(f"  {launch.kernel:<40} grid {tuple(launch.grid)} block {tuple(launch.block)} smem {launch.smem}")
+    if plan.prepare_launches:
+        print(f"once, when the weights are bound: {len(plan.prepare_launches)} kernel launches")
+        for launch in plan.prepare_launches:
+            print(f"  {launch.kernel:<40} grid {tuple(launch.grid)} block {tuple(launch.block)} smem {launch.smem}")
     if writer is not None:
         print(f"wrote {writer.count} files to {writer.directory}")
 

@@ -59,7 +59,7 @@ from emmy.codegen.common import c_ident, decompose, io_args, knob, largest_divis
 from emmy.codegen.kb import KB
 from emmy.codegen.reduction import reduce_rows
 from emmy.codegen.scalar import BodyEmitter
-from emmy.codegen.staging import InPlaceA, Stager, direct_source, round_up, same_expr, side_value
+from emmy.codegen.staging import InPlaceA, Leaf, Stager, direct_source, round_up, same_expr, side_value
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
@@ -406,6 +406,8 @@ class ContractionBuilder:
         # pass over the block's rows before the k loop
         inplace = self.inplace_a_leaf(a_loads) if g.producer else None
         producer_stats = g.producer and rs is not None and self.producer_stats_ok(a_loads)
+        stats_leaf = self.a_stats_leaf() if g.producer and rs is not None and inplace is None else None
+        producer_stats = producer_stats or stats_leaf is not None
         if rs is not None and not producer_stats:
             self.emit_prologue(kb, em, rs, tid, m0, batch)
             kb.barrier()
@@ -426,7 +428,7 @@ class ContractionBuilder:
             bars = kb.shared(i64, 2 * g.stages, self.bars_offset(stats_off, stats_in_smem), 8, "bars")
             self.specialized_loop(
                 kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr,
-                stats_off, rs if producer_stats else None, inplace, a_loads,
+                stats_off, rs if producer_stats else None, inplace, a_loads, stats_leaf,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
@@ -508,6 +510,27 @@ class ContractionBuilder:
                 stack.extend(v.owner.operands)
         return False
 
+    def a_stats_leaf(self) -> LoadOp | None:
+        """When A is a plain copy of one tensor and every prologue reduction is a sum or max over
+        exactly the contraction's k axes of that tensor's elements (RMSNorm's sum of squares
+        once its weight is folded into B, see loop-hoist-params): that load. The consumer
+        warpgroups then sum the row statistics from the A tiles in shared memory, read-only,
+        while their wgmmas run. None otherwise."""
+        c0 = self.cs[0]
+        value = side_value(c0.a, c0.a_factors)
+        if value is None or self.chunk != 8 or not self.prologue or self.a_reads_row_statistics():
+            return None
+        if not all(r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue):
+            return None
+        em = BodyEmitter(None, self.op, {}, [])  # analysis only
+        src = direct_source(em, value, frozenset(self.k_axes), self.k_last)
+        if not isinstance(src, Leaf):
+            return None
+        loads = [o for r in self.prologue for o in r.walk() if isinstance(o, LoadOp)]
+        if not loads or not all(same_expr(o.result, src.load.result) for o in loads):
+            return None
+        return src.load
+
     def producer_stats_ok(self, a_loads: list | None) -> bool:
         """Whether the row statistics can be summed while staging A: each prologue reduction is a
         sum or max over exactly the contraction's k axes, A is computed from prefetched
@@ -520,7 +543,7 @@ class ContractionBuilder:
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
         )
 
-    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, free_bytes, rs=None, inplace=None, a_loads=None) -> None:
+    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, free_bytes, rs=None, inplace=None, a_loads=None, stats_leaf=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
         multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
         back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
@@ -535,11 +558,13 @@ class ContractionBuilder:
         With `inplace` (the tensor a computed A side reads, see inplace_a_leaf) the producer
         only copies: that tensor's tile goes into the A slot, and each consumer warpgroup
         computes A over its own rows in place (and sums the row statistics into `rs`) while its
-        previous wgmma group runs."""
+        previous wgmma group runs. With `stats_leaf` (A is a plain copy, see a_stats_leaf) each
+        consumer warpgroup reads its rows of the A tile after issuing the step's wgmmas and sums
+        the row statistics into `rs`."""
         g = self.g
         S = g.stages
         consumers = g.consumers
-        consumer_rs, rs = (rs, None) if inplace is not None else (None, rs)
+        consumer_rs, rs = (rs, None) if inplace is not None or stats_leaf is not None else (None, rs)
 
         def full(slot):
             return kb.ptr_add(bars, slot)
@@ -579,9 +604,11 @@ class ContractionBuilder:
                 stager.finish_stats(rs)
                 kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
         with kb.if_(kb.lt(tid, consumers)):
-            transform = None
+            transform = reader = None
             if inplace is not None:
                 transform = InPlaceA(self, kb, em, tid, m0, batch, inplace, consumer_rs)
+            if stats_leaf is not None:
+                reader = InPlaceA(self, kb, em, tid, m0, batch, stats_leaf, consumer_rs, write=False)
             with kb.for_(kt0, kt1, 1, name="kt") as kt:
                 j = kb.sub(kt, kt0)
                 slot = kb.rem(j, S)
@@ -590,14 +617,16 @@ class ContractionBuilder:
                     transform.step(sa, slot, a_elems, kt)
                 else:
                     kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
-                self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1)
+                during = (lambda: reader.step(sa, slot, a_elems, kt)) if reader is not None else None
+                self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1, during=during)
                 with kb.if_(kb.cmp("sgt", j, 0)):
                     kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(j, S - 1), S))])
             kb.call("emmy::wgmma::wait<0>")
             if rs is not None:  # the producer's row statistics
                 kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
-            if transform is not None and consumer_rs is not None:
-                transform.finish_stats()
+            for stats in (transform, reader):
+                if stats is not None and consumer_rs is not None:
+                    stats.finish_stats()
             self.epilogue(
                 kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, free_bytes,
                 lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)]),
@@ -676,9 +705,10 @@ class ContractionBuilder:
                 kb.store(kb.to_f32(res[r.result][0]), rs, kb.add(kb.mul(p, g.bm), r_local), ok)
 
     # -- tensor-core / FMA step -------------------------------------------------------------------------
-    def compute(self, kb: KB, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending: int = 0) -> None:
+    def compute(self, kb: KB, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending: int = 0, during=None) -> None:
         """One k-step's products from the tiles in `slot`; with wgmma, returns once at most
-        `wgmma_pending` k-steps of wgmmas are still running."""
+        `wgmma_pending` k-steps of wgmmas are still running, after emitting `during()` (work
+        that overlaps the step's wgmmas) between issuing them and waiting."""
         g = self.g
         a_stage = kb.ptr_add(sa, kb.mul(slot, a_elems))
         b_stages = [kb.ptr_add(sb, kb.mul(slot, b_elems)) for sb in sbs]
@@ -691,6 +721,8 @@ class ContractionBuilder:
                 for c, (b_stage, acc) in enumerate(zip(b_stages, accs)):
                     acc_ptr = kb.ptr_add(acc, mi * n_wg // 2)
                     kb.call(f"emmy::wgmma::tile<{n_wg}, {g.bk}, {g.bm}, {g.bn}>", [a_ptr, b_stage, acc_ptr])
+            if during is not None:
+                during()
             # each tile() commits one group: a k-step is mi * nc groups, and wgmma_pending
             # counts k-steps left in flight
             kb.call(f"emmy::wgmma::wait<{wgmma_pending * g.mi * len(accs)}>")

@@ -483,10 +483,12 @@ class InPlaceA:
     """A consumer warpgroup's in-place A transform (wgmma_ws): its rows of the A slot hold the
     raw tile of the one tensor A reads (copied by the producer); each thread rewrites a fixed
     set of 16-byte chunks (same rows, same k offsets every step) with the A side computed from
-    them, and sums the row statistics of those rows on the way."""
+    them, and sums the row statistics of those rows on the way. With write=False the tile is A
+    itself: the chunks are only read, for the row statistics (no store, fence or barrier)."""
 
-    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, batch, leaf: LoadOp, rs):
+    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, batch, leaf: LoadOp, rs, write: bool = True):
         g = cb.g
+        self.write = write
         self.cb, self.kb, self.em = cb, kb, em
         self.m0, self.batch, self.leaf, self.rs = m0, batch, leaf, rs
         self.wg = kb.div(tid, 128)
@@ -518,10 +520,17 @@ class InPlaceA:
             raw = kb.load(ptr, 0, vt)
             lanes = [kb.extract(raw, j) for j in range(chunk)]
             hooks = _hooks(cb, [(self.leaf, lambda scope, lanes=lanes: lanes)])
-            vals = self.stager.a_chunk(it, grow, gk, ok, hooks, None, self.partials)
-            kb.store(kb.pack(vals, vt), ptr, 0)
-        kb.call("emmy::fence_proxy_async")
-        kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
+            if self.write:
+                vals = self.stager.a_chunk(it, grow, gk, ok, hooks, None, self.partials)
+                kb.store(kb.pack(vals, vt), ptr, 0)
+            else:
+                scope = self.em.scope(
+                    self.stager._a_coords(grow, gk), lane_axis=cb.k_last, lanes=chunk, load_hooks=hooks
+                )
+                self.partials.add(scope, it, ok)
+        if self.write:
+            kb.call("emmy::fence_proxy_async")
+            kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
 
     def finish_stats(self) -> None:
         """Combine the partials of a row's threads and write the warpgroup's rows of `rs`."""

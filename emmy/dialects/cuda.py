@@ -50,7 +50,7 @@ from xdsl.printer import Printer
 from xdsl.traits import IsolatedFromAbove, NoTerminator, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
-ROLES = ("input", "param", "output", "temp")
+ROLES = ("input", "param", "output", "temp", "prepared")
 
 
 def _parse_int_list(parser: Parser) -> list[int]:
@@ -237,7 +237,11 @@ class BufferOp(IRDLOperation):
     cuda.buffer @w : tensor<4096x1024xbf16> param 2 "self_attn.q_proj.weight"
     cuda.buffer @out : tensor<512x1024xbf16> output 0
     cuda.buffer @ws : tensor<2x512x1024xf32> temp
+    cuda.buffer @w_folded : tensor<4096x1024xbf16> prepared
     ```
+
+    A `prepared` buffer is written by prepare-phase launches only (from parameters; see
+    `emmy.phase`) and keeps its contents from one call to the next.
     """
 
     name = "cuda.buffer"
@@ -275,8 +279,8 @@ class BufferOp(IRDLOperation):
             raise VerifyException(f"{name}: role must be one of {', '.join(ROLES)}, got '{role}'")
         if not self.sym_name.data.isidentifier():
             raise VerifyException(f"{name}: the name must be a C identifier")
-        if (self.position is None) != (role == "temp"):
-            raise VerifyException(f"{name}: inputs, params and outputs have a position, temps none")
+        if (self.position is None) != (role in ("temp", "prepared")):
+            raise VerifyException(f"{name}: inputs, params and outputs have a position, temps and prepared buffers none")
         if self.torch_name is not None and role not in ("input", "param"):
             raise VerifyException(f"{name}: only inputs and params have a PyTorch name")
 
@@ -316,7 +320,12 @@ class LaunchOp(IRDLOperation):
 
     ```mlir
     cuda.launch @k(@x, @y, 512 : i32) grid [4, 1, 1] block [128, 1, 1] smem 0
+    cuda.launch @fold(@g, @w, @w_folded) grid [1024, 1, 1] block [256, 1, 1] smem 0 {emmy.phase = "prepare"}
     ```
+
+    Launches with `emmy.phase = "prepare"` run once when the parameters are bound (in order,
+    before the first call); they take `param` and `prepared` buffers only. The others run on
+    every call.
     """
 
     name = "cuda.launch"
@@ -362,6 +371,10 @@ class LaunchOp(IRDLOperation):
             raise VerifyException(
                 f"{name}: the kernel takes {len(kernel.arg_types.data)} arguments, {len(self.args.data)} given"
             )
+        phase = self.attributes.get("emmy.phase")
+        if phase is not None and phase != StringAttr("prepare"):
+            raise VerifyException(f'{name}: emmy.phase must be "prepare" (or absent for the forward phase)')
+        prepare = phase is not None
         for i, (t, a) in enumerate(zip(kernel.arg_types.data, self.args.data)):
             if isinstance(t, PtrType):
                 if not isinstance(a, SymbolRefAttr):
@@ -372,6 +385,10 @@ class LaunchOp(IRDLOperation):
                 if buf.type.element_type != t.element_type:
                     raise VerifyException(
                         f"{name}: argument #{i} must hold {t.element_type}, @{a.root_reference.data} holds {buf.type.element_type}"
+                    )
+                if prepare and buf.role.data not in ("param", "prepared"):
+                    raise VerifyException(
+                        f"{name}: a prepare-phase launch reads parameters and writes prepared buffers only; @{a.root_reference.data} is {buf.role.data}"
                     )
             else:
                 if not isinstance(a, (IntegerAttr, FloatAttr)) or a.type != t:

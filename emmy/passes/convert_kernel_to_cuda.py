@@ -51,6 +51,7 @@ from emmy.codegen.cxx import emit_kernel
 from emmy.diagnostics import EmmyError
 from emmy.dialects import cuda as C
 from emmy.dialects import kernel as K
+from emmy.phase import is_prepare, mark_prepare
 
 MAX_ELEMENTS = 2**31 - 1
 
@@ -131,6 +132,7 @@ class LowerFunction(RewritePattern):
                 )
         out_pos = {v: i for i, v in reversed(list(enumerate(returned)))}
         launches: list[C.LaunchOp] = []
+        prepared: set[SSAValue] = set()  # buffers written by prepare-phase launches
         used_kernels: list[str] = []
         for inner in op.body.block.ops:
             if isinstance(inner, K.EmptyOp):
@@ -156,13 +158,20 @@ class LowerFunction(RewritePattern):
                         args.append(a.owner.value)
                     else:
                         raise EmmyError(f"convert-kernel-to-cuda: scalar launch arguments must be constants (@{kname})")
-                launches.append(C.LaunchOp(kname, args, kf.grid_dims, kf.block_dims, kf.smem_bytes))
+                c_launch = C.LaunchOp(kname, args, kf.grid_dims, kf.block_dims, kf.smem_bytes)
+                if is_prepare(inner):
+                    mark_prepare(c_launch)
+                    prepared.update(a for a in inner.args if isinstance(a.owner, K.EmptyOp))
+                launches.append(c_launch)
                 if kname not in used_kernels:
                     used_kernels.append(kname)
             elif isinstance(inner, (arith.ConstantOp, func.ReturnOp)):
                 continue
             else:
                 raise EmmyError(f"convert-kernel-to-cuda: @{fname} holds '{inner.name}'; the kernel stage's host code has only kernel.empty and kernel.launch")
+        for b in buffers:
+            if b.role.data == "temp" and any(symbol.get(v) == b.sym_name.data for v in prepared):
+                b.role = StringAttr("prepared")
         kernels = []
         for kname in used_kernels:
             if kname not in self.cache:

@@ -49,6 +49,7 @@ from emmy.codegen.common import c_ident
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
+from emmy.phase import is_prepare, mark_prepare
 from emmy.tuning.targets import Target, module_target
 
 
@@ -139,7 +140,10 @@ class LowerTileKernel(RewritePattern):
                     args.append(c.result)
                 else:  # pragma: no cover
                     raise EmmyError(f"convert-tile-to-kernel: bad launch argument {a}")
-            rewriter.insert(K.LaunchOp(renames.get(launch.kernel, launch.kernel), args), InsertPoint.before(op))
+            k_launch = K.LaunchOp(renames.get(launch.kernel, launch.kernel), args)
+            if is_prepare(op):
+                mark_prepare(k_launch)
+            rewriter.insert(k_launch, InsertPoint.before(op))
         rewriter.replace(op, [], outs)
 
 

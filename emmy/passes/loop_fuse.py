@@ -556,7 +556,7 @@ def inline_producer(
             _inline_at(load, plan, slice_ops, st.value, args, renames, rewriter)
     _adopt_axis_names(consumer, adopt)
     # drop the consumer inputs that no longer have loads
-    _drop_unused_inputs(consumer, rewriter)
+    drop_unused_inputs(consumer, rewriter)
     record_fusion(state, producer, consumer, consumer_was_layout)
     rewriter.notify_op_modified(consumer)
     if all(not r.uses for r in producer.results):
@@ -635,7 +635,7 @@ def _rename_axes(op: Operation, axis_map: dict[str, SSAValue], renames: dict[str
             inner.axes = ArrayAttr([StringAttr(renames.get(a, a)) for a in inner.axis_names])
 
 
-def _drop_unused_inputs(loop: FusedOp, rewriter: PatternRewriter) -> bool:
+def drop_unused_inputs(loop: FusedOp, rewriter: PatternRewriter) -> bool:
     """Remove block arguments without uses and merge duplicate inputs."""
     block = loop.block
     first: dict[SSAValue, BlockArgument] = {}
@@ -1074,7 +1074,7 @@ class DropUnusedInputs(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FusedOp, rewriter: PatternRewriter) -> None:
-        _drop_unused_inputs(op, rewriter)
+        drop_unused_inputs(op, rewriter)
 
 
 @dataclass
@@ -1089,11 +1089,11 @@ class CseBody(RewritePattern):
         if op in self.state.clean:
             return
         _cse_block(op.block, {}, rewriter)
-        _dce_block(op.block, rewriter)
+        dce_block(op.block, rewriter)
         self.state.clean.add(op)
 
 
-def _dce_block(block: Block, rewriter: PatternRewriter) -> None:
+def dce_block(block: Block, rewriter: PatternRewriter) -> None:
     for op in reversed(list(block.ops)):
         if isinstance(op, StoreOp | YieldOp):
             continue
@@ -1102,7 +1102,7 @@ def _dce_block(block: Block, rewriter: PatternRewriter) -> None:
             continue
         for r in op.regions:
             for b in r.blocks:
-                _dce_block(b, rewriter)
+                dce_block(b, rewriter)
 
 
 def _is_pure(op: Operation) -> bool:

@@ -19,6 +19,7 @@ PIPELINE: tuple[tuple[str, str, str, str], ...] = (
     ("tensor-merge-siblings", "tensor_merge_siblings", "TensorMergeSiblingsPass", "tensor"),
     ("convert-tensor-to-loop", "convert_tensor_to_loop", "ConvertTensorToLoopPass", "loop"),
     ("loop-fuse", "loop_fuse", "LoopFusePass", "loop"),
+    ("loop-hoist-params", "loop_hoist_params", "LoopHoistParamsPass", "loop"),
     ("convert-loop-to-tile", "convert_loop_to_tile", "ConvertLoopToTilePass", "tile"),
     ("decide-forks", "decide_forks", "DecideForksPass", "tile"),
     ("convert-tile-to-kernel", "convert_tile_to_kernel", "ConvertTileToKernelPass", "kernel"),

@@ -373,10 +373,69 @@ def test_warp_specialized_pipeline(stages):
         assert not any(isinstance(op, K.BarrierOp) for op in loop.walk())
 
 
+def weighted_norm_matmul(M=200, N=256, K=1024, g_role="input", **knobs) -> str:
+    """x @ w^T scaled by RMSNorm's rstd in the epilogue, A = g * x (loop-fuse's form of RMSNorm
+    into a projection) with the norm weight g an input, so loop-hoist-params leaves it in A."""
+    k = dict(block_m=128, block_n=128, block_k=64, split_k=1, stages=4, workers="wgmma_ws", warps=8, vector=8, fusion="fused")
+    k.update(knobs)
+    return f"""builtin.module attributes {{emmy.target = "sm_90a"}} {{
+  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %nw: tensor<{K}xbf16> {{emmy.name = "g", emmy.role = "{g_role}"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "w", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
+    %out = tile.kernel @norm_proj kind "contraction" axes [m = {M}, n = {N}, k = {K}] knobs {_knobs(k)}
+        ins(%x, %nw, %w : tensor<{M}x{K}xbf16>, tensor<{K}xbf16>, tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> attributes {{emmy.fusion = "fused"}} {{
+    ^bb0(%xa: tensor<{M}x{K}xbf16>, %nwa: tensor<{K}xbf16>, %wa: tensor<{N}x{K}xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %ss = loop.reduce sum ["k"] : f32 {{
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<{M}x{K}xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %sq = arith.mulf %af, %af : f32
+        loop.yield %sq : f32
+      }}
+      %inv = arith.constant {1.0 / K:e} : f32
+      %eps = arith.constant 1.0e-06 : f32
+      %mean = arith.mulf %ss, %inv : f32
+      %v = arith.addf %mean, %eps : f32
+      %r = math.rsqrt %v : f32
+      %acc = loop.reduce sum ["k"] : f32 {{
+        %k2 = loop.axis "k" : index
+        %a2 = loop.load %xa[%m, %k2] : tensor<{M}x{K}xbf16> -> bf16
+        %g = loop.load %nwa[%k2] : tensor<{K}xbf16> -> bf16
+        %b = loop.load %wa[%n, %k2] : tensor<{N}x{K}xbf16> -> bf16
+        %gf = arith.extf %g : bf16 to f32
+        %a2f = arith.extf %a2 : bf16 to f32
+        %h = arith.mulf %gf, %a2f : f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %h, %bf : f32
+        loop.yield %p : f32
+      }}
+      %y = arith.mulf %acc, %r : f32
+      %o = arith.truncf %y : f32 to bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }}
+    func.return %out : tensor<{M}x{N}xbf16>
+  }}
+}}"""
+
+
 def test_warp_specialized_computes_a_in_place():
-    """The running example's A side (norm weight * x; rstd is applied in the epilogue) reads one
-    block_m-row tensor: the producer copies x into the A slot and each consumer warpgroup
-    rewrites its rows in place, summing the row statistics on the way."""
+    """A = g * x with g not a parameter (nothing to fold) reads one block_m-row tensor: the
+    producer copies x into the A slot and each consumer warpgroup rewrites its rows in place,
+    summing the row statistics on the way."""
+    funcs = kernel_funcs(lower(weighted_norm_matmul(), "convert-tile-to-kernel"))
+    assert list(funcs) == ["norm_proj"]
+    calls = callees(funcs["norm_proj"])
+    # after each transform, and before the epilogue
+    assert calls.count("emmy::named_barrier<128>") == 2
+    assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
+    assert "emmy::named_barrier<384>" not in calls
+
+
+def test_warp_specialized_sums_statistics_from_the_a_tiles():
+    """With the norm weight folded into the weight matrix (loop-hoist-params) the running
+    example's A side is x itself: a plain copy; the consumers read their rows of each A tile,
+    after issuing the step's wgmmas, for the row statistics (no prologue pass, no rewrite)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
@@ -392,13 +451,17 @@ def test_warp_specialized_computes_a_in_place():
                           stop_after="kernel")
     module = compile_traced(trace_layer(src, 0, 200), opts).module
     funcs = kernel_funcs(module)
-    assert list(funcs) == ["rms_norm_qkv_proj"]  # q, and k with v: two parts side by side, one launch
-    for f in funcs.values():
-        calls = callees(f)
-        # per part: after each transform, before the epilogue
-        assert calls.count("emmy::named_barrier<128>") == 2 * 2
-        assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
-        assert "emmy::named_barrier<384>" not in calls
+    forward = [n for n in funcs if not n.startswith("rms_norm_qkv_proj_weights")]
+    assert forward == ["rms_norm_qkv_proj"]  # q, and k with v: two parts side by side, one launch
+    assert len(funcs) > 1  # the prepare kernels folding the norm weight into q/k/v weights
+    calls = callees(funcs["rms_norm_qkv_proj"])
+    # per part: once before the epilogue (the statistics written), never per k-step
+    assert calls.count("emmy::named_barrier<128>") == 2
+    assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
+    text = print_module(module)
+    launches = re.findall(r"kernel.launch @(\w+)\([^)]*\)( \{emmy.phase = \"prepare\"\})?", text)
+    assert [n for n, ph in launches if not ph] == ["rms_norm_qkv_proj"]
+    assert all(n.startswith("rms_norm_qkv_proj_weights") for n, ph in launches if ph)
 
 
 @pytest.mark.parametrize("tokens", [5, 64, 300])
@@ -418,7 +481,8 @@ def test_running_example_lowers_at_odd_sizes(tokens, pins):
     src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(tokens))
     opts = CompileOptions(model="example", layer=0, tokens=tokens, target="sm_90a", pins=pins)
     plan = launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module)
-    kernels = [l.kernel for l in plan.launches]
+    kernels = [l.kernel for l in plan.forward_launches]
+    assert all(l.kernel.startswith("rms_norm_qkv_proj_weights") for l in plan.prepare_launches)
     # split-k parts have statistics and combine kernels: one launch per part then
     assert kernels == ["rms_norm_qkv_proj"] or all(k.startswith("rms_norm_qkv_proj_out") for k in kernels)
 

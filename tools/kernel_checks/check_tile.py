@@ -101,6 +101,10 @@ def run_plan(plan, lib_path: Path, inputs: list[np.ndarray], reps: int, dev):
     fn.restype = None
     stream = torch.cuda.current_stream().cuda_stream
     ptrs = [ctypes.c_void_p(t.data_ptr()) for t in bufs]
+    if plan.prepare_entry is not None:  # once, before the first call
+        prep = getattr(lib, plan.prepare_entry)
+        prep.argtypes, prep.restype = fn.argtypes, None
+        prep(*ptrs, ctypes.c_void_p(stream))
     fn(*ptrs, ctypes.c_void_p(stream))
     torch.cuda.synchronize()
     outs = [t for t, b in zip(bufs, plan.buffers) if b.role == "output"]

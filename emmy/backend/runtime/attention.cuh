@@ -10,7 +10,8 @@
 //   for each key block (blocks masked for every query of the block are skipped):
 //     stage K, V rows into shared memory (through the lambdas, or cp.async for plain rows)
 //     S = Q K^T          (mma.sync m16n8k16 bf16, f32 accumulate; ldmatrix from shared memory;
-//                         with WGMMA, one warpgroup's wgmmas straight from shared memory)
+//                         with WGMMA, one warpgroup's wgmmas: S from shared memory, O += P V
+//                         with P from registers and V MN-major from shared memory)
 //     S = score(q, kv, S), out-of-range keys -> -inf
 //     m' = max(m, rowmax S); P = exp(S - m'); l = l * exp(m - m') + rowsum P
 //     O = O * exp(m - m') + P V   (mma.sync, P kept in registers as bf16)
@@ -44,7 +45,7 @@
 // smem_bytes<D, BQ, BKV, STAGES>() bytes, 16-byte aligned (over 48 KB needs
 // cudaFuncSetAttribute). Requirements: D % 16 == 0, BKV % 16 == 0, BQ % (16 * WARPS) == 0,
 // STAGES >= 1, sm_80 or newer; every thread of the block (32 * WARPS threads) calls it.
-// WGMMA != 0 (sm_90a only): S = Q K^T with wgmma; needs D % 64 == 0, BQ == 64, WARPS == 4,
+// WGMMA != 0 (sm_90a only): S = Q K^T and O += P V with wgmma; needs D % 64 == 0, BQ == 64, WARPS == 4,
 // BKV <= 256 and `smem` 1024-byte aligned (the tiles are stored in wgmma's swizzled layout).
 //
 // Element producers are staged by each warp in groups of EMMY_ATTENTION_ROW_UNROLL rows (default
@@ -526,6 +527,20 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
       }
     }
 
+    if constexpr (C::kWgmma) {
+      // O += P V on wgmma: P from registers (the S accumulators, packed to bf16, are the A
+      // fragments), V read MN-major from its slabs (row = key, 64 head-dim columns per slab)
+      uint32_t p[BKV / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < BKV / 16; ++kk) {
+        p[kk][0] = pack_bf16(s[0][2 * kk][0], s[0][2 * kk][1]);
+        p[kk][1] = pack_bf16(s[0][2 * kk][2], s[0][2 * kk][3]);
+        p[kk][2] = pack_bf16(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        p[kk][3] = pack_bf16(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      }
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, tV, &acc[0][0][0]);
+      emmy::wgmma::wait<0>();
+    } else {
 #pragma unroll
     for (int kk = 0; kk < BKV / 16; ++kk) {
       uint32_t p[MT][4];
@@ -546,6 +561,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
           mma_bf16(acc[mt][2 * np + 1], p[mt], b[2], b[3]);
         }
       }
+    }
     }
   }
   asm volatile("cp.async.wait_all;\n" ::);  // no copy may outlive the block

@@ -1,7 +1,8 @@
 // Emmy's device library: warpgroup tensor-core tiles with wgmma (sm_90a only).
 //
 // Shared-memory operands: swizzled K-major tiles (emmy_core.cuh, tile_offset), slabs of 32, 64
-// or 128 bytes per row (BK = 16, 32, or a multiple of 64), tiles 1024-byte aligned.
+// or 128 bytes per row (BK = 16, 32, or a multiple of 64), tiles 1024-byte aligned; tile_rs
+// takes A from registers and B MN-major (rows of k, 128-byte swizzled slabs of 64 n).
 //
 // Accumulators of tile<N, ...> (per thread of the warpgroup, f32, N/2 values), warp w = warp
 // index within the warpgroup, g = lane / 4, t = lane % 4:
@@ -29,6 +30,19 @@ __device__ __forceinline__ uint64_t desc(const void* smem) {
   d |= static_cast<uint64_t>(1) << 16;                  // leading byte offset (unused when swizzled)
   d |= static_cast<uint64_t>((8 * ROWB) >> 4) << 32;    // stride byte offset: 8 rows
   d |= layout << 62;                                    // swizzle mode
+  return d;
+}
+
+// Shared-memory matrix descriptor: MN-major B ("transposed": each 128-byte row holds 64
+// consecutive n at one k), 128-byte swizzle, 8-row groups 1024 bytes apart, groups of 64 n
+// (slabs) `slab_bytes` apart.
+__device__ __forceinline__ uint64_t desc_mn(const void* smem, uint32_t slab_bytes) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((a & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((slab_bytes & 0x3FFFF) >> 4) << 16;  // leading byte offset: next 64 n
+  d |= static_cast<uint64_t>(1024 >> 4) << 32;                      // stride byte offset: next 8 k
+  d |= static_cast<uint64_t>(1) << 62;                              // 128-byte swizzle
   return d;
 }
 
@@ -95,6 +109,26 @@ __device__ __forceinline__ void tile(const bf16* sA, const bf16* sB, float* acc)
   fence_operand<N / 2>(acc);
 #else
   static_assert(dependent_false<N>::value, "emmy::wgmma::tile needs sm_90a (-gencode arch=compute_90a,code=sm_90a)");
+#endif
+}
+
+// One warpgroup: acc += A[0:64, 0:16 * KSTEPS] * B[0:16 * KSTEPS, 0:N] with A in registers
+// (a[kk]: the m16n8k16 A fragment of k-step kk for the warp's 16 rows; the accumulator layout
+// of tile() packed to bf16 pairs is exactly that) and B MN-major in shared memory: ROWS rows of
+// k, each the 64 n of one slab (128-byte swizzled, 1024-byte aligned; slabs ROWS * 64 elements
+// apart), sB at row 0 of slab 0. Issues KSTEPS wgmmas and commits them as one group (no wait).
+template <int N, int KSTEPS, int ROWS>
+__device__ __forceinline__ void tile_rs(const uint32_t (*a)[4], const bf16* sB, float* acc) {
+#if EMMY_HAS_WGMMA
+  static_assert(N % 64 == 0 && N <= 256, "wgmma register-A tile: N a multiple of 64, at most 256");
+  fence_operand<N / 2>(acc);
+  fence();
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) mma_async_rs<N>(a[kk], desc_mn(sB + kk * 16 * 64, ROWS * 64 * 2), acc);
+  commit();
+  fence_operand<N / 2>(acc);
+#else
+  static_assert(dependent_false<N>::value, "emmy::wgmma::tile_rs needs sm_90a (-gencode arch=compute_90a,code=sm_90a)");
 #endif
 }
 

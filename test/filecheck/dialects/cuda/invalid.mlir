@@ -15,13 +15,13 @@ cuda.module @m {
 cuda.module @m {
   cuda.buffer @x : tensor<4xf32> weights 0
 }
-// CHECK: cuda.buffer @x: role must be one of input, param, output, temp, got 'weights'
+// CHECK: cuda.buffer @x: role must be one of input, param, output, temp, prepared, got 'weights'
 
 // -----
 cuda.module @m {
   cuda.buffer @x : tensor<4xf32> temp 3
 }
-// CHECK: cuda.buffer @x: inputs, params and outputs have a position, temps none
+// CHECK: cuda.buffer @x: inputs, params and outputs have a position, temps and prepared buffers none
 
 // -----
 cuda.module @m {
@@ -85,3 +85,19 @@ cuda.module @m {
   }
 }
 // CHECK: cuda.module @m: holds only cuda.kernel, cuda.buffer and cuda.launch, got func.func
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.buffer @x : tensor<4xf32> prepared
+  cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0 {emmy.phase = "once"}
+}
+// CHECK: cuda.launch @k: emmy.phase must be "prepare" (or absent for the forward phase)
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.buffer @x : tensor<4xf32> input 0 "x"
+  cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0 {emmy.phase = "prepare"}
+}
+// CHECK: cuda.launch @k: a prepare-phase launch reads parameters and writes prepared buffers only; @x is input

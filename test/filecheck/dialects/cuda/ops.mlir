@@ -6,7 +6,9 @@ cuda.module @layer {
   cuda.buffer @x : tensor<512xbf16> input 0 "hidden_states"
   cuda.buffer @w : tensor<512xbf16> param 1 "layer.weight"
   cuda.buffer @ws : tensor<2x512xf32> temp
+  cuda.buffer @wp : tensor<512xbf16> prepared
   cuda.buffer @y : tensor<512xbf16> output 0
+  cuda.launch @scale(@w, @wp, 512 : i32, 2.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.phase = "prepare"}
   cuda.launch @scale(@x, @y, 512 : i32, 5.000000e-01 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
   cuda.launch @scale(@w, @y, 7 : i32, 1.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
 }
@@ -16,7 +18,9 @@ cuda.module @layer {
 // CHECK-NEXT:   cuda.buffer @x : tensor<512xbf16> input 0 "hidden_states"
 // CHECK-NEXT:   cuda.buffer @w : tensor<512xbf16> param 1 "layer.weight"
 // CHECK-NEXT:   cuda.buffer @ws : tensor<2x512xf32> temp
+// CHECK-NEXT:   cuda.buffer @wp : tensor<512xbf16> prepared
 // CHECK-NEXT:   cuda.buffer @y : tensor<512xbf16> output 0
+// CHECK-NEXT:   cuda.launch @scale(@w, @wp, 512 : i32, 2.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.phase = "prepare"}
 // CHECK-NEXT:   cuda.launch @scale(@x, @y, 512 : i32, 5.000000e-01 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
 // CHECK-NEXT:   cuda.launch @scale(@w, @y, 7 : i32, 1.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
 // CHECK-NEXT: }
