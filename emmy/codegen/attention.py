@@ -540,9 +540,10 @@ def schedule(plan: AttentionPlan, knobs: Mapping[str, object], target: Target, o
     if workers == "wgmma":
         if not target.has("wgmma"):
             raise _err(name, f"workers=wgmma needs sm_90a (target is {target.name})")
-        if D % 64 or bq != 64 or warps != 4 or bkv > 256:
+        if D % 64 or D > 256 or warps % 4 or bq != 16 * warps or bkv > 256:
             raise _err(
-                name, "workers=wgmma needs a head dim that is a multiple of 64, block_q=64, warps=4 and "
+                name, "workers=wgmma needs a head dim that is a multiple of 64 up to 256, a warpgroup "
+                "per 64 query rows (warps a multiple of 4, block_q = 16 * warps) and "
                 f"block_kv <= 256 (have {D}, {bq}, {warps}, {bkv})"
             )
         wgmma = True

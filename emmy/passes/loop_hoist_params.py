@@ -28,6 +28,9 @@ becomes
 Why: the contraction's A side becomes the activation as stored (a plain 16-byte copy into shared
 memory, no per-call multiply by the norm weight), and its B side one plain weight matrix.
 
+Layout: the prepared tensor's dimensions are the factors' axes in the loop's order, with the
+reduced axes last (innermost), so it is contiguous along k like the weight it replaces.
+
 When: the factors read parameters only (function arguments with `emmy.role = "param"`, or loops
 computing from them alone), at least two of them, and one of them already spans every axis the
 product spans, so the prepared tensor is no larger than a weight the loop reads (`g[k] * W[n, k]`
@@ -143,7 +146,10 @@ class HoistParamFactors(RewritePattern):
         widest = [i for i in params if dom.mask(leaves[i]) == union]
         if not widest or not union & dom.mask_of(op.axis_names):
             return
-        axes = dom.names(union)
+        # the reduced axes innermost: the prepared tensor is K-major like the weight it replaces
+        # (a contraction operand is copied along k), whatever the loop's axis order
+        reduced = dom.mask_of(op.axis_names)
+        axes = dom.names(union & ~reduced) + dom.names(union & reduced)
         dtype = _param_type(leaves[widest[0]])
         if not isinstance(dtype, AnyFloat):
             return

@@ -329,12 +329,14 @@ def _a_workers(info, v, t, reasons):
     if w == "wgmma":
         # the wgmma flash kernel: one warpgroup multiplies its 64 query rows by 64-column slabs
         # of the head dimension (emmy/backend/runtime/attention.cuh)
-        if v.has("warps") and v["warps"] != 4:
-            reasons.append(f"wgmma: warps={v['warps']} is not 4 (one warpgroup)")
-        if v.has("block_q") and v["block_q"] != 64:
-            reasons.append(f"wgmma: block_q={v['block_q']} is not 64 (the warpgroup's rows)")
-        if d % 64:
-            reasons.append(f"wgmma: head dimension {d} is not a multiple of 64")
+        if v.has("warps") and v["warps"] % 4:
+            reasons.append(f"wgmma: warps={v['warps']} is not whole warpgroups (a multiple of 4)")
+        if v.has("block_q", "warps") and v["block_q"] != 16 * v["warps"]:
+            reasons.append(
+                f"wgmma: block_q={v['block_q']} is not 64 rows per warpgroup of warps={v['warps']}"
+            )
+        if d % 64 or d > 256:
+            reasons.append(f"wgmma: head dimension {d} is not a multiple of 64 up to 256")
         if v.has("block_kv") and v["block_kv"] > 256:
             reasons.append(f"wgmma: block_kv={v['block_kv']} is over 256")
         if v.has("stages") and v["stages"] < 2:

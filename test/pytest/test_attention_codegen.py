@@ -353,9 +353,18 @@ def test_wgmma_attention():
     assert "emmy.note" not in func.attributes
 
 
-def test_wgmma_attention_needs_one_warpgroup():
-    text = attention_ir(T=256, knobs=_knobs(workers="wgmma", block_q=128, warps=8))
-    with pytest.raises(EmmyError, match=re.escape("workers=wgmma needs a head dim that is a multiple of 64, block_q=64")):
+def test_wgmma_attention_two_warpgroups():
+    """block_q=128 with 8 warps: two warpgroups of 64 query rows share each K/V tile."""
+    _, _, built = build_text(attention_ir(T=256, knobs=_knobs(workers="wgmma", block_q=128, warps=8)), target="sm_90a")
+    (func,) = built.funcs
+    (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
+    assert call.callee.data.startswith("emmy::attention::run<128, 128, 64, 8, ")
+    assert func.block_dims == (256, 1, 1) and func.smem_bytes == A.smem_bytes(128, 128, 64, 2, wgmma=True)
+
+
+def test_wgmma_attention_needs_whole_warpgroups():
+    text = attention_ir(T=256, knobs=_knobs(workers="wgmma", block_q=128, warps=4))
+    with pytest.raises(EmmyError, match=re.escape("workers=wgmma needs a head dim that is a multiple of 64 up to 256, a warpgroup per 64 query rows")):
         build_text(text, target="sm_90a")
 
 

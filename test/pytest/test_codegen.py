@@ -483,6 +483,9 @@ def test_running_example_lowers_at_odd_sizes(tokens, pins):
     plan = launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module)
     kernels = [l.kernel for l in plan.forward_launches]
     assert all(l.kernel.startswith("rms_norm_qkv_proj_weights") for l in plan.prepare_launches)
+    # the folded weights stay contiguous along k: read 16 bytes at a time, never element-wise
+    forward = [k.source for k in plan.kernels if k.name in kernels]
+    assert not any(re.search(r"rms_norm_qkv_proj_weights_\d+\[", src) for src in forward)
     # split-k parts have statistics and combine kernels: one launch per part then
     assert kernels == ["rms_norm_qkv_proj"] or all(k.startswith("rms_norm_qkv_proj_out") for k in kernels)
 

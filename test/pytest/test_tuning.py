@@ -176,15 +176,18 @@ def test_attention_and_reduction_limits():
     assert "mma_sync: block_q=64 does not give each of the warps=8 16-row slices (block_q must be a multiple of 128)" in check(
         att, {"block_q": 64, "workers": "mma_sync", "warps": 8}, SM90
     )
-    # the wgmma flash kernel: one warpgroup of 64 query rows, head dims in 64-column slabs
+    # the wgmma flash kernel: a warpgroup per 64 query rows, head dims in 64-column slabs
     wg = {"block_q": 64, "block_kv": 64, "stages": 2, "workers": "wgmma", "warps": 4}
     assert check(att, wg, SM90A) == []
-    assert check(att, dict(wg, block_q=128, warps=8), SM90A) == [
-        "wgmma: warps=8 is not 4 (one warpgroup)",
-        "wgmma: block_q=128 is not 64 (the warpgroup's rows)",
+    assert check(att, dict(wg, block_q=128, warps=8), SM90A) == []
+    assert check(att, dict(wg, block_q=128, warps=4), SM90A) == [
+        "wgmma: block_q=128 is not 64 rows per warpgroup of warps=4",
+    ]
+    assert check(att, dict(wg, block_q=32, warps=2), SM90A) == [
+        "wgmma: warps=2 is not whole warpgroups (a multiple of 4)",
     ]
     att96 = info_of(L.attention(1, 4, 2, 512, 96))
-    assert "wgmma: head dimension 96 is not a multiple of 64" in check(att96, wg, SM90A)
+    assert "wgmma: head dimension 96 is not a multiple of 64 up to 256" in check(att96, wg, SM90A)
     red = info_of(L.rmsnorm(512, 1024))
     assert check(red, {"rows_per_block": 4, "threads": 128, "vector": 8}, SM90) == []
     assert check(red, {"rows_per_block": 4, "threads": 64}, SM90) == [

@@ -45,8 +45,9 @@
 // smem_bytes<D, BQ, BKV, STAGES>() bytes, 16-byte aligned (over 48 KB needs
 // cudaFuncSetAttribute). Requirements: D % 16 == 0, BKV % 16 == 0, BQ % (16 * WARPS) == 0,
 // STAGES >= 1, sm_80 or newer; every thread of the block (32 * WARPS threads) calls it.
-// WGMMA != 0 (sm_90a only): S = Q K^T and O += P V with wgmma; needs D % 64 == 0, BQ == 64, WARPS == 4,
-// BKV <= 256 and `smem` 1024-byte aligned (the tiles are stored in wgmma's swizzled layout).
+// WGMMA != 0 (sm_90a only): S = Q K^T and O += P V with wgmma, one warpgroup per 64 query rows;
+// needs D % 64 == 0, D <= 256, WARPS % 4 == 0, BQ == 16 * WARPS, BKV <= 256 and `smem`
+// 1024-byte aligned (the tiles are stored in wgmma's swizzled layout).
 //
 // Element producers are staged by each warp in groups of EMMY_ATTENTION_ROW_UNROLL rows (default
 // 4), in three straight-line phases (every row's statistic loads, the warp sums, every element)
@@ -116,7 +117,8 @@ struct Config {
   // chunks are XOR-swizzled by row; otherwise rows padded by 16 bytes (an odd number of 16-byte
   // chunks per row). Either way ldmatrix over 8 rows at one column hits 8 distinct bank groups.
   static constexpr bool kSwizzle = D % 64 == 0;
-  // S = Q K^T with wgmma (sm_90a): one warpgroup, its 64 query rows against the block's keys.
+  // S = Q K^T and O += P V with wgmma (sm_90a): each warpgroup, its 64 query rows against the
+  // block's keys.
   static constexpr bool kWgmma = WGMMA_ != 0;
   static constexpr int LD = kSwizzle ? D : D + 8;
   // Keep Q's A fragments in registers when the accumulators leave room for them.
@@ -131,8 +133,9 @@ struct Config {
   static_assert(BKV % 16 == 0 && BKV > 0, "block_kv must be a multiple of 16");
   static_assert(BQ % (16 * WARPS) == 0 && MT >= 1, "block_q must give each warp 16-row tiles");
   static_assert(STAGES >= 1, "stages must be at least 1");
-  static_assert(!kWgmma || (D % 64 == 0 && BQ == 64 && WARPS == 4 && BKV % 8 == 0 && BKV <= 256),
-                "wgmma attention: head dim a multiple of 64, block_q 64, 4 warps, block_kv <= 256");
+  static_assert(!kWgmma || (D % 64 == 0 && D <= 256 && WARPS % 4 == 0 && BQ == 16 * WARPS && BKV <= 256),
+                "wgmma attention: head dim a multiple of 64 up to 256, warpgroups of 64 query rows "
+                "(block_q = 16 * warps, warps a multiple of 4), block_kv <= 256");
 };
 
 // Dynamic shared memory `run` needs, in bytes.
@@ -455,7 +458,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
     if constexpr (C::kWgmma) {
       // the warpgroup's 64 rows of Q against the block's BKV keys; s[0][nt][2h + i] is the
       // accumulator layout of wgmma (emmy_wgmma.cuh) and of mma.sync alike
-      emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQ, tK, &s[0][0][0]);
+      emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQ + (warp >> 2) * 64 * 64, tK, &s[0][0][0]);
       emmy::wgmma::wait<0>();
     } else {
 #pragma unroll

@@ -123,3 +123,34 @@ func.func @no_blow_up(%x: tensor<4x64xbf16> {emmy.role = "input"}, %g: tensor<64
   }
   func.return %y : tensor<4x32xbf16>
 }
+
+// The loop's axes put k before the column axis d (as for a second output after fusion): the
+// prepared tensor still keeps the reduced axis innermost, [d, k], contiguous along k.
+// CHECK-LABEL: func.func @k_before_columns
+// CHECK-NEXT:    %linear_weights = loop.fused @linear_weights axes [d = 32, k = 64] ins(%nw, %w : tensor<64xbf16>, tensor<32x64xbf16>) -> tensor<32x64xbf16>
+// CHECK:           loop.store %{{.*}}, 0 [%[[D:.*]], %[[K:.*]]] : bf16
+// CHECK:         loop.fused @linear axes [m = 4, k = 64, d = 32] ins(%x, %linear_weights : tensor<4x64xbf16>, tensor<32x64xbf16>)
+// CHECK:           loop.load %{{.*}}[%{{.*}}, %{{.*}}] : tensor<32x64xbf16> -> bf16
+func.func @k_before_columns(%x: tensor<4x64xbf16> {emmy.role = "input"}, %nw: tensor<64xbf16> {emmy.role = "param"}, %w: tensor<32x64xbf16> {emmy.role = "param"}) -> tensor<4x32xbf16> {
+  %y = loop.fused @linear axes [m = 4, k = 64, d = 32] ins(%w, %x, %nw : tensor<32x64xbf16>, tensor<4x64xbf16>, tensor<64xbf16>) -> tensor<4x32xbf16> {
+  ^bb0(%0: tensor<32x64xbf16>, %1: tensor<4x64xbf16>, %2: tensor<64xbf16>):
+    %3 = loop.axis "m" : index
+    %4 = loop.axis "d" : index
+    %11 = loop.reduce sum ["k"] : f32 {
+      %12 = loop.axis "k" : index
+      %13 = loop.load %1[%3, %12] : tensor<4x64xbf16> -> bf16
+      %14 = loop.load %2[%12] : tensor<64xbf16> -> bf16
+      %15 = loop.load %0[%4, %12] : tensor<32x64xbf16> -> bf16
+      %16 = arith.extf %13 : bf16 to f32
+      %17 = arith.extf %14 : bf16 to f32
+      %18 = arith.mulf %16, %17 : f32
+      %19 = arith.extf %15 : bf16 to f32
+      %20 = arith.mulf %18, %19 : f32
+      loop.yield %20 : f32
+    }
+    %22 = arith.truncf %11 : f32 to bf16
+    loop.store %22, 0 [%3, %4] : bf16
+    loop.yield
+  }
+  func.return %y : tensor<4x32xbf16>
+}
