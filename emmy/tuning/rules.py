@@ -419,6 +419,15 @@ def _a_warps(knob, info, target, chosen, memo) -> Prefs:
 
 def _a_stages(knob, info, target, chosen, memo) -> Prefs:
     steps = ceil(info.seq_kv / chosen.get("block_kv", 64))
+    if chosen.get("workers") == "wgmma" and steps >= 3:
+        # 3 stages: the software-pipelined wgmma loop (softmax of one key block while the
+        # previous block's P x V runs); Qwen3 layer at 4096 tokens on an H200: see
+        # docs/running-and-benchmarking.md
+        return [
+            (3, f"{steps} key steps: 3-deep staging, softmax overlapped with the previous block's P x V"),
+            (2, f"{steps} key steps: 2-deep staging of K and V"),
+            (1, f"{steps} key steps: 1-deep staging of K and V"),
+        ]
     if chosen.get("workers") == "thread":
         order = [1, 2, 3]
     else:

@@ -593,6 +593,182 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #endif
 }
 
+// The wgmma main loop with STAGES >= 3 (sm_90a): one warpgroup per 64 query rows, software
+// pipelined as in FlashAttention-3. Iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}
+// (two wgmma groups), waits for S_j only and computes its online softmax while the P x V group
+// still runs, then waits for it and rescales O to the new running max. Key blocks are copied
+// STAGES - 2 blocks ahead, so block j - 2's buffer (last read by P x V in iteration j - 1) is
+// the one refilled in iteration j.
+template <class C, class QF, class KF, class VF, class SF, class OF>
+__device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF& vf, const SF& sf,
+                                            const OF& of, int q_block, int seq_q, int seq_kv,
+                                            int causal, int causal_offset, void* smem) {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
+  constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
+  constexpr float kLog2e = 1.4426950408889634f;
+  static_assert(C::kWgmma && C::MT == 1 && STAGES >= 3, "flash_wgmma: wgmma tiles and 3+ stages");
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = sQ + C::kQElems;
+  __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
+  const __nv_bfloat16* sQw = sQ + (warp >> 2) * 64 * 64;  // this warpgroup's 64 rows, slab 0
+
+  const int q0 = q_block * BQ;
+  const int wq0 = warp * 16;
+
+  int n_blocks = (seq_kv + BKV - 1) / BKV;
+  if (causal) {
+    const int q_last = min(q0 + BQ, seq_q) - 1;
+    const int kv_last = q_last + causal_offset;
+    const int n_causal = kv_last < 0 ? 0 : kv_last / BKV + 1;
+    n_blocks = min(n_blocks, n_causal);
+  }
+
+  auto stage_kv = [&](int j) {
+    const int buf = j % STAGES;
+    stage_rows<C, BKV>(kf, sK + buf * C::kKVElems, j * BKV, seq_kv, warp, lane, tid);
+    stage_rows<C, BKV>(vf, sV + buf * C::kKVElems, j * BKV, seq_kv, warp, lane, tid);
+  };
+
+  // Q and the first AHEAD key blocks, one cp.async group per block (Q joins the first).
+  stage_rows<C, BQ>(qf, sQ, q0, seq_q, warp, lane, tid);
+#pragma unroll
+  for (int j = 0; j < AHEAD; ++j) {
+    if (j < n_blocks) stage_kv(j);
+    cp_async_commit();
+  }
+
+  float acc[DT * 4];
+#pragma unroll
+  for (int i = 0; i < DT * 4; ++i) acc[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  uint32_t p[BKV / 16][4];
+
+  // Block j's copies have landed and are visible to the async proxy; refill block j - 2's buffer.
+  auto arrive = [&](int j) {
+    cp_async_wait<AHEAD - 1>();
+    emmy::fence_proxy_async();
+    __syncthreads();
+    if (j + AHEAD < n_blocks) stage_kv(j + AHEAD);
+    cp_async_commit();
+  };
+  // S = Q K_j^T: one wgmma group (no wait).
+  auto issue_scores = [&](int j, float* s) {
+#pragma unroll
+    for (int i = 0; i < NT * 4; ++i) s[i] = 0.f;
+    emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQw, sK + (j % STAGES) * C::kKVElems, s);
+  };
+  // Online softmax of block j's scores into p (bf16 A fragments); returns the rescale factors
+  // of the rows' earlier sums in alpha.
+  auto softmax = [&](int j, float* s, float* alpha) {
+    const int k0 = j * BKV;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = q0 + wq0 + g + h * 8;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int kv = k0 + nt * 8 + 2 * t + c;
+          float v = s[nt * 4 + 2 * h + c];
+          v = (q < seq_q && kv < seq_kv) ? sf(q, kv, v) : -INFINITY;
+          s[nt * 4 + 2 * h + c] = v;
+          mx = fmaxf(mx, v);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      alpha[h] = exp2f((m_run[h] - m_use) * kLog2e);
+      const float m_scaled = m_use * kLog2e;
+      float rs = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float e = exp2f(fmaf(s[nt * 4 + 2 * h + c], kLog2e, -m_scaled));
+          s[nt * 4 + 2 * h + c] = e;
+          rs += e;
+        }
+      }
+      l_run[h] = l_run[h] * alpha[h] + rs;
+      m_run[h] = m_new;
+    }
+  };
+  auto pack = [&](const float* s) {
+#pragma unroll
+    for (int kk = 0; kk < BKV / 16; ++kk) {
+      p[kk][0] = pack_bf16(s[(2 * kk) * 4 + 0], s[(2 * kk) * 4 + 1]);
+      p[kk][1] = pack_bf16(s[(2 * kk) * 4 + 2], s[(2 * kk) * 4 + 3]);
+      p[kk][2] = pack_bf16(s[(2 * kk + 1) * 4 + 0], s[(2 * kk + 1) * 4 + 1]);
+      p[kk][3] = pack_bf16(s[(2 * kk + 1) * 4 + 2], s[(2 * kk + 1) * 4 + 3]);
+    }
+  };
+
+  if (n_blocks > 0) {
+    float s[NT * 4];
+    float alpha[2];
+    arrive(0);
+    issue_scores(0, s);
+    emmy::wgmma::wait<0>();
+    emmy::wgmma::fence_operand<NT * 4>(s);
+    softmax(0, s, alpha);
+    pack(s);
+#pragma unroll 1
+    for (int j = 1; j < n_blocks; ++j) {
+      arrive(j);
+      issue_scores(j, s);
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, acc);
+      emmy::wgmma::wait<1>();  // the scores; P x V may still run
+      emmy::wgmma::fence_operand<NT * 4>(s);
+      softmax(j, s, alpha);
+      emmy::wgmma::wait<0>();
+      emmy::wgmma::fence_operand<DT * 4>(acc);
+      emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        acc[dt * 4 + 0] *= alpha[0];
+        acc[dt * 4 + 1] *= alpha[0];
+        acc[dt * 4 + 2] *= alpha[1];
+        acc[dt * 4 + 3] *= alpha[1];
+      }
+      pack(s);
+    }
+    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, acc);
+    emmy::wgmma::wait<0>();
+    emmy::wgmma::fence_operand<DT * 4>(acc);
+  }
+  asm volatile("cp.async.wait_all;\n" ::);  // no copy may outlive the block
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = 1.f / l;
+    const int q = q0 + wq0 + g + h * 8;
+    if (q < seq_q) {
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        of(q, dt * 8 + 2 * t, acc[dt * 4 + 2 * h] * inv);
+        of(q, dt * 8 + 2 * t + 1, acc[dt * 4 + 2 * h + 1] * inv);
+      }
+    }
+  }
+#else
+  __trap();  // needs sm_90a
+#endif
+}
+
 template <int MODE, int RED, class A, class B>
 __device__ __forceinline__ Rows<MODE, RED, A, B> make_rows(const A& a, const B& b) {
   if constexpr (MODE == kDirect) {
@@ -671,7 +847,11 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
-  detail::flash<C>(qf, kf, vf, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+  if constexpr (C::kWgmma && STAGES >= 3) {
+    detail::flash_wgmma<C>(qf, kf, vf, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+  } else {
+    detail::flash<C>(qf, kf, vf, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+  }
 }
 
 }  // namespace attention

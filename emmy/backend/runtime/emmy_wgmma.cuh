@@ -52,6 +52,13 @@ __device__ __forceinline__ void fence_operand(float* acc) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
+// The same for register A operands: they must stay in place until their wgmma group is waited.
+template <int R>
+__device__ __forceinline__ void fence_operand_u32(uint32_t* a) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
 }  // namespace wgmma
 }  // namespace emmy
 
