@@ -13,7 +13,8 @@ job, `emmy/tuning/legality.py`).
 | elementwise | threads, vector, items |
 
 Meanings (what the kernel stage does with each value):
-- `block_m`, `block_n`: output tile along the m-side (rows) and n-side (columns) axes.
+- `block_m`, `block_n`: output tile along the m-side (rows) and n-side (columns) axes (block_n
+  also 96 and 192: 3072 columns in 32 or 16 tiles, one wave with 4 row blocks on 132 SMs).
 - `block_k`: the reduction step along k; `split_k`: the k range is cut into that many parts computed
   by different blocks, whose float32 partial sums are added afterwards.
 - `stages`: shared-memory staging depth of the k loop (1 = operands go straight to registers,
@@ -54,7 +55,7 @@ FUSION: tuple[str, ...] = ("fused", "split")
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "contraction": {
         "block_m": (16, 32, 64, 128, 256),
-        "block_n": (16, 32, 64, 128, 256),
+        "block_n": (16, 32, 64, 96, 128, 192, 256),
         "block_k": (16, 32, 64, 128),
         "split_k": (1, 2, 3, 4, 8, 16),
         "stages": (1, 2, 3, 4, 5),

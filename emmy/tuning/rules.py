@@ -186,6 +186,11 @@ def gemm_estimate(
     seconds = max(compute, memory) + 0.1 * min(compute, memory) + LAUNCH_OVERHEAD_S
     if sk > 1:  # partial sums written, read back and added
         seconds += 2 * sk * batch * M * N * nc * 4 / target.dram_bandwidth + SPLIT_OVERHEAD_S
+    if workers == "wgmma_ws" and bm < 128:
+        # one consumer warpgroup waits on its own wgmmas with nothing else to issue (H200, dual
+        # gate/up at M=512: 64x128 tiles 32.6 us against 22.0 us for 128x128 ones, the same
+        # waves; 64x192 21.7 us against 19.5 us for 128x96)
+        seconds *= 1.4
     if workers == "wgmma_ws" and bm > 128:
         # each consumer warpgroup multiplies one 64-row slice best (H200: 128x256 tiles beat
         # 256x128 ones); taller tiles give a warpgroup two slices and twice the accumulators

@@ -487,3 +487,13 @@ def test_layer_attention_compiles(tmp_path):
         assert [t.get_shape()[0] for t in split.temps] == [16 * plan.seq_q * 128, 8 * plan.seq_kv * 128]
         log, _ = nvcc_compile(cuda_source(split), "sm_90a", tmp_path)
         _check_ptxas(log)
+
+
+def test_wgmma_attention_three_stages_is_the_pipelined_loop():
+    """stages=3 on wgmma selects the software-pipelined main loop (emmy::attention::run picks
+    flash_wgmma at compile time for WGMMA and STAGES >= 3); the shared memory holds 3 K/V stages."""
+    _, _, built = build_text(attention_ir(T=256, knobs=_knobs(workers="wgmma", stages=3)), target="sm_90a")
+    (func,) = built.funcs
+    (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
+    assert call.callee.data.startswith("emmy::attention::run<128, 64, 64, 4, 3, ") and call.callee.data.endswith(", 1>")
+    assert func.smem_bytes == A.smem_bytes(128, 64, 64, 3, wgmma=True) == (64 * 128 + 6 * 64 * 128) * 2 + 1024

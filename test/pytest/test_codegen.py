@@ -28,7 +28,7 @@ LOWER = "convert-tile-to-kernel,convert-kernel-to-cuda"
 
 def _knobs(values: dict) -> str:
     domains = {
-        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 128, 256]",
+        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 96, 128, 192, 256]",
         "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5]",
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
@@ -687,3 +687,40 @@ def test_layer_pipeline_lowers_quickly():
     assert [b.role for b in plan.buffers].count("output") == 1
     assert len(plan.launches) >= 5
     assert elapsed < 1.5, f"kernel lowering took {elapsed:.2f} s"
+
+
+def test_prepare_phase_in_the_launch_plan_and_host_code():
+    """The folded norm weights are computed by prepare-phase launches: their buffers are
+    `prepared`, the plan keeps them apart from the forward launches, and the .cu has a second
+    host entry `emmy_prepare_<f>` that launches them (and only them)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(64))
+    opts = CompileOptions(model="example", layer=0, tokens=64, target="sm_90a")
+    plan = launch_plan(compile_traced(trace_layer(src, 0, 64), opts).module)
+    prepared = [b.name for b in plan.buffers if b.role == "prepared"]
+    assert len(prepared) == 3  # q, k and v weights times the norm weight
+    assert [l.kernel for l in plan.forward_launches] == ["rms_norm_qkv_proj"]
+    assert len(plan.prepare_launches) == 3
+    for launch in plan.prepare_launches:  # parameters in, prepared buffers out
+        roles = {plan.buffer(a).role for a in launch.args if isinstance(a, str)}
+        assert roles <= {"param", "prepared"} and "prepared" in roles
+    assert plan.prepare_entry == f"emmy_prepare_{plan.name}"
+    src_text = plan.source
+    prep = src_text[src_text.index(f'extern "C" void {plan.prepare_entry}('):src_text.index(f'extern "C" void {plan.entry}(')]
+    fwd = src_text[src_text.index(f'extern "C" void {plan.entry}('):]
+    assert prep.count("<<<") == 3 and "rms_norm_qkv_proj_weights" in prep
+    assert fwd.count("<<<") == 1 and "rms_norm_qkv_proj_weights<<<" not in fwd
+
+
+def test_no_prepare_entry_without_prepare_launches():
+    plan = launch_plan(lower(silu_mul(), "convert-tile-to-kernel,convert-kernel-to-cuda"))
+    assert plan.prepare_launches == [] and plan.prepare_entry is None
+    assert "emmy_prepare_" not in plan.source
