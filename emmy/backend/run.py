@@ -124,8 +124,9 @@ class GpuModule:
             )
 
     def bind(self, values: dict[str, object], outputs: dict[str, object] | None = None) -> "Binding":
-        """Tensors for every input and parameter (by PyTorch name); outputs and temporaries are
-        allocated here unless `outputs` (by buffer name) supplies them."""
+        """Tensors for every input and parameter (by PyTorch name); outputs, temporaries and
+        prepared buffers are allocated here unless `outputs` (by buffer name) supplies them. The
+        prepare-phase kernels (parameters folded together, see loop-hoist-params) run here, once."""
         import torch
 
         tensors = {}
@@ -158,7 +159,11 @@ class GpuModule:
             packed.append((tuple(vals), tuple(types)))
         outs = sorted((b for b in self.plan.buffers if b.role == "output"), key=lambda b: b.position or 0)
         binding = Binding(self, tensors, packed, [tensors[b.name] for b in outs])
-        binding.run(prepare=True)  # prepared buffers: computed from the parameters, once
+        if any(launch.prepare for launch in self.launches):
+            # prepared buffers: computed from the parameters once, and finished before any
+            # forward call, whatever stream it runs on (bind again after changing a parameter)
+            binding.run(prepare=True)
+            torch.cuda.current_stream().synchronize()
         return binding
 
 
