@@ -31,7 +31,7 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    those values (`RowStats`), so there is no prologue pass (step 1) over the block's rows.
    When A is a plain copy and the statistics read only its tensor (RMSNorm once loop-hoist-params
    folded the norm weight into B), each consumer warpgroup reads its rows of the A tile,
-   read-only, after issuing the step's wgmmas (`a_stats_leaf`, `InPlaceA(write=False)`).
+   read-only, after issuing the step's wgmmas (`a_stats_leaf`, `AStatistics`).
 3. epilogue: the loop body's scalar code after the contractions (row scale, residual add,
    SiLU(gate) * up, ...) on the f32 accumulators, then the bf16 stores, predicated at the
    edges. Tensor-core kernels stage the accumulators through shared memory first
@@ -62,7 +62,7 @@ from emmy.codegen.common import c_ident, decompose, io_args, knob, largest_divis
 from emmy.codegen.kb import KB
 from emmy.codegen.reduction import reduce_rows
 from emmy.codegen.scalar import BodyEmitter
-from emmy.codegen.staging import InPlaceA, Leaf, Stager, direct_source, round_up, same_expr, side_value
+from emmy.codegen.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source, round_up, same_expr, side_value
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
@@ -611,7 +611,7 @@ class ContractionBuilder:
             if inplace is not None:
                 transform = InPlaceA(self, kb, em, tid, m0, batch, inplace, consumer_rs)
             if stats_leaf is not None:
-                reader = InPlaceA(self, kb, em, tid, m0, batch, stats_leaf, consumer_rs, write=False)
+                reader = AStatistics(self, kb, em, tid, m0, batch, stats_leaf, consumer_rs)
             with kb.for_(kt0, kt1, 1, name="kt") as kt:
                 j = kb.sub(kt, kt0)
                 slot = kb.rem(j, S)

@@ -483,12 +483,12 @@ class InPlaceA:
     """A consumer warpgroup's in-place A transform (wgmma_ws): its rows of the A slot hold the
     raw tile of the one tensor A reads (copied by the producer); each thread rewrites a fixed
     set of 16-byte chunks (same rows, same k offsets every step) with the A side computed from
-    them, and sums the row statistics of those rows on the way. With write=False the tile is A
-    itself: the chunks are only read, for the row statistics (no store, fence or barrier)."""
+    them, and sums the row statistics of those rows on the way."""
 
-    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, batch, leaf: LoadOp, rs, write: bool = True):
+    write = True  # rewrite the chunks (AStatistics only reads them)
+
+    def __init__(self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, batch, leaf: LoadOp, rs):
         g = cb.g
-        self.write = write
         self.cb, self.kb, self.em = cb, kb, em
         self.m0, self.batch, self.leaf, self.rs = m0, batch, leaf, rs
         self.wg = kb.div(tid, 128)
@@ -542,6 +542,14 @@ class InPlaceA:
         kb.call("emmy::named_barrier<128>", [kb.add(self.wg, 2)])
 
 
+class AStatistics(InPlaceA):
+    """A consumer warpgroup's row statistics from the A tiles (wgmma_ws, A a plain copy of the
+    one tensor the statistics read): the same chunks as InPlaceA, only read (no store, fence or
+    barrier), so `step` can run while the step's wgmmas do."""
+
+    write = False
+
+
 def round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
@@ -557,4 +565,4 @@ def side_value(value: SSAValue, factors) -> SSAValue | None:
     return None if value in factors else value
 
 
-__all__ = ["InPlaceA", "Leaf", "Pick", "RowStats", "Stager", "direct_source", "same_expr"]
+__all__ = ["AStatistics", "InPlaceA", "Leaf", "Pick", "RowStats", "Stager", "direct_source", "same_expr"]
