@@ -41,13 +41,28 @@ def _knobs(values: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def rmsnorm_matmul(M=64, N=64, K=128, target="sm_90a", name="rms_norm_qkv_proj", **knobs) -> str:
+def rmsnorm_matmul(M=64, N=64, K=128, target="sm_90a", name="rms_norm_qkv_proj", factored=False, g_role="param", **knobs) -> str:
     """RMSNorm (HF rounding points) fused into x @ w^T: a prologue row reduction, an A side
-    computed from x, the row statistic and the norm weight, B a plain weight load."""
+    computed from x, the row statistic and the norm weight, B a plain weight load. With
+    `factored`, loop-fuse's form instead: A = g * x in f32 and the row scale rstd in the
+    epilogue."""
     k = dict(block_m=64, block_n=64, block_k=64, split_k=1, stages=2, workers="mma_sync", warps=4, vector=8, fusion="fused")
     k.update(knobs)
+    if factored:
+        a_side = """%gf = arith.extf %g : bf16 to f32
+        %a2f = arith.extf %a2 : bf16 to f32
+        %hf = arith.mulf %gf, %a2f : f32"""
+        out = """%y = arith.mulf %acc, %r : f32
+      %o = arith.truncf %y : f32 to bf16"""
+    else:
+        a_side = """%a2f = arith.extf %a2 : bf16 to f32
+        %xr = arith.mulf %a2f, %r : f32
+        %xrb = arith.truncf %xr : f32 to bf16
+        %h = arith.mulf %g, %xrb : bf16
+        %hf = arith.extf %h : bf16 to f32"""
+        out = "%o = arith.truncf %acc : f32 to bf16"
     return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
-  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %nw: tensor<{K}xbf16> {{emmy.name = "norm.weight", emmy.role = "param"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "proj.weight", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
+  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %nw: tensor<{K}xbf16> {{emmy.name = "norm.weight", emmy.role = "{g_role}"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "proj.weight", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
     %out = tile.kernel @{name} kind "contraction" axes [m = {M}, n = {N}, k = {K}] knobs {_knobs(k)}
         ins(%x, %nw, %w : tensor<{M}x{K}xbf16>, tensor<{K}xbf16>, tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> attributes {{emmy.fusion = "fused"}} {{
     ^bb0(%xa: tensor<{M}x{K}xbf16>, %nwa: tensor<{K}xbf16>, %wa: tensor<{N}x{K}xbf16>):
@@ -70,16 +85,12 @@ def rmsnorm_matmul(M=64, N=64, K=128, target="sm_90a", name="rms_norm_qkv_proj",
         %a2 = loop.load %xa[%m, %k2] : tensor<{M}x{K}xbf16> -> bf16
         %g = loop.load %nwa[%k2] : tensor<{K}xbf16> -> bf16
         %b = loop.load %wa[%n, %k2] : tensor<{N}x{K}xbf16> -> bf16
-        %a2f = arith.extf %a2 : bf16 to f32
-        %xr = arith.mulf %a2f, %r : f32
-        %xrb = arith.truncf %xr : f32 to bf16
-        %h = arith.mulf %g, %xrb : bf16
-        %hf = arith.extf %h : bf16 to f32
+        {a_side}
         %bf = arith.extf %b : bf16 to f32
         %p = arith.mulf %hf, %bf : f32
         loop.yield %p : f32
       }}
-      %o = arith.truncf %acc : f32 to bf16
+      {out}
       loop.store %o, 0 [%m, %n] : bf16
       loop.yield
     }}
@@ -373,50 +384,12 @@ def test_warp_specialized_pipeline(stages):
         assert not any(isinstance(op, K.BarrierOp) for op in loop.walk())
 
 
-def weighted_norm_matmul(M=200, N=256, K=1024, g_role="input", **knobs) -> str:
-    """x @ w^T scaled by RMSNorm's rstd in the epilogue, A = g * x (loop-fuse's form of RMSNorm
-    into a projection) with the norm weight g an input, so loop-hoist-params leaves it in A."""
-    k = dict(block_m=128, block_n=128, block_k=64, split_k=1, stages=4, workers="wgmma_ws", warps=8, vector=8, fusion="fused")
+def weighted_norm_matmul(M=200, N=256, K=1024, **knobs) -> str:
+    """The factored RMSNorm projection (A = g * x, rstd in the epilogue) with the norm weight g
+    an input, so loop-hoist-params leaves it in A; wgmma_ws 128x128 tiles."""
+    k = dict(block_m=128, block_n=128, stages=4, workers="wgmma_ws", warps=8)
     k.update(knobs)
-    return f"""builtin.module attributes {{emmy.target = "sm_90a"}} {{
-  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %nw: tensor<{K}xbf16> {{emmy.name = "g", emmy.role = "{g_role}"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "w", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
-    %out = tile.kernel @norm_proj kind "contraction" axes [m = {M}, n = {N}, k = {K}] knobs {_knobs(k)}
-        ins(%x, %nw, %w : tensor<{M}x{K}xbf16>, tensor<{K}xbf16>, tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> attributes {{emmy.fusion = "fused"}} {{
-    ^bb0(%xa: tensor<{M}x{K}xbf16>, %nwa: tensor<{K}xbf16>, %wa: tensor<{N}x{K}xbf16>):
-      %m = loop.axis "m" : index
-      %n = loop.axis "n" : index
-      %ss = loop.reduce sum ["k"] : f32 {{
-        %k = loop.axis "k" : index
-        %a = loop.load %xa[%m, %k] : tensor<{M}x{K}xbf16> -> bf16
-        %af = arith.extf %a : bf16 to f32
-        %sq = arith.mulf %af, %af : f32
-        loop.yield %sq : f32
-      }}
-      %inv = arith.constant {1.0 / K:e} : f32
-      %eps = arith.constant 1.0e-06 : f32
-      %mean = arith.mulf %ss, %inv : f32
-      %v = arith.addf %mean, %eps : f32
-      %r = math.rsqrt %v : f32
-      %acc = loop.reduce sum ["k"] : f32 {{
-        %k2 = loop.axis "k" : index
-        %a2 = loop.load %xa[%m, %k2] : tensor<{M}x{K}xbf16> -> bf16
-        %g = loop.load %nwa[%k2] : tensor<{K}xbf16> -> bf16
-        %b = loop.load %wa[%n, %k2] : tensor<{N}x{K}xbf16> -> bf16
-        %gf = arith.extf %g : bf16 to f32
-        %a2f = arith.extf %a2 : bf16 to f32
-        %h = arith.mulf %gf, %a2f : f32
-        %bf = arith.extf %b : bf16 to f32
-        %p = arith.mulf %h, %bf : f32
-        loop.yield %p : f32
-      }}
-      %y = arith.mulf %acc, %r : f32
-      %o = arith.truncf %y : f32 to bf16
-      loop.store %o, 0 [%m, %n] : bf16
-      loop.yield
-    }}
-    func.return %out : tensor<{M}x{N}xbf16>
-  }}
-}}"""
+    return rmsnorm_matmul(M, N, K, name="norm_proj", factored=True, g_role="input", **k)
 
 
 def test_warp_specialized_computes_a_in_place():
