@@ -344,6 +344,85 @@ __device__ __forceinline__ void stage_rows(const F& f, __nv_bfloat16* tile, int 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Pieces of the main loops (flash and flash_wgmma).
+
+// Key blocks a block of queries visits: all of them, or with a causal mask up to the last key
+// its last query may see.
+template <int BQ, int BKV>
+__device__ __forceinline__ int key_blocks(int q0, int seq_q, int seq_kv, int causal, int causal_offset) {
+  int n_blocks = (seq_kv + BKV - 1) / BKV;
+  if (causal) {
+    const int q_last = min(q0 + BQ, seq_q) - 1;
+    const int kv_last = q_last + causal_offset;  // last key any row of this block may see
+    const int n_causal = kv_last < 0 ? 0 : kv_last / BKV + 1;
+    n_blocks = min(n_blocks, n_causal);
+  }
+  return n_blocks;
+}
+
+// Online softmax of one fragment row (h) of a 16-row S tile s[NT][4] for query q against keys
+// k0 ...: scores masked and scaled (sf), exponentiated in place relative to the new running max;
+// m_run and l_run updated. Returns the factor rescaling the row's earlier sums.
+template <int NT, class SF>
+__device__ __forceinline__ float softmax_row(const SF& sf, float (*s)[4], int h, int q, int k0, int t,
+                                             int seq_q, int seq_kv, float& m_run, float& l_run) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int kv = k0 + nt * 8 + 2 * t + c;
+      float v = s[nt][2 * h + c];
+      v = (q < seq_q && kv < seq_kv) ? sf(q, kv, v) : -INFINITY;
+      s[nt][2 * h + c] = v;
+      mx = fmaxf(mx, v);
+    }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float m_new = fmaxf(m_run, mx);
+  const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no (-inf) - (-inf)
+  const float alpha = exp2f((m_run - m_use) * kLog2e);
+  const float m_scaled = m_use * kLog2e;
+  float rs = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float p = exp2f(fmaf(s[nt][2 * h + c], kLog2e, -m_scaled));
+      s[nt][2 * h + c] = p;
+      rs += p;
+    }
+  }
+  l_run = l_run * alpha + rs;
+  m_run = m_new;
+  return alpha;
+}
+
+// The epilogue of one 16-row tile: O / l for rows q_row and q_row + 8 (acc[DT][4] in the
+// accumulator layout), through `of`.
+template <int DT, class OF>
+__device__ __forceinline__ void store_rows(const OF& of, const float (*acc)[4], const float* l_run,
+                                           int q_row, int t, int seq_q) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = 1.f / l;
+    const int q = q_row + h * 8;
+    if (q < seq_q) {
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        of(q, dt * 8 + 2 * t, acc[dt][2 * h] * inv);
+        of(q, dt * 8 + 2 * t + 1, acc[dt][2 * h + 1] * inv);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The main loop over producers.
 
 template <class C, class QF, class KF, class VF, class SF, class OF>
@@ -353,7 +432,6 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BQ = C::BQ, BKV = C::BKV, MT = C::MT, NT = C::NT, DT = C::DT,
                 KT = C::KT, STAGES = C::STAGES;
-  constexpr float kLog2e = 1.4426950408889634f;
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -368,14 +446,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
   const int q0 = q_block * BQ;
   const int wq0 = warp * MT * 16;  // first row of this warp in the tile
 
-  // Key blocks to visit.
-  int n_blocks = (seq_kv + BKV - 1) / BKV;
-  if (causal) {
-    const int q_last = min(q0 + BQ, seq_q) - 1;
-    const int kv_last = q_last + causal_offset;  // last key any row of this block may see
-    const int n_causal = kv_last < 0 ? 0 : kv_last / BKV + 1;
-    n_blocks = min(n_blocks, n_causal);
-  }
+  const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
 
   auto stage_kv = [&](int j) {
     const int buf = j % STAGES;
@@ -492,36 +563,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int q = q0 + wq0 + mt * 16 + g + h * 8;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int kv = k0 + nt * 8 + 2 * t + c;
-            float v = s[mt][nt][2 * h + c];
-            v = (q < seq_q && kv < seq_kv) ? sf(q, kv, v) : -INFINITY;
-            s[mt][nt][2 * h + c] = v;
-            mx = fmaxf(mx, v);
-          }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[mt][h], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no (-inf) - (-inf)
-        const float alpha = exp2f((m_run[mt][h] - m_use) * kLog2e);
-        const float m_scaled = m_use * kLog2e;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float p = exp2f(fmaf(s[mt][nt][2 * h + c], kLog2e, -m_scaled));
-            s[mt][nt][2 * h + c] = p;
-            rs += p;
-          }
-        }
-        l_run[mt][h] = l_run[mt][h] * alpha + rs;
-        m_run[mt][h] = m_new;
+        const float alpha = softmax_row<NT>(sf, s[mt], h, q, k0, t, seq_q, seq_kv, m_run[mt][h], l_run[mt][h]);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
           acc[mt][dt][2 * h] *= alpha;
@@ -571,23 +613,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 
   // Epilogue: O / l.
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = l_run[mt][h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = 1.f / l;
-      const int q = q0 + wq0 + mt * 16 + g + h * 8;
-      if (q < seq_q) {
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          of(q, dt * 8 + 2 * t, acc[mt][dt][2 * h] * inv);
-          of(q, dt * 8 + 2 * t + 1, acc[mt][dt][2 * h + 1] * inv);
-        }
-      }
-    }
-  }
+  for (int mt = 0; mt < MT; ++mt) store_rows<DT>(of, acc[mt], l_run[mt], q0 + wq0 + mt * 16 + g, t, seq_q);
 #else
   __trap();  // Emmy's attention needs sm_80 or newer (mma.sync bf16, ldmatrix, cp.async)
 #endif
@@ -606,7 +632,6 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
   constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
-  constexpr float kLog2e = 1.4426950408889634f;
   static_assert(C::kWgmma && C::MT == 1 && STAGES >= 3, "flash_wgmma: wgmma tiles and 3+ stages");
 
   const int tid = threadIdx.x;
@@ -623,13 +648,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   const int q0 = q_block * BQ;
   const int wq0 = warp * 16;
 
-  int n_blocks = (seq_kv + BKV - 1) / BKV;
-  if (causal) {
-    const int q_last = min(q0 + BQ, seq_q) - 1;
-    const int kv_last = q_last + causal_offset;
-    const int n_causal = kv_last < 0 ? 0 : kv_last / BKV + 1;
-    n_blocks = min(n_blocks, n_causal);
-  }
+  const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
 
   auto stage_kv = [&](int j) {
     const int buf = j % STAGES;
@@ -645,9 +664,11 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     cp_async_commit();
   }
 
-  float acc[DT * 4];
+  float acc[DT][4];
 #pragma unroll
-  for (int i = 0; i < DT * 4; ++i) acc[i] = 0.f;
+  for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[dt][c] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   uint32_t p[BKV / 16][4];
 
@@ -660,110 +681,65 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     cp_async_commit();
   };
   // S = Q K_j^T: one wgmma group (no wait).
-  auto issue_scores = [&](int j, float* s) {
+  auto issue_scores = [&](int j, float (*s)[4]) {
 #pragma unroll
-    for (int i = 0; i < NT * 4; ++i) s[i] = 0.f;
-    emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQw, sK + (j % STAGES) * C::kKVElems, s);
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[nt][c] = 0.f;
+    emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
   };
-  // Online softmax of block j's scores into p (bf16 A fragments); returns the rescale factors
-  // of the rows' earlier sums in alpha.
-  auto softmax = [&](int j, float* s, float* alpha) {
-    const int k0 = j * BKV;
+  // Online softmax of block j's scores; the rescale factors of the rows' earlier sums in alpha.
+  auto softmax = [&](int j, float (*s)[4], float* alpha) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int q = q0 + wq0 + g + h * 8;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int kv = k0 + nt * 8 + 2 * t + c;
-          float v = s[nt * 4 + 2 * h + c];
-          v = (q < seq_q && kv < seq_kv) ? sf(q, kv, v) : -INFINITY;
-          s[nt * 4 + 2 * h + c] = v;
-          mx = fmaxf(mx, v);
-        }
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      alpha[h] = exp2f((m_run[h] - m_use) * kLog2e);
-      const float m_scaled = m_use * kLog2e;
-      float rs = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float e = exp2f(fmaf(s[nt * 4 + 2 * h + c], kLog2e, -m_scaled));
-          s[nt * 4 + 2 * h + c] = e;
-          rs += e;
-        }
-      }
-      l_run[h] = l_run[h] * alpha[h] + rs;
-      m_run[h] = m_new;
-    }
+    for (int h = 0; h < 2; ++h)
+      alpha[h] = softmax_row<NT>(sf, s, h, q0 + wq0 + g + h * 8, j * BKV, t, seq_q, seq_kv, m_run[h], l_run[h]);
   };
-  auto pack = [&](const float* s) {
+  // P (bf16 A fragments) from the exponentiated scores.
+  auto pack = [&](const float (*s)[4]) {
 #pragma unroll
     for (int kk = 0; kk < BKV / 16; ++kk) {
-      p[kk][0] = pack_bf16(s[(2 * kk) * 4 + 0], s[(2 * kk) * 4 + 1]);
-      p[kk][1] = pack_bf16(s[(2 * kk) * 4 + 2], s[(2 * kk) * 4 + 3]);
-      p[kk][2] = pack_bf16(s[(2 * kk + 1) * 4 + 0], s[(2 * kk + 1) * 4 + 1]);
-      p[kk][3] = pack_bf16(s[(2 * kk + 1) * 4 + 2], s[(2 * kk + 1) * 4 + 3]);
+      p[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      p[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      p[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      p[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
   };
 
   if (n_blocks > 0) {
-    float s[NT * 4];
+    float s[NT][4];
     float alpha[2];
     arrive(0);
     issue_scores(0, s);
     emmy::wgmma::wait<0>();
-    emmy::wgmma::fence_operand<NT * 4>(s);
+    emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
     softmax(0, s, alpha);
     pack(s);
 #pragma unroll 1
     for (int j = 1; j < n_blocks; ++j) {
       arrive(j);
       issue_scores(j, s);
-      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, acc);
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
       emmy::wgmma::wait<1>();  // the scores; P x V may still run
-      emmy::wgmma::fence_operand<NT * 4>(s);
+      emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
       softmax(j, s, alpha);
       emmy::wgmma::wait<0>();
-      emmy::wgmma::fence_operand<DT * 4>(acc);
+      emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
       emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
-        acc[dt * 4 + 0] *= alpha[0];
-        acc[dt * 4 + 1] *= alpha[0];
-        acc[dt * 4 + 2] *= alpha[1];
-        acc[dt * 4 + 3] *= alpha[1];
+        acc[dt][0] *= alpha[0];
+        acc[dt][1] *= alpha[0];
+        acc[dt][2] *= alpha[1];
+        acc[dt][3] *= alpha[1];
       }
       pack(s);
     }
-    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, acc);
+    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
     emmy::wgmma::wait<0>();
-    emmy::wgmma::fence_operand<DT * 4>(acc);
+    emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
   }
   asm volatile("cp.async.wait_all;\n" ::);  // no copy may outlive the block
-
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = 1.f / l;
-    const int q = q0 + wq0 + g + h * 8;
-    if (q < seq_q) {
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        of(q, dt * 8 + 2 * t, acc[dt * 4 + 2 * h] * inv);
-        of(q, dt * 8 + 2 * t + 1, acc[dt * 4 + 2 * h + 1] * inv);
-      }
-    }
-  }
+  store_rows<DT>(of, acc, l_run, q0 + wq0 + g, t, seq_q);
 #else
   __trap();  // needs sm_90a
 #endif
