@@ -132,7 +132,7 @@ class LowerFunction(RewritePattern):
                 )
         out_pos = {v: i for i, v in reversed(list(enumerate(returned)))}
         launches: list[C.LaunchOp] = []
-        prepared: set[SSAValue] = set()  # buffers written by prepare-phase launches
+        prepared: set[str] = set()  # buffers written by prepare-phase launches
         used_kernels: list[str] = []
         for inner in op.body.block.ops:
             if isinstance(inner, K.EmptyOp):
@@ -161,7 +161,7 @@ class LowerFunction(RewritePattern):
                 c_launch = C.LaunchOp(kname, args, kf.grid_dims, kf.block_dims, kf.smem_bytes)
                 if is_prepare(inner):
                     mark_prepare(c_launch)
-                    prepared.update(a for a in inner.args if isinstance(a.owner, K.EmptyOp))
+                    prepared.update(symbol[a] for a in inner.args if isinstance(a.owner, K.EmptyOp))
                 launches.append(c_launch)
                 if kname not in used_kernels:
                     used_kernels.append(kname)
@@ -170,7 +170,7 @@ class LowerFunction(RewritePattern):
             else:
                 raise EmmyError(f"convert-kernel-to-cuda: @{fname} holds '{inner.name}'; the kernel stage's host code has only kernel.empty and kernel.launch")
         for b in buffers:
-            if b.role.data == "temp" and any(symbol.get(v) == b.sym_name.data for v in prepared):
+            if b.role.data == "temp" and b.sym_name.data in prepared:
                 b.role = StringAttr("prepared")
         kernels = []
         for kname in used_kernels:
