@@ -23,7 +23,9 @@ def main() -> None:
     ap.add_argument("--target", default="sm_90a")
     args = ap.parse_args()
     from running_example import make
-    from test_gpu import EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, layer_pins, wants_sm90a
+    from test_gpu import (
+        EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, PERSISTENT_CASES, layer_pins, wants_sm90a,
+    )
 
     from emmy.backend.plan import launch_plan
     from emmy.backend.run import build_cubin
@@ -41,14 +43,14 @@ def main() -> None:
                 continue
             opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_model(opts).module).source)
-    for tokens in EXAMPLE_TOKENS:
-        for pins in EXAMPLE_PINS:
-            if wants_sm90a(pins) and args.target != "sm_90a":
-                continue
-            src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
-                              factory=lambda t=tokens: make(t))
-            opts = CompileOptions(model="example", layer=0, tokens=tokens, target=args.target, pins=pins)
-            sources.append(launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module).source)
+    cases = [(t, p) for t in EXAMPLE_TOKENS for p in EXAMPLE_PINS] + PERSISTENT_CASES
+    for tokens, pins in cases:
+        if wants_sm90a(pins) and args.target != "sm_90a":
+            continue
+        src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
+                          factory=lambda t=tokens: make(t))
+        opts = CompileOptions(model="example", layer=0, tokens=tokens, target=args.target, pins=pins)
+        sources.append(launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module).source)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for f in [pool.submit(build_cubin, s, args.target, cache) for s in set(sources)]:
             f.result()

@@ -170,6 +170,34 @@ class KernelInfo:
         return max(1, len(self.contractions))
 
     @property
+    def a_reads_prologue(self) -> bool:
+        """Whether a contraction's A side uses a prologue reduction's result (x * rstd * w, where
+        the norm weight could not be folded into B): the row statistics must then exist before
+        the k loop instead of being summed during it."""
+        if not self.contractions or not self.prologue:
+            return False
+        c0 = self.contractions[0]
+        if len(c0.a_factors) == 1:
+            roots = [c0.a_factors[0]]
+        elif c0.a in c0.a_factors:
+            roots = list(c0.a_factors)
+        else:
+            roots = [c0.a]
+        results = {r.result for r in self.prologue}
+        seen: set[SSAValue] = set()
+        stack = list(roots)
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in results:
+                return True
+            if isinstance(v.owner, Operation):
+                stack.extend(v.owner.operands)
+        return False
+
+    @property
     def gemm_n_nc(self) -> tuple[int, int]:
         """(N, contractions per tile) of the matrix product the kernel amounts to. Contractions
         over different column axes (q over 2048 columns, k and v over 1024) are built as parts

@@ -70,6 +70,7 @@ from emmy.tuning.knobs import WGMMA_WORKERS
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
 EPILOGUE_BARRIER = 8  # named barrier of wgmma_ws's computing warpgroups around the staged epilogue
+PERSISTENT_BARRIER = 9  # schedule = persistent: the consumers have read the row statistics of a tile
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,6 +96,7 @@ class Geometry:
     groups: int = 1
     mi: int = 1
     producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
+    persistent: bool = False  # schedule = persistent: one block per SM loops over the tiles
     # thread
     tx: int = 1
     ty: int = 1
@@ -106,6 +108,19 @@ class Geometry:
     @property
     def wgmma(self) -> bool:
         return self.workers in WGMMA_WORKERS
+
+    @property
+    def joint(self) -> bool:
+        """wgmma with several contractions sharing A (gate and up) whose B tiles of a slot lie
+        side by side as one block_n * nc-row tile: one wgmma of N = nc * block_n per k16 reads
+        the A slice once for all of them, into one accumulator array (a 64-row slice per
+        warpgroup, one slab of k)."""
+        return self.wgmma and self.nc > 1 and self.mi == 1 and self.nc * self.bn <= 256 and self.bk <= 64
+
+    @property
+    def b_stride(self) -> int:
+        """Elements from one slot's B tile to the next slot's (all nc tiles of a slot with joint)."""
+        return self.bn * self.bk * (self.nc if self.joint else 1)
 
     @property
     def consumers(self) -> int:
@@ -169,6 +184,15 @@ def geometry(info, knobs, op, target) -> Geometry:
         g.tx, g.ty = tx, ty
     else:
         raise EmmyError(f"{where}: unknown workers '{workers}'")
+    schedule = str(knob(knobs, "schedule", op, "grid"))
+    if schedule == "persistent":
+        if workers != "wgmma_ws":
+            raise EmmyError(f"{where}: schedule=persistent needs workers=wgmma_ws (workers={workers})")
+        if g.split > 1:
+            raise EmmyError(f"{where}: schedule=persistent needs split_k=1 (split_k={g.split})")
+        g.persistent = True
+    elif schedule != "grid":
+        raise EmmyError(f"{where}: unknown schedule '{schedule}'")
     return g
 
 
@@ -319,9 +343,26 @@ class ContractionBuilder:
         total = tiles + stats_bytes
         if g.producer:  # full and empty mbarriers per slot, 8 bytes each
             total = self.bars_offset(stats_off, stats_in_smem) + 2 * g.stages * 8
+        if g.persistent:  # the epilogue's own staging tiles, when they fit after the barriers
+            off, room = self.staging_room(self.bars_offset(stats_off, stats_in_smem))
+            width = self.staging_width(room, None)
+            if width is not None:
+                total = off + self.staging_bytes(width)
         if g.wgmma:
             total += 1024  # the runtime rounds the shared-memory base up to 1024 bytes
         return a_elems, b_elems, stats_off, total
+
+    def staging_room(self, bars_off: int) -> tuple[int, int]:
+        """schedule = persistent: the producer fills the k loop's slots with the next tile while
+        the consumers run the epilogue, so a staged epilogue gets shared memory of its own,
+        after the mbarriers: (its offset, the bytes a block has left there)."""
+        off = round_up(bars_off + 2 * self.g.stages * 8, 16)
+        return off, self.target.smem_per_block - 1024 - off
+
+    def staging_bytes(self, width: int | None = None) -> int:
+        """Shared memory of the staged epilogue's f32 tiles, `width` columns (block_n) each."""
+        g = self.g
+        return g.nc * g.bm * ((width or g.bn) + STAGE_PAD) * 4
 
     def bars_offset(self, stats_off: int, stats_in_smem: bool) -> int:
         """Where wgmma_ws's mbarriers start: after the row statistics, 8-byte aligned."""
@@ -352,6 +393,8 @@ class ContractionBuilder:
                 f"tile.kernel @{self.info.name}: {smem} bytes of shared memory exceed the {self.target.smem_per_block} a block may use on {self.target.name}"
             )
         grid = (-(-self.N // g.bn), -(-self.M // g.bm), self.B * g.split)
+        if g.persistent:
+            grid = (min(prod(grid), self.target.sms), 1, 1)
         if grid[1] > 65535 or grid[2] > 65535:
             raise EmmyError(f"tile.kernel @{self.info.name}: grid {grid} is too large")
         kb = KB.new_func(
@@ -375,14 +418,18 @@ class ContractionBuilder:
         align_a = 1024 if g.wgmma else 128
         align_b = 8 * 2 * g.slab if g.wgmma else 128
         sa = kb.shared(bf16, g.stages * a_elems, 0, align_a, "sA")
-        sbs = [
-            kb.shared(
-                bf16, g.stages * b_elems, g.stages * (a_elems + c * b_elems) * 2,
-                min(align_b, _pow2_dividing(g.stages * (a_elems + c * b_elems) * 2, 1024)),
-                f"sB{c}" if g.nc > 1 else "sB",
-            )
-            for c in range(g.nc)
-        ]
+        if g.joint:  # slot s: the nc B tiles one after the other
+            sb = kb.shared(bf16, g.stages * g.nc * b_elems, g.stages * a_elems * 2, align_b, "sB")
+            sbs = [kb.ptr_add(sb, c * b_elems) for c in range(g.nc)]
+        else:
+            sbs = [
+                kb.shared(
+                    bf16, g.stages * b_elems, g.stages * (a_elems + c * b_elems) * 2,
+                    min(align_b, _pow2_dividing(g.stages * (a_elems + c * b_elems) * 2, 1024)),
+                    f"sB{c}" if g.nc > 1 else "sB",
+                )
+                for c in range(g.nc)
+            ]
         raw_bufs = []
         off = g.stages * (a_elems + g.nc * b_elems) * 2
         for i, (load, rows) in enumerate(raw or ()):
@@ -390,19 +437,40 @@ class ContractionBuilder:
             off += round_up(g.stages * rows * g.bk * 2, 128)
         rs = kb.shared(f32, len(self.prologue) * g.bm, stats_off, 16, "rs") if stats_in_smem else None
         tid = kb.thread_id()
+
+        # statistics of the rows of the tile at row m0 of batch index `batch`
+        def stat_at(m0, batch):
+            def stat(p: int, r_local) -> SSAValue:
+                if rs is not None:
+                    return kb.load(rs, kb.add(kb.mul(p, g.bm), r_local))
+                row = kb.min(kb.add(m0, r_local), self.M - 1)
+                return kb.load(stats_ptr, kb.add(kb.mul(p, self.B * self.M), kb.add(kb.mul(batch, self.M), row)))
+
+            return stat
+
+        if g.persistent:
+            inplace = self.inplace_a_leaf(a_loads)
+            stats_leaf = self.a_stats_leaf() if rs is not None and inplace is None else None
+            producer_stats = rs is not None and (self.producer_stats_ok(a_loads) or stats_leaf is not None)
+            if rs is not None and not producer_stats:
+                raise EmmyError(
+                    f"tile.kernel @{self.info.name}: schedule=persistent cannot compute the A side from row statistics summed before the k loop; use schedule=grid"
+                )
+            accs = self.accumulators(kb)
+            bars_off = self.bars_offset(stats_off, stats_in_smem)
+            bars = kb.shared(i64, 2 * g.stages, bars_off, 8, "bars")
+            self.specialized_loop(
+                kb, em, tid, None, stat_at, sa, sbs, bars, accs, a_elems, g.b_stride, ws_ptr,
+                self.staging_room(bars_off), rs if producer_stats else None, inplace, a_loads, stats_leaf,
+            )
+            return kb.finish()
         n0 = kb.mul(kb.block_id("x"), g.bn)
         m0 = kb.mul(kb.block_id("y"), g.bm)
         z = kb.block_id("z")
         batch = kb.div(z, g.split) if self.b_axes else 0
         part = kb.rem(z, g.split) if g.split > 1 else 0
         n0.name_hint, m0.name_hint = "n0", "m0"
-
-        # statistics of the block's rows
-        def stat(p: int, r_local) -> SSAValue:
-            if rs is not None:
-                return kb.load(rs, kb.add(kb.mul(p, g.bm), r_local))
-            row = kb.min(kb.add(m0, r_local), self.M - 1)
-            return kb.load(stats_ptr, kb.add(kb.mul(p, self.B * self.M), kb.add(kb.mul(batch, self.M), row)))
+        stat = stat_at(m0, batch)
 
         # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
         # anyway (by the producer, or by the consumers transforming A in place), instead of a
@@ -421,7 +489,7 @@ class ContractionBuilder:
         kt0 = kb.mul(part, per)
         kt1 = kb.min(kb.add(kt0, per), kt_total) if g.split > 1 else kt_total
         nacc = g.acc_per_thread
-        accs = [kb.local(f32, nacc, f"acc{c}" if g.nc > 1 else "acc") for c in range(g.nc)]
+        accs = self.accumulators(kb)
         zero = kb.fconst(0.0)
         with kb.for_(0, nacc, 1, unroll=0, name="i") as i:
             for acc in accs:
@@ -430,8 +498,8 @@ class ContractionBuilder:
         if g.producer:
             bars = kb.shared(i64, 2 * g.stages, self.bars_offset(stats_off, stats_in_smem), 8, "bars")
             self.specialized_loop(
-                kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr,
-                stats_off, rs if producer_stats else None, inplace, a_loads, stats_leaf,
+                kb, em, tid, (m0, n0, batch, part, kt0, kt1), stat_at, sa, sbs, bars, accs, a_elems, g.b_stride,
+                ws_ptr, (0, stats_off), rs if producer_stats else None, inplace, a_loads, stats_leaf,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
@@ -444,7 +512,7 @@ class ContractionBuilder:
             with kb.for_(0, L, 1, unroll=0, name="s") as s:
                 kt = kb.add(kt0, s)
                 pred = kb.lt(kt, kt1)
-                stager.stage(kt, s, sa, sbs, pred, a_elems, b_elems, deferred=False)
+                stager.stage(kt, s, sa, sbs, pred, a_elems, g.b_stride, deferred=False)
                 kb.call("emmy::cp_async_commit")
             with kb.for_(kt0, kt1, 1, name="kt") as kt:
                 kb.call(f"emmy::cp_async_wait<{L - 1}>")
@@ -454,7 +522,7 @@ class ContractionBuilder:
                 nk = kb.add(kt, L)
                 pred = kb.lt(nk, kt1)
                 slot_n = kb.rem(kb.sub(nk, kt0), S)
-                pending = stager.stage(nk, slot_n, sa, sbs, pred, a_elems, b_elems, deferred=True)
+                pending = stager.stage(nk, slot_n, sa, sbs, pred, a_elems, g.b_stride, deferred=True)
                 kb.call("emmy::cp_async_commit")
                 slot = kb.rem(kb.sub(kt, kt0), S)
                 if raw_bufs:
@@ -462,13 +530,13 @@ class ContractionBuilder:
                     if g.wgmma:
                         kb.call("emmy::fence_proxy_async")
                     kb.barrier()
-                self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1 if overlap else 0)
+                self.compute(kb, tid, sa, sbs, slot, a_elems, g.b_stride, accs, wgmma_pending=1 if overlap else 0)
                 stager.finish(pending)
             if overlap:
                 kb.call("emmy::wgmma::wait<0>")
         else:
             with kb.for_(kt0, kt1, 1, name="kt") as kt:
-                stager.stage(kt, 0, sa, sbs, kb.true(), a_elems, b_elems, deferred=False)
+                stager.stage(kt, 0, sa, sbs, kb.true(), a_elems, g.b_stride, deferred=False)
                 kb.call("emmy::cp_async_commit")
                 kb.call("emmy::cp_async_wait<0>")
                 if raw_bufs:
@@ -477,12 +545,20 @@ class ContractionBuilder:
                 if g.wgmma:
                     kb.call("emmy::fence_proxy_async")
                 kb.barrier()
-                self.compute(kb, tid, sa, sbs, 0, a_elems, b_elems, accs)
+                self.compute(kb, tid, sa, sbs, 0, a_elems, g.b_stride, accs)
                 kb.barrier()
         kb.call("emmy::cp_async_wait<0>")
 
-        self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, stats_off, kb.barrier)
+        self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, (0, stats_off), kb.barrier)
         return kb.finish()
+
+    def accumulators(self, kb: KB) -> list:
+        """The accumulator array of each contraction (views into one array with g.joint)."""
+        g = self.g
+        if g.joint:
+            acc = kb.local(f32, g.nc * g.acc_per_thread, "acc")
+            return [kb.ptr_add(acc, c * g.acc_per_thread) for c in range(g.nc)]
+        return [kb.local(f32, g.acc_per_thread, f"acc{c}" if g.nc > 1 else "acc") for c in range(g.nc)]
 
     def inplace_a_leaf(self, a_loads: list | None) -> LoadOp | None:
         """The one block_m-row tensor a computed A side reads, when A can be computed in place:
@@ -496,22 +572,8 @@ class ContractionBuilder:
         return big[0]
 
     def a_reads_row_statistics(self) -> bool:
-        """Whether the A side uses a prologue reduction's result (e.g. x * rstd * w): then the
-        statistics must exist before the k loop, not be summed during it."""
-        a_value = side_value(self.cs[0].a, self.cs[0].a_factors)
-        roots = [a_value] if a_value is not None else list(self.cs[0].a_factors)
-        prologue = {r.result for r in self.prologue}
-        seen, stack = set(), list(roots)
-        while stack:
-            v = stack.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if v in prologue:
-                return True
-            if isinstance(v.owner, Operation):
-                stack.extend(v.owner.operands)
-        return False
+        """Whether the A side uses a prologue reduction's result (KernelInfo.a_reads_prologue)."""
+        return self.info.a_reads_prologue
 
     def a_stats_leaf(self) -> LoadOp | None:
         """When A is a plain copy of one tensor and every prologue reduction is a sum or max over
@@ -546,7 +608,7 @@ class ContractionBuilder:
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
         )
 
-    def specialized_loop(self, kb, em, tid, m0, n0, batch, part, stat, sa, sbs, bars, kt0, kt1, accs, a_elems, b_elems, ws_ptr, free_bytes, rs=None, inplace=None, a_loads=None, stats_leaf=None) -> None:
+    def specialized_loop(self, kb, em, tid, origin, stat_at, sa, sbs, bars, accs, a_elems, b_elems, ws_ptr, room, rs=None, inplace=None, a_loads=None, stats_leaf=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
         multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
         back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
@@ -563,7 +625,12 @@ class ContractionBuilder:
         computes A over its own rows in place (and sums the row statistics into `rs`) while its
         previous wgmma group runs. With `stats_leaf` (A is a plain copy, see a_stats_leaf) each
         consumer warpgroup reads its rows of the A tile after issuing the step's wgmmas and sums
-        the row statistics into `rs`."""
+        the row statistics into `rs`.
+
+        `origin`: (m0, n0, batch, part, kt0, kt1) of the block's one tile, or None with
+        schedule = persistent, where both sides loop over the tiles (tile_loop) and the k-steps
+        count on across tiles: the producer stages the next tile's first steps while the
+        consumers run the epilogue of the last one, which then frees its last slot too."""
         g = self.g
         S = g.stages
         consumers = g.consumers
@@ -582,58 +649,112 @@ class ContractionBuilder:
         kb.barrier()
         with kb.if_(kb.cmp("sge", tid, consumers)):
             ptid = kb.sub(tid, consumers)
-            # tensors with block_m rows are prefetched; one-row ones (a norm weight) stay in L1
-            leaves = [] if inplace is not None else [(ld, rows) for ld, rows in a_loads or () if rows > 1]
-            stager = Stager(self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves, a_copy=inplace)
-            if stager.leaves:  # a computed A side: its loads run one k-step ahead
-                cur, nxt = stager.a_registers(), stager.a_registers()
-                stager.prefetch_a(cur, kt0, kb.lt(kt0, kt1))
-            if rs is not None:
-                stager.start_stats()
-            with kb.for_(kt0, kt1, 1, name="kt") as kt:
-                j = kb.sub(kt, kt0)
-                slot = kb.rem(j, S)
-                kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
-                stager.stage(kt, slot, sa, sbs, kb.true(), a_elems, b_elems, deferred=False)
-                kb.call("emmy::cp_async_mbar_arrive", [full(slot)])
-                if stager.leaves:
-                    stager.prefetch_a(nxt, kb.add(kt, 1), kb.lt(kb.add(kt, 1), kt1))
-                    stager.store_a(cur, slot, sa, a_elems, kt, kb.true())
-                    stager.copy_registers(cur, nxt)
-                kb.call("emmy::fence_proxy_async")
-                kb.call("emmy::mbar_arrive", [full(slot)])
+
+            def produce(m0, n0, batch, part, kt0, kt1, base, later, more):
+                stat = stat_at(m0, batch)
+                # tensors with block_m rows are prefetched; one-row ones (a norm weight) stay in L1
+                leaves = [] if inplace is not None else [(ld, rows) for ld, rows in a_loads or () if rows > 1]
+                stager = Stager(self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves, a_copy=inplace)
+                if stager.leaves:  # a computed A side: its loads run one k-step ahead
+                    cur, nxt = stager.a_registers(), stager.a_registers()
+                    stager.prefetch_a(cur, kt0, kb.lt(kt0, kt1))
+                if rs is not None:
+                    stager.start_stats()
+                with kb.for_(kt0, kt1, 1, name="kt") as kt:
+                    j = kb.add(base, kb.sub(kt, kt0))
+                    slot = kb.rem(j, S)
+                    kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
+                    stager.stage(kt, slot, sa, sbs, kb.true(), a_elems, b_elems, deferred=False)
+                    kb.call("emmy::cp_async_mbar_arrive", [full(slot)])
+                    if stager.leaves:
+                        stager.prefetch_a(nxt, kb.add(kt, 1), kb.lt(kb.add(kt, 1), kt1))
+                        stager.store_a(cur, slot, sa, a_elems, kt, kb.true())
+                        stager.copy_registers(cur, nxt)
+                    kb.call("emmy::fence_proxy_async")
+                    kb.call("emmy::mbar_arrive", [full(slot)])
+                if rs is not None:
+                    if later is not None:  # the consumers are done reading rs for the last tile
+                        with kb.if_(later):
+                            kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(PERSISTENT_BARRIER)])
+                    stager.finish_stats(rs)
+                    kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
+
+            self.tile_loop(kb, origin, produce)
             kb.call("emmy::cp_async_wait<0>")
-            if rs is not None:
-                stager.finish_stats(rs)
-                kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
         with kb.if_(kb.lt(tid, consumers)):
-            transform = reader = None
-            if inplace is not None:
-                transform = InPlaceA(self, kb, em, tid, m0, batch, inplace, consumer_rs)
-            if stats_leaf is not None:
-                reader = AStatistics(self, kb, em, tid, m0, batch, stats_leaf, consumer_rs)
-            with kb.for_(kt0, kt1, 1, name="kt") as kt:
-                j = kb.sub(kt, kt0)
-                slot = kb.rem(j, S)
-                kb.call("emmy::mbar_wait", [full(slot), kb.rem(kb.div(j, S), 2)])
-                if transform is not None:
-                    transform.step(sa, slot, a_elems, kt)
-                else:
-                    kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
-                during = (lambda: reader.step(sa, slot, a_elems, kt)) if reader is not None else None
-                self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1, during=during)
-                with kb.if_(kb.cmp("sgt", j, 0)):
-                    kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(j, S - 1), S))])
-            kb.call("emmy::wgmma::wait<0>")
-            if rs is not None:  # the producer's row statistics
-                kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
-            for stats in (transform, reader):
-                if stats is not None and consumer_rs is not None:
-                    stats.finish_stats()
-            self.epilogue(
-                kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, free_bytes,
-                lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)]),
-            )
+
+            def consume(m0, n0, batch, part, kt0, kt1, base, later, more):
+                stat = stat_at(m0, batch)
+                if g.persistent:
+                    zero = kb.fconst(0.0)
+                    with kb.for_(0, g.acc_per_thread, 1, unroll=0, name="i") as i:
+                        for acc in accs:
+                            kb.store(zero, acc, i)
+                transform = reader = None
+                if inplace is not None:
+                    transform = InPlaceA(self, kb, em, tid, m0, batch, inplace, consumer_rs)
+                if stats_leaf is not None:
+                    reader = AStatistics(self, kb, em, tid, m0, batch, stats_leaf, consumer_rs)
+                with kb.for_(kt0, kt1, 1, name="kt") as kt:
+                    i = kb.sub(kt, kt0)
+                    j = kb.add(base, i)
+                    slot = kb.rem(j, S)
+                    kb.call("emmy::mbar_wait", [full(slot), kb.rem(kb.div(j, S), 2)])
+                    if transform is not None:
+                        transform.step(sa, slot, a_elems, kt)
+                    else:
+                        kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
+                    during = (lambda: reader.step(sa, slot, a_elems, kt)) if reader is not None else None
+                    self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1, during=during)
+                    with kb.if_(kb.cmp("sgt", i, 0)):
+                        kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(j, S - 1), S))])
+                kb.call("emmy::wgmma::wait<0>")
+                if g.persistent:  # the tile's last slot
+                    kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(base, kb.sub(kt1, 1)), S))])
+                if rs is not None:  # the producer's row statistics
+                    kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
+                for stats in (transform, reader):
+                    if stats is not None and consumer_rs is not None:
+                        if g.persistent:  # the warpgroup is done reading rs for the last tile
+                            kb.call("emmy::named_barrier<128>", [kb.add(kb.div(tid, 128), 2)])
+                        stats.finish_stats()
+                sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
+                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
+                if g.persistent and staged:  # sC is read before the next tile writes it
+                    sync()
+                if rs is not None and more is not None:  # rs is read: the producer may write the next
+                    with kb.if_(more):
+                        kb.call(f"emmy::named_barrier_arrive<{g.threads}>", [kb.idx(PERSISTENT_BARRIER)])
+
+            self.tile_loop(kb, origin, consume)
+
+    def tile_loop(self, kb: KB, origin, body) -> None:
+        """Call body(m0, n0, batch, part, kt0, kt1, base, later, more) for the tiles this block
+        computes. `origin` given (schedule = grid): the block's one tile, base 0, later and
+        more None. Otherwise (schedule = persistent, split_k = 1) the block takes tiles
+        blockIdx.x, blockIdx.x + gridDim.x, ... of the n-fastest tile order; `base` counts the
+        k-steps of its earlier tiles (pipeline slots and mbarrier phases go on from there),
+        `later` is true past the block's first tile, `more` when another tile follows."""
+        if origin is not None:
+            body(*origin, 0, None, None)
+            return
+        g = self.g
+        nb, mb = -(-self.N // g.bn), -(-self.M // g.bm)
+        tiles = nb * mb * self.B
+        blocks = min(tiles, self.target.sms)
+        steps = -(-self.K // g.bk)
+        bid = kb.block_id("x")
+        with kb.for_(bid, tiles, blocks, name="t") as t:
+            rest = kb.div(t, nb)
+            n0 = kb.mul(kb.rem(t, nb), g.bn)
+            m0 = kb.mul(kb.rem(rest, mb), g.bm)
+            batch = kb.div(rest, mb) if self.b_axes else 0
+            n0.name_hint, m0.name_hint = "n0", "m0"
+            done = kb.div(kb.sub(t, bid), blocks)  # tiles this block finished before
+            base = kb.mul(done, steps)
+            later = kb.cmp("sgt", t, bid)
+            more = kb.lt(kb.add(t, blocks), tiles)
+            body(m0, n0, batch, 0, 0, steps, base, later, more)
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator: as many as shared memory
@@ -721,14 +842,19 @@ class ContractionBuilder:
             for mi in range(g.mi):
                 row0 = kb.mul(kb.add(kb.mul(wgi, g.mi), mi), 64)
                 a_ptr = kb.ptr_add(a_stage, kb.mul(row0, g.slab))
+                if g.joint:  # one wgmma over the nc tiles side by side
+                    n = g.nc * n_wg
+                    kb.call(f"emmy::wgmma::tile<{n}, {g.bk}, {g.bm}, {n}>", [a_ptr, b_stages[0], accs[0]])
+                    continue
                 for c, (b_stage, acc) in enumerate(zip(b_stages, accs)):
                     acc_ptr = kb.ptr_add(acc, mi * n_wg // 2)
                     kb.call(f"emmy::wgmma::tile<{n_wg}, {g.bk}, {g.bm}, {g.bn}>", [a_ptr, b_stage, acc_ptr])
             if during is not None:
                 during()
-            # each tile() commits one group: a k-step is mi * nc groups, and wgmma_pending
-            # counts k-steps left in flight
-            kb.call(f"emmy::wgmma::wait<{wgmma_pending * g.mi * len(accs)}>")
+            # each tile() commits one group: a k-step is mi * nc groups (mi with joint), and
+            # wgmma_pending counts k-steps left in flight
+            groups = g.mi * (1 if g.joint else len(accs))
+            kb.call(f"emmy::wgmma::wait<{wgmma_pending * groups}>")
         elif g.workers == "mma_sync":
             warp = kb.div(tid, 32)
             wmi = kb.div(warp, g.wn)
@@ -749,9 +875,10 @@ class ContractionBuilder:
                 )
 
     # -- accumulator fragments: (row in tile, col in tile, acc index, lanes) --------------------------
-    def fragments(self, kb: KB, tid, body) -> None:
+    def fragments(self, kb: KB, tid, body, cols: tuple[int, int] | None = None) -> None:
         """Call body(row_local, col_local, acc_index, lanes) for every accumulator group of this
-        thread (lanes consecutive columns at acc_index, acc_index + 1, ...), inside unrolled loops."""
+        thread (lanes consecutive columns at acc_index, acc_index + 1, ...), inside unrolled loops;
+        with wgmma, `cols` = (lo, hi) keeps the tile's columns lo <= c < hi (multiples of 8)."""
         g = self.g
         if g.wgmma or g.workers == "mma_sync":
             lane = kb.rem(tid, 32)
@@ -771,8 +898,9 @@ class ContractionBuilder:
                 base_row = kb.mul(kb.div(warp, g.wn), WM)
                 base_col = kb.mul(kb.rem(warp, g.wn), WN)
                 row_step = 16
+            ni_lo, ni_hi = (0, nt) if cols is None else (cols[0] // 8, cols[1] // 8)
             with kb.for_(0, mt, 1, unroll=0, name="mi") as mi:
-                with kb.for_(0, nt, 1, unroll=0, name="ni") as ni:
+                with kb.for_(ni_lo, ni_hi, 1, unroll=0, name="ni") as ni:
                     with kb.for_(0, 2, 1, unroll=0, name="h") as h:
                         row = kb.add(kb.add(base_row, kb.mul(mi, row_step)), kb.add(gq, kb.mul(h, 8)))
                         col = kb.add(kb.add(base_col, kb.mul(ni, 8)), kb.mul(tq, 2))
@@ -788,70 +916,84 @@ class ContractionBuilder:
                     col = kb.add(tx, kb.mul(j, g.tx))
                     body(row, col, kb.add(kb.mul(i, TN), j), 1)
 
-    def staging_fits(self, free_bytes: int, ws_ptr) -> bool:
-        """Whether the epilogue goes through shared memory (see staged_epilogue): tensor-core
-        workers, no split-k workspace, 8-column chunks that never straddle the innermost output
-        axis, whole chunks per thread, and the f32 tiles within the bytes the k loop's buffers free."""
+    def staging_width(self, free_bytes: int, ws_ptr) -> int | None:
+        """The columns of the tile one round of a staged epilogue (staged_epilogue) holds, or None
+        for an epilogue straight from the fragments. Staging needs tensor-core workers, no
+        split-k workspace, 8-column chunks that never straddle the innermost output axis, and
+        whole chunks per thread; the f32 tiles must fit in `free_bytes`: all block_n columns,
+        or with wgmma a slice of them (block_n / 2, / 4, ...) in as many rounds."""
         g = self.g
         n_last = self.n_axes[-1] if self.n_axes else None
-        return (
-            ws_ptr is None
-            and (g.wgmma or g.workers == "mma_sync")
-            and n_last is not None
-            and self.ext[n_last] % 8 == 0
-            and (g.bm * g.bn // 8) % g.consumers == 0
-            and g.nc * g.bm * (g.bn + STAGE_PAD) * 4 <= free_bytes
-        )
+        if ws_ptr is not None or not (g.wgmma or g.workers == "mma_sync"):
+            return None
+        if n_last is None or self.ext[n_last] % 8:
+            return None
+        width = g.bn
+        while width % 8 == 0 and g.bn % width == 0 and (g.bm * width // 8) % g.consumers == 0:
+            if self.staging_bytes(width) <= free_bytes:
+                return width
+            if not g.wgmma:
+                break
+            width //= 2
+        return None
 
-    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync) -> None:
+    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int = 0, width: int | None = None) -> None:
         """The epilogue through shared memory: the accumulators go to f32 tiles there (rows
         padded by STAGE_PAD floats, so the fragments' rows fall in different banks), then each
         thread takes 8 consecutive columns of a row at a time and evaluates the stored values
         for all 8 at once: 16-byte stores, and 16-byte loads of what the epilogue reads (a
         residual), where a thread's fragments would give 4-byte ones. `sync` waits for all
-        computing threads (the k loop's buffers are reused)."""
+        computing threads (the k loop's buffers are reused). With `width` < block_n the tiles
+        hold that many columns, and the tile goes through them in block_n / width rounds."""
         g = self.g
-        pitch = g.bn + STAGE_PAD
+        width = width or g.bn
+        pitch = width + STAGE_PAD
         per_acc = g.bm * pitch
-        tiles = kb.shared(f32, g.nc * per_acc, 0, 16, "sC")
-        sync()
+        tiles = kb.shared(f32, g.nc * per_acc, offset, 16, "sC")
+        per_row = width // 8
+        for c0 in range(0, g.bn, width):
+            sync()
 
-        def put(r_local, c_local, idx, lanes):
-            for c, acc in enumerate(accs):
-                pair = kb.pack([kb.load(acc, kb.add(idx, j)) for j in range(lanes)], VectorType(f32, [lanes]))
-                kb.store(pair, tiles, kb.add(kb.add(kb.mul(r_local, pitch), c_local), c * per_acc))
+            def put(r_local, c_local, idx, lanes, c0=c0):
+                for c, acc in enumerate(accs):
+                    pair = kb.pack([kb.load(acc, kb.add(idx, j)) for j in range(lanes)], VectorType(f32, [lanes]))
+                    at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
+                    kb.store(pair, tiles, kb.add(at, c * per_acc))
 
-        self.fragments(kb, tid, put)
-        sync()
-        per_row = g.bn // 8
-        with kb.for_(0, g.bm * per_row // g.consumers, 1, unroll=0, name="c") as it:
-            cidx = kb.add(kb.mul(it, g.consumers), tid)
-            r_local = kb.div(cidx, per_row)
-            c_local = kb.mul(kb.rem(cidx, per_row), 8)
-            row, col = kb.add(m0, r_local), kb.add(n0, c_local)
-            mask = kb.and_(
-                kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
-            )
-            overrides = {}
-            for c, con in enumerate(self.cs):
-                at = kb.add(kb.add(kb.mul(r_local, pitch), c_local), c * per_acc)
-                vals = []
-                for h in range(2):
-                    v = kb.load(tiles, kb.add(at, 4 * h), VectorType(f32, [4]))
-                    vals += [kb.extract(v, j) for j in range(4)]
-                overrides[con.result] = vals
-            for p, r in enumerate(self.prologue):
-                overrides[r.result] = [stat(p, r_local)]
-            self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+            self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
+            sync()
+            with kb.for_(0, g.bm * per_row // g.consumers, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, g.consumers), tid)
+                r_local = kb.div(cidx, per_row)
+                s_local = kb.mul(kb.rem(cidx, per_row), 8)  # column in the staged slice
+                row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
+                mask = kb.and_(
+                    kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
+                )
+                overrides = {}
+                for c, con in enumerate(self.cs):
+                    at = kb.add(kb.add(kb.mul(r_local, pitch), s_local), c * per_acc)
+                    vals = []
+                    for h in range(2):
+                        v = kb.load(tiles, kb.add(at, 4 * h), VectorType(f32, [4]))
+                        vals += [kb.extract(v, j) for j in range(4)]
+                    overrides[con.result] = vals
+                for p, r in enumerate(self.prologue):
+                    overrides[r.result] = [stat(p, r_local)]
+                self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, free_bytes, sync) -> None:
-        """The epilogue of the computing threads: staged through the `free_bytes` the k loop's
-        buffers leave (`sync` waits for all computing threads) where that fits, else straight
-        from the fragments."""
-        if self.staging_fits(free_bytes, ws_ptr):
-            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync)
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> bool:
+        """The epilogue of the computing threads: staged through shared memory where its tiles
+        fit in `room` ((offset, bytes) free there; `sync` waits for all computing threads),
+        else straight from the fragments. Returns whether it was staged."""
+        offset, free_bytes = room
+        width = self.staging_width(free_bytes, ws_ptr)
+        if width is not None:
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+            return True
         else:
             self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+            return False
 
     def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
         """The epilogue straight from each thread's accumulator fragments (two columns per

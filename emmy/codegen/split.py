@@ -7,7 +7,8 @@ and what they need; `build_parts` builds each with the whole op's knobs (adjuste
 needs more registers than the whole was decided for). Where each part is one kernel with the
 same block shape, `one_launch` puts them side by side in one kernel (the blocks of part 0 first,
 then part 1's, ...): one launch whose blocks fill the machine together instead of one launch per
-part, each with its own tail. Otherwise `merge_built` joins the launches.
+part, each with its own tail. Otherwise (and with schedule = persistent, whose blocks each loop
+over their part's tiles) `merge_built` joins the launches.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def build_parts(parts, knobs, target, builder, name: str) -> Built:
     from emmy.analysis.classify import classify
 
     builts = [fit_part(p, classify(p), knobs, target, builder) for p in parts]
+    if knobs.get("schedule") == "persistent":  # each part's blocks already fill the machine
+        return merge_built(builts)
     return one_launch(builts, name, target) or merge_built(builts)
 
 

@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, vector, fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, vector, fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -24,6 +24,10 @@ Meanings (what the kernel stage does with each value):
   warpgroup that only stages operands, handing pipeline slots over with mbarriers instead of
   block-wide barriers (`wgmma_ws`, warp-specialized, sm_90a only).
 - `warps`: warps per block that compute (threads = 32 * warps, plus 128 with `wgmma_ws`).
+- `schedule`: how blocks meet tiles: one block per output tile (`grid`), or one block per
+  multiprocessor looping over the tiles (`persistent`, `wgmma_ws` only, sm_90a): its producer
+  warpgroup stages the next tile's first k-steps while the consumers run the epilogue of the
+  last one, so the pipeline never drains between tiles.
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
   `split` computes it in a kernel of its own first.
@@ -50,6 +54,7 @@ WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma", "wgmma_ws")
 # The workers values that multiply with wgmma warpgroups (64-row slices, staged operands).
 WGMMA_WORKERS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 FUSION: tuple[str, ...] = ("fused", "split")
+SCHEDULES: tuple[str, ...] = ("grid", "persistent")
 
 # The full spaces, before the target filters them.
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
@@ -61,6 +66,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "stages": (1, 2, 3, 4, 5),
         "workers": WORKERS,
         "warps": (1, 2, 4, 8, 16),
+        "schedule": SCHEDULES,
         "vector": (1, 2, 4, 8),
         "fusion": FUSION,
     },
@@ -88,7 +94,12 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
 }
 
 # Which target feature a knob value needs.
-_NEEDS_FEATURE: dict[KnobValue, str] = {"mma_sync": "mma_sync", "wgmma": "wgmma", "wgmma_ws": "wgmma"}
+_NEEDS_FEATURE: dict[KnobValue, str] = {
+    "mma_sync": "mma_sync",
+    "wgmma": "wgmma",
+    "wgmma_ws": "wgmma",
+    "persistent": "wgmma",
+}
 
 
 def knob_names(kind: str, *, fusion: bool = False) -> tuple[str, ...]:

@@ -16,7 +16,8 @@ Limits checked (contraction): threads per block; shared memory of the staged ope
 accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling (16x8x16 per
 warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
-bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps). `wgmma_ws`
+bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps); schedule
+(`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
 """
@@ -230,6 +231,23 @@ def _c_workers(info, v, t, reasons):
             reasons.append(f"{w} reads its operands from shared memory: stages must be at least 2")
 
 
+def _c_schedule(info, v, t, reasons):
+    if not v.has("schedule") or v["schedule"] != "persistent":
+        return
+    if v.has("workers") and v["workers"] != "wgmma_ws":
+        reasons.append(
+            f"schedule=persistent needs workers=wgmma_ws (a producer warpgroup that stages the next "
+            f"tile during the epilogue), not workers={v['workers']}"
+        )
+    if v.has("split_k") and v["split_k"] != 1:
+        reasons.append(f"schedule=persistent needs split_k=1 (split_k={v['split_k']})")
+    if info.a_reads_prologue and v.has("fusion") and v["fusion"] == "fused":
+        reasons.append(
+            "schedule=persistent: the A side uses row statistics that a fused kernel computes "
+            "before its k loop, once per tile; use schedule=grid or fusion=split"
+        )
+
+
 def _c_split(info, v, t, reasons):
     if not v.has("block_k", "split_k"):
         return
@@ -376,7 +394,7 @@ def _e_vector(info, v, t, reasons):
 Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 
 _RULES: dict[str, tuple[Rule, ...]] = {
-    "contraction": (_c_threads, _c_smem, _c_registers, _c_workers, _c_split, _c_vector),
+    "contraction": (_c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_split, _c_vector),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers),
     "reduction": (_r_threads, _r_vector),
     "elementwise": (_e_threads, _e_vector),

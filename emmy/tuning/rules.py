@@ -325,6 +325,21 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     ]
 
 
+def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
+    # Measured on the H200 (tools/bench.py, layer at T=4096): persistent blocks lost to one
+    # block per tile for every contraction tried (q/k/v projection 74 against 67 us, gate/up
+    # 140 against 129 us): the staged epilogue then only gets the shared memory the 4-deep
+    # pipeline leaves, a column slice per round, and the refill it hides was not the cost.
+    grid = ("grid", "one block per output tile (H200: faster than persistent blocks at every size measured)")
+    workers, sk = chosen.get("workers"), chosen.get("split_k", 1)
+    if workers != "wgmma_ws" or sk != 1 or info.a_reads_prologue:
+        return [grid]
+    bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
+    tiles = info.batch * ceil(info.M / bm) * ceil(info.gemm_n_nc[0] / bn)
+    per = ceil(tiles / target.sms)
+    return [grid, ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")]
+
+
 def _vector_prefs(info: KernelInfo) -> Prefs:
     out: Prefs = []
     for v in (8, 4, 2, 1):
@@ -550,6 +565,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "warps": _c_warps,
             "block_k": _c_block_k,
             "stages": _c_stages,
+            "schedule": _c_schedule,
             "vector": _c_vector,
             "fusion": _c_fusion,
         }

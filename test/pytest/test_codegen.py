@@ -32,7 +32,7 @@ def _knobs(values: dict) -> str:
         "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5]",
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
-        "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]",
+        "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
     }
     parts = []
     for k, v in values.items():
@@ -351,12 +351,29 @@ def test_wgmma_pipeline_keeps_one_group_in_flight():
 
 @pytest.mark.parametrize("workers,warps", [("wgmma", 4), ("wgmma_ws", 4)])
 def test_wgmma_dual_contraction_keeps_a_whole_k_step_in_flight(workers, warps):
-    """Gate and up are two groups of wgmmas per k-step: waiting down to one pending group would
-    wait for the step's gate products; one k-step in flight is two groups."""
-    text = gate_up(M=128, N=128, K=256, workers=workers, block_m=64, block_n=64, block_k=64, stages=4, warps=warps)
+    """Gate and up with two 64-row slices per warpgroup are four groups of wgmmas per k-step:
+    waiting down to one pending group would wait for the step's gate products; one k-step in
+    flight is four groups."""
+    text = gate_up(M=128, N=128, K=256, workers=workers, block_m=128, block_n=64, block_k=64, stages=4, warps=warps)
     calls = callees(kernel_funcs(lower(text, "convert-tile-to-kernel"))["gate_up_silu"])
-    assert calls.count("emmy::wgmma::tile<64, 64, 64, 64>") == 2
-    assert "emmy::wgmma::wait<2>" in calls and "emmy::wgmma::wait<1>" not in calls
+    assert calls.count("emmy::wgmma::tile<64, 64, 128, 64>") == 4
+    assert "emmy::wgmma::wait<4>" in calls and "emmy::wgmma::wait<1>" not in calls
+
+
+@pytest.mark.parametrize("workers", ["wgmma", "wgmma_ws"])
+def test_wgmma_dual_contraction_is_one_wide_wgmma(workers):
+    """With one 64-row slice per warpgroup, gate's and up's B tiles of a slot lie side by side
+    and one wgmma of N = 2 x block_n multiplies both (A read once), into one accumulator array
+    whose halves are gate's and up's."""
+    text = gate_up(M=128, N=128, K=256, workers=workers, block_m=64, block_n=64, block_k=64, stages=4, warps=4)
+    f = kernel_funcs(lower(text, "convert-tile-to-kernel"))["gate_up_silu"]
+    calls = callees(f)
+    assert calls.count("emmy::wgmma::tile<128, 64, 64, 128>") == 1
+    assert "emmy::wgmma::wait<1>" in calls and "emmy::wgmma::tile<64, 64, 64, 64>" not in calls
+    shared = {op.result.name_hint for op in f.walk() if isinstance(op, K.SharedOp)}
+    assert "sB" in shared and "sB0" not in shared
+    locals_ = [op for op in f.walk() if isinstance(op, K.LocalOp) and op.result.name_hint == "acc"]
+    assert len(locals_) == 1
 
 
 @pytest.mark.parametrize("stages", [2, 4])
@@ -403,6 +420,41 @@ def test_warp_specialized_computes_a_in_place():
     assert calls.count("emmy::named_barrier<128>") == 2
     assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
     assert "emmy::named_barrier<384>" not in calls
+
+
+def test_persistent_blocks_loop_over_tiles():
+    """schedule=persistent: one block per SM (at most the tile count), both warpgroup roles loop
+    over the same tiles, the k-step count (slots, mbarrier phases) goes on across tiles, the
+    consumers free each tile's last slot, and the epilogue keeps out of the pipeline's slots."""
+    text = weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent")
+    f = kernel_funcs(lower(text, "convert-tile-to-kernel"))["norm_proj"]
+    assert f.grid_dims == (64, 1, 1)  # 16 x 4 tiles of 128x128: one block each
+    tile_loops = [op for op in f.walk() if isinstance(op, K.ForOp) and op.body.block.args[0].name_hint == "t"]
+    assert len(tile_loops) == 2  # the producer's and the consumers'
+    for loop in tile_loops:
+        assert any(isinstance(op, K.ForOp) and op.body.block.args[0].name_hint == "kt" for op in loop.walk())
+    calls = callees(f)
+    # the consumers' mbar_arrive per k-step after the first, plus one for the tile's last slot
+    consumer = tile_loops[1]
+    arrives = [op for op in consumer.walk() if isinstance(op, K.CallOp) and op.callee.data == "emmy::mbar_arrive"]
+    assert len(arrives) == 2
+    # in place A (one barrier per k-step), the statistics written, and rs free again per tile
+    assert calls.count("emmy::named_barrier<128>") == 3
+    shared = {op.result.name_hint: op for op in f.walk() if isinstance(op, K.SharedOp)}
+    if "sC" in shared:  # staged epilogue tiles after the mbarriers, never over the slots
+        assert shared["sC"].offset.value.data > shared["bars"].offset.value.data
+    big = kernel_funcs(lower(weighted_norm_matmul(M=4096, N=4096, K=256, schedule="persistent"), "convert-tile-to-kernel"))
+    assert big["norm_proj"].grid_dims == (132, 1, 1)  # 1024 tiles
+
+
+def test_persistent_schedule_errors():
+    with pytest.raises(EmmyError, match="schedule=persistent needs workers=wgmma_ws"):
+        lower(rmsnorm_matmul(M=256, workers="wgmma", warps=4, schedule="persistent"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="schedule=persistent needs split_k=1"):
+        lower(weighted_norm_matmul(schedule="persistent", split_k=2), "convert-tile-to-kernel")
+    # A = x * rstd * w: the statistics come before the k loop, per tile, from all warps
+    with pytest.raises(EmmyError, match="cannot compute the A side from row statistics"):
+        lower(rmsnorm_matmul(M=256, workers="wgmma_ws", block_m=128, warps=8, schedule="persistent"), "convert-tile-to-kernel")
 
 
 def test_warp_specialized_sums_statistics_from_the_a_tiles():

@@ -20,10 +20,15 @@ def _cache(tmp_path):
     return Path(os.environ["EMMY_HOME"]) if os.environ.get("EMMY_HOME") else tmp_path
 
 
-LAYER_TOKENS = [7, 33, 130]
+LAYER_TOKENS = [7, 33, 130, 1100]  # 1100: more tiles than SMs, persistent contractions on sm_90a
 LAYER_WORKERS = ["mma_sync", None, "wgmma_ws"]
 EXAMPLE_TOKENS = [5, 64, 300]
 EXAMPLE_PINS = [("*.split_k=1",), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=wgmma_ws", "*.split_k=2")]
+# Persistent blocks that each loop over two or three tiles, the last row of tiles partly outside.
+PERSISTENT_CASES = [
+    (2100, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=128", "*.block_n=128")),
+    (1000, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=64", "*.block_n=64", "*.warps=4")),
+]
 # The layer's contraction kernels (attention has no wgmma_ws).
 LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]
 
@@ -67,6 +72,15 @@ def test_layer_matches_pytorch(tokens, workers, tmp_path):
 @pytest.mark.parametrize("tokens", EXAMPLE_TOKENS)
 @pytest.mark.parametrize("pins", EXAMPLE_PINS, ids=lambda p: ",".join(p))
 def test_running_example_matches_pytorch(tokens, pins, tmp_path):
+    _check_running_example(tokens, pins, tmp_path)
+
+
+@pytest.mark.parametrize("tokens,pins", PERSISTENT_CASES, ids=lambda c: str(c) if isinstance(c, int) else ",".join(c))
+def test_persistent_running_example_matches_pytorch(tokens, pins, tmp_path):
+    _check_running_example(tokens, pins, tmp_path)
+
+
+def _check_running_example(tokens, pins, tmp_path):
     import sys
     from pathlib import Path
 

@@ -19,7 +19,9 @@ from emmy.context import make_context
 from emmy.diagnostics import EmmyError
 from emmy.ir_io import parse_module, parse_pipeline, run_passes
 
-from test_codegen import LOWER, gate_up, heads_matmul_residual, lower, rms_norm, rmsnorm_matmul, silu_mul
+from test_codegen import (
+    LOWER, gate_up, heads_matmul_residual, lower, rms_norm, rmsnorm_matmul, silu_mul, weighted_norm_matmul,
+)
 
 pytestmark = [
     pytest.mark.nvcc,
@@ -47,6 +49,9 @@ CASES = {
         gate_up(target="sm_90a", workers="wgmma", block_m=64, block_n=64, block_k=64, warps=4),
         rmsnorm_matmul(M=200, N=96, K=448, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64, warps=8, stages=4),
         gate_up(target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64, block_k=64, warps=4, stages=3),
+        gate_up(M=1000, N=200, K=256, target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64, block_k=64,
+                warps=4, stages=3, schedule="persistent"),
+        weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent"),
     ],
 }
 

@@ -65,7 +65,7 @@ def test_unknown_target_lists_valid_names():
 
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
-        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "vector",
+        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "schedule", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps")
@@ -75,6 +75,8 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("contraction", SM90)["workers"] == ("thread", "mma_sync")
     assert knob_space("attention", SM80)["workers"] == ("mma_sync",)
     assert knob_space("attention", SM90A)["workers"] == ("mma_sync", "wgmma")
+    assert knob_space("contraction", SM90A)["schedule"] == ("grid", "persistent")
+    assert knob_space("contraction", SM90)["schedule"] == ("grid",)  # persistent blocks need wgmma_ws
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
         knob_names("conv")
 
@@ -254,6 +256,44 @@ def test_rules_follow_the_shapes():
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
+
+
+def rmsnorm_matmul_reading_stats(M, N, K):
+    """The running example with A = x * (sum of squares): A needs the row statistics before the
+    k loop, as a LayerNorm that could not be folded would."""
+    text, args = L.rmsnorm_matmul(M, N, K, target="sm_90a")
+    return text.replace("%ag = arith.mulf %a2f, %gf : f32", "%ag = arith.mulf %a2f, %ss : f32"), args
+
+
+def test_persistent_schedule_legality():
+    info = info_of(L.matmul(4096, 4096, 1024))
+    base = dict(GOOD, workers="wgmma_ws", schedule="persistent")
+    assert check(info, base, SM90A) == []
+    assert check(info, dict(base, workers="wgmma"), SM90A) == [
+        "schedule=persistent needs workers=wgmma_ws (a producer warpgroup that stages the next tile "
+        "during the epilogue), not workers=wgmma"
+    ]
+    assert check(info, dict(base, split_k=2), SM90A) == ["schedule=persistent needs split_k=1 (split_k=2)"]
+    reading = info_of(rmsnorm_matmul_reading_stats(4096, 1024, 1024))
+    assert reading.a_reads_prologue and not info_of(L.rmsnorm_matmul(4096, 1024, 1024)).a_reads_prologue
+    assert check(reading, dict(base, fusion="fused"), SM90A) == [
+        "schedule=persistent: the A side uses row statistics that a fused kernel computes before its "
+        "k loop, once per tile; use schedule=grid or fusion=split"
+    ]
+    assert check(reading, dict(base, fusion="split"), SM90A) == []
+
+
+def test_rules_keep_one_block_per_tile():
+    """Persistent blocks measured slower on the H200: the rules keep schedule=grid, and only
+    offer persistent where it is legal."""
+    def schedule(example, **fixed):
+        info = info_of(example)
+        return rules.decide(info, SM90A, knob_space_for(info, SM90A), fixed)
+
+    assert schedule(L.matmul(4096, 4096, 1024, target="sm_90a"))["schedule"].value == "grid"
+    pinned = schedule(L.matmul(4096, 4096, 1024, target="sm_90a"), schedule="persistent")
+    assert pinned["workers"].value == "wgmma_ws" and pinned["split_k"].value == 1
+    assert schedule(rmsnorm_matmul_reading_stats(4096, 4096, 1024), schedule="persistent")["fusion"].value == "split"
 
 
 def test_rules_respect_fixed_values_and_report_impossible():

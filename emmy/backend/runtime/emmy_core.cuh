@@ -197,6 +197,13 @@ __device__ __forceinline__ void named_barrier(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
 }
 
+// Arrive on named barrier `id` without waiting: the THREADS counted include threads that
+// arrive here and threads that wait with named_barrier<THREADS>(id).
+template <int THREADS>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Swizzled K-major operand tiles in shared memory (used by mma::warp_tile, wgmma::tile and
 // fma::thread_tile alike; the same layout TMA's 32/64/128-byte swizzles produce).
