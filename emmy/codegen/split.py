@@ -13,7 +13,7 @@ over their part's tiles) `merge_built` joins the launches.
 
 from __future__ import annotations
 
-from emmy.codegen import Built, Launch, Tmp
+from emmy.codegen import Built, Launch, Out, Tmp
 from emmy.dialects.loop import StoreOp
 
 
@@ -159,15 +159,36 @@ def _inline(kb, f, bid_x) -> None:
 
 
 def merge_built(builts: list[Built]) -> Built:
-    """One Built from several (temporary buffer numbers shifted)."""
+    """One Built from several (temporary buffer numbers shifted). A helper launch that only reads
+    inputs and writes one temporary buffer (a part's row statistics, `<part>_stats`) and does
+    exactly what an earlier part's does is dropped: the later part reads the earlier buffer."""
     out = Built()
+    done: dict[tuple, int] = {}  # (kernel text, inputs, buffer type) -> the buffer in out.temps
     for b in builts:
-        shift = len(out.temps)
-        out.funcs += b.funcs
-        out.temps += b.temps
+        funcs = {f.sym_name.data: f for f in b.funcs}
+        remap: dict[int, int] = {}
         for launch in b.launches:
-            args = tuple(Tmp(a.index + shift) if isinstance(a, Tmp) else a for a in launch.args)
+            key = _producer_key(launch, funcs[launch.kernel], b)
+            if key is not None and key in done:
+                remap[launch.args[-1].index] = done[key]
+                continue
+            for a in launch.args:
+                if isinstance(a, Tmp) and a.index not in remap:
+                    remap[a.index] = len(out.temps)
+                    out.temps.append(b.temps[a.index])
+            if key is not None:
+                done[key] = remap[launch.args[-1].index]
+            out.funcs.append(funcs[launch.kernel])
+            args = tuple(Tmp(remap[a.index]) if isinstance(a, Tmp) else a for a in launch.args)
             out.launches.append(Launch(launch.kernel, args))
     return out
 
 
+def _producer_key(launch: Launch, func, built: Built) -> tuple | None:
+    """For a launch whose last argument is a temporary buffer it writes and whose others are the
+    op's inputs: what it computes, independent of its name. None for any other launch."""
+    *reads, last = launch.args
+    if not isinstance(last, Tmp) or any(isinstance(a, (Tmp, Out)) for a in reads):
+        return None
+    text = str(func).replace(f"@{func.sym_name.data}", "@_")
+    return (text, tuple(reads), str(built.temps[last.index]))

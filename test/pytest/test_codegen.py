@@ -489,6 +489,29 @@ def test_warp_specialized_sums_statistics_from_the_a_tiles():
     assert all(n.startswith("rms_norm_qkv_proj_weights") for n, ph in launches if ph)
 
 
+def test_output_groups_share_one_statistics_kernel():
+    """fusion=split with q and k/v built as two parts: both parts' row statistics are the same
+    kernel on the same input, launched once; the second part reads the first one's buffer."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(300))
+    pins = ("*.fusion=split",)
+    opts = CompileOptions(model="example", layer=0, tokens=300, target="sm_90a", pins=pins)
+    plan = launch_plan(compile_traced(trace_layer(src, 0, 300), opts).module)
+    names = [launch.kernel for launch in plan.forward_launches]
+    assert names == ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1_2"]
+    stats_buffer = plan.forward_launches[0].args[-1]
+    assert all(stats_buffer in launch.args for launch in plan.forward_launches[1:])
+
+
 @pytest.mark.parametrize("tokens", [5, 64, 300])
 @pytest.mark.parametrize("pins", [(), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=mma_sync",)], ids=str)
 def test_running_example_lowers_at_odd_sizes(tokens, pins):

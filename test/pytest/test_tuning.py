@@ -296,6 +296,17 @@ def test_rules_keep_one_block_per_tile():
     assert schedule(rmsnorm_matmul_reading_stats(4096, 4096, 1024), schedule="persistent")["fusion"].value == "split"
 
 
+def test_rules_split_the_row_statistics_from_4096_rows_on():
+    def fusion(M):
+        info = info_of(L.rmsnorm_matmul(M, 4096, 1024, target="sm_90a"))
+        return rules.decide(info, SM90A, knob_space_for(info, SM90A))
+
+    big = fusion(4096)
+    assert big["workers"].value == "wgmma_ws" and big["fusion"].value == "split"
+    assert "kernel of their own" in big["fusion"].reason
+    assert fusion(512)["fusion"].value == "fused"
+
+
 def test_rules_respect_fixed_values_and_report_impossible():
     info = info_of(L.matmul(512, 4096, 1024))
     space = knob_space_for(info, SM90A)
