@@ -330,10 +330,10 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     # block per tile for every contraction tried (q/k/v projection 74 against 67 us, gate/up
     # 140 against 129 us): the staged epilogue then only gets the shared memory the 4-deep
     # pipeline leaves, a column slice per round, and the refill it hides was not the cost.
-    grid = ("grid", "one block per output tile (H200: faster than persistent blocks at every size measured)")
     workers, sk = chosen.get("workers"), chosen.get("split_k", 1)
     if workers != "wgmma_ws" or sk != 1 or info.a_reads_prologue:
-        return [grid]
+        return [("grid", "one block per output tile")]
+    grid = ("grid", "one block per output tile (H200: faster than persistent blocks)")
     bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
     tiles = info.batch * ceil(info.M / bm) * ceil(info.gemm_n_nc[0] / bn)
     per = ceil(tiles / target.sms)
