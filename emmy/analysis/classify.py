@@ -90,6 +90,22 @@ class Contraction:
     def result(self) -> SSAValue:
         return self.reduce.result
 
+    @property
+    def a_value(self) -> SSAValue | None:
+        """The one value computing the A side (its product), or None when only its factors exist."""
+        return _one_value(self.a, self.a_factors)
+
+    @property
+    def b_value(self) -> SSAValue | None:
+        """The one value computing the B side, or None when only its factors exist."""
+        return _one_value(self.b, self.b_factors)
+
+
+def _one_value(value: SSAValue, factors: tuple[SSAValue, ...]) -> SSAValue | None:
+    if len(factors) == 1:
+        return factors[0]
+    return None if value in factors else value
+
 
 @dataclass(frozen=True, eq=False)
 class AttentionInfo:
@@ -177,12 +193,7 @@ class KernelInfo:
         if not self.contractions or not self.prologue:
             return False
         c0 = self.contractions[0]
-        if len(c0.a_factors) == 1:
-            roots = [c0.a_factors[0]]
-        elif c0.a in c0.a_factors:
-            roots = list(c0.a_factors)
-        else:
-            roots = [c0.a]
+        roots = [c0.a_value] if c0.a_value is not None else list(c0.a_factors)
         results = {r.result for r in self.prologue}
         seen: set[SSAValue] = set()
         stack = list(roots)

@@ -62,7 +62,7 @@ from emmy.codegen.common import c_ident, decompose, io_args, knob, largest_divis
 from emmy.codegen.kb import KB
 from emmy.codegen.reduction import reduce_rows
 from emmy.codegen.scalar import BodyEmitter
-from emmy.codegen.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source, round_up, same_expr, side_value
+from emmy.codegen.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source, round_up, same_expr
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
@@ -448,10 +448,15 @@ class ContractionBuilder:
 
             return stat
 
+        # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
+        # anyway (by the producer, or by the consumers transforming A in place), instead of a
+        # pass over the block's rows before the k loop
+        inplace = self.inplace_a_leaf(a_loads) if g.producer else None
+        producer_stats = g.producer and rs is not None and self.producer_stats_ok(a_loads)
+        stats_leaf = self.a_stats_leaf() if g.producer and rs is not None and inplace is None else None
+        producer_stats = producer_stats or stats_leaf is not None
+
         if g.persistent:
-            inplace = self.inplace_a_leaf(a_loads)
-            stats_leaf = self.a_stats_leaf() if rs is not None and inplace is None else None
-            producer_stats = rs is not None and (self.producer_stats_ok(a_loads) or stats_leaf is not None)
             if rs is not None and not producer_stats:
                 raise EmmyError(
                     f"tile.kernel @{self.info.name}: schedule=persistent cannot compute the A side from row statistics summed before the k loop; use schedule=grid"
@@ -472,13 +477,6 @@ class ContractionBuilder:
         n0.name_hint, m0.name_hint = "n0", "m0"
         stat = stat_at(m0, batch)
 
-        # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
-        # anyway (by the producer, or by the consumers transforming A in place), instead of a
-        # pass over the block's rows before the k loop
-        inplace = self.inplace_a_leaf(a_loads) if g.producer else None
-        producer_stats = g.producer and rs is not None and self.producer_stats_ok(a_loads)
-        stats_leaf = self.a_stats_leaf() if g.producer and rs is not None and inplace is None else None
-        producer_stats = producer_stats or stats_leaf is not None
         if rs is not None and not producer_stats:
             self.emit_prologue(kb, em, rs, tid, m0, batch)
             kb.barrier()
@@ -567,13 +565,9 @@ class ContractionBuilder:
         weight, and are read through L1); A must not use the row statistics. None otherwise.
         `a_loads`: raw_a_loads()."""
         big = [ld for ld, rows in a_loads or () if rows > 1]
-        if len(big) != 1 or self.a_reads_row_statistics():
+        if len(big) != 1 or self.info.a_reads_prologue:
             return None
         return big[0]
-
-    def a_reads_row_statistics(self) -> bool:
-        """Whether the A side uses a prologue reduction's result (KernelInfo.a_reads_prologue)."""
-        return self.info.a_reads_prologue
 
     def a_stats_leaf(self) -> LoadOp | None:
         """When A is a plain copy of one tensor and every prologue reduction is a sum or max over
@@ -582,8 +576,8 @@ class ContractionBuilder:
         warpgroups then sum the row statistics from the A tiles in shared memory, read-only,
         while their wgmmas run. None otherwise."""
         c0 = self.cs[0]
-        value = side_value(c0.a, c0.a_factors)
-        if value is None or self.chunk != 8 or not self.prologue or self.a_reads_row_statistics():
+        value = c0.a_value
+        if value is None or self.chunk != 8 or not self.prologue or self.info.a_reads_prologue:
             return None
         if not all(r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue):
             return None
@@ -602,7 +596,7 @@ class ContractionBuilder:
         block_m-row tensors (`a_loads`: raw_a_loads()), and A itself does not use the statistics."""
         if not any(rows > 1 for _, rows in a_loads or ()):
             return False
-        if self.a_reads_row_statistics():
+        if self.info.a_reads_prologue:
             return False
         return all(
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
@@ -774,7 +768,7 @@ class ContractionBuilder:
         c0 = self.cs[0]
         em = BodyEmitter(None, self.op, {}, [])  # analysis only
         kset = frozenset(self.k_axes)
-        value = side_value(c0.a, c0.a_factors)
+        value = c0.a_value
         if self.chunk != 8:
             return None
         if value is not None and direct_source(em, value, kset, self.k_last) is not None:

@@ -144,8 +144,8 @@ class Stager:
                 raise EmmyError(
                     f"tile.kernel @{cb.info.name}: the contractions do not share their A side; only shared-A (dual) contractions are supported"
                 )
-        self.a_value = side_value(c0.a, c0.a_factors)
-        self.b_values = [side_value(c.b, c.b_factors) for c in cb.cs]
+        self.a_value = c0.a_value
+        self.b_values = [c.b_value for c in cb.cs]
         direct_ok = cb.chunk == 8
         self.a_src = direct_source(em, self.a_value, kset, cb.k_last) if direct_ok and self.a_value is not None else None
         self.b_srcs = [
@@ -556,13 +556,6 @@ def round_up(n: int, m: int) -> int:
 
 def _loads_in(contraction) -> list:
     return [o for o in contraction.reduce.walk() if isinstance(o, LoadOp)]
-
-
-def side_value(value: SSAValue, factors) -> SSAValue | None:
-    """The one value computing a side (its product), or None when only the factors exist."""
-    if len(factors) == 1:
-        return factors[0]
-    return None if value in factors else value
 
 
 __all__ = ["AStatistics", "InPlaceA", "Leaf", "Pick", "RowStats", "Stager", "direct_source", "same_expr"]
