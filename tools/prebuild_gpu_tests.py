@@ -24,7 +24,8 @@ def main() -> None:
     args = ap.parse_args()
     from running_example import make
     from test_gpu import (
-        EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, PERSISTENT_CASES, layer_pins, wants_sm90a,
+        EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, PERSISTENT_CASES, TMA_CASES, layer_pins,
+        wants_sm90a,
     )
 
     from emmy.backend.plan import launch_plan
@@ -43,12 +44,13 @@ def main() -> None:
                 continue
             opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_model(opts).module).source)
-    cases = [(t, p) for t in EXAMPLE_TOKENS for p in EXAMPLE_PINS] + PERSISTENT_CASES
-    for tokens, pins in cases:
+    cases = [(t, 1024, p) for t in EXAMPLE_TOKENS for p in EXAMPLE_PINS]
+    cases += [(t, 1024, p) for t, p in PERSISTENT_CASES] + TMA_CASES
+    for tokens, hidden, pins in cases:
         if wants_sm90a(pins) and args.target != "sm_90a":
             continue
         src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
-                          factory=lambda t=tokens: make(t))
+                          factory=lambda t=tokens, h=hidden: make(t, hidden=h))
         opts = CompileOptions(model="example", layer=0, tokens=tokens, target=args.target, pins=pins)
         sources.append(launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module).source)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

@@ -27,21 +27,22 @@ class RMSNorm(nn.Module):
 
 
 class NormQKV(nn.Module):
-    def __init__(self):
+    def __init__(self, hidden: int = HIDDEN):
         super().__init__()
-        self.input_layernorm = RMSNorm(HIDDEN, EPS)
-        self.q_proj = nn.Linear(HIDDEN, Q_OUT, bias=False)
-        self.k_proj = nn.Linear(HIDDEN, KV_OUT, bias=False)
-        self.v_proj = nn.Linear(HIDDEN, KV_OUT, bias=False)
+        self.input_layernorm = RMSNorm(hidden, EPS)
+        self.q_proj = nn.Linear(hidden, Q_OUT, bias=False)
+        self.k_proj = nn.Linear(hidden, KV_OUT, bias=False)
+        self.v_proj = nn.Linear(hidden, KV_OUT, bias=False)
 
     def forward(self, x: torch.Tensor):
         h = self.input_layernorm(x)
         return self.q_proj(h), self.k_proj(h), self.v_proj(h)
 
 
-def make(tokens: int = 32, seed: int = 0):
+def make(tokens: int = 32, seed: int = 0, hidden: int = HIDDEN):
+    """The module and its input (`hidden` other than 1024: a k extent the tiles do not divide)."""
     torch.manual_seed(seed)
-    module = NormQKV().to(torch.bfloat16)
+    module = NormQKV(hidden).to(torch.bfloat16)
     with torch.no_grad():
-        module.input_layernorm.weight.add_(0.1 * torch.randn(HIDDEN, dtype=torch.bfloat16))
-    return module, (torch.randn(1, tokens, HIDDEN, dtype=torch.bfloat16),)
+        module.input_layernorm.weight.add_(0.1 * torch.randn(hidden, dtype=torch.bfloat16))
+    return module, (torch.randn(1, tokens, hidden, dtype=torch.bfloat16),)

@@ -11,7 +11,8 @@ The host entry point of each function `f` is
     extern "C" void emmy_launch_f(<one pointer per buffer, in plan.buffers order>, cudaStream_t stream);
 
 It raises the dynamic shared-memory limit of kernels that need more than 48 KB (once) and
-launches every forward-phase kernel in order on `stream`. When the function has prepare-phase
+launches every forward-phase kernel in order on `stream`, encoding the tensor maps of kernels
+that copy with the tensor memory accelerator from the buffers' addresses at each call. When the function has prepare-phase
 launches (`emmy.phase`: work on parameters alone, such as a norm weight folded into a weight
 matrix), a second entry point with the same parameters runs them:
 
@@ -92,9 +93,29 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class MapView:
+    """A tensor map parameter: the 2-D view of its buffer (elements `offset + r * stride + c`,
+    r < rows, c < cols) and the box one copy moves (emmy/dialects/tensor_map.py). The launch's
+    argument names the buffer; the host encodes the map from the buffer's address."""
+
+    rows: int
+    cols: int
+    stride: int
+    offset: int
+    box_rows: int
+    box_cols: int
+
+    def __str__(self) -> str:
+        return (
+            f"tensor_map<rows {self.rows}, cols {self.cols}, stride {self.stride}, offset {self.offset}, "
+            f"box {self.box_rows} x {self.box_cols}>"
+        )
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str
-    arg_types: tuple[str, ...]  # "ptr<bf16>", "i32", "f32", ...
+    arg_types: tuple[str | MapView, ...]  # "ptr<bf16>", "i32", "f32", ..., or a tensor map
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
@@ -144,7 +165,9 @@ class LaunchPlan:
         return sorted((b for b in self.buffers if b.role == role), key=lambda b: b.position or 0)
 
 
-def _arg_type(t: Attribute) -> str:
+def _arg_type(t: Attribute) -> str | MapView:
+    if isinstance(t, C.TensorMapType):
+        return MapView(*(p.data for p in t.parameters[1:]))
     if isinstance(t, C.PtrType):
         return f"ptr<{dtype_name(t.element_type)}>"
     return dtype_name(t)
@@ -234,6 +257,14 @@ def cuda_source(module: ModuleOp) -> str:
 
 def _host_value(plan: LaunchPlan, kernel: Kernel, i: int, arg: str | int | float) -> str:
     t = kernel.arg_types[i]
+    if isinstance(t, MapView):
+        if not isinstance(arg, str):
+            raise EmmyError(f"plan: {kernel.name} argument #{i} must be a buffer")
+        b = plan.buffer(arg)
+        return (
+            f"emmy::tensor_map_2d(({c_type(b.dtype)}*){b.name} + {t.offset}, {t.rows}, {t.cols}, {t.stride}, "
+            f"{t.box_rows}, {t.box_cols})"
+        )
     if t.startswith("ptr<"):
         if not isinstance(arg, str):
             raise EmmyError(f"plan: {kernel.name} argument #{i} must be a buffer")
@@ -298,4 +329,4 @@ def _source(plans: list[LaunchPlan]) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["Buffer", "Kernel", "Launch", "LaunchPlan", "cuda_source", "launch_plan", "launch_plans"]
+__all__ = ["Buffer", "Kernel", "Launch", "LaunchPlan", "MapView", "cuda_source", "launch_plan", "launch_plans"]

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from emmy.backend.plan import MapView
 from emmy.diagnostics import EmmyError
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "i64": "int64", "i32": "int32"}
@@ -146,17 +147,19 @@ class GpuModule:
                 tensors[buf.name] = outputs[buf.name]
             else:
                 tensors[buf.name] = torch.empty(tuple(buf.shape), dtype=dtype, device="cuda")
+        kernels = {k.name: k for k in self.plan.kernels}
         packed = []
         for launch in self.launches:
-            vals, types = [], []
-            for arg in launch.args:
-                if isinstance(arg, str):
-                    vals.append(tensors[arg].data_ptr())
-                    types.append(ctypes.c_void_p)
+            values = []
+            for i, arg in enumerate(launch.args):
+                view = kernels[launch.name].arg_types[i]
+                if isinstance(view, MapView):
+                    values.append(tensor_map(view, tensors[arg], f"argument #{i} of {launch.name}"))
+                elif isinstance(arg, str):
+                    values.append(ctypes.c_void_p(tensors[arg].data_ptr()))
                 else:
-                    types.append(arg[0])
-                    vals.append(arg[1])
-            packed.append((tuple(vals), tuple(types)))
+                    values.append(arg[0](arg[1]))
+            packed.append(KernelParams(values))
         outs = sorted((b for b in self.plan.buffers if b.role == "output"), key=lambda b: b.position or 0)
         binding = Binding(self, tensors, packed, [tensors[b.name] for b in outs])
         if any(launch.prepare for launch in self.launches):
@@ -189,7 +192,7 @@ class Binding:
             if launch.prepare != prepare:
                 continue
             _check(
-                drv.cuLaunchKernel(launch.function, *launch.grid, *launch.block, launch.smem, handle, params, 0),
+                drv.cuLaunchKernel(launch.function, *launch.grid, *launch.block, launch.smem, handle, params.address, 0),
                 f"launching {launch.name}",
             )
 
@@ -211,6 +214,53 @@ class GpuLayer:
     def outputs(self) -> list[object]:
         assert self.binding is not None, "bind() first"
         return self.binding.outputs
+
+
+class KernelParams:
+    """One launch's parameters as cuLaunchKernel takes them: an array of pointers to the values
+    (ctypes objects kept alive here: pointers, scalars, 128-byte tensor maps)."""
+
+    def __init__(self, values: list):
+        self.values = values
+        self.array = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.array) if self.values else 0
+
+
+_MAP_BYTES = 128  # sizeof(CUtensorMap), aligned to 128 bytes (cuda.h)
+_BF16, _SWIZZLE, _L2_256B = 9, {32: 1, 64: 2, 128: 3}, 3  # CUtensorMap* enum values of cuda.h
+
+
+def tensor_map(view: MapView, tensor, what: str):
+    """The CUtensorMap of `view` over `tensor` (a CUDA bf16 tensor), encoded by the driver
+    (cuTensorMapEncodeTiled) into a 128-byte aligned ctypes buffer."""
+    base = tensor.data_ptr() + 2 * view.offset
+    raw = ctypes.create_string_buffer(2 * _MAP_BYTES)
+    offset = -ctypes.addressof(raw) % _MAP_BYTES
+    buf = (ctypes.c_ubyte * _MAP_BYTES).from_buffer(raw, offset)  # keeps `raw` alive
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    dims = (u64 * 2)(view.cols, view.rows)
+    strides = (u64 * 1)(2 * view.stride)
+    box = (u32 * 2)(view.box_cols, view.box_rows)
+    steps = (u32 * 2)(1, 1)
+    encode = _libcuda().cuTensorMapEncodeTiled
+    encode.restype = ctypes.c_int
+    err = encode(
+        ctypes.byref(buf), _BF16, 2, ctypes.c_void_p(base), dims, strides, box, steps, 0,
+        _SWIZZLE[2 * view.box_cols], _L2_256B, 0,
+    )
+    if err != 0:
+        raise EmmyError(f"CUDA driver error {err} encoding the tensor map of {what} ({view}) at address {base:#x}")
+    return buf
+
+
+def _libcuda():
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        raise EmmyError(f"tensor maps need the CUDA driver library (libcuda.so.1): {e}") from None
 
 
 def _scalar_ctype(arg_type: str):

@@ -63,6 +63,7 @@ from emmy.codegen.kb import KB
 from emmy.codegen.reduction import reduce_rows
 from emmy.codegen.scalar import BodyEmitter
 from emmy.codegen.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source, round_up, same_expr
+from emmy.codegen.tma import MapOperand, tensor_view
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
@@ -97,6 +98,7 @@ class Geometry:
     mi: int = 1
     producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
     persistent: bool = False  # schedule = persistent: one block per SM loops over the tiles
+    tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
     # thread
     tx: int = 1
     ty: int = 1
@@ -193,6 +195,15 @@ def geometry(info, knobs, op, target) -> Geometry:
         g.persistent = True
     elif schedule != "grid":
         raise EmmyError(f"{where}: unknown schedule '{schedule}'")
+    copy = str(knob(knobs, "copy", op, "cp_async"))
+    if copy == "tma":
+        if workers != "wgmma_ws":
+            raise EmmyError(f"{where}: copy=tma needs workers=wgmma_ws (workers={workers})")
+        if not target.has("tma"):
+            raise EmmyError(f"{where}: copy=tma needs the tensor memory accelerator (sm_90 or newer; target is {target.name})")
+        g.tma = True
+    elif copy != "cp_async":
+        raise EmmyError(f"{where}: unknown copy '{copy}'")
     return g
 
 
@@ -240,6 +251,8 @@ class ContractionBuilder:
         self.chunk = largest_divisor_pow2(self.ext[self.k_last], 8)
         if self.g.bk % self.chunk:
             self.chunk = largest_divisor_pow2(self.g.bk, self.chunk)
+        self._maps: list[MapOperand] | None = None  # tma_operands()
+        self.map_args: list[SSAValue] = []  # their kernel arguments (build_main)
 
     # -- kernels ------------------------------------------------------------------------------------
     def build(self) -> Built:
@@ -266,6 +279,7 @@ class ContractionBuilder:
             args.append(ws_ref)
         else:
             args += [r for r in refs if isinstance(r, Out)]
+        args += [In(m.operand) for m in self.tma_operands()]
         built.launches.append(Launch(main.sym_name.data, tuple(args)))
         if ws_ref is not None:
             comb = self.build_combine(types, names, stats=stats_ref is not None)
@@ -382,6 +396,9 @@ class ContractionBuilder:
         else:
             arg_types += types[n_in:]
             arg_names += names[n_in:]
+        maps = self.tma_operands()
+        arg_types += [m.view for m in maps]
+        arg_names += [f"tma_{m.side}{m.index if m.side == 'b' and g.nc > 1 else ''}" for m in maps]
         stats_in_smem = bool(self.prologue) and not stats
         a_loads = self.raw_a_loads()
         raw = None if g.producer else a_loads
@@ -408,11 +425,13 @@ class ContractionBuilder:
         if stats:
             stats_ptr = args[pos]
             pos += 1
+        n_args = len(args) - len(maps)
         if workspace:
             ws_ptr = args[pos]
             outs = []
         else:
-            outs = list(args[pos:])
+            outs = list(args[pos:n_args])
+        self.map_args = list(args[n_args:])
         em = BodyEmitter(kb, self.op, ptrs, outs)
         # wgmma reads tiles through the swizzle of absolute addresses: 8-row groups aligned
         align_a = 1024 if g.wgmma else 128
@@ -558,6 +577,58 @@ class ContractionBuilder:
             return [kb.ptr_add(acc, c * g.acc_per_thread) for c in range(g.nc)]
         return [kb.local(f32, g.acc_per_thread, f"acc{c}" if g.nc > 1 else "acc") for c in range(g.nc)]
 
+    def tma_operands(self) -> list[MapOperand]:
+        """copy = tma: the operand tiles the producer copies with tensor maps (see
+        emmy/codegen/tma.py): the A tile when A is a plain copy or the raw tile of an in-place
+        A, and each plain B tile; the others stay on cp.async. Empty otherwise."""
+        if self._maps is None:
+            self._maps = self._find_tma_operands()
+        return self._maps
+
+    def _find_tma_operands(self) -> list[MapOperand]:
+        if not self.g.tma or self.b_axes or len(self.k_axes) != 1 or self.chunk != 8:
+            return []
+        if len(self.m_axes) != 1 or len(self.n_axes) != 1:
+            return []
+        g = self.g
+        em = BodyEmitter(None, self.op, {}, [])  # analysis only
+        kset = frozenset(self.k_axes)
+        k, (m_axis,), (n_axis,) = self.k_last, self.m_axes, self.n_axes
+        out = []
+        a_load = self.inplace_a_leaf(self.raw_a_loads())
+        if a_load is None and self.cs[0].a_value is not None:
+            src = direct_source(em, self.cs[0].a_value, kset, k)
+            a_load = src.load if isinstance(src, Leaf) else None
+        if a_load is not None:
+            view = tensor_view(a_load, m_axis, k, self.ext, g.bm, g.slab)
+            if view is not None:
+                out.append(MapOperand("a", 0, a_load, view, a_load.tensor.index))
+        for c, contraction in enumerate(self.cs):
+            if contraction.b_value is None:
+                continue
+            src = direct_source(em, contraction.b_value, kset, k)
+            if isinstance(src, Leaf):
+                view = tensor_view(src.load, n_axis, k, self.ext, g.bn, g.slab)
+                if view is not None:
+                    out.append(MapOperand("b", c, src.load, view, src.load.tensor.index))
+        return out
+
+    def tma_issue(self, kb: KB, kt, slot, m0, n0, bar, sa, sbs, a_elems) -> None:
+        """One producer thread: announce the bytes of k-step `kt`'s tensor-map copies on the
+        slot's `full` barrier, then issue them (one per operand tile and 64-element slab)."""
+        g = self.g
+        maps = self.tma_operands()
+        nbytes = sum((g.bm if m.side == "a" else g.bn) * g.bk * 2 for m in maps)
+        kb.call("emmy::mbar_arrive_expect_tx", [bar, kb.idx(nbytes)])
+        for m, map_arg in zip(maps, self.map_args):
+            if m.side == "a":
+                base, rows, row0 = kb.ptr_add(sa, kb.mul(slot, a_elems)), g.bm, m0
+            else:
+                base, rows, row0 = kb.ptr_add(sbs[m.index], kb.mul(slot, g.b_stride)), g.bn, n0
+            for s_ in range(g.bk // g.slab):
+                col = kb.add(kb.mul(kt, g.bk), s_ * g.slab)
+                kb.call("emmy::tma_load_2d", [kb.ptr_add(base, s_ * rows * g.slab), map_arg, col, row0, bar])
+
     def inplace_a_leaf(self, a_loads: list | None) -> LoadOp | None:
         """The one block_m-row tensor a computed A side reads, when A can be computed in place:
         the producer copies that tensor's tile into the A slot (cp.async) and each consumer
@@ -636,19 +707,39 @@ class ContractionBuilder:
         def empty(slot):
             return kb.ptr_add(bars, kb.add(slot, S))
 
+        maps = self.tma_operands()
+        # every operand through tensor maps: one producer thread does all the staging
+        tma_only = len(maps) == 1 + len(self.cs)
+        arrivals = (0 if tma_only else 2 * 128) + (1 if maps else 0)
         with kb.if_(kb.cmp("eq", tid, 0)):
             for s_ in range(S):
-                kb.call("emmy::mbar_init", [full(kb.idx(s_)), kb.idx(2 * 128)])
+                kb.call("emmy::mbar_init", [full(kb.idx(s_)), kb.idx(arrivals)])
                 kb.call("emmy::mbar_init", [empty(kb.idx(s_)), kb.idx(consumers)])
         kb.barrier()
         with kb.if_(kb.cmp("sge", tid, consumers)):
             ptid = kb.sub(tid, consumers)
+            first = kb.cmp("eq", ptid, 0)
+            if maps:
+                with kb.if_(first):
+                    for map_arg in self.map_args:
+                        kb.call("emmy::tma_prefetch", [map_arg])
+
+            def produce_tma(m0, n0, batch, part, kt0, kt1, base, later, more):
+                with kb.if_(first):
+                    with kb.for_(kt0, kt1, 1, name="kt") as kt:
+                        j = kb.add(base, kb.sub(kt, kt0))
+                        slot = kb.rem(j, S)
+                        kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
+                        self.tma_issue(kb, kt, slot, m0, n0, full(slot), sa, sbs, a_elems)
 
             def produce(m0, n0, batch, part, kt0, kt1, base, later, more):
                 stat = stat_at(m0, batch)
                 # tensors with block_m rows are prefetched; one-row ones (a norm weight) stay in L1
                 leaves = [] if inplace is not None else [(ld, rows) for ld, rows in a_loads or () if rows > 1]
-                stager = Stager(self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves, a_copy=inplace)
+                stager = Stager(
+                    self, kb, em, ptid, m0, n0, batch, stat, (), threads=128, leaves=leaves, a_copy=inplace,
+                    skip={(m.side, m.index) for m in maps},
+                )
                 if stager.leaves:  # a computed A side: its loads run one k-step ahead
                     cur, nxt = stager.a_registers(), stager.a_registers()
                     stager.prefetch_a(cur, kt0, kb.lt(kt0, kt1))
@@ -658,6 +749,9 @@ class ContractionBuilder:
                     j = kb.add(base, kb.sub(kt, kt0))
                     slot = kb.rem(j, S)
                     kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
+                    if maps:
+                        with kb.if_(first):
+                            self.tma_issue(kb, kt, slot, m0, n0, full(slot), sa, sbs, a_elems)
                     stager.stage(kt, slot, sa, sbs, kb.true(), a_elems, b_elems, deferred=False)
                     kb.call("emmy::cp_async_mbar_arrive", [full(slot)])
                     if stager.leaves:
@@ -673,8 +767,11 @@ class ContractionBuilder:
                     stager.finish_stats(rs)
                     kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
 
-            self.tile_loop(kb, origin, produce)
-            kb.call("emmy::cp_async_wait<0>")
+            if tma_only:
+                self.tile_loop(kb, origin, produce_tma)
+            else:
+                self.tile_loop(kb, origin, produce)
+                kb.call("emmy::cp_async_wait<0>")
         with kb.if_(kb.lt(tid, consumers)):
 
             def consume(m0, n0, batch, part, kt0, kt1, base, later, more):
@@ -696,7 +793,7 @@ class ContractionBuilder:
                     kb.call("emmy::mbar_wait", [full(slot), kb.rem(kb.div(j, S), 2)])
                     if transform is not None:
                         transform.step(sa, slot, a_elems, kt)
-                    else:
+                    elif not tma_only:
                         kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
                     during = (lambda: reader.step(sa, slot, a_elems, kt)) if reader is not None else None
                     self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1, during=during)

@@ -227,6 +227,8 @@ class KernelEmitter:
             if isinstance(t, K.PtrType):
                 const = "" if a in self.stored_args else "const "
                 params.append(f"{const}{c_scalar_type(t.element_type)}* __restrict__ {name}")
+            elif isinstance(t, K.TensorMapType):  # passed by value, read in place (prefetch, copies)
+                params.append(f"const __grid_constant__ CUtensorMap {name}")
             else:
                 params.append(f"const {c_type(t)} {name}")
         threads = f.threads

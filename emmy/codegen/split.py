@@ -101,48 +101,78 @@ def one_launch(builts: list[Built], name: str, target) -> Built | None:
     """One kernel `name` running the parts' kernels side by side along the grid's x axis, or
     None where they differ in arguments, block shape, grid y/z, or need more shared memory
     together than a block may have. Each part's body runs in a branch on blockIdx.x, with
-    blockIdx.x counted from the part's first block."""
+    blockIdx.x counted from the part's first block. Tensor maps (the trailing arguments of
+    kernels that copy with the tensor memory accelerator) may differ: the kernel takes each
+    distinct one once."""
     from emmy.codegen.kb import KB
+    from emmy.dialects import kernel as K
 
     if len(builts) < 2 or any(len(b.funcs) != 1 or len(b.launches) != 1 or b.temps for b in builts):
         return None
     funcs = [b.funcs[0] for b in builts]
     first = funcs[0]
-    arg_types = [a.type for a in first.body.block.args]
+    n = _plain_args(first)
+    arg_types = [a.type for a in first.body.block.args][:n]
     for f, b in zip(funcs, builts):
         if (
-            [a.type for a in f.body.block.args] != arg_types
+            _plain_args(f) != n
+            or [a.type for a in f.body.block.args][:n] != arg_types
             or f.block_dims != first.block_dims
             or f.grid_dims[1:] != first.grid_dims[1:]
-            or b.launches[0].args != builts[0].launches[0].args
+            or b.launches[0].args[:n] != builts[0].launches[0].args[:n]
         ):
             return None
     smem = max(f.smem_bytes for f in funcs)
     if smem > target.smem_per_block:
         return None
+    # the distinct tensor maps, and where each part's maps are among the merged arguments
+    names = [a.name_hint or f"arg{i}" for i, a in enumerate(first.body.block.args)][:n]
+    launch_args = list(builts[0].launches[0].args[:n])
+    slots: dict = {}
+    positions = []
+    for f, b in zip(funcs, builts):
+        pos = list(range(n))
+        for a, la in zip(f.body.block.args[n:], b.launches[0].args[n:]):
+            key = (a.type, la)
+            if key not in slots:
+                slots[key] = len(arg_types)
+                arg_types.append(a.type)
+                names.append(a.name_hint or f"map{len(slots)}")
+                launch_args.append(la)
+            pos.append(slots[key])
+        positions.append(pos)
     bounds = [f.min_blocks.value.data for f in funcs if f.min_blocks is not None]
     grid = (sum(f.grid_dims[0] for f in funcs), *first.grid_dims[1:])
-    kb = KB.new_func(
-        name, arg_types, grid, first.block_dims, smem, min(bounds) if bounds else None,
-        arg_names=[a.name_hint or f"arg{i}" for i, a in enumerate(first.body.block.args)],
-    )
+    kb = KB.new_func(name, arg_types, grid, first.block_dims, smem, min(bounds) if bounds else None, arg_names=names)
     bid = kb.block_id("x")
     start = 0
     for i, f in enumerate(funcs):
         end = start + f.grid_dims[0]
         inside = kb.and_(kb.cmp("sge", bid, start) if i else None, kb.lt(bid, end) if i < len(funcs) - 1 else None)
         with kb.if_(inside):
-            _inline(kb, f, kb.sub(bid, start))
+            args = kb.func.body.block.args
+            _inline(kb, f, kb.sub(bid, start), [args[p] for p in positions[i]])
         start = end
-    return Built(funcs=[kb.finish()], launches=[Launch(name, builts[0].launches[0].args)])
+    assert all(isinstance(t, K.TensorMapType) for t in arg_types[n:])
+    return Built(funcs=[kb.finish()], launches=[Launch(name, tuple(launch_args))])
 
 
-def _inline(kb, f, bid_x) -> None:
-    """Clone f's body at kb's insertion point, f's arguments read as kb's function's, and its
-    blockIdx.x as `bid_x`."""
+def _plain_args(f) -> int:
+    """The number of f's arguments before its trailing tensor maps."""
     from emmy.dialects import kernel as K
 
-    mapper = dict(zip(f.body.block.args, kb.func.body.block.args))
+    n = len(f.body.block.args)
+    while n and isinstance(f.body.block.args[n - 1].type, K.TensorMapType):
+        n -= 1
+    return n
+
+
+def _inline(kb, f, bid_x, args) -> None:
+    """Clone f's body at kb's insertion point, f's arguments read as `args` (kb's function's),
+    and its blockIdx.x as `bid_x`."""
+    from emmy.dialects import kernel as K
+
+    mapper = dict(zip(f.body.block.args, args))
     for op in f.body.block.ops:
         if isinstance(op, K.ReturnOp):
             continue

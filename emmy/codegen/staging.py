@@ -121,8 +121,10 @@ class Stager:
     def __init__(
         self, cb: ContractionBuilder, kb: KB, em: BodyEmitter, tid, m0, n0, batch, stat, raw_bufs=(),
         threads: int | None = None, leaves: list | None = None, a_copy: LoadOp | None = None,
+        skip: set | frozenset = frozenset(),
     ):
         self.threads = threads or cb.g.threads  # the threads that stage (tid counts among them)
+        self.skip = skip  # ("a", 0) / ("b", c): tiles copied by someone else (tensor maps)
         # (load, rows) of a computed A side: with `leaves`, stage() leaves the A side to the
         # caller, which loads a k-step ahead (prefetch_a) and computes it later (store_a)
         self.leaves = list(leaves or ())
@@ -163,12 +165,15 @@ class Stager:
         if self.raw_bufs:
             for load, rows, buf in self.raw_bufs:
                 ops.append(("a", buf, rows * g.bk, rows, Leaf(load), cb.cs[0], None))
+        elif ("a", 0) in self.skip:
+            pass
         elif self.a_copy is not None:
             ops.append(("a", sa, a_elems, g.bm, Leaf(self.a_copy), cb.cs[0], None))
         else:
             ops.append(("a", sa, a_elems, g.bm, self.a_src, cb.cs[0], self.a_value))
         for c, (sb, src, v) in enumerate(zip(sbs, self.b_srcs, self.b_values)):
-            ops.append(("b", sb, b_elems, g.bn, src, cb.cs[c], v))
+            if ("b", c) not in self.skip:
+                ops.append(("b", sb, b_elems, g.bn, src, cb.cs[c], v))
         for side, sbuf, elems, rows, src, contraction, value in ops:
             base = kb.ptr_add(sbuf, kb.mul(slot, elems))
             if side == "a" and src is None and self.leaves:

@@ -6,7 +6,7 @@ One `cuda.module` per model function holds:
 |---|---|
 | `cuda.kernel @k(!cuda.ptr<bf16>, i32) grid [..] block [..] smem N source "..."` | one `__global__` kernel: its parameters, launch geometry, dynamic shared memory and its CUDA C++ text (a complete `extern "C" __global__` definition) |
 | `cuda.buffer @x : tensor<...> input 0 "hidden_states"` | a device buffer of the launch sequence: `input N` / `param N` (function argument N, PyTorch name), `output N` (result N), `temp` (intermediates and workspaces) |
-| `cuda.launch @k(@x, @w, 3 : i32) grid [..] block [..] smem N` | one kernel launch, in order, on one stream; buffer arguments by symbol, scalars by value |
+| `cuda.launch @k(@x, @w, 3 : i32) grid [..] block [..] smem N` | one kernel launch, in order, on one stream; buffer arguments by symbol (a `!cuda.tensor_map<...>` parameter gets a map of a view of its buffer, encoded by the host), scalars by value |
 
 `emmy/backend/plan.py` reads it into a `LaunchPlan` and writes the whole `.cu` text (the runtime
 include, every kernel, and `extern "C" void emmy_launch_<module>(<buffer pointers>, cudaStream_t)`).
@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
     FloatAttr,
+    IntAttr,
     IntegerAttr,
     StringAttr,
     SymbolRefAttr,
@@ -49,6 +50,8 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import IsolatedFromAbove, NoTerminator, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
+
+from emmy.dialects import tensor_map
 
 ROLES = ("input", "param", "output", "temp", "prepared")
 
@@ -105,6 +108,33 @@ class PtrType(ParametrizedAttribute, TypeAttribute):
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
             printer.print_attribute(self.element_type)
+
+
+@irdl_attr_definition
+class TensorMapType(ParametrizedAttribute, TypeAttribute):
+    """A kernel parameter holding a tensor map of a 2-D view of a buffer (see
+    emmy/dialects/tensor_map.py): `!cuda.tensor_map<bf16, rows 4096, cols 1024, stride 1024,
+    offset 0, box 128 x 64>`. The launch function encodes it from the buffer argument."""
+
+    name = "cuda.tensor_map"
+
+    element_type: Attribute
+    rows: IntAttr
+    cols: IntAttr
+    stride: IntAttr
+    offset: IntAttr
+    box_rows: IntAttr
+    box_cols: IntAttr
+
+    def verify(self) -> None:
+        tensor_map.verify_view(self)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        return tensor_map.parse_view(parser)
+
+    def print_parameters(self, printer: Printer) -> None:
+        tensor_map.print_view(self, printer)
 
 
 @irdl_op_definition
@@ -376,13 +406,17 @@ class LaunchOp(IRDLOperation):
             raise VerifyException(f'{name}: emmy.phase must be "prepare" (or absent for the forward phase)')
         prepare = phase is not None
         for i, (t, a) in enumerate(zip(kernel.arg_types.data, self.args.data)):
-            if isinstance(t, PtrType):
+            if isinstance(t, (PtrType, TensorMapType)):
                 if not isinstance(a, SymbolRefAttr):
                     raise VerifyException(f"{name}: argument #{i} must be a buffer")
                 buf = symbols.get(a.root_reference.data)
                 if not isinstance(buf, BufferOp):
                     raise VerifyException(f"{name}: no cuda.buffer named @{a.root_reference.data}")
-                if buf.type.element_type != t.element_type:
+                if isinstance(t, TensorMapType):
+                    why = tensor_map.view_fits(t, buf.type)
+                    if why is not None:
+                        raise VerifyException(f"{name}: argument #{i} (a tensor map of @{a.root_reference.data}) {why}")
+                elif buf.type.element_type != t.element_type:
                     raise VerifyException(
                         f"{name}: argument #{i} must hold {t.element_type}, @{a.root_reference.data} holds {buf.type.element_type}"
                     )
@@ -419,4 +453,4 @@ class LaunchOp(IRDLOperation):
         return op
 
 
-Cuda = Dialect("cuda", [ModuleOp, KernelOp, BufferOp, LaunchOp], [PtrType])
+Cuda = Dialect("cuda", [ModuleOp, KernelOp, BufferOp, LaunchOp], [PtrType, TensorMapType])

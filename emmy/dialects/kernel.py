@@ -9,7 +9,7 @@ Device code (inside `kernel.func`):
 
 | op | meaning | CUDA C++ |
 |---|---|---|
-| `kernel.func @k(%a: !kernel.ptr<bf16>, %n: i32) grid [gx, gy, gz] block [bx, by, bz] smem BYTES` | a kernel: arguments (global pointers and scalars), launch geometry, dynamic shared memory | `__global__ void __launch_bounds__(...) k(...)` |
+| `kernel.func @k(%a: !kernel.ptr<bf16>, %n: i32) grid [gx, gy, gz] block [bx, by, bz] smem BYTES` | a kernel: arguments (global pointers, scalars, tensor maps `!kernel.tensor_map<...>` for the tensor memory accelerator), launch geometry, dynamic shared memory | `__global__ void __launch_bounds__(...) k(...)` |
 | `kernel.return` | end of the kernel body (implicit in the custom form) | |
 | `kernel.block_id x`, `kernel.thread_id x` | `blockIdx.x`, `threadIdx.x` as `index` | `(int)blockIdx.x` |
 | `kernel.shared [N] offset B align A : !kernel.ptr<T, shared>` | N elements of T at byte offset B of the kernel's dynamic shared memory | `(T*)(emmy_smem + B)` |
@@ -34,7 +34,7 @@ Host code (inside the `func.func` of the model function):
 | op | meaning |
 |---|---|
 | `%t = kernel.empty : tensor<...>` | a device buffer: an output when the function returns it, else an intermediate or workspace |
-| `kernel.launch @k(%a, %b, %c) : tensor<...>, tensor<...>, i32` | run kernel `@k` once; tensor operands are passed as pointers to their buffers, scalars by value; launches run in order on one stream |
+| `kernel.launch @k(%a, %b, %c) : tensor<...>, tensor<...>, i32` | run kernel `@k` once; tensor operands are passed as pointers to their buffers (or, for a `!kernel.tensor_map` parameter, as a map of a 2-D view of the buffer), scalars by value; launches run in order on one stream |
 
 Example:
 ```mlir
@@ -67,6 +67,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     IndexType,
+    IntAttr,
     IntegerAttr,
     IntegerType,
     StringAttr,
@@ -113,6 +114,8 @@ from xdsl.traits import (
     ensure_terminator,
 )
 from xdsl.utils.exceptions import VerifyException
+
+from emmy.dialects import tensor_map
 
 # ---------------------------------------------------------------------------------------------
 # Constants and helpers
@@ -220,6 +223,36 @@ class PtrType(ParametrizedAttribute, TypeAttribute):
             printer.print_attribute(self.element_type)
             if self.space.data != "global":
                 printer.print_string(", " + self.space.data)
+
+
+@irdl_attr_definition
+class TensorMapType(ParametrizedAttribute, TypeAttribute):
+    """A tensor map parameter (the tensor memory accelerator, sm_90+): a 2-D view of the tensor
+    the launch passes for it, copied in boxes by `emmy::tma_load_2d` (see
+    emmy/dialects/tensor_map.py for the fields).
+
+    `!kernel.tensor_map<bf16, rows 4096, cols 1024, stride 1024, offset 0, box 128 x 64>`
+    """
+
+    name = "kernel.tensor_map"
+
+    element_type: Attribute
+    rows: IntAttr
+    cols: IntAttr
+    stride: IntAttr
+    offset: IntAttr
+    box_rows: IntAttr
+    box_cols: IntAttr
+
+    def verify(self) -> None:
+        tensor_map.verify_view(self)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        return tensor_map.parse_view(parser)
+
+    def print_parameters(self, printer: Printer) -> None:
+        tensor_map.print_view(self, printer)
 
 
 @irdl_attr_definition
@@ -363,9 +396,9 @@ class KernelFuncOp(IRDLOperation):
                     raise VerifyException(
                         f"kernel.func @{name}: argument #{i} must point to global memory, got {t}"
                     )
-            elif not is_scalar_type(t):
+            elif not is_scalar_type(t) and not isinstance(t, TensorMapType):
                 raise VerifyException(
-                    f"kernel.func @{name}: argument #{i} must be a global pointer or a scalar, got {t}"
+                    f"kernel.func @{name}: argument #{i} must be a global pointer, a scalar or a tensor map, got {t}"
                 )
         parent = self.parent_op()
         while parent is not None:
@@ -1519,6 +1552,10 @@ class LaunchOp(IRDLOperation):
                     raise VerifyException(
                         f"kernel.launch: argument #{i} of @{name} must be a tensor of {t.element_type}, got {at}"
                     )
+            elif isinstance(t, TensorMapType):
+                why = tensor_map.view_fits(t, at) if isinstance(at, TensorType) else f"must be a tensor, got {at}"
+                if why is not None:
+                    raise VerifyException(f"kernel.launch: argument #{i} of @{name} (a tensor map) {why}")
             elif at != t:
                 raise VerifyException(f"kernel.launch: argument #{i} of @{name} must be {t}, got {at}")
 
@@ -1576,5 +1613,5 @@ Kernel = Dialect(
         EmptyOp,
         LaunchOp,
     ],
-    [PtrType, FnType],
+    [PtrType, TensorMapType, FnType],
 )

@@ -87,11 +87,17 @@ def _check_size(t: TensorType, what: str) -> None:
         raise EmmyError(f"convert-kernel-to-cuda: {what} has {n} elements; kernels index with 32-bit ints (at most {MAX_ELEMENTS})")
 
 
+def _cuda_type(t: Attribute) -> Attribute:
+    if isinstance(t, K.PtrType):
+        return C.PtrType(t.element_type)
+    if isinstance(t, K.TensorMapType):
+        return C.TensorMapType(*t.parameters)
+    return t
+
+
 def kernel_op(kf: K.KernelFuncOp) -> C.KernelOp:
     """The cuda.kernel of one kernel.func (its source written by emmy.codegen.cxx)."""
-    types: list[Attribute] = [
-        C.PtrType(t.element_type) if isinstance(t, K.PtrType) else t for t in kf.arg_types
-    ]
+    types: list[Attribute] = [_cuda_type(t) for t in kf.arg_types]
     name = kf.sym_name.data
     if not name.isidentifier():
         raise EmmyError(f"convert-kernel-to-cuda: kernel name '{name}' is not a C identifier")

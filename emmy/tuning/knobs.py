@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, vector, fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, vector, fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -28,6 +28,11 @@ Meanings (what the kernel stage does with each value):
   multiprocessor looping over the tiles (`persistent`, `wgmma_ws` only, sm_90a): its producer
   warpgroup stages the next tile's first k-steps while the consumers run the epilogue of the
   last one, so the pipeline never drains between tiles.
+- `copy`: how the producer warpgroup of `wgmma_ws` fills the pipeline slots: every thread
+  issuing 16-byte `cp.async` copies (`cp_async`), or one thread issuing one tensor-memory-
+  accelerator copy per operand tile and slab (`tma`, sm_90+), the hardware writing the swizzled
+  layout and counting the bytes on the slot's barrier. Operands the tensor maps cannot describe
+  (a computed A side, concatenated weights) stay on cp.async.
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
   `split` computes it in a kernel of its own first.
@@ -55,6 +60,7 @@ WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma", "wgmma_ws")
 WGMMA_WORKERS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 FUSION: tuple[str, ...] = ("fused", "split")
 SCHEDULES: tuple[str, ...] = ("grid", "persistent")
+COPIES: tuple[str, ...] = ("cp_async", "tma")
 
 # The full spaces, before the target filters them.
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
@@ -67,6 +73,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "workers": WORKERS,
         "warps": (1, 2, 4, 8, 16),
         "schedule": SCHEDULES,
+        "copy": COPIES,
         "vector": (1, 2, 4, 8),
         "fusion": FUSION,
     },
@@ -99,6 +106,7 @@ _NEEDS_FEATURE: dict[KnobValue, str] = {
     "wgmma": "wgmma",
     "wgmma_ws": "wgmma",
     "persistent": "wgmma",
+    "tma": "tma",
 }
 
 

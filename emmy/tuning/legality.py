@@ -17,7 +17,8 @@ accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling
 warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
 bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps); schedule
-(`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop). `wgmma_ws`
+(`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop); copy
+(`tma` only with `wgmma_ws`). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
 """
@@ -248,6 +249,15 @@ def _c_schedule(info, v, t, reasons):
         )
 
 
+def _c_copy(info, v, t, reasons):
+    if not v.has("copy") or v["copy"] != "tma":
+        return
+    if v.has("workers") and v["workers"] != "wgmma_ws":
+        reasons.append(
+            f"copy=tma needs workers=wgmma_ws (its producer warpgroup issues the copies), not workers={v['workers']}"
+        )
+
+
 def _c_split(info, v, t, reasons):
     if not v.has("block_k", "split_k"):
         return
@@ -394,7 +404,7 @@ def _e_vector(info, v, t, reasons):
 Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 
 _RULES: dict[str, tuple[Rule, ...]] = {
-    "contraction": (_c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_split, _c_vector),
+    "contraction": (_c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_split, _c_vector),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers),
     "reduction": (_r_threads, _r_vector),
     "elementwise": (_e_threads, _e_vector),

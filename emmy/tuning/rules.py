@@ -340,6 +340,13 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     return [grid, ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")]
 
 
+def _c_copy(knob, info, target, chosen, memo) -> Prefs:
+    cp = ("cp_async", "16-byte cp.async copies from every producer thread")
+    if chosen.get("workers") != "wgmma_ws" or not target.has("tma"):
+        return [cp]
+    return [("tma", "one tensor-memory-accelerator copy per operand tile from one producer thread"), cp]
+
+
 def _vector_prefs(info: KernelInfo) -> Prefs:
     out: Prefs = []
     for v in (8, 4, 2, 1):
@@ -580,6 +587,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "block_k": _c_block_k,
             "stages": _c_stages,
             "schedule": _c_schedule,
+            "copy": _c_copy,
             "vector": _c_vector,
             "fusion": _c_fusion,
         }

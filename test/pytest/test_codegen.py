@@ -33,6 +33,7 @@ def _knobs(values: dict) -> str:
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
+        "copy": '["cp_async", "tma"]',
     }
     parts = []
     for k, v in values.items():
@@ -455,6 +456,64 @@ def test_persistent_schedule_errors():
     # A = x * rstd * w: the statistics come before the k loop, per tile, from all warps
     with pytest.raises(EmmyError, match="cannot compute the A side from row statistics"):
         lower(rmsnorm_matmul(M=256, workers="wgmma_ws", block_m=128, warps=8, schedule="persistent"), "convert-tile-to-kernel")
+
+
+def _init_counts(f: K.KernelFuncOp) -> list[int]:
+    """The arrival counts of the kernel's mbarrier inits, in order (full, empty per slot)."""
+    counts = []
+    for op in f.walk():
+        if isinstance(op, K.CallOp) and op.callee.data == "emmy::mbar_init":
+            counts.append(op.operands[1].owner.value.value.data)
+    return counts
+
+
+@pytest.mark.parametrize("block_k,slabs", [(64, 1), (128, 2)])
+def test_tma_copies_whole_operand_tiles(block_k, slabs):
+    """copy=tma: x (the raw tile of the in-place A) and w are 2-D views of their tensors; one
+    producer thread copies each tile slab with one tensor-map copy, announcing the bytes on the
+    slot's full barrier (one arrival), and no thread issues cp.async."""
+    text = weighted_norm_matmul(M=200, N=256, K=1024, copy="tma", block_k=block_k, stages=3)
+    module = lower(text, "convert-tile-to-kernel")
+    f = kernel_funcs(module)["norm_proj"]
+    maps = [t for t in f.arg_types if isinstance(t, K.TensorMapType)]
+    views = [(t.rows.data, t.cols.data, t.stride.data, t.offset.data, t.box_rows.data, t.box_cols.data) for t in maps]
+    assert views == [(200, 1024, 1024, 0, 128, 64), (256, 1024, 1024, 0, 128, 64)]
+    calls = callees(f)
+    assert calls.count("emmy::tma_load_2d") == 2 * slabs
+    assert calls.count("emmy::tma_prefetch") == 2
+    assert "emmy::mbar_arrive_expect_tx" in calls
+    assert "emmy::cp_async16" not in calls and "emmy::cp_async_mbar_arrive" not in calls
+    assert _init_counts(f)[0::2] == [1] * 3  # full: the expect_tx arrival; the bytes do the rest
+    text = print_module(module)
+    launch = re.search(r"kernel.launch @norm_proj\((.*?)\)", text).group(1).split(", ")
+    assert launch[-2:] == ["%x", "%w"]  # the maps are bound to the operands' tensors
+    plan = launch_plan(lower(text))
+    kernel = next(k for k in plan.kernels if k.name == "norm_proj")
+    assert [str(t) for t in kernel.arg_types[-2:]] == [
+        "tensor_map<rows 200, cols 1024, stride 1024, offset 0, box 128 x 64>",
+        "tensor_map<rows 256, cols 1024, stride 1024, offset 0, box 128 x 64>",
+    ]
+    assert "emmy::tensor_map_2d((__nv_bfloat16*)x + 0, 200, 1024, 1024, 128, 64)" in plan.source
+    assert "const __grid_constant__ CUtensorMap tma_a" in plan.source
+
+
+def test_tma_leaves_a_computed_a_side_to_the_producer_threads():
+    """A = bf16(x * rstd) * w is computed by the producer warpgroup: only the weight goes
+    through a tensor map, and the full barrier counts both kinds of arrivals."""
+    text = rmsnorm_matmul(M=200, N=96, K=448, workers="wgmma_ws", block_m=128, block_n=64, warps=8, stages=4, copy="tma")
+    f = kernel_funcs(lower(text, "convert-tile-to-kernel"))["rms_norm_qkv_proj"]
+    maps = [t for t in f.arg_types if isinstance(t, K.TensorMapType)]
+    assert [(t.rows.data, t.box_rows.data) for t in maps] == [(96, 64)]
+    calls = callees(f)
+    assert calls.count("emmy::tma_load_2d") == 1
+    assert _init_counts(f)[0::2] == [2 * 128 + 1] * 4
+
+
+def test_tma_errors():
+    with pytest.raises(EmmyError, match="copy=tma needs workers=wgmma_ws"):
+        lower(rmsnorm_matmul(M=256, workers="wgmma", warps=4, copy="tma"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="is not in the domain"):
+        lower(weighted_norm_matmul(copy="bulk"), "convert-tile-to-kernel")
 
 
 def test_warp_specialized_sums_statistics_from_the_a_tiles():

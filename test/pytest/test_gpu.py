@@ -21,13 +21,22 @@ def _cache(tmp_path):
 
 
 LAYER_TOKENS = [7, 33, 130, 1100]  # 1100: more tiles than SMs, persistent contractions on sm_90a
-LAYER_WORKERS = ["mma_sync", None, "wgmma_ws"]
+LAYER_WORKERS = ["mma_sync", None, "wgmma_ws", "wgmma_ws/tma", "wgmma_ws/cp_async"]
 EXAMPLE_TOKENS = [5, 64, 300]
 EXAMPLE_PINS = [("*.split_k=1",), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=wgmma_ws", "*.split_k=2")]
 # Persistent blocks that each loop over two or three tiles, the last row of tiles partly outside.
 PERSISTENT_CASES = [
     (2100, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=128", "*.block_n=128")),
     (1000, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=64", "*.block_n=64", "*.warps=4")),
+]
+# Tensor-map copies (copy=tma): rows past M, k past K (hidden 200), split k ranges, in-place A,
+# persistent blocks. (tokens, hidden, pins)
+TMA_CASES = [
+    (300, 1024, ("*.workers=wgmma_ws", "*.copy=tma")),
+    (300, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.fusion=split")),
+    (300, 200, ("*.workers=wgmma_ws", "*.copy=tma")),
+    (64, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.split_k=2")),
+    (2100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=128", "*.block_n=128")),
 ]
 # The layer's contraction kernels (attention has no wgmma_ws).
 LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]
@@ -36,8 +45,10 @@ LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_
 def layer_pins(workers: str | None) -> tuple[str, ...]:
     if workers is None:
         return ()
-    if workers == "wgmma_ws":
-        return tuple(f"{k}.workers=wgmma_ws" for k in LAYER_CONTRACTIONS)
+    if workers.startswith("wgmma_ws"):
+        copy = workers.partition("/")[2]
+        pins = tuple(f"{k}.workers=wgmma_ws" for k in LAYER_CONTRACTIONS)
+        return pins + (tuple(f"{k}.copy={copy}" for k in LAYER_CONTRACTIONS) if copy else ())
     return (f"*.workers={workers}",)
 
 
@@ -80,7 +91,12 @@ def test_persistent_running_example_matches_pytorch(tokens, pins, tmp_path):
     _check_running_example(tokens, pins, tmp_path)
 
 
-def _check_running_example(tokens, pins, tmp_path):
+@pytest.mark.parametrize("tokens,hidden,pins", TMA_CASES, ids=lambda c: ",".join(c) if isinstance(c, tuple) else str(c))
+def test_tma_running_example_matches_pytorch(tokens, hidden, pins, tmp_path):
+    _check_running_example(tokens, pins, tmp_path, hidden)
+
+
+def _check_running_example(tokens, pins, tmp_path, hidden=1024):
     import sys
     from pathlib import Path
 
@@ -94,7 +110,7 @@ def _check_running_example(tokens, pins, tmp_path):
     from emmy.frontend.trace import trace_layer
 
     src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
-                      factory=lambda: make(tokens))
+                      factory=lambda: make(tokens, hidden=hidden))
     traced = trace_layer(src, 0, tokens)
     _needs(pins, _target())
     opts = CompileOptions(model="example", layer=0, tokens=tokens, target=_target(), pins=pins)

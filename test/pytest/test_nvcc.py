@@ -52,6 +52,10 @@ CASES = {
         gate_up(M=1000, N=200, K=256, target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64, block_k=64,
                 warps=4, stages=3, schedule="persistent"),
         weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent"),
+        weighted_norm_matmul(M=200, N=256, K=1024, copy="tma", block_k=128, stages=3),
+        weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent", copy="tma"),
+        rmsnorm_matmul(M=200, N=96, K=448, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64, warps=8,
+                       stages=4, copy="tma"),
     ],
 }
 
@@ -126,6 +130,14 @@ def test_nvcc_error_names_kernel_and_saved_source(tmp_path):
 def test_unknown_arch(tmp_path):
     with pytest.raises(EmmyError, match="unknown architecture 'sm_70'"):
         compile_source("", "sm_70", tmp_path)
+
+
+def test_host_entry_encodes_tensor_maps(tmp_path):
+    """A launch function whose kernel copies with tensor maps encodes them from the buffers
+    (emmy::tensor_map_2d, through the runtime's driver entry point: no libcuda to link)."""
+    plan = launch_plan(lower(weighted_norm_matmul(M=200, N=256, K=1024, copy="tma")))
+    lib = compile_source(plan.source, "sm_90a", tmp_path, cubin=False)
+    assert lib.suffix == ".so" and lib.exists()
 
 
 def test_shared_library_exports_the_host_entry(tmp_path):

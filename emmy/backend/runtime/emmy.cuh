@@ -6,6 +6,7 @@
 //   emmy_mma.cuh    emmy::mma::warp_tile (ldmatrix + mma.sync m16n8k16, sm_80+),
 //                   emmy::fma::thread_tile (plain FMA)
 //   emmy_wgmma.cuh  emmy::wgmma::tile, desc, fence/commit/wait (sm_90a)
+//   emmy_tma.cuh    tma_load_2d, mbar_arrive_expect_tx (sm_90+), tensor_map_2d (host)
 //
 // Standalone checks of each building block: tools/kernel_checks/*.cu.
 #pragma once
@@ -13,4 +14,5 @@
 #include "emmy_core.cuh"
 #include "emmy_mma.cuh"
 #include "emmy_wgmma.cuh"
+#include "emmy_tma.cuh"
 #include "attention.cuh"

@@ -101,3 +101,17 @@ cuda.module @m {
   cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0 {emmy.phase = "prepare"}
 }
 // CHECK: cuda.launch @k: a prepare-phase launch reads parameters and writes prepared buffers only; @x is input
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source "extern \"C\" __global__ void k(const __grid_constant__ CUtensorMap a) {}"
+  cuda.buffer @x : tensor<32x32xbf16> input 0 "x"
+  cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0
+}
+// CHECK: cuda.launch @k: argument #0 (a tensor map of @x) the view ends at element 2048, past the 1024 elements of tensor<32x32xbf16>
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 40>) grid [1, 1, 1] block [32, 1, 1] smem 0 source "extern \"C\" __global__ void k(const __grid_constant__ CUtensorMap a) {}"
+}
+// CHECK: !cuda.tensor_map: box rows must be 32, 64 or 128 bytes (16, 32 or 64 bf16), got 40 elements

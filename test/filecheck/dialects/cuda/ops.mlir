@@ -24,3 +24,14 @@ cuda.module @layer {
 // CHECK-NEXT:   cuda.launch @scale(@x, @y, 512 : i32, 5.000000e-01 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
 // CHECK-NEXT:   cuda.launch @scale(@w, @y, 7 : i32, 1.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
 // CHECK-NEXT: }
+
+cuda.module @tma {
+  cuda.kernel @k(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [128, 1, 1] smem 4096 source "extern \"C\" __global__ void k(const __grid_constant__ CUtensorMap a) {\n}\n"
+  cuda.buffer @x : tensor<64x32xbf16> input 0 "x"
+  cuda.launch @k(@x) grid [1, 1, 1] block [128, 1, 1] smem 4096
+}
+
+// CHECK:      cuda.module @tma {
+// CHECK-NEXT:   cuda.kernel @k(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [128, 1, 1] smem 4096 source
+// CHECK-NEXT:   cuda.buffer @x : tensor<64x32xbf16> input 0 "x"
+// CHECK-NEXT:   cuda.launch @k(@x) grid [1, 1, 1] block [128, 1, 1] smem 4096

@@ -22,7 +22,7 @@ kernel.func @k(%p: !kernel.ptr<f32, shared>) grid [1, 1, 1] block [32, 1, 1] sme
 // -----
 kernel.func @k(%t: tensor<4xf32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
 }
-// CHECK: kernel.func @k: argument #0 must be a global pointer or a scalar, got tensor<4xf32>
+// CHECK: kernel.func @k: argument #0 must be a global pointer, a scalar or a tensor map, got tensor<4xf32>
 
 // -----
 kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 min_blocks 0 {
@@ -292,3 +292,57 @@ kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
   "kernel.return"() : () -> ()
 }
 // CHECK: kernel.return
+
+// -----
+func.func @f(%p: !kernel.tensor_map<f32, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: element type must be bf16, got f32
+
+// -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 64, cols 64, stride 32, offset 0, box 64 x 32>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: rows of 64 elements cannot be 32 elements apart
+
+// -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 0, cols 32, stride 32, offset 0, box 64 x 32>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: the view must have rows and columns, got 0 x 32
+
+// -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 64, cols 32, stride 36, offset 4, box 64 x 32>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: stride and offset must be multiples of 16 bytes (8 bf16), got stride 36, offset 4
+
+// -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 24>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: box rows must be 32, 64 or 128 bytes (16, 32 or 64 bf16), got 24 elements
+
+// -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 512, cols 32, stride 32, offset 0, box 512 x 32>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: a box has 1 to 256 rows, got 512
+
+// -----
+kernel.func @k(%a: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+func.func @f(%x: tensor<32x32xbf16>) {
+  kernel.launch @k(%x) : tensor<32x32xbf16>
+  func.return
+}
+// CHECK: kernel.launch: argument #0 of @k (a tensor map) the view ends at element 2048, past the 1024 elements of tensor<32x32xbf16>
+
+// -----
+kernel.func @k(%a: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+func.func @f(%x: tensor<64x32xf32>) {
+  kernel.launch @k(%x) : tensor<64x32xf32>
+  func.return
+}
+// CHECK: kernel.launch: argument #0 of @k (a tensor map) must be a tensor of bf16, got tensor<64x32xf32>

@@ -114,3 +114,17 @@ kernel.func @lam(%x: !kernel.ptr<bf16>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
 // CHECK-NEXT:   %y = kernel.invoke %sq(%one) : (f32) -> f32
 // CHECK-NEXT:   kernel.call "emmy::run_rows<4>"(%row, %sq) : (!kernel.fn, !kernel.fn) -> ()
 // CHECK-NEXT: }
+
+// A tensor map parameter: the launch binds it to a tensor, the kernel copies boxes of its view.
+kernel.func @tma(%a: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [128, 1, 1] smem 4096 {
+  kernel.call "emmy::tma_prefetch"(%a) : (!kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) -> ()
+}
+func.func @g(%x: tensor<64x32xbf16>) {
+  kernel.launch @tma(%x) : tensor<64x32xbf16>
+  func.return
+}
+// CHECK:      kernel.func @tma(%a: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [128, 1, 1] smem 4096 {
+// CHECK-NEXT:   kernel.call "emmy::tma_prefetch"(%a) : (!kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) -> ()
+// CHECK-NEXT: }
+// CHECK-NEXT: func.func @g(%x: tensor<64x32xbf16>) {
+// CHECK-NEXT:   kernel.launch @tma(%x) : tensor<64x32xbf16>

@@ -1,0 +1,78 @@
+// The tensor memory accelerator (sm_90+): 2-D tiles copied from global to shared memory by one
+// instruction, described by a tensor map (CUtensorMap) the host encodes and passes by value as a
+// `const __grid_constant__ CUtensorMap` kernel parameter.
+//
+// Emmy's maps are 2-D views of a row-major bf16 tensor: `cols` contiguous elements per row
+// (dimension 0), `rows` rows `stride` elements apart (dimension 1), boxes of box_rows x box_cols
+// with box_cols * 2 = 32, 64 or 128 bytes and the swizzle of the same width, which writes exactly
+// the layout of emmy::swz / tile_offset (one slab of a K-major operand tile). Elements outside
+// the view land as zeros, and still count towards the bytes the barrier expects.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace emmy {
+
+// The calling thread arrives on `bar` and adds `bytes` to the transaction count its phase waits
+// for (the bytes the copies issued next will deliver).
+__device__ __forceinline__ void mbar_arrive_expect_tx(long long* bar, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes) : "memory");
+#endif
+}
+
+// Fetch the map into the descriptor cache ahead of the first copy.
+__device__ __forceinline__ void tma_prefetch(const CUtensorMap& map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");
+#endif
+}
+
+// Copy the box at element column `col`, row `row` of the map's view into `smem` (aligned to the
+// swizzle's repeat, 1024 bytes for 128-byte rows); its bytes complete a transaction on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap& map, int col, int row, long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(s),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(col), "r"(row), "r"(b)
+      : "memory");
+#endif
+}
+
+// Host side: the map of a 2-D view (see above), for the launch functions of generated sources.
+// The driver's encoder is looked up through the runtime, so nothing links against libcuda.
+inline CUtensorMap tensor_map_2d(const void* base, unsigned long long rows, unsigned long long cols,
+                                 unsigned long long stride, unsigned box_rows, unsigned box_cols) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Encode encode = nullptr;
+  if (encode == nullptr) {
+    cudaDriverEntryPointQueryResult found;
+    void* fn = nullptr;
+    cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    encode = reinterpret_cast<Encode>(fn);
+  }
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {stride * 2};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t step[2] = {1, 1};
+  const unsigned width = box_cols * 2;
+  const CUtensorMapSwizzle swizzle = width == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : width == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                   : CU_TENSOR_MAP_SWIZZLE_32B;
+  if (encode != nullptr) {
+    encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, step,
+           CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  }
+  return map;
+}
+
+}  // namespace emmy
