@@ -65,7 +65,7 @@ def test_unknown_target_lists_valid_names():
 
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
-        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "schedule", "vector",
+        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "schedule", "copy", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps")
@@ -77,6 +77,8 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("attention", SM90A)["workers"] == ("mma_sync", "wgmma")
     assert knob_space("contraction", SM90A)["schedule"] == ("grid", "persistent")
     assert knob_space("contraction", SM90)["schedule"] == ("grid",)  # persistent blocks need wgmma_ws
+    assert knob_space("contraction", SM90)["copy"] == ("cp_async", "tma")  # sm_90 has the TMA
+    assert knob_space("contraction", SM80)["copy"] == ("cp_async",)
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
         knob_names("conv")
 
@@ -281,6 +283,19 @@ def test_persistent_schedule_legality():
         "k loop, once per tile; use schedule=grid or fusion=split"
     ]
     assert check(reading, dict(base, fusion="split"), SM90A) == []
+
+
+def test_tma_copies_legality_and_rule():
+    info = info_of(L.matmul(4096, 4096, 1024))
+    assert check(info, dict(GOOD, workers="wgmma_ws", copy="tma"), SM90A) == []
+    assert check(info, dict(GOOD, workers="wgmma", copy="tma"), SM90A) == [
+        "copy=tma needs workers=wgmma_ws (its producer warpgroup issues the copies), not workers=wgmma"
+    ]
+    decided = rules.decide(info, SM90A, knob_space_for(info, SM90A))
+    assert decided["workers"].value == "wgmma_ws" and decided["copy"].value == "tma"
+    assert "tensor-memory-accelerator" in decided["copy"].reason
+    small = info_of(L.matmul(7, 64, 32))
+    assert rules.decide(small, SM90A, knob_space_for(small, SM90A))["copy"].value == "cp_async"
 
 
 def test_rules_keep_one_block_per_tile():
