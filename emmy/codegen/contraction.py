@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from math import prod
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type, TensorType, VectorType, bf16, f32, i64
+from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32, i64
 from xdsl.ir import Operation, SSAValue
 
 from emmy.codegen import Built, In, Launch, Out, Tmp
@@ -99,6 +99,7 @@ class Geometry:
     producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
     persistent: bool = False  # schedule = persistent: one block per SM loops over the tiles
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
+    cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
     # thread
     tx: int = 1
     ty: int = 1
@@ -204,6 +205,12 @@ def geometry(info, knobs, op, target) -> Geometry:
         g.tma = True
     elif copy != "cp_async":
         raise EmmyError(f"{where}: unknown copy '{copy}'")
+    g.cluster = int(knob(knobs, "cluster", op, 1))
+    if g.cluster > 1:
+        if not g.tma or g.persistent:
+            raise EmmyError(f"{where}: cluster={g.cluster} needs copy=tma and schedule=grid")
+        if bn % (8 * g.cluster):
+            raise EmmyError(f"{where}: cluster={g.cluster}: block_n={bn} does not split into {g.cluster} slices of 8-row groups")
     return g
 
 
@@ -414,8 +421,13 @@ class ContractionBuilder:
             grid = (min(prod(grid), self.target.sms), 1, 1)
         if grid[1] > 65535 or grid[2] > 65535:
             raise EmmyError(f"tile.kernel @{self.info.name}: grid {grid} is too large")
+        if grid[1] % g.cluster:
+            raise EmmyError(
+                f"tile.kernel @{self.info.name}: cluster={g.cluster}: the {grid[1]} row tiles do not pair up"
+            )
         kb = KB.new_func(
-            self.name, arg_types, grid, (g.threads, 1, 1), smem, self.min_blocks(smem), arg_names=arg_names
+            self.name, arg_types, grid, (g.threads, 1, 1), smem, self.min_blocks(smem), arg_names=arg_names,
+            cluster=(1, g.cluster, 1) if g.cluster > 1 else None,
         )
         args = kb.func.body.block.args
         block = self.op.regions[0].block
@@ -608,7 +620,7 @@ class ContractionBuilder:
                 continue
             src = direct_source(em, contraction.b_value, kset, k)
             if isinstance(src, Leaf):
-                view = tensor_view(src.load, n_axis, k, self.ext, g.bn, g.slab)
+                view = tensor_view(src.load, n_axis, k, self.ext, g.bn // g.cluster, g.slab)
                 if view is not None:
                     out.append(MapOperand("b", c, src.load, view, src.load.tensor.index))
         return out
@@ -618,16 +630,28 @@ class ContractionBuilder:
         slot's `full` barrier, then issue them (one per operand tile and 64-element slab)."""
         g = self.g
         maps = self.tma_operands()
+        # the slot's bytes, whoever copies them (with clusters the peers multicast B slices)
         nbytes = sum((g.bm if m.side == "a" else g.bn) * g.bk * 2 for m in maps)
         kb.call("emmy::mbar_arrive_expect_tx", [bar, kb.idx(nbytes)])
+        rank = kb.call("emmy::cluster_rank", [], IndexType()) if g.cluster > 1 else None
         for m, map_arg in zip(maps, self.map_args):
             if m.side == "a":
                 base, rows, row0 = kb.ptr_add(sa, kb.mul(slot, a_elems)), g.bm, m0
             else:
                 base, rows, row0 = kb.ptr_add(sbs[m.index], kb.mul(slot, g.b_stride)), g.bn, n0
+            part = None
+            if m.side == "b" and rank is not None:  # this block's slice of the shared B tile
+                part = g.bn // g.cluster
+                row0 = kb.add(row0, kb.mul(rank, part))
+                base = kb.ptr_add(base, kb.mul(rank, part * g.slab))
             for s_ in range(g.bk // g.slab):
                 col = kb.add(kb.mul(kt, g.bk), s_ * g.slab)
-                kb.call("emmy::tma_load_2d", [kb.ptr_add(base, s_ * rows * g.slab), map_arg, col, row0, bar])
+                dst = kb.ptr_add(base, s_ * rows * g.slab)
+                if part is None:
+                    kb.call("emmy::tma_load_2d", [dst, map_arg, col, row0, bar])
+                else:
+                    mask = kb.idx((1 << g.cluster) - 1)
+                    kb.call("emmy::tma_load_2d_multicast", [dst, map_arg, col, row0, bar, mask])
 
     def inplace_a_leaf(self, a_loads: list | None) -> LoadOp | None:
         """The one block_m-row tensor a computed A side reads, when A can be computed in place:
@@ -711,11 +735,25 @@ class ContractionBuilder:
         # every operand through tensor maps: one producer thread does all the staging
         tma_only = len(maps) == 1 + len(self.cs)
         arrivals = (0 if tma_only else 2 * 128) + (1 if maps else 0)
+        # a slot is free once every consumer thread (with clusters: every consumer warp of
+        # every block of the cluster, whose B slices it also receives) has released it
+        releases = consumers if g.cluster == 1 else g.cluster * consumers // 32
         with kb.if_(kb.cmp("eq", tid, 0)):
             for s_ in range(S):
                 kb.call("emmy::mbar_init", [full(kb.idx(s_)), kb.idx(arrivals)])
-                kb.call("emmy::mbar_init", [empty(kb.idx(s_)), kb.idx(consumers)])
-        kb.barrier()
+                kb.call("emmy::mbar_init", [empty(kb.idx(s_)), kb.idx(releases)])
+            if g.cluster > 1:
+                kb.call("emmy::fence_mbarrier_init")
+        if g.cluster > 1:
+            kb.call("emmy::cluster_sync")
+        else:
+            kb.barrier()
+
+        def release(slot):
+            if g.cluster > 1:
+                kb.call(f"emmy::cluster_arrive<{g.cluster}>", [empty(slot)])
+            else:
+                kb.call("emmy::mbar_arrive", [empty(slot)])
         with kb.if_(kb.cmp("sge", tid, consumers)):
             ptid = kb.sub(tid, consumers)
             first = kb.cmp("eq", ptid, 0)
@@ -723,6 +761,8 @@ class ContractionBuilder:
                 with kb.if_(first):
                     for map_arg in self.map_args:
                         kb.call("emmy::tma_prefetch", [map_arg])
+            if tma_only and g.cluster > 1:  # idle till the end: leave rather than wait there
+                kb.call("emmy::exit_unless", [first])
 
             def produce_tma(m0, n0, batch, part, kt0, kt1, base, later, more):
                 with kb.if_(first):
@@ -798,10 +838,10 @@ class ContractionBuilder:
                     during = (lambda: reader.step(sa, slot, a_elems, kt)) if reader is not None else None
                     self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1, during=during)
                     with kb.if_(kb.cmp("sgt", i, 0)):
-                        kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(j, S - 1), S))])
+                        release(kb.rem(kb.add(j, S - 1), S))
                 kb.call("emmy::wgmma::wait<0>")
                 if g.persistent:  # the tile's last slot
-                    kb.call("emmy::mbar_arrive", [empty(kb.rem(kb.add(base, kb.sub(kt1, 1)), S))])
+                    release(kb.rem(kb.add(base, kb.sub(kt1, 1)), S))
                 if rs is not None:  # the producer's row statistics
                     kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
                 for stats in (transform, reader):
@@ -818,6 +858,8 @@ class ContractionBuilder:
                         kb.call(f"emmy::named_barrier_arrive<{g.threads}>", [kb.idx(PERSISTENT_BARRIER)])
 
             self.tile_loop(kb, origin, consume)
+        if g.cluster > 1:  # no block leaves while its peers may still arrive on its barriers
+            kb.call("emmy::cluster_sync")
 
     def tile_loop(self, kb: KB, origin, body) -> None:
         """Call body(m0, n0, batch, part, kt0, kt1, base, later, more) for the tiles this block

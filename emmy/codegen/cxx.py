@@ -236,6 +236,8 @@ class KernelEmitter:
             f", {f.min_blocks.value.data})" if f.min_blocks is not None else ")"
         )
         shared = [op for op in f.walk() if isinstance(op, K.SharedOp)]
+        if f.cluster_dims is not None:
+            bounds += " __cluster_dims__({}, {}, {})".format(*f.cluster_dims)
         head = [f'extern "C" __global__ void {bounds} {self.c_name}({", ".join(params)}) {{']
         if shared:
             max_align = max(op.align.value.data for op in shared)

@@ -53,8 +53,9 @@ class KB:
         smem: int = 0,
         min_blocks: int | None = None,
         arg_names: Sequence[str] = (),
+        cluster: Sequence[int] | None = None,
     ) -> KB:
-        func = K.KernelFuncOp(name, arg_types, grid, block, smem, min_blocks)
+        func = K.KernelFuncOp(name, arg_types, grid, block, smem, min_blocks, cluster=cluster)
         for a, n in zip(func.body.block.args, arg_names):
             a.name_hint = n
         return KB(func)

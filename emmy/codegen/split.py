@@ -7,7 +7,8 @@ and what they need; `build_parts` builds each with the whole op's knobs (adjuste
 needs more registers than the whole was decided for). Where each part is one kernel with the
 same block shape, `one_launch` puts them side by side in one kernel (the blocks of part 0 first,
 then part 1's, ...): one launch whose blocks fill the machine together instead of one launch per
-part, each with its own tail. Otherwise (and with schedule = persistent, whose blocks each loop
+part, each with its own tail; parts that first launch the same helper (their row statistics)
+keep one launch of it, then theirs as one. Otherwise (and with schedule = persistent, whose blocks each loop
 over their part's tiles) `merge_built` joins the launches.
 """
 
@@ -23,7 +24,30 @@ def build_parts(parts, knobs, target, builder, name: str) -> Built:
     builts = [fit_part(p, classify(p), knobs, target, builder) for p in parts]
     if knobs.get("schedule") == "persistent":  # each part's blocks already fill the machine
         return merge_built(builts)
-    return one_launch(builts, name, target) or merge_built(builts)
+    return one_launch(builts, name, target) or _one_launch_after_shared_head(builts, name, target) or merge_built(builts)
+
+
+def _one_launch_after_shared_head(builts: list[Built], name: str, target) -> Built | None:
+    """Parts that each launch the same helper first (their row statistics, fusion = split) and
+    then one kernel reading its buffer: the helper once, then the parts' kernels as one launch."""
+    if len(builts) < 2 or any(len(b.launches) != 2 or len(b.funcs) != 2 or len(b.temps) != 1 for b in builts):
+        return None
+    keys = []
+    for b in builts:
+        funcs = {f.sym_name.data: f for f in b.funcs}
+        keys.append(_producer_key(b.launches[0], funcs[b.launches[0].kernel], b))
+    if keys[0] is None or any(k != keys[0] for k in keys):
+        return None
+    mains = []
+    for b in builts:
+        funcs = {f.sym_name.data: f for f in b.funcs}
+        mains.append(Built(funcs=[funcs[b.launches[1].kernel]], launches=[b.launches[1]]))
+    merged = one_launch(mains, name, target)
+    if merged is None:
+        return None
+    head = builts[0]
+    head_fn = next(f for f in head.funcs if f.sym_name.data == head.launches[0].kernel)
+    return Built(funcs=[head_fn, *merged.funcs], launches=[head.launches[0], *merged.launches], temps=list(head.temps))
 
 
 def fit_part(part, info, knobs, target, builder) -> Built:
@@ -119,6 +143,7 @@ def one_launch(builts: list[Built], name: str, target) -> Built | None:
             or [a.type for a in f.body.block.args][:n] != arg_types
             or f.block_dims != first.block_dims
             or f.grid_dims[1:] != first.grid_dims[1:]
+            or f.cluster_dims != first.cluster_dims
             or b.launches[0].args[:n] != builts[0].launches[0].args[:n]
         ):
             return None
@@ -143,7 +168,10 @@ def one_launch(builts: list[Built], name: str, target) -> Built | None:
         positions.append(pos)
     bounds = [f.min_blocks.value.data for f in funcs if f.min_blocks is not None]
     grid = (sum(f.grid_dims[0] for f in funcs), *first.grid_dims[1:])
-    kb = KB.new_func(name, arg_types, grid, first.block_dims, smem, min(bounds) if bounds else None, arg_names=names)
+    kb = KB.new_func(
+        name, arg_types, grid, first.block_dims, smem, min(bounds) if bounds else None, arg_names=names,
+        cluster=first.cluster_dims,
+    )
     bid = kb.block_id("x")
     start = 0
     for i, f in enumerate(funcs):

@@ -9,7 +9,7 @@ Device code (inside `kernel.func`):
 
 | op | meaning | CUDA C++ |
 |---|---|---|
-| `kernel.func @k(%a: !kernel.ptr<bf16>, %n: i32) grid [gx, gy, gz] block [bx, by, bz] smem BYTES` | a kernel: arguments (global pointers, scalars, tensor maps `!kernel.tensor_map<...>` for the tensor memory accelerator), launch geometry, dynamic shared memory | `__global__ void __launch_bounds__(...) k(...)` |
+| `kernel.func @k(%a: !kernel.ptr<bf16>, %n: i32) grid [gx, gy, gz] block [bx, by, bz] smem BYTES [min_blocks N] [cluster [cx, cy, cz]]` | a kernel: arguments (global pointers, scalars, tensor maps `!kernel.tensor_map<...>` for the tensor memory accelerator), launch geometry, dynamic shared memory, thread block clusters | `__global__ void __launch_bounds__(...) __cluster_dims__(...) k(...)` |
 | `kernel.return` | end of the kernel body (implicit in the custom form) | |
 | `kernel.block_id x`, `kernel.thread_id x` | `blockIdx.x`, `threadIdx.x` as `index` | `(int)blockIdx.x` |
 | `kernel.shared [N] offset B align A : !kernel.ptr<T, shared>` | N elements of T at byte offset B of the kernel's dynamic shared memory | `(T*)(emmy_smem + B)` |
@@ -122,6 +122,7 @@ from emmy.dialects import tensor_map
 # ---------------------------------------------------------------------------------------------
 
 MEMORY_SPACES = ("global", "shared", "local")
+MAX_CLUSTER_BLOCKS = 8  # the portable cluster size
 DIMS = ("x", "y", "z")
 MAX_THREADS_PER_BLOCK = 1024
 MAX_DYNAMIC_SMEM = 232448  # 227 KiB: sm_90's per-block limit (sm_80: 163 KiB, checked by the builder)
@@ -299,10 +300,12 @@ class KernelFuncOp(IRDLOperation):
     Arguments are global pointers (`!kernel.ptr<T>`) and scalars (integers, floats). `grid` and
     `block` are the launch geometry (x, y, z); `smem` the bytes of dynamic shared memory every
     `kernel.shared` carves from; `min_blocks` (optional) the blocks per multiprocessor promised
-    to the register allocator (`__launch_bounds__(threads, min_blocks)`).
+    to the register allocator (`__launch_bounds__(threads, min_blocks)`); `cluster` (optional,
+    sm_90+) the blocks of a thread block cluster along x, y, z (`__cluster_dims__`), which run
+    at once on neighbouring multiprocessors and can reach each other's shared memory.
 
     ```mlir
-    kernel.func @k(%x: !kernel.ptr<bf16>, %n: i32) grid [64, 1, 1] block [256, 1, 1] smem 4096 min_blocks 1 {
+    kernel.func @k(%x: !kernel.ptr<bf16>, %n: i32) grid [64, 2, 1] block [256, 1, 1] smem 4096 min_blocks 1 cluster [1, 2, 1] {
       %t = kernel.thread_id x
     }
     ```
@@ -315,6 +318,7 @@ class KernelFuncOp(IRDLOperation):
     block = prop_def(DenseArrayBase)
     smem = prop_def(IntegerAttr)
     min_blocks = opt_prop_def(IntegerAttr)
+    cluster = opt_prop_def(DenseArrayBase)
     body = region_def("single_block")
 
     traits = traits_def(
@@ -332,6 +336,7 @@ class KernelFuncOp(IRDLOperation):
         smem: int = 0,
         min_blocks: int | None = None,
         body: Region | None = None,
+        cluster: Sequence[int] | None = None,
     ):
         if body is None:
             body = Region(Block(arg_types=arg_types))
@@ -343,6 +348,8 @@ class KernelFuncOp(IRDLOperation):
         }
         if min_blocks is not None:
             props["min_blocks"] = IntegerAttr(min_blocks, i64)
+        if cluster is not None:
+            props["cluster"] = _i64_array(cluster)
         super().__init__(properties=props, regions=[body])
 
     # convenient accessors -------------------------------------------------------------------
@@ -358,6 +365,10 @@ class KernelFuncOp(IRDLOperation):
     def threads(self) -> int:
         b = self.block_dims
         return b[0] * b[1] * b[2]
+
+    @property
+    def cluster_dims(self) -> tuple[int, int, int] | None:
+        return tuple(self.cluster.get_values()) if self.cluster is not None else None  # type: ignore[return-value]
 
     @property
     def smem_bytes(self) -> int:
@@ -390,6 +401,14 @@ class KernelFuncOp(IRDLOperation):
             )
         if self.min_blocks is not None and self.min_blocks.value.data < 1:
             raise VerifyException(f"kernel.func @{name}: min_blocks must be positive")
+        if self.cluster is not None:
+            dims = list(self.cluster.get_values())
+            if len(dims) != 3 or any(v < 1 for v in dims) or dims[0] * dims[1] * dims[2] > MAX_CLUSTER_BLOCKS:
+                raise VerifyException(
+                    f"kernel.func @{name}: cluster must be three positive integers of at most {MAX_CLUSTER_BLOCKS} blocks in all, got {dims}"
+                )
+            if any(g % c for g, c in zip(self.grid_dims, dims)):
+                raise VerifyException(f"kernel.func @{name}: cluster {dims} does not divide grid {list(self.grid_dims)}")
         for i, t in enumerate(self.arg_types):
             if isinstance(t, PtrType):
                 if t.space.data != "global":
@@ -418,6 +437,9 @@ class KernelFuncOp(IRDLOperation):
         printer.print_string(f" smem {self.smem_bytes}")
         if self.min_blocks is not None:
             printer.print_string(f" min_blocks {self.min_blocks.value.data}")
+        if self.cluster_dims is not None:
+            printer.print_string(" cluster ")
+            _print_int_list(printer, self.cluster_dims)
         printer.print_op_attributes(self.attributes, print_keyword=True)
         printer.print_string(" ")
         printer.print_region(self.body, print_entry_block_args=False, print_block_terminators=False)
@@ -437,9 +459,12 @@ class KernelFuncOp(IRDLOperation):
         min_blocks = None
         if parser.parse_optional_keyword("min_blocks"):
             min_blocks = parser.parse_integer()
+        cluster = None
+        if parser.parse_optional_keyword("cluster"):
+            cluster = _parse_int_list(parser)
         attrs = parser.parse_optional_attr_dict_with_keyword()
         body = parser.parse_region(args)
-        op = cls(name, [], grid, block, smem, min_blocks, body)
+        op = cls(name, [], grid, block, smem, min_blocks, body, cluster)
         if attrs is not None:
             op.attributes |= attrs.data
         for trait in op.get_traits_of_type(SingleBlockImplicitTerminator):

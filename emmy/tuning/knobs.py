@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, vector, fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, cluster, vector, fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -33,6 +33,9 @@ Meanings (what the kernel stage does with each value):
   accelerator copy per operand tile and slab (`tma`, sm_90+), the hardware writing the swizzled
   layout and counting the bytes on the slot's barrier. Operands the tensor maps cannot describe
   (a computed A side, concatenated weights) stay on cp.async.
+- `cluster`: blocks per thread block cluster along the m side (1: no clusters; 2: pairs of
+  blocks with the same columns, each copying half of the shared B tile and multicasting it to
+  both, which halves the B traffic out of L2; `copy = tma`, sm_90+).
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
   `split` computes it in a kernel of its own first.
@@ -74,6 +77,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "warps": (1, 2, 4, 8, 16),
         "schedule": SCHEDULES,
         "copy": COPIES,
+        "cluster": (1, 2),
         "vector": (1, 2, 4, 8),
         "fusion": FUSION,
     },

@@ -18,7 +18,8 @@ warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multip
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
 bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps); schedule
 (`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop); copy
-(`tma` only with `wgmma_ws`). `wgmma_ws`
+(`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies, one block per tile, an even number
+of row tiles). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
 """
@@ -258,6 +259,24 @@ def _c_copy(info, v, t, reasons):
         )
 
 
+def _c_cluster(info, v, t, reasons):
+    if not v.has("cluster") or v["cluster"] == 1:
+        return
+    c = v["cluster"]
+    if not t.has("tma"):
+        reasons.append(f"cluster={c}: {t.name} has no thread block clusters (sm_90 or newer)")
+    if v.has("copy") and v["copy"] != "tma":
+        reasons.append(f"cluster={c} multicasts tensor-map copies: it needs copy=tma (copy={v['copy']})")
+    if v.has("schedule") and v["schedule"] != "grid":
+        reasons.append(f"cluster={c} needs schedule=grid (schedule={v['schedule']})")
+    if v.has("block_m"):
+        tiles = ceil(info.M / v["block_m"])
+        if tiles % c:
+            reasons.append(f"cluster={c}: the {tiles} row tiles of block_m={v['block_m']} do not pair up")
+    if v.has("block_n") and v["block_n"] % (8 * c):
+        reasons.append(f"cluster={c}: block_n={v['block_n']} does not split into {c} slices of whole 8-row groups")
+
+
 def _c_split(info, v, t, reasons):
     if not v.has("block_k", "split_k"):
         return
@@ -404,7 +423,9 @@ def _e_vector(info, v, t, reasons):
 Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 
 _RULES: dict[str, tuple[Rule, ...]] = {
-    "contraction": (_c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_split, _c_vector),
+    "contraction": (
+        _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_split, _c_vector,
+    ),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers),
     "reduction": (_r_threads, _r_vector),
     "elementwise": (_e_threads, _e_vector),

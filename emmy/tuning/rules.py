@@ -352,6 +352,17 @@ def _c_copy(knob, info, target, chosen, memo) -> Prefs:
     return [("tma", why), cp]
 
 
+def _c_cluster(knob, info, target, chosen, memo) -> Prefs:
+    # Measured on the H200 (tools/bench.py, same run): pairs multicasting their B slices were
+    # slower than lone blocks, the running example's projection 60.4 against 56.2 us at M=4096
+    # and 495.5 against 476.3 us at M=32768 (its L2 traffic was not what held it back: ncu
+    # showed L2 at 41% of its peak without clusters).
+    if chosen.get("copy") != "tma":
+        return [(1, "no thread block clusters")]
+    one = (1, "no thread block clusters (H200: faster than pairs multicasting B)")
+    return [one, (2, "pairs of blocks along m share each B tile (multicast tensor-map copies)")]
+
+
 def _vector_prefs(info: KernelInfo) -> Prefs:
     out: Prefs = []
     for v in (8, 4, 2, 1):
@@ -593,6 +604,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "stages": _c_stages,
             "schedule": _c_schedule,
             "copy": _c_copy,
+            "cluster": _c_cluster,
             "vector": _c_vector,
             "fusion": _c_fusion,
         }

@@ -33,7 +33,7 @@ def _knobs(values: dict) -> str:
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
-        "copy": '["cp_async", "tma"]',
+        "copy": '["cp_async", "tma"]', "cluster": "[1, 2]",
     }
     parts = []
     for k, v in values.items():
@@ -509,6 +509,32 @@ def test_tma_leaves_a_computed_a_side_to_the_producer_threads():
     assert _init_counts(f)[0::2] == [2 * 128 + 1] * 4
 
 
+def test_cluster_pairs_multicast_their_b_slices():
+    """cluster=2: blocks pair up along m (cluster [1, 2, 1]); each copies its half of the B
+    tile and multicasts it to both, announcing the whole slot's bytes on its own barrier; a slot
+    is free once every consumer warp of both blocks released it (2 x 8 arrivals), and both
+    blocks meet before the first copy and before leaving."""
+    text = weighted_norm_matmul(M=500, N=256, K=1024, copy="tma", cluster=2)
+    f = kernel_funcs(lower(text, "convert-tile-to-kernel"))["norm_proj"]
+    assert f.cluster_dims == (1, 2, 1) and f.grid_dims == (2, 4, 1)
+    maps = [t for t in f.arg_types if isinstance(t, K.TensorMapType)]
+    assert [t.box_rows.data for t in maps] == [128, 64]  # A whole, B in halves
+    calls = callees(f)
+    assert calls.count("emmy::tma_load_2d") == 1 and calls.count("emmy::tma_load_2d_multicast") == 1
+    assert calls.count("emmy::cluster_sync") == 2 and "emmy::fence_mbarrier_init" in calls
+    assert "emmy::cluster_arrive<2>" in calls and "emmy::mbar_arrive" not in calls
+    assert _init_counts(f)[1::2] == [2 * 8] * 4
+    source = launch_plan(lower(text)).source
+    assert "__cluster_dims__(1, 2, 1)" in source
+
+
+def test_cluster_errors():
+    with pytest.raises(EmmyError, match="cluster=2 needs copy=tma and schedule=grid"):
+        lower(weighted_norm_matmul(M=500, cluster=2), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="the 3 row tiles do not pair up"):
+        lower(weighted_norm_matmul(M=300, copy="tma", cluster=2), "convert-tile-to-kernel")
+
+
 def test_tma_errors():
     with pytest.raises(EmmyError, match="copy=tma needs workers=wgmma_ws"):
         lower(rmsnorm_matmul(M=256, workers="wgmma", warps=4, copy="tma"), "convert-tile-to-kernel")
@@ -548,9 +574,14 @@ def test_warp_specialized_sums_statistics_from_the_a_tiles():
     assert all(n.startswith("rms_norm_qkv_proj_weights") for n, ph in launches if ph)
 
 
-def test_output_groups_share_one_statistics_kernel():
+@pytest.mark.parametrize("schedule,forward", [
+    ("grid", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj"]),
+    ("persistent", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1_2"]),
+])
+def test_output_groups_share_one_statistics_kernel(schedule, forward):
     """fusion=split with q and k/v built as two parts: both parts' row statistics are the same
-    kernel on the same input, launched once; the second part reads the first one's buffer."""
+    kernel on the same input, launched once, and the parts read its buffer: side by side in one
+    launch, or (persistent blocks, each part filling the machine) one launch each."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
@@ -562,11 +593,11 @@ def test_output_groups_share_one_statistics_kernel():
     from emmy.frontend.trace import trace_layer
 
     src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(300))
-    pins = ("*.fusion=split",)
+    pins = ("*.fusion=split", "*.workers=wgmma_ws", f"*.schedule={schedule}")
     opts = CompileOptions(model="example", layer=0, tokens=300, target="sm_90a", pins=pins)
     plan = launch_plan(compile_traced(trace_layer(src, 0, 300), opts).module)
     names = [launch.kernel for launch in plan.forward_launches]
-    assert names == ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1_2"]
+    assert names == forward
     stats_buffer = plan.forward_launches[0].args[-1]
     assert all(stats_buffer in launch.args for launch in plan.forward_launches[1:])
 

@@ -37,6 +37,11 @@ TMA_CASES = [
     (300, 200, ("*.workers=wgmma_ws", "*.copy=tma")),
     (64, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.split_k=2")),
     (2100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=128", "*.block_n=128")),
+    # pairs of blocks multicasting B slices (cluster=2): 4 row tiles, the last one partly outside
+    (500, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=128", "*.warps=8")),
+    (500, 200, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=128", "*.warps=8")),
+    (500, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=128", "*.warps=8",
+                 "*.fusion=split", "*.split_k=2")),
 ]
 # The layer's contraction kernels (attention has no wgmma_ws).
 LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]

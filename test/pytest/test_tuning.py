@@ -65,7 +65,8 @@ def test_unknown_target_lists_valid_names():
 
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
-        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "schedule", "copy", "vector",
+        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "schedule", "copy", "cluster",
+        "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps")
@@ -296,6 +297,21 @@ def test_tma_copies_legality_and_rule():
     assert "tensor-memory-accelerator" in decided["copy"].reason
     small = info_of(L.matmul(7, 64, 32))
     assert rules.decide(small, SM90A, knob_space_for(small, SM90A))["copy"].value == "cp_async"
+
+
+def test_cluster_legality():
+    info = info_of(L.matmul(4096, 4096, 1024))
+    pair = dict(GOOD, workers="wgmma_ws", copy="tma", cluster=2, block_m=128, block_n=256)
+    assert check(info, pair, SM90A) == []
+    assert check(info, dict(pair, copy="cp_async"), SM90A) == [
+        "cluster=2 multicasts tensor-map copies: it needs copy=tma (copy=cp_async)"
+    ]
+    assert check(info, dict(pair, schedule="persistent"), SM90A) == ["cluster=2 needs schedule=grid (schedule=persistent)"]
+    odd = info_of(L.matmul(300, 4096, 1024))
+    assert check(odd, pair, SM90A) == ["cluster=2: the 3 row tiles of block_m=128 do not pair up"]
+    assert "cluster=2: sm_80 has no thread block clusters (sm_90 or newer)" in check(
+        info, dict(GOOD, workers="mma_sync", cluster=2), SM80
+    )
 
 
 def test_rules_keep_one_block_per_tile():

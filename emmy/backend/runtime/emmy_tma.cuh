@@ -44,6 +44,75 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap& map, 
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------
+// Thread block clusters (sm_90+): blocks of one cluster run together and reach each other's
+// shared memory. A pair of blocks sharing a B tile each copy half of it and multicast the half
+// to both (tma_load_2d_multicast); a slot is free again once the consumers of both blocks have
+// released it (cluster_arrive on every block's `empty` barrier).
+// ---------------------------------------------------------------------------------------------
+
+// This block's rank in its cluster.
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return static_cast<int>(r);
+}
+
+// Every thread (not exited) of every block of the cluster meets here; shared-memory writes (and mbarrier
+// initializations, after fence_mbarrier_init) before it are visible to the whole cluster after.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
+// Threads with nothing left to do leave the kernel (a cluster barrier then stops counting them).
+__device__ __forceinline__ void exit_unless(bool keep) {
+  if (!keep) asm volatile("exit;\n" ::: "memory");
+}
+
+// Make this thread's mbarrier initializations visible to the other blocks of the cluster.
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// The calling warp (all its threads, after their own reads are done) arrives once on the barrier
+// at `bar`'s offset in each of the cluster's CTAS blocks (this one included).
+template <int CTAS>
+__device__ __forceinline__ void cluster_arrive(long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) {
+    const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+#pragma unroll
+    for (int c = 0; c < CTAS; ++c) {
+      uint32_t remote;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(b), "r"(c));
+      asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+    }
+  }
+#endif
+}
+
+// tma_load_2d into the same shared-memory offset of every block of the cluster in `mask` (bit
+// per rank), completing the bytes on the barrier at `bar`'s offset in each of them.
+__device__ __forceinline__ void tma_load_2d_multicast(void* smem, const CUtensorMap& map, int col, int row,
+                                                      long long* bar, int mask) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  const uint16_t m = static_cast<uint16_t>(mask);
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(s),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(col), "r"(row), "r"(b), "h"(m)
+      : "memory");
+#endif
+}
+
 // Host side: the map of a 2-D view (see above), for the launch functions of generated sources.
 // The driver's encoder is looked up through the runtime, so nothing links against libcuda.
 inline CUtensorMap tensor_map_2d(const void* base, unsigned long long rows, unsigned long long cols,

@@ -346,3 +346,13 @@ func.func @f(%x: tensor<64x32xf32>) {
   func.return
 }
 // CHECK: kernel.launch: argument #0 of @k (a tensor map) must be a tensor of bf16, got tensor<64x32xf32>
+
+// -----
+kernel.func @k() grid [4, 3, 1] block [32, 1, 1] smem 0 cluster [1, 2, 1] {
+}
+// CHECK: kernel.func @k: cluster [1, 2, 1] does not divide grid [4, 3, 1]
+
+// -----
+kernel.func @k() grid [16, 1, 1] block [32, 1, 1] smem 0 cluster [16, 1, 1] {
+}
+// CHECK: kernel.func @k: cluster must be three positive integers of at most 8 blocks in all, got [16, 1, 1]

@@ -128,3 +128,10 @@ func.func @g(%x: tensor<64x32xbf16>) {
 // CHECK-NEXT: }
 // CHECK-NEXT: func.func @g(%x: tensor<64x32xbf16>) {
 // CHECK-NEXT:   kernel.launch @tma(%x) : tensor<64x32xbf16>
+
+// A thread block cluster of two blocks along y.
+kernel.func @pair() grid [4, 2, 1] block [128, 1, 1] smem 0 cluster [1, 2, 1] {
+  kernel.call "emmy::cluster_sync"() : () -> ()
+}
+// CHECK:      kernel.func @pair() grid [4, 2, 1] block [128, 1, 1] smem 0 cluster [1, 2, 1] {
+// CHECK-NEXT:   kernel.call "emmy::cluster_sync"() : () -> ()
