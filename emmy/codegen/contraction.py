@@ -70,6 +70,7 @@ from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
 from emmy.tuning.knobs import WGMMA_WORKERS
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
+RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
 EPILOGUE_BARRIER = 8  # named barrier of wgmma_ws's computing warpgroups around the staged epilogue
 PERSISTENT_BARRIER = 9  # schedule = persistent: the consumers have read the row statistics of a tile
 
@@ -259,6 +260,7 @@ class ContractionBuilder:
         if self.g.bk % self.chunk:
             self.chunk = largest_divisor_pow2(self.g.bk, self.chunk)
         self._maps: list[MapOperand] | None = None  # tma_operands()
+        self._stages_results: bool | None = None  # stages_results()
         self.map_args: list[SSAValue] = []  # their kernel arguments (build_main)
 
     # -- kernels ------------------------------------------------------------------------------------
@@ -381,9 +383,39 @@ class ContractionBuilder:
         return off, self.target.smem_per_block - 1024 - off
 
     def staging_bytes(self, width: int | None = None) -> int:
-        """Shared memory of the staged epilogue's f32 tiles, `width` columns (block_n) each."""
+        """Shared memory of the staged epilogue's tiles, `width` columns (block_n) each: f32
+        accumulators, or the bf16 results of each store (stages_results)."""
         g = self.g
+        if self.stages_results():
+            return len(self.stores) * g.bm * ((width or g.bn) + RESULT_PAD) * 2
         return g.nc * g.bm * ((width or g.bn) + STAGE_PAD) * 4
+
+    def stages_results(self) -> bool:
+        """Whether the staged epilogue evaluates the loop body on the accumulator fragments and
+        stages its bf16 results rather than the f32 accumulators: every store is bf16 and its
+        value reads nothing but the contractions, the row statistics, axes and constants (no
+        tensor, so nothing to gather in the fragments' layout; RMSNorm's row scale). Half the
+        shared-memory traffic, and the rounding at the same point."""
+        if self._stages_results is None:
+            self._stages_results = bool(self.stores) and all(self._register_only(st) for st in self.stores)
+        return self._stages_results
+
+    def _register_only(self, store: StoreOp) -> bool:
+        t = self.op.results[store.output_index].type
+        if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
+            return False
+        given = {c.result for c in self.cs} | {r.result for r in self.prologue}
+        stack, seen = [store.value], set()
+        while stack:
+            v = stack.pop()
+            if v in seen or v in given:
+                continue
+            seen.add(v)
+            op = v.owner
+            if not isinstance(op, Operation) or isinstance(op, LoadOp) or op.regions:
+                return False
+            stack.extend(op.operands)
+        return True
 
     def bars_offset(self, stats_off: int, stats_in_smem: bool) -> int:
         """Where wgmma_ws's mbarriers start: after the row statistics, 8-byte aligned."""
@@ -1080,6 +1112,9 @@ class ContractionBuilder:
         hold that many columns, and the tile goes through them in block_n / width rounds."""
         g = self.g
         width = width or g.bn
+        if self.stages_results():
+            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+            return
         pitch = width + STAGE_PAD
         per_acc = g.bm * pitch
         tiles = kb.shared(f32, g.nc * per_acc, offset, 16, "sC")
@@ -1113,6 +1148,51 @@ class ContractionBuilder:
                     overrides[con.result] = vals
                 for p, r in enumerate(self.prologue):
                     overrides[r.result] = [stat(p, r_local)]
+                self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+
+    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int) -> None:
+        """staged_epilogue when stages_results(): each thread evaluates the stores' values on its
+        fragments (two columns at a time), rounds them to bf16 into one tile per store (rows
+        padded by 8 bf16: a warp's 4-byte writes of 8 rows x 4 column pairs hit 32 banks), then takes 8 consecutive columns of a row at a time for 16-byte
+        stores."""
+        g = self.g
+        pitch = width + RESULT_PAD
+        per_store = g.bm * pitch
+        tiles = kb.shared(bf16, len(self.stores) * per_store, offset, 16, "sC")
+        per_row = width // 8
+        n_last = self.n_axes[-1]
+        for c0 in range(0, g.bn, width):
+            sync()
+
+            def put(r_local, c_local, idx, lanes, c0=c0):
+                overrides = {
+                    c.result: [kb.load(acc, kb.add(idx, j)) for j in range(lanes)] for c, acc in zip(self.cs, accs)
+                }
+                for p, r in enumerate(self.prologue):
+                    overrides[r.result] = [stat(p, r_local)]
+                coords = self._row_coords(kb, kb.add(m0, r_local), batch)
+                coords.update(self._col_coords(kb, kb.add(n0, c_local)))
+                scope = em.scope(coords, lane_axis=n_last, lanes=lanes, overrides=overrides)
+                at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
+                for k, st in enumerate(self.stores):
+                    vals = [kb.to_type(v, bf16) for v in scope.value(st.value)]
+                    kb.store(kb.pack(vals, VectorType(bf16, [lanes])), tiles, kb.add(at, k * per_store))
+
+            self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
+            sync()
+            with kb.for_(0, g.bm * per_row // g.consumers, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, g.consumers), tid)
+                r_local = kb.div(cidx, per_row)
+                s_local = kb.mul(kb.rem(cidx, per_row), 8)
+                row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
+                mask = kb.and_(
+                    kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
+                )
+                at = kb.add(kb.mul(r_local, pitch), s_local)
+                overrides = {}
+                for k, st in enumerate(self.stores):
+                    vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
+                    overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
     def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> bool:

@@ -293,8 +293,8 @@ CONTRACTION_CASES = [
         ("sm_90a", dict(workers="wgmma_ws", block_m=128, block_n=128, block_k=64, stages=4, warps=8), True),
         ("sm_90a", dict(workers="wgmma", block_m=64, block_n=64, block_k=64, stages=4, warps=4), True),
         ("sm_80", dict(workers="mma_sync", block_m=64, block_n=64, block_k=32, stages=3, warps=4), True),
-        # the k loop's buffers (2 x (32 + 64) x 16 bf16) are smaller than the f32 tile
-        ("sm_90", dict(workers="mma_sync", block_m=32, block_n=64, block_k=16, stages=2, warps=2), False),
+        # the k loop's buffers (2 x (32 + 64) x 16 bf16) hold the bf16 results (not f32 accumulators)
+        ("sm_90", dict(workers="mma_sync", block_m=32, block_n=64, block_k=16, stages=2, warps=2), True),
         ("sm_90", dict(workers="thread", block_m=32, block_n=32, block_k=32, stages=2, warps=4), False),
     ],
 )
@@ -310,6 +310,20 @@ def test_contraction_staged_epilogue(target, knobs, staged):
     widths = {op.value.type.get_shape()[0] if isinstance(op.value.type, VectorType) else 1 for op in out_stores}
     assert ("sC" in shared) == staged
     assert widths == ({8} if staged else widths - {8})
+
+
+def test_staged_epilogue_stages_results_or_accumulators():
+    """An epilogue that reads no tensor (RMSNorm's row scale) runs on the fragments and stages
+    bf16 results; one that reads a residual stages the f32 accumulators and evaluates there."""
+    f = kernel_funcs(lower(rmsnorm_matmul(M=256, N=256, K=256, workers="wgmma_ws", block_m=128, block_n=128,
+                                          warps=8, stages=4, factored=True), "convert-tile-to-kernel"))
+    shared = {op.result.name_hint: op for op in f["rms_norm_qkv_proj"].walk() if isinstance(op, K.SharedOp)}
+    assert str(shared["sC"].result.type.element_type) == "bf16"
+    g = kernel_funcs(lower(heads_matmul_residual(target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64,
+                                                 warps=4, stages=3, block_k=64), "convert-tile-to-kernel"))
+    (name,) = [n for n in g if not n.endswith("_combine")]
+    shared = {op.result.name_hint: op for op in g[name].walk() if isinstance(op, K.SharedOp)}
+    assert str(shared["sC"].result.type.element_type) == "f32"
 
 
 @pytest.mark.parametrize("target,knobs,compute", CONTRACTION_CASES)
