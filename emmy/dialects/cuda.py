@@ -29,7 +29,6 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
     FloatAttr,
-    IntAttr,
     IntegerAttr,
     StringAttr,
     SymbolRefAttr,
@@ -111,30 +110,12 @@ class PtrType(ParametrizedAttribute, TypeAttribute):
 
 
 @irdl_attr_definition
-class TensorMapType(ParametrizedAttribute, TypeAttribute):
+class TensorMapType(tensor_map.TensorMapView):
     """A kernel parameter holding a tensor map of a 2-D view of a buffer (see
     emmy/dialects/tensor_map.py): `!cuda.tensor_map<bf16, rows 4096, cols 1024, stride 1024,
     offset 0, box 128 x 64>`. The launch function encodes it from the buffer argument."""
 
     name = "cuda.tensor_map"
-
-    element_type: Attribute
-    rows: IntAttr
-    cols: IntAttr
-    stride: IntAttr
-    offset: IntAttr
-    box_rows: IntAttr
-    box_cols: IntAttr
-
-    def verify(self) -> None:
-        tensor_map.verify_view(self)
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
-        return tensor_map.parse_view(parser)
-
-    def print_parameters(self, printer: Printer) -> None:
-        tensor_map.print_view(self, printer)
 
 
 @irdl_op_definition

@@ -67,7 +67,6 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     IndexType,
-    IntAttr,
     IntegerAttr,
     IntegerType,
     StringAttr,
@@ -227,7 +226,7 @@ class PtrType(ParametrizedAttribute, TypeAttribute):
 
 
 @irdl_attr_definition
-class TensorMapType(ParametrizedAttribute, TypeAttribute):
+class TensorMapType(tensor_map.TensorMapView):
     """A tensor map parameter (the tensor memory accelerator, sm_90+): a 2-D view of the tensor
     the launch passes for it, copied in boxes by `emmy::tma_load_2d` (see
     emmy/dialects/tensor_map.py for the fields).
@@ -236,24 +235,6 @@ class TensorMapType(ParametrizedAttribute, TypeAttribute):
     """
 
     name = "kernel.tensor_map"
-
-    element_type: Attribute
-    rows: IntAttr
-    cols: IntAttr
-    stride: IntAttr
-    offset: IntAttr
-    box_rows: IntAttr
-    box_cols: IntAttr
-
-    def verify(self) -> None:
-        tensor_map.verify_view(self)
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
-        return tensor_map.parse_view(parser)
-
-    def print_parameters(self, printer: Printer) -> None:
-        tensor_map.print_view(self, printer)
 
 
 @irdl_attr_definition

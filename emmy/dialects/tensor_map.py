@@ -14,7 +14,7 @@ from __future__ import annotations
 from math import prod
 
 from xdsl.dialects.builtin import BFloat16Type, IntAttr, TensorType
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
@@ -22,6 +22,29 @@ from xdsl.utils.exceptions import VerifyException
 FIELDS = ("rows", "cols", "stride", "offset")
 SWIZZLE_BYTES = (32, 64, 128)
 MAX_BOX_ROWS = 256
+
+
+class TensorMapView(ParametrizedAttribute, TypeAttribute):
+    """The parameters, syntax and verifier of both stages' tensor map types (each stage's
+    dialect defines its own, named, subclass)."""
+
+    element_type: Attribute
+    rows: IntAttr
+    cols: IntAttr
+    stride: IntAttr
+    offset: IntAttr
+    box_rows: IntAttr
+    box_cols: IntAttr
+
+    def verify(self) -> None:
+        verify_view(self)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        return parse_view(parser)
+
+    def print_parameters(self, printer: Printer) -> None:
+        print_view(self, printer)
 
 
 def parse_view(parser: AttrParser) -> list[Attribute]:
@@ -81,4 +104,4 @@ def view_fits(t, tensor: TensorType) -> str | None:
     return None
 
 
-__all__ = ["FIELDS", "parse_view", "print_view", "verify_view", "view_fits"]
+__all__ = ["FIELDS", "TensorMapView", "parse_view", "print_view", "verify_view", "view_fits"]

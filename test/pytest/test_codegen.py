@@ -876,3 +876,28 @@ def test_no_prepare_entry_without_prepare_launches():
     plan = launch_plan(lower(silu_mul(), "convert-tile-to-kernel,convert-kernel-to-cuda"))
     assert plan.prepare_launches == [] and plan.prepare_entry is None
     assert "emmy_prepare_" not in plan.source
+
+
+def test_kernel_params_and_tensor_maps_on_the_host():
+    """The runtime passes cuLaunchKernel an array of pointers to each value (pointers, scalars,
+    128-byte tensor maps); without the CUDA driver library a tensor map is a clear error."""
+    import ctypes
+
+    from emmy.backend.plan import MapView
+    from emmy.backend.run import KernelParams, tensor_map
+
+    params = KernelParams([ctypes.c_void_p(0x1000), ctypes.c_int(7)])
+    slots = (ctypes.c_void_p * 2).from_address(params.address)
+    assert ctypes.c_void_p.from_address(slots[0]).value == 0x1000
+    assert ctypes.c_int.from_address(slots[1]).value == 7
+    assert KernelParams([]).address == 0
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        class FakeTensor:
+            def data_ptr(self):
+                return 0x10000
+
+        view = MapView(rows=64, cols=32, stride=32, offset=0, box_rows=64, box_cols=32)
+        with pytest.raises(EmmyError, match=r"tensor maps need the CUDA driver library \(libcuda.so.1\)"):
+            tensor_map(view, FakeTensor(), "argument #3 of k")

@@ -121,3 +121,20 @@ builtin.module {
   }
 }
 // CHECK: convert-kernel-to-cuda: argument #0 of @f has 4294967296 elements; kernels index with 32-bit ints (at most 2147483647)
+
+// -----
+// A tensor map parameter becomes a !cuda.tensor_map one, passed by value to the kernel, and the
+// launch names the buffer the host encodes it from; a cluster shows in the kernel's signature.
+builtin.module attributes {emmy.target = "sm_90a"} {
+  kernel.func @copy(%m: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>, %y: !kernel.ptr<bf16>) grid [1, 2, 1] block [128, 1, 1] smem 4096 cluster [1, 2, 1] {
+    kernel.call "emmy::tma_prefetch"(%m) : (!kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) -> ()
+    kernel.call "emmy::cluster_sync"() : () -> ()
+  }
+  func.func @f(%x: tensor<64x32xbf16> {emmy.name = "x", emmy.role = "input"}) -> tensor<8xbf16> {
+    %y = kernel.empty : tensor<8xbf16>
+    kernel.launch @copy(%x, %y) : tensor<64x32xbf16>, tensor<8xbf16>
+    func.return %y : tensor<8xbf16>
+  }
+}
+// CHECK:      cuda.kernel @copy(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>, !cuda.ptr<bf16>) grid [1, 2, 1] block [128, 1, 1] smem 4096 source "extern \22C\22 __global__ void __launch_bounds__(128) __cluster_dims__(1, 2, 1) copy(const __grid_constant__ CUtensorMap
+// CHECK:      cuda.launch @copy(@x, @y) grid [1, 2, 1] block [128, 1, 1] smem 4096

@@ -163,13 +163,14 @@ builtin.module attributes {emmy.target = "sm_90"} {
 // CHECK:           kernel.store %{{.*}}, %{{.*}}[%c0] : vector<8xbf16>, !kernel.ptr<bf16, shared>
 // CHECK:           kernel.barrier
 // CHECK:           kernel.call "emmy::mma::warp_tile<32, 32, 64, 64, 64>"(%{{.*}}, %{{.*}}, %acc) : (!kernel.ptr<bf16, shared>, !kernel.ptr<bf16, shared>, !kernel.ptr<f32, local>) -> ()
-// CHECK:         %sC = kernel.shared [4608] offset 0 align 16 : !kernel.ptr<f32, shared>
+// The epilogue reads no tensor: evaluated on the fragments, its bf16 results staged.
+// CHECK:         %sC = kernel.shared [4608] offset 0 align 16 : !kernel.ptr<bf16, shared>
 // CHECK:         kernel.for %mi = %c0 to %c2 step %c1 unroll full {
 // CHECK:           %{{.*}} = kernel.load %acc[%{{.*}}] : !kernel.ptr<f32, local> -> f32
-// CHECK:           kernel.store %{{.*}}, %sC[%{{.*}}] : vector<2xf32>, !kernel.ptr<f32, shared>
+// CHECK:           kernel.store %{{.*}}, %sC[%{{.*}}] : vector<2xbf16>, !kernel.ptr<bf16, shared>
 // CHECK:         kernel.barrier
 // CHECK:         kernel.for %c{{.*}} = %c0 to %c{{.*}} step %c1 unroll full {
-// CHECK:           %{{.*}} = kernel.load %sC[%{{.*}}] : !kernel.ptr<f32, shared> -> vector<4xf32>
+// CHECK:           %{{.*}} = kernel.load %sC[%{{.*}}] : !kernel.ptr<bf16, shared> -> vector<8xbf16>
 // CHECK:           kernel.store %{{.*}}, %out[%{{.*}}] : vector<8xbf16>, !kernel.ptr<bf16>
 // CHECK:         kernel.launch @rms_norm_qkv_proj(%x, %nw, %w, %out)
 
@@ -259,3 +260,44 @@ builtin.module {
   }
 }
 // CHECK: tile.kernel @copy: knobs threads are undecided (run decide-forks first)
+
+// -----
+// A plain matmul on warp-specialized wgmma with tensor-map copies: both operands are 2-D views
+// (rows past M = 200 and the k tail of K = 200 arrive as zeros), one producer thread announces a
+// slot's bytes and issues one copy per operand, the consumers only wait and multiply; the launch
+// binds each map to its tensor.
+builtin.module attributes {emmy.target = "sm_90a"} {
+  func.func @f(%x: tensor<200x200xbf16> {emmy.name = "x", emmy.role = "input"}, %w: tensor<128x200xbf16> {emmy.name = "w", emmy.role = "param"}) -> tensor<200x128xbf16> {
+    %out = tile.kernel @proj kind "contraction" axes [m = 200, n = 128, k = 200]
+      knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = 128, "pinned", "test">, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 128, 192, 256] = 128, "pinned", "test">, block_k = #tile.knob<"block_k", [16, 32, 64, 128] = 64, "pinned", "test">, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16] = 1, "pinned", "test">, stages = #tile.knob<"stages", [1, 2, 3, 4, 5] = 3, "pinned", "test">, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma", "wgmma_ws"] = "wgmma_ws", "pinned", "test">, warps = #tile.knob<"warps", [1, 2, 4, 8, 16] = 8, "pinned", "test">, copy = #tile.knob<"copy", ["cp_async", "tma"] = "tma", "pinned", "test">, vector = #tile.knob<"vector", [1, 2, 4, 8] = 8, "pinned", "test">}
+      ins(%x, %w : tensor<200x200xbf16>, tensor<128x200xbf16>) -> tensor<200x128xbf16> {
+    ^bb0(%xa: tensor<200x200xbf16>, %wa: tensor<128x200xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %acc = loop.reduce sum ["k"] : f32 {
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<200x200xbf16> -> bf16
+        %b = loop.load %wa[%n, %k] : tensor<128x200xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %af, %bf : f32
+        loop.yield %p : f32
+      }
+      %o = arith.truncf %acc : f32 to bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }
+    func.return %out : tensor<200x128xbf16>
+  }
+}
+// CHECK-LABEL: kernel.func @proj(%xa: !kernel.ptr<bf16>, %wa: !kernel.ptr<bf16>, %out: !kernel.ptr<bf16>, %tma_a: !kernel.tensor_map<bf16, rows 200, cols 200, stride 200, offset 0, box 128 x 64>, %tma_b: !kernel.tensor_map<bf16, rows 128, cols 200, stride 200, offset 0, box 128 x 64>) grid [1, 2, 1] block [384, 1, 1]
+// CHECK:         kernel.call "emmy::mbar_init"(%{{.*}}, %c1) : (!kernel.ptr<i64, shared>, index) -> ()
+// CHECK:         kernel.call "emmy::tma_prefetch"(%tma_a) : (!kernel.tensor_map<bf16, rows 200, cols 200, stride 200, offset 0, box 128 x 64>) -> ()
+// CHECK:         kernel.for %kt = %c0 to %c4 step %c1 {
+// CHECK:           kernel.call "emmy::mbar_arrive_expect_tx"(%{{.*}}, %c32768) : (!kernel.ptr<i64, shared>, index) -> ()
+// CHECK:           kernel.call "emmy::tma_load_2d"(%{{.*}}, %tma_a, %{{.*}}, %m0, %{{.*}})
+// CHECK:           kernel.call "emmy::tma_load_2d"(%{{.*}}, %tma_b, %{{.*}}, %n0, %{{.*}})
+// CHECK:         kernel.for %kt_1 = %c0 to %c4 step %c1 {
+// CHECK-NOT:       emmy::cp_async
+// CHECK:           kernel.call "emmy::wgmma::tile<128, 64, 128, 128>"
+// CHECK:         kernel.launch @proj(%x, %w, %out, %x, %w) : tensor<200x200xbf16>, tensor<128x200xbf16>, tensor<200x128xbf16>, tensor<200x200xbf16>, tensor<128x200xbf16>
