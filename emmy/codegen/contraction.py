@@ -24,7 +24,11 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    m16n8k16, warps arranged by `emmy.tuning.legality.warp_grid`) or `thread` (plain FMA).
    `workers = wgmma_ws` (warp-specialized, `specialized_loop`): one more warpgroup only stages
    (cp.async, arriving on a `full` mbarrier per slot when its copies land), the wgmma
-   warpgroups only multiply and free slots through `empty` mbarriers. A computed A side that
+   warpgroups only multiply and free slots through `empty` mbarriers. With `copy = tma` the
+   operand tiles that are plain 2-D views of a tensor (emmy/codegen/tma.py) are copied by one
+   producer thread, one tensor-map copy per tile and 64-element slab, the bytes counted on the
+   slot's `full` barrier; with `cluster = 2` block pairs along m each copy half of their common
+   B tile and multicast it to both. A computed A side that
    reads one block_m-row tensor (RMSNorm's `w * x`) is copied raw into the A slot and rewritten
    in place by each consumer warpgroup (`InPlaceA`); otherwise the producer loads it a k-step
    ahead into registers and stores it computed. Either way the row statistics are summed from
@@ -34,8 +38,9 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    read-only, after issuing the step's wgmmas (`a_stats_leaf`, `AStatistics`).
 3. epilogue: the loop body's scalar code after the contractions (row scale, residual add,
    SiLU(gate) * up, ...) on the f32 accumulators, then the bf16 stores, predicated at the
-   edges. Tensor-core kernels stage the accumulators through shared memory first
-   (`staged_epilogue`) so each thread evaluates and stores 8 consecutive columns (16 bytes);
+   edges. Tensor-core kernels stage through shared memory first (`staged_epilogue`) so each
+   thread stores 8 consecutive columns (16 bytes): the accumulators, evaluated there, or, where
+   the stores read no tensor, the bf16 results evaluated on the fragments (`stages_results`);
    otherwise two columns per access straight from the fragments. With `split_k > 1` the block
    writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and
    runs the epilogue.
@@ -44,7 +49,8 @@ How operand tiles are filled (cp.async copies, computed A sides, the in-place A 
 lives in emmy/codegen/staging.py.
 
 Kernels and buffers: `<name>_stats` (optional) -> temp `[prologue reductions, batch * M]` f32;
-`<name>` -> outputs (or temp workspace `[split_k, contractions, batch, M, N]` f32);
+`<name>` -> outputs (or temp workspace `[split_k, contractions, batch, M, N]` f32), its tensor
+maps (`copy = tma`) last among its arguments, each bound to the tile op input it views;
 `<name>_combine` (split_k > 1) -> outputs.
 """
 
