@@ -104,13 +104,15 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 
-# Which target feature a knob value needs.
-_NEEDS_FEATURE: dict[KnobValue, str] = {
-    "mma_sync": "mma_sync",
-    "wgmma": "wgmma",
-    "wgmma_ws": "wgmma",
-    "persistent": "wgmma",
-    "tma": "tma",
+# Which target feature a knob value needs (tensor-map copies and block pairs exist only for
+# wgmma_ws contractions, so they need wgmma too).
+_NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
+    ("workers", "mma_sync"): "mma_sync",
+    ("workers", "wgmma"): "wgmma",
+    ("workers", "wgmma_ws"): "wgmma",
+    ("schedule", "persistent"): "wgmma",
+    ("copy", "tma"): "wgmma",
+    ("cluster", 2): "wgmma",
 }
 
 
@@ -136,7 +138,7 @@ def knob_space(
         domain = tuple(
             v
             for v in _SPACES[kind][name]
-            if v not in _NEEDS_FEATURE or target.has(_NEEDS_FEATURE[v])
+            if (name, v) not in _NEEDS_FEATURE or target.has(_NEEDS_FEATURE[(name, v)])
         )
         space[name] = domain
     return space

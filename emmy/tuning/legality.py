@@ -263,8 +263,6 @@ def _c_cluster(info, v, t, reasons):
     if not v.has("cluster") or v["cluster"] == 1:
         return
     c = v["cluster"]
-    if not t.has("tma"):
-        reasons.append(f"cluster={c}: {t.name} has no thread block clusters (sm_90 or newer)")
     if v.has("copy") and v["copy"] != "tma":
         reasons.append(f"cluster={c} multicasts tensor-map copies: it needs copy=tma (copy={v['copy']})")
     if v.has("schedule") and v["schedule"] != "grid":

@@ -345,9 +345,9 @@ def _c_copy(knob, info, target, chosen, memo) -> Prefs:
     # tensor-map copies against cp.async: q/k/v 57.1 against 62.6 us, gate/up 107.2 against
     # 116.0, down 36.9 against 41.3, o 28.3 against 30.2; the running example at M=32768 507.8
     # against 559.9 us.
+    if chosen.get("workers") != "wgmma_ws":
+        return [("cp_async", "16-byte cp.async copies (tensor-map copies need workers=wgmma_ws)")]
     cp = ("cp_async", "16-byte cp.async copies from every producer thread")
-    if chosen.get("workers") != "wgmma_ws" or not target.has("tma"):
-        return [cp]
     why = "one tensor-memory-accelerator copy per operand tile from one producer thread (H200: 5-10% faster)"
     return [("tma", why), cp]
 

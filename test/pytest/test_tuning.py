@@ -78,8 +78,11 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("attention", SM90A)["workers"] == ("mma_sync", "wgmma")
     assert knob_space("contraction", SM90A)["schedule"] == ("grid", "persistent")
     assert knob_space("contraction", SM90)["schedule"] == ("grid",)  # persistent blocks need wgmma_ws
-    assert knob_space("contraction", SM90)["copy"] == ("cp_async", "tma")  # sm_90 has the TMA
-    assert knob_space("contraction", SM80)["copy"] == ("cp_async",)
+    # tensor-map copies and block pairs feed wgmma_ws warpgroups: sm_90a only
+    assert knob_space("contraction", SM90A)["copy"] == ("cp_async", "tma")
+    assert knob_space("contraction", SM90)["copy"] == ("cp_async",)
+    assert knob_space("contraction", SM90A)["cluster"] == (1, 2)
+    assert knob_space("contraction", SM80)["cluster"] == (1,)
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
         knob_names("conv")
 
@@ -309,9 +312,7 @@ def test_cluster_legality():
     assert check(info, dict(pair, schedule="persistent"), SM90A) == ["cluster=2 needs schedule=grid (schedule=persistent)"]
     odd = info_of(L.matmul(300, 4096, 1024))
     assert check(odd, pair, SM90A) == ["cluster=2: the 3 row tiles of block_m=128 do not pair up"]
-    assert "cluster=2: sm_80 has no thread block clusters (sm_90 or newer)" in check(
-        info, dict(GOOD, workers="mma_sync", cluster=2), SM80
-    )
+    assert check(info, dict(GOOD, workers="mma_sync", cluster=2), SM80) == ["cluster=2 is not in its domain on sm_80: [1]"]
 
 
 def test_rules_keep_one_block_per_tile():

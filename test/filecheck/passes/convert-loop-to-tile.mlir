@@ -82,7 +82,7 @@ func.func @f(%x: tensor<7x32xbf16>, %nw: tensor<32xbf16>, %w: tensor<64x32xbf16>
 // CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>,
 // CHECK-NEXT:   schedule = #tile.knob<"schedule", ["grid"]>,
 // CHECK-NEXT:   copy = #tile.knob<"copy", ["cp_async"]>,
-// CHECK-NEXT:   cluster = #tile.knob<"cluster", [1, 2]>,
+// CHECK-NEXT:   cluster = #tile.knob<"cluster", [1]>,
 // CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8]>
 // CHECK-NEXT: } ins(%x, %w : tensor<33x64xbf16>, tensor<48x64xbf16>) -> tensor<33x48xbf16> {
 builtin.module attributes {emmy.target = "sm_80"} {
