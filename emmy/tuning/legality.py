@@ -271,8 +271,6 @@ def _c_cluster(info, v, t, reasons):
         tiles = ceil(info.M / v["block_m"])
         if tiles % c:
             reasons.append(f"cluster={c}: the {tiles} row tiles of block_m={v['block_m']} do not pair up")
-    if v.has("block_n") and v["block_n"] % (8 * c):
-        reasons.append(f"cluster={c}: block_n={v['block_n']} does not split into {c} slices of whole 8-row groups")
 
 
 def _c_split(info, v, t, reasons):
