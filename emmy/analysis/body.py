@@ -38,7 +38,7 @@ Index arithmetic runs on int64 index grids. A load whose index is out of range i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 from xdsl.dialects import arith, math
@@ -173,6 +173,23 @@ def product_factors(value: SSAValue) -> list[SSAValue]:
         else:
             out.append(v)
     return out
+
+
+def value_tree(roots: Iterable[SSAValue], stop: Container[SSAValue] = ()) -> Iterator[SSAValue]:
+    """Every value `roots` are computed from, each once, depth first: a root, then the operands of
+    its defining op, and so on (a `loop.reduce` result is a leaf: its body is not entered, nor
+    are block arguments). Values in `stop` are skipped, neither yielded nor looked through.
+    Callers may leave the iteration as soon as they know their answer."""
+    seen: set[SSAValue] = set()
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        if v in seen or v in stop:
+            continue
+        seen.add(v)
+        yield v
+        if isinstance(v.owner, Operation) and not isinstance(v.owner, ReduceOp):
+            stack.extend(v.owner.operands)
 
 
 # --------------------------------------------------------------------------------------------

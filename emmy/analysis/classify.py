@@ -63,6 +63,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import Domains as BodyDomains
+from emmy.analysis.body import value_tree
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
 
@@ -195,18 +196,7 @@ class KernelInfo:
         c0 = self.contractions[0]
         roots = [c0.a_value] if c0.a_value is not None else list(c0.a_factors)
         results = {r.result for r in self.prologue}
-        seen: set[SSAValue] = set()
-        stack = list(roots)
-        while stack:
-            v = stack.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if v in results:
-                return True
-            if isinstance(v.owner, Operation):
-                stack.extend(v.owner.operands)
-        return False
+        return any(v in results for v in value_tree(roots))
 
     @property
     def gemm_n_nc(self) -> tuple[int, int]:

@@ -69,7 +69,7 @@ class _Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
-    args: list  # buffer names (str) or (ctype, value) scalars
+    args: list  # buffer names (str), (ctype, value) scalars, or (MapView, buffer name) tensor maps
     prepare: bool = False  # run once by bind(), not by every launch()
 
 
@@ -109,10 +109,13 @@ class GpuModule:
             kernel = kernels[launch.kernel]
             args = []
             for i, arg in enumerate(launch.args):
-                if isinstance(arg, str):
+                t = kernel.arg_types[i]
+                if isinstance(t, MapView):
+                    args.append((t, arg))
+                elif isinstance(arg, str):
                     args.append(arg)
                 else:
-                    args.append((_scalar_ctype(kernel.arg_types[i]), arg))
+                    args.append((_scalar_ctype(t), arg))
             smem = launch.smem
             if smem > 48 * 1024 and smem > kernel.smem:
                 attr = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -147,16 +150,14 @@ class GpuModule:
                 tensors[buf.name] = outputs[buf.name]
             else:
                 tensors[buf.name] = torch.empty(tuple(buf.shape), dtype=dtype, device="cuda")
-        kernels = {k.name: k for k in self.plan.kernels}
         packed = []
         for launch in self.launches:
             values = []
             for i, arg in enumerate(launch.args):
-                view = kernels[launch.name].arg_types[i]
-                if isinstance(view, MapView):
-                    values.append(tensor_map(view, tensors[arg], f"argument #{i} of {launch.name}"))
-                elif isinstance(arg, str):
+                if isinstance(arg, str):
                     values.append(ctypes.c_void_p(tensors[arg].data_ptr()))
+                elif isinstance(arg[0], MapView):
+                    values.append(tensor_map(arg[0], tensors[arg[1]], f"argument #{i} of {launch.name}"))
                 else:
                     values.append(arg[0](arg[1]))
             packed.append(KernelParams(values))

@@ -63,6 +63,7 @@ from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import BFloat16Type, Float32Type, FloatAttr, IndexType, StringAttr, TensorType, f32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
+from emmy.analysis.body import value_tree
 from emmy.analysis.classify import AttentionInfo, Domains, KernelInfo
 from emmy.analysis.indexing import constant_int
 from emmy.codegen import Built, Launch, Tmp
@@ -171,18 +172,9 @@ class _Same:
 def _reduces_in(v: SSAValue, stop: set[SSAValue] | None = None) -> list[ReduceOp]:
     """The `loop.reduce` ops whose results the tree of `v` reads (not looking inside them)."""
     out: dict[ReduceOp, None] = {}
-    seen: set[SSAValue] = set()
-    stack = [v]
-    while stack:
-        x = stack.pop()
-        if x in seen or (stop and x in stop):
-            continue
-        seen.add(x)
-        o = x.owner
-        if isinstance(o, ReduceOp):
-            out.setdefault(o)
-        elif isinstance(o, Operation):
-            stack.extend(o.operands)
+    for x in value_tree([v], stop or ()):
+        if isinstance(x.owner, ReduceOp):
+            out.setdefault(x.owner)
     return list(out)
 
 

@@ -63,6 +63,7 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32, i64
 from xdsl.ir import Operation, SSAValue
 
+from emmy.analysis.body import value_tree
 from emmy.codegen import Built, In, Launch, Out, Tmp
 from emmy.codegen.common import c_ident, decompose, io_args, knob, largest_divisor_pow2
 from emmy.codegen.kb import KB
@@ -408,16 +409,10 @@ class ContractionBuilder:
         if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
             return False
         given = {c.result for c in self.cs} | {r.result for r in self.prologue}
-        stack, seen = [store.value], set()
-        while stack:
-            v = stack.pop()
-            if v in seen or v in given:
-                continue
-            seen.add(v)
+        for v in value_tree([store.value], stop=given):
             op = v.owner
             if not isinstance(op, Operation) or isinstance(op, LoadOp) or op.regions:
                 return False
-            stack.extend(op.operands)
         return True
 
     def bars_offset(self, stats_off: int, stats_in_smem: bool) -> int:
