@@ -24,7 +24,7 @@ def main() -> None:
     args = ap.parse_args()
     from running_example import make
     from test_gpu import (
-        EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, PERSISTENT_CASES, TMA_CASES, layer_pins,
+        ATTENTION_TMA_CASES, EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, PERSISTENT_CASES, TMA_CASES, layer_pins,
         wants_sm90a,
     )
 
@@ -42,6 +42,10 @@ def main() -> None:
             pins = layer_pins(workers)
             if wants_sm90a(pins) and args.target != "sm_90a":
                 continue
+            opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
+            sources.append(launch_plan(compile_model(opts).module).source)
+    if args.target == "sm_90a":
+        for tokens, pins in ATTENTION_TMA_CASES:
             opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_model(opts).module).source)
     cases = [(t, 1024, p) for t in EXAMPLE_TOKENS for p in EXAMPLE_PINS]

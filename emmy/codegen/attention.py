@@ -56,17 +56,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from math import gcd
+from math import gcd, prod
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as mathd
-from xdsl.dialects.builtin import BFloat16Type, Float32Type, FloatAttr, IndexType, StringAttr, TensorType, f32
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, FloatAttr, IndexType, IntAttr, StringAttr, TensorType, f32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from emmy.analysis.body import value_tree
 from emmy.analysis.classify import AttentionInfo, Domains, KernelInfo
 from emmy.analysis.indexing import constant_int
-from emmy.codegen import Built, Launch, Tmp
+from emmy.codegen import Built, In, Launch, LaunchArg, Tmp
 from emmy.codegen.common import bind_pointers, c_ident, decompose, io_args, knob
 from emmy.codegen.kb import KB
 from emmy.codegen.scalar import BodyEmitter, Scope, row_major_strides
@@ -75,9 +75,9 @@ from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.tuning.targets import Target
 
-# Producer modes, as emmy::attention::kDirect / kElem / kRowSum.
-DIRECT, ELEM, ROWSUM = 0, 1, 2
-MODE_NAMES = {DIRECT: "direct", ELEM: "elem", ROWSUM: "rowsum"}
+# Producer modes, as emmy::attention::kDirect / kElem / kRowSum / kTma.
+DIRECT, ELEM, ROWSUM, TMA = 0, 1, 2, 3
+MODE_NAMES = {DIRECT: "direct", ELEM: "elem", ROWSUM: "rowsum", TMA: "tma"}
 
 _CASTS = (arith.ExtFOp, arith.TruncFOp)
 _NEG_INF = float("-inf")
@@ -502,6 +502,7 @@ class Schedule:
     workers: str  # the knob's value
     note: str  # how the knob values were realized ("" when exactly as asked)
     wgmma: bool = False  # S = Q K^T with wgmma (emmy::attention::run's WGMMA)
+    tma: bool = False  # copy = tma: direct K and V rows by tensor-map copies (kTma)
 
     @property
     def threads(self) -> int:
@@ -516,6 +517,7 @@ def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: b
 
 
 SMEM_ALIGN_WGMMA = 1024  # wgmma's swizzled tiles are read through absolute address bits
+TMA_SLAB = 64  # columns per tensor-map box: one 128-byte swizzled slab of the wgmma tiles
 
 
 def schedule(plan: AttentionPlan, knobs: Mapping[str, object], target: Target, op: Operation) -> Schedule:
@@ -554,7 +556,16 @@ def schedule(plan: AttentionPlan, knobs: Mapping[str, object], target: Target, o
     smem = smem_bytes(D, bq, bkv, stages, wgmma)
     if smem > target.smem_per_block:
         raise _err(name, f"{smem} bytes of shared memory exceed the {target.smem_per_block} of {target.name}")
-    return Schedule(bq, bkv, warps, stages, workers, note, wgmma)
+    copy = str(knobs.get("copy", "cp_async"))
+    if copy not in ("cp_async", "tma"):
+        raise _err(name, f"unknown copy '{copy}' (cp_async or tma)")
+    tma = copy == "tma"
+    if tma and (not wgmma or stages < 3 or plan.seq_kv % bkv):
+        raise _err(
+            name, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv that divides the keys "
+            f"(have {workers}, {stages}, block_kv={bkv} for {plan.seq_kv} keys)"
+        )
+    return Schedule(bq, bkv, warps, stages, workers, note, wgmma, tma)
 
 
 # --------------------------------------------------------------------------------------------
@@ -579,13 +590,7 @@ def _producer_args(kb: KB, top: Scope, p: Producer, em: BodyEmitter) -> tuple[SS
     idx = IndexType()
     if p.mode == DIRECT:
         assert p.load is not None
-        at0 = top.child({p.row_axis: 0, p.col_axis: 0})  # the row pointer of row 0
-        t = p.load.tensor.type
-        assert isinstance(t, TensorType)
-        off: SSAValue | int = 0
-        for i, st in zip(p.load.indices, row_major_strides(t.get_shape())):
-            off = kb.add(off, kb.mul(at0.one(i), st))
-        ptr = kb.ptr_add(em.ptrs[p.load.tensor], off)
+        ptr = kb.ptr_add(em.ptrs[p.load.tensor], _row0_offset(kb, top, p))  # the row pointer of row 0
         return ptr, kb.idx(p.stride)
     if p.mode == ELEM:
         lam = _lambda(kb, [idx, idx], ["i", "d"], f32)
@@ -608,12 +613,18 @@ def _producer_args(kb: KB, top: Scope, p: Producer, em: BodyEmitter) -> tuple[SS
     return term.result, elem.result
 
 
-def run_callee(plan: AttentionPlan, sched: Schedule, materialized: frozenset[str] = frozenset()) -> str:
+def run_callee(
+    plan: AttentionPlan, sched: Schedule, materialized: frozenset[str] = frozenset(),
+    maps: Mapping[str, int] | None = None,
+) -> str:
     """The C++ name of the main loop with its template arguments (`materialized`: operands read
-    as direct rows from the split variant's temporaries)."""
+    as direct rows from the split variant's temporaries; `maps`: operands copied through tensor
+    maps, with the row length of each map's view)."""
     args = [plan.head_dim, sched.block_q, sched.block_kv, sched.warps, sched.stages]
     for p in (plan.q, plan.k, plan.v):
-        if p.name in materialized:
+        if maps and p.name in maps:
+            args += [TMA, maps[p.name]]
+        elif p.name in materialized:
             args += [DIRECT, 0]
         else:
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
@@ -697,9 +708,9 @@ def build(kernel_op: Operation, info: KernelInfo, knobs: Mapping[str, object], t
         raise _err(plan.name, f"unknown fusion '{fusion}' (fused or split)")
     if fusion == "split" and (plan.q.mode != DIRECT or plan.k.mode != DIRECT):
         return _build_split(kernel_op, info, plan, sched)
-    func = _flash_func(kernel_op, info, plan, sched)
+    func, map_refs = _flash_func(kernel_op, info, plan, sched)
     _, _, refs = io_args(kernel_op)
-    return Built(funcs=[func], launches=[Launch(func.sym_name.data, tuple(refs))], temps=[])
+    return Built(funcs=[func], launches=[Launch(func.sym_name.data, (*refs, *map_refs))], temps=[])
 
 
 def _batch(plan: AttentionPlan, axes: Mapping[str, int]) -> int:
@@ -717,15 +728,21 @@ def _flash_func(
     plan: AttentionPlan,
     sched: Schedule,
     temps: Sequence[tuple[str, Producer, tuple[str, int] | None]] = (),
-) -> K.KernelFuncOp:
-    """The main kernel. `temps`: (name, producer, gqa) of operands read from materialized rows
-    (one extra pointer argument each, after the tile op's inputs and results)."""
+    temp_types: Sequence[TensorType] = (),
+) -> tuple[K.KernelFuncOp, list[LaunchArg]]:
+    """The main kernel and the launch arguments of its tensor maps. `temps`: (name, producer,
+    gqa) of operands read from materialized rows (one extra pointer argument each, after the
+    tile op's inputs and results; `temp_types` their buffers). With copy = tma, every direct K
+    or V operand also gets a tensor map argument (after those), bound to its tensor."""
     axes = info.axes
     n_qblocks = -(-plan.seq_q // sched.block_q)
     n_batch = _batch(plan, axes)
     types, names, _ = io_args(kernel_op)
     types = types + [K.PtrType(BFloat16Type())] * len(temps)
     names = names + [t[0] for t in temps]
+    maps = _tma_maps(kernel_op, plan, sched, temps, temp_types)
+    types = types + [m[1] for m in maps]
+    names = names + [f"tma_{m[0]}" for m in maps]
     smem = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages, sched.wgmma)
     kb = KB.new_func(
         c_ident(plan.name), types, grid=(n_qblocks, n_batch, 1), block=(sched.threads, 1, 1),
@@ -735,7 +752,9 @@ def _flash_func(
         kb.func.attributes["emmy.note"] = StringAttr(sched.note)
     ptrs, outs = bind_pointers(kb, kernel_op)
     em = BodyEmitter(kb, kernel_op, ptrs, outs)
-    temp_args = kb.func.body.block.args[len(kb.func.body.block.args) - len(temps):]
+    n_args = len(kb.func.body.block.args)
+    temp_args = kb.func.body.block.args[n_args - len(maps) - len(temps):n_args - len(maps)]
+    map_args = dict(zip((m[0] for m in maps), kb.func.body.block.args[n_args - len(maps):]))
 
     bid_x = kb.block_id("x")
     bid_y = kb.block_id("y")
@@ -758,7 +777,13 @@ def _flash_func(
                 vals[gqa[0]] = kb.div(outer[gqa[0]], gqa[1])
                 ext[gqa[0]] = axes[gqa[0]] // gqa[1]
             row_set = _linear_index(kb, vals, plan.batch_axes, ext) if plan.batch_axes else kb.idx(0)
-            args += [kb.ptr_add(arg, kb.mul(row_set, rows * plan.head_dim)), kb.idx(plan.head_dim)]
+            offset = kb.mul(row_set, rows * plan.head_dim)
+            if p.name in map_args:
+                args += [map_args[p.name], offset]
+            else:
+                args += [kb.ptr_add(arg, offset), kb.idx(plan.head_dim)]
+        elif p.name in map_args:
+            args += [map_args[p.name], _row0_offset(kb, top, p)]
         else:
             args += list(_producer_args(kb, top, p, em))
 
@@ -777,14 +802,56 @@ def _flash_func(
         out.body.block.add_op(K.YieldOp())
 
     kb.call(
-        run_callee(plan, sched, frozenset(materialized)),
+        run_callee(plan, sched, frozenset(materialized), {m[0]: m[2] for m in maps}),
         [
             *args, score.result, out.result, q_block,
             kb.idx(plan.seq_q), kb.idx(plan.seq_kv), kb.idx(int(plan.causal)),
             kb.idx(plan.causal_offset), sbuf,
         ],
     )
-    return kb.finish()
+    return kb.finish(), [m[3] for m in maps]
+
+
+def _tma_maps(
+    kernel_op: Operation, plan: AttentionPlan, sched: Schedule,
+    temps: Sequence[tuple[str, Producer, tuple[str, int] | None]], temp_types: Sequence[TensorType],
+) -> list[tuple[str, K.TensorMapType, int, LaunchArg]]:
+    """copy = tma: (operand name, map type, row length of the view, launch argument) of every
+    K or V operand read as direct rows. The map views the whole tensor as rows of the operand's
+    row stride, boxes of block_kv rows by one 64-column slab."""
+    if not sched.tma:
+        return []
+    materialized = {t[0]: i for i, t in enumerate(temps)}
+    out = []
+    for p in (plan.k, plan.v):
+        temp = f"{p.name}_rows"
+        if temp in materialized:
+            numel, stride = temp_types[materialized[temp]].get_shape()[0], plan.head_dim
+            ref: LaunchArg = Tmp(materialized[temp])
+        elif p.mode == DIRECT and p.load is not None:
+            t = p.load.tensor.type
+            assert isinstance(t, TensorType) and isinstance(p.load.tensor, BlockArgument)
+            numel, stride = prod(t.get_shape()), p.stride
+            ref = In(p.load.tensor.index)
+        else:
+            continue
+        if numel % stride:
+            continue
+        params = (numel // stride, stride, stride, 0, sched.block_kv, TMA_SLAB)
+        out.append((p.name, K.TensorMapType(BFloat16Type(), *(IntAttr(v) for v in params)), stride, ref))
+    return out
+
+
+def _row0_offset(kb: KB, top: Scope, p: Producer) -> SSAValue:
+    """The element offset of a direct producer's row 0 (column 0) in its tensor."""
+    assert p.load is not None
+    at0 = top.child({p.row_axis: 0, p.col_axis: 0})
+    t = p.load.tensor.type
+    assert isinstance(t, TensorType)
+    off: SSAValue | int = 0
+    for i, st in zip(p.load.indices, row_major_strides(t.get_shape())):
+        off = kb.add(off, kb.mul(at0.one(i), st))
+    return off if isinstance(off, SSAValue) else kb.idx(off)
 
 
 def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionPlan, sched: Schedule) -> Built:
@@ -836,13 +903,15 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionPlan, sc
                 [a, b, out_rows, row0, kb.idx(rows)],
             )
     prep = kb.finish()
-    main = _flash_func(kernel_op, info, plan, sched, [(f"{p.name}_rows", p, g) for p, _, _, g in todo])
+    main, map_refs = _flash_func(
+        kernel_op, info, plan, sched, [(f"{p.name}_rows", p, g) for p, _, _, g in todo], temps
+    )
     tmp_refs = tuple(Tmp(i) for i in range(len(todo)))
     return Built(
         funcs=[prep, main],
         launches=[
             Launch(prep.sym_name.data, tuple(refs) + tmp_refs),
-            Launch(main.sym_name.data, tuple(refs) + tmp_refs),
+            Launch(main.sym_name.data, tuple(refs) + tmp_refs + tuple(map_refs)),
         ],
         temps=temps,
     )

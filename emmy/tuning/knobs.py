@@ -90,6 +90,9 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "workers": ("mma_sync", "wgmma"),
         "stages": (1, 2, 3),
         "warps": (1, 2, 4, 8),
+        # K and V rows by cp.async from every thread, or by tensor-map copies from one
+        # (wgmma with 3+ stages, key blocks that divide the keys)
+        "copy": COPIES,
         "fusion": FUSION,
     },
     "reduction": {

@@ -386,6 +386,20 @@ def _a_workers(info, v, t, reasons):
             reasons.append("wgmma reads its operands from shared memory: stages must be at least 2")
 
 
+def _a_copy(info, v, t, reasons):
+    # tensor-map copies of K and V: issued by one thread on the key block's mbarrier, in the
+    # software-pipelined wgmma loop; whole key blocks only (rows past the keys would come from
+    # the next rows of the tensor, not as zeros)
+    if not v.has("copy") or v["copy"] != "tma":
+        return
+    if v.has("workers") and v["workers"] != "wgmma":
+        reasons.append(f"copy=tma copies K and V for the wgmma flash loop: it needs workers=wgmma, not {v['workers']}")
+    if v.has("stages") and v["stages"] < 3:
+        reasons.append(f"copy=tma needs the pipelined wgmma loop: stages at least 3 (stages={v['stages']})")
+    if v.has("block_kv") and info.seq_kv % v["block_kv"]:
+        reasons.append(f"copy=tma copies whole key blocks: block_kv={v['block_kv']} does not divide the {info.seq_kv} keys")
+
+
 # --------------------------------------------------------------------------------------------
 # Reduction and elementwise
 # --------------------------------------------------------------------------------------------
@@ -422,7 +436,7 @@ _RULES: dict[str, tuple[Rule, ...]] = {
     "contraction": (
         _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_split, _c_vector,
     ),
-    "attention": (_a_threads, _a_smem, _a_registers, _a_workers),
+    "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy),
     "reduction": (_r_threads, _r_vector),
     "elementwise": (_e_threads, _e_vector),
 }

@@ -492,6 +492,16 @@ def _a_stages(knob, info, target, chosen, memo) -> Prefs:
     return [(v, f"{steps} key step(s): {v}-deep staging of K and V") for v in order]
 
 
+def _a_copy(knob, info, target, chosen, memo) -> Prefs:
+    cp = ("cp_async", "K and V rows by 16-byte cp.async from every thread")
+    bkv = chosen.get("block_kv", 64)
+    if chosen.get("workers") != "wgmma" or chosen.get("stages", 1) < 3 or info.seq_kv % bkv:
+        return [cp]
+    why = (f"K and V blocks of {bkv} rows by tensor-map copies from one thread: the other threads "
+           "only wait for them")
+    return [("tma", why), cp]
+
+
 def _a_fusion(knob, info, target, chosen, memo) -> Prefs:
     # Measured on an H200 (Qwen3 attention, head dim 128): computing the normalized, rotated Q and
     # K rows inside the flash kernel costs each query block the K rows of every key block it
@@ -576,7 +586,7 @@ _ORDER: dict[str, tuple[str, ...]] = {
     "contraction": (
         "workers", "block_k", "block_m", "block_n", "split_k", "warps", "stages", "vector", "fusion",
     ),
-    "attention": ("workers", "block_q", "block_kv", "warps", "stages", "fusion"),
+    "attention": ("workers", "block_q", "block_kv", "warps", "stages", "copy", "fusion"),
     "reduction": ("vector", "rows_per_block", "threads"),
     "elementwise": ("vector", "threads", "items"),
 }
@@ -616,6 +626,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "block_kv": _a_block_kv,
             "warps": _a_warps,
             "stages": _a_stages,
+            "copy": _a_copy,
             "fusion": _a_fusion,
         }
     ),

@@ -497,3 +497,69 @@ def test_wgmma_attention_three_stages_is_the_pipelined_loop():
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith("emmy::attention::run<128, 64, 64, 4, 3, ") and call.callee.data.endswith(", 1>")
     assert func.smem_bytes == A.smem_bytes(128, 64, 64, 3, wgmma=True) == (64 * 128 + 6 * 64 * 128) * 2 + 1024
+
+
+# --------------------------------------------------------------------------------------------
+# K and V by tensor-map copies (copy = tma)
+# --------------------------------------------------------------------------------------------
+
+
+def _tma_build(fusion: str, T: int = 256):
+    op = parse_kernel(attention_ir(T=T, knobs=_knobs(workers="wgmma", stages=3)))
+    knobs = dict(op.knob_values(), copy="tma", fusion=fusion)
+    return op, A.build(op, classify(op), knobs, get_target("sm_90a"))
+
+
+def test_tma_attention_maps_direct_rows():
+    """copy=tma: every K or V operand read as direct rows gets a tensor map over its whole tensor
+    (rows of its row stride, boxes of block_kv rows by 64 columns), passed to the main loop as a
+    kTma producer with the view's row length; computed K stays with the threads (fused)."""
+    op, built = _tma_build("fused")
+    (func,) = built.funcs
+    maps = [(a, t) for a, t in ((a, a.type) for a in func.body.block.args) if isinstance(t, K.TensorMapType)]
+    assert len(maps) == 1  # V only: K is computed (RMSNorm + rope) inside the flash kernel
+    v_map = maps[0][1]
+    rows, cols, stride, offset, box_rows, box_cols = (p.data for p in v_map.parameters[1:])
+    assert (cols, stride, offset, box_rows, box_cols) == (stride, stride, 0, 64, 64) and rows * stride > 0
+    (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
+    assert call.callee.data == f"emmy::attention::run<128, 64, 64, 4, 3, 2, 128, 2, 128, 3, {stride}, 1>"
+    (launch,) = built.launches
+    v_tensor = A.analyze(op, classify(op)).v.load.tensor
+    assert launch.args[-1] == A.In(v_tensor.index)
+
+    _, split = _tma_build("split")
+    prep, main = split.funcs
+    kinds = [a.type for a in main.body.block.args if isinstance(a.type, K.TensorMapType)]
+    assert len(kinds) == 2  # materialized K rows and V
+    k_params = [p.data for p in kinds[0].parameters[1:]]
+    assert k_params == [2 * 256, 128, 128, 0, 64, 64]  # the 2 key heads' rows of the K temporary
+    (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
+    assert ", 0, 0, 3, 128, 3, " in call.callee.data  # Q direct rows, K and V through maps
+    assert split.launches[1].args[-2:] == (A.Tmp(1), launch.args[-1])
+
+
+@pytest.mark.parametrize(
+    "T, knobs, message",
+    [
+        (256, {"stages": 2}, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv that divides the keys (have wgmma, 2, block_kv=64 for 256 keys)"),
+        (100, {}, "(have wgmma, 3, block_kv=64 for 100 keys)"),
+        (256, {"copy": "bulk"}, "unknown copy 'bulk' (cp_async or tma)"),
+    ],
+)
+def test_tma_attention_errors(T, knobs, message):
+    op = parse_kernel(attention_ir(T=T, knobs=_knobs(workers="wgmma", stages=3)))
+    values = {**op.knob_values(), "copy": "tma", **knobs}
+    with pytest.raises(EmmyError, match=re.escape(message)):
+        A.build(op, classify(op), values, get_target("sm_90a"))
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("fusion", ["fused", "split"])
+def test_tma_attention_compiles(fusion, tmp_path):
+    _, built = _tma_build(fusion)
+    log, obj = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
+    _check_ptxas(log)
+    if shutil.which("cuobjdump"):
+        sass = subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True, text=True).stdout
+        assert "UTMALDG" in sass and "HGMMA" in sass

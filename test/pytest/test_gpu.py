@@ -43,6 +43,15 @@ TMA_CASES = [
     (500, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=128", "*.warps=8",
                  "*.fusion=split", "*.split_k=2")),
 ]
+# Attention with K and V by tensor-map copies (copy=tma; key blocks of 64 divide the keys):
+# materialized K and V rows (fusion=split), K computed in the flash kernel and only V copied by
+# tensor maps (fusion=fused), and one tensor-map key block per query block at 64 tokens.
+ATTENTION_TMA_CASES = [
+    (64, ("attention.copy=tma",)),
+    (1024, ("attention.copy=tma", "attention.fusion=split")),
+    (1024, ("attention.copy=tma", "attention.fusion=fused")),
+    (1024, ("attention.copy=tma", "attention.block_kv=128", "attention.fusion=split")),
+]
 # The layer's contraction kernels (attention has no wgmma_ws).
 LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]
 
@@ -81,6 +90,19 @@ def test_layer_matches_pytorch(tokens, workers, tmp_path):
     pins = layer_pins(workers)
     _needs(pins, _target())
     opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target=_target(), pins=pins)
+    report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
+    assert report.rel_error <= 1e-2, report.rel_error
+
+
+@pytest.mark.parametrize("tokens,pins", ATTENTION_TMA_CASES, ids=lambda c: ",".join(c) if isinstance(c, tuple) else str(c))
+def test_layer_attention_tma_matches_pytorch(tokens, pins, tmp_path):
+    from emmy.backend.run import run_on_gpu
+    from emmy.driver import CompileOptions
+
+    target = _target()
+    if target != "sm_90a":
+        pytest.skip("tensor-map attention needs wgmma (sm_90a)")
+    opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target=target, pins=pins)
     report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.rel_error <= 1e-2, report.rel_error
 

@@ -69,7 +69,7 @@ def test_knob_spaces_by_kind_and_target():
         "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
-    assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps")
+    assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps", "copy")
     assert knob_names("reduction") == ("rows_per_block", "threads", "vector")
     assert knob_names("elementwise") == ("threads", "vector", "items")
     assert knob_space("contraction", SM90A)["workers"] == ("thread", "mma_sync", "wgmma", "wgmma_ws")
@@ -83,6 +83,8 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("contraction", SM90)["copy"] == ("cp_async",)
     assert knob_space("contraction", SM90A)["cluster"] == (1, 2)
     assert knob_space("contraction", SM80)["cluster"] == (1,)
+    assert knob_space("attention", SM90A)["copy"] == ("cp_async", "tma")
+    assert knob_space("attention", SM90)["copy"] == ("cp_async",)
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
         knob_names("conv")
 
@@ -194,6 +196,19 @@ def test_attention_and_reduction_limits():
     assert check(att, dict(wg, block_q=32, warps=2), SM90A) == [
         "wgmma: warps=2 is not whole warpgroups (a multiple of 4)",
     ]
+    # K and V by tensor-map copies: the pipelined wgmma loop, whole key blocks
+    tma = dict(wg, stages=3, copy="tma")
+    assert check(att, tma, SM90A) == []
+    assert check(att, dict(tma, workers="mma_sync", block_q=64, warps=4), SM90A) == [
+        "copy=tma copies K and V for the wgmma flash loop: it needs workers=wgmma, not mma_sync",
+    ]
+    assert check(att, dict(tma, stages=2), SM90A) == [
+        "copy=tma needs the pipelined wgmma loop: stages at least 3 (stages=2)",
+    ]
+    att_odd = info_of(L.attention(1, 16, 8, 130, 128))
+    assert check(att_odd, tma, SM90A) == [
+        "copy=tma copies whole key blocks: block_kv=64 does not divide the 130 keys",
+    ]
     att96 = info_of(L.attention(1, 4, 2, 512, 96))
     assert "wgmma: head dimension 96 is not a multiple of 64 up to 256" in check(att96, wg, SM90A)
     red = info_of(L.rmsnorm(512, 1024))
@@ -259,6 +274,11 @@ def test_rules_follow_the_shapes():
     wg = rules.decide(att_l, SM90A, knob_space_for(att_l, SM90A))
     assert (wg["workers"].value, wg["block_q"].value, wg["warps"].value) == ("wgmma", 64, 4)
     assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["workers"].value == "mma_sync"
+    # K and V by tensor-map copies where key blocks divide the keys, cp.async otherwise
+    assert wg["copy"].value == "tma" and "tensor-map copies" in wg["copy"].reason
+    assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["copy"].value == "cp_async"
+    att_odd = info_of(L.attention(1, 16, 8, 130, 128))
+    assert rules.decide(att_odd, SM90A, knob_space_for(att_odd, SM90A))["copy"].value == "cp_async"
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32

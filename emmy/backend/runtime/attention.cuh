@@ -35,6 +35,12 @@
 //   kElem   (1): a = [](int i, int d) -> float, the element; b unused (pass 0).
 //   kRowSum (2): a = [](int i, int r) -> float, a term summed over r < RED (one row statistic);
 //                b = [](int i, int d, float sum) -> float, the element given the row's sum.
+//   kTma    (3): a = const CUtensorMap& (a __grid_constant__ kernel parameter) viewing the whole
+//                tensor as rows of RED elements with 64-column, BKV-row boxes and 128-byte
+//                swizzle; b = int element offset of row 0: row i is D contiguous bf16 at
+//                element b + i * RED. K and V only, WGMMA with STAGES >= 3; thread 0 copies
+//                each key block's rows on an mbarrier the block waits on, so BKV must divide
+//                seq_kv (rows past it would be the next rows of the view, not zeros).
 // score = [](int q, int kv, float dot) -> float: the logit (-INFINITY when masked); called for
 //         q < seq_q and kv < seq_kv only.
 // out   = [](int q, int e, float o) -> void: stores the normalized output element, called once
@@ -64,6 +70,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "emmy_tma.cuh"
 #include "emmy_wgmma.cuh"
 
 #ifndef EMMY_ATTENTION_ROW_UNROLL
@@ -77,6 +84,7 @@ namespace attention {
 constexpr int kDirect = 0;
 constexpr int kElem = 1;
 constexpr int kRowSum = 2;
+constexpr int kTma = 3;
 
 // ---------------------------------------------------------------------------------------------
 // Warp-level helpers.
@@ -216,6 +224,7 @@ struct Rows;
 template <int RED, class A, class B>
 struct Rows<kDirect, RED, A, B> {
   static constexpr bool kDirect = true;
+  static constexpr bool kTma = false;
   const __nv_bfloat16* base;
   int stride;
   __device__ __forceinline__ const __nv_bfloat16* row(int i) const {
@@ -226,6 +235,7 @@ struct Rows<kDirect, RED, A, B> {
 template <int RED, class A, class B>
 struct Rows<kElem, RED, A, B> {
   static constexpr bool kDirect = false;
+  static constexpr bool kTma = false;
   static constexpr bool kStat = false;
   const A& a;
   __device__ __forceinline__ float partial(int, int) const { return 0.f; }
@@ -242,6 +252,7 @@ struct Rows<kElem, RED, A, B> {
 template <int RED, class A, class B>
 struct Rows<kRowSum, RED, A, B> {
   static constexpr bool kDirect = false;
+  static constexpr bool kTma = false;
   static constexpr bool kStat = true;
   const A& a;
   const B& b;
@@ -262,6 +273,23 @@ struct Rows<kRowSum, RED, A, B> {
   }
 };
 
+// Rows copied by the tensor memory accelerator: the map views the whole tensor as rows of RED
+// elements, and row i of this producer (column 0) is element `offset + i * RED` of the tensor.
+template <int RED, class A, class B>
+struct Rows<kTma, RED, A, B> {
+  static constexpr bool kDirect = false;
+  static constexpr bool kTma = true;
+  const CUtensorMap* map;
+  int row0, col0;  // the view's coordinates of row 0, column 0
+  // Copy rows [row, row + ROWS) (whole D columns, one box per 64-column slab) into `tile`, a
+  // wgmma tile of ROWS rows; completes its bytes on `bar`.
+  template <int D, int ROWS>
+  __device__ __forceinline__ void copy(__nv_bfloat16* tile, int row, long long* bar) const {
+#pragma unroll
+    for (int s = 0; s < D / 64; ++s) emmy::tma_load_2d(tile + s * ROWS * 64, *map, col0 + 64 * s, row0 + row, bar);
+  }
+};
+
 template <int N, int CAP>
 __host__ __device__ constexpr int largest_divisor_upto() {
   int u = 1;
@@ -276,6 +304,7 @@ template <class C, int ROWS, class F>
 __device__ __forceinline__ void stage_rows(const F& f, __nv_bfloat16* tile, int row0, int limit,
                                            int warp, int lane, int tid) {
   constexpr int D = C::D;
+  static_assert(!F::kTma, "rows copied by tensor maps are not staged by threads");
   if constexpr (F::kDirect) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
     constexpr int ITERS = (ROWS * CHUNKS + C::THREADS - 1) / C::THREADS;
@@ -619,6 +648,18 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #endif
 }
 
+// The `full` mbarriers of the tensor-map copies (STAGES of them, 8 bytes each). They take no
+// shared memory of their own: the kernel's dynamic shared memory is the tiles plus 1024 bytes,
+// and aligning the tiles to 1024 bytes (`smem`) leaves that slack before or after them; the
+// barriers go in front when the slack there holds them, else right after the tiles.
+template <class C>
+__device__ __forceinline__ long long* tma_barriers(void* smem) {
+  extern __shared__ __align__(16) unsigned char emmy_attention_dynamic_smem[];
+  const int pad = static_cast<int>(static_cast<unsigned char*>(smem) - emmy_attention_dynamic_smem);
+  if (pad >= 8 * C::STAGES) return reinterpret_cast<long long*>(emmy_attention_dynamic_smem);
+  return reinterpret_cast<long long*>(static_cast<unsigned char*>(smem) + C::kSmemBytes);
+}
+
 // The wgmma main loop with STAGES >= 3 (sm_90a): one warpgroup per 64 query rows, software
 // pipelined as in FlashAttention-3. Iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}
 // (two wgmma groups), waits for S_j only and computes its online softmax while the P x V group
@@ -650,10 +691,36 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
 
   const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
 
+  // K and V rows come through cp.async / shared stores by every thread, or as tensor-map copies
+  // that thread 0 issues on the block's `full` mbarrier (kTma producers; whole key blocks: the
+  // generated kernel uses them only when BKV divides seq_kv).
+  using KF_ = KF;
+  using VF_ = VF;
+  constexpr bool kAnyTma = KF_::kTma || VF_::kTma;
+  constexpr bool kAnyStaged = !KF_::kTma || !VF_::kTma;
+  constexpr int kTmaBytes = ((KF_::kTma ? 1 : 0) + (VF_::kTma ? 1 : 0)) * BKV * C::D * 2;
+  long long* full = tma_barriers<C>(smem);
+  if constexpr (kAnyTma) {
+    if (tid == 0) {
+#pragma unroll
+      for (int b = 0; b < STAGES; ++b) emmy::mbar_init(full + b, 1);
+    }
+    __syncthreads();
+  }
+
   auto stage_kv = [&](int j) {
     const int buf = j % STAGES;
-    stage_rows<C, BKV>(kf, sK + buf * C::kKVElems, j * BKV, seq_kv, warp, lane, tid);
-    stage_rows<C, BKV>(vf, sV + buf * C::kKVElems, j * BKV, seq_kv, warp, lane, tid);
+    __nv_bfloat16* tK = sK + buf * C::kKVElems;
+    __nv_bfloat16* tV = sV + buf * C::kKVElems;
+    if constexpr (kAnyTma) {
+      if (tid == 0) {
+        emmy::mbar_arrive_expect_tx(full + buf, kTmaBytes);
+        if constexpr (KF_::kTma) kf.template copy<C::D, BKV>(tK, j * BKV, full + buf);
+        if constexpr (VF_::kTma) vf.template copy<C::D, BKV>(tV, j * BKV, full + buf);
+      }
+    }
+    if constexpr (!KF_::kTma) stage_rows<C, BKV>(kf, tK, j * BKV, seq_kv, warp, lane, tid);
+    if constexpr (!VF_::kTma) stage_rows<C, BKV>(vf, tV, j * BKV, seq_kv, warp, lane, tid);
   };
 
   // Q and the first AHEAD key blocks, one cp.async group per block (Q joins the first).
@@ -674,19 +741,21 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
 
   // Block j's copies have landed and are visible to the async proxy; refill block j - 2's buffer.
   auto arrive = [&](int j) {
-    cp_async_wait<AHEAD - 1>();
-    emmy::fence_proxy_async();
+    if constexpr (kAnyStaged) {
+      cp_async_wait<AHEAD - 1>();
+      emmy::fence_proxy_async();
+    } else if (j == 0) {  // Q's copies
+      cp_async_wait<AHEAD - 1>();
+      emmy::fence_proxy_async();
+    }
+    if constexpr (kAnyTma) emmy::mbar_wait(full + j % STAGES, (j / STAGES) & 1);
     __syncthreads();
     if (j + AHEAD < n_blocks) stage_kv(j + AHEAD);
     cp_async_commit();
   };
-  // S = Q K_j^T: one wgmma group (no wait).
+  // S = Q K_j^T: one wgmma group (no wait), overwriting s.
   auto issue_scores = [&](int j, float (*s)[4]) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) s[nt][c] = 0.f;
-    emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
+    emmy::wgmma::tile<BKV, C::D, BQ, BKV, true>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
   };
   // Online softmax of block j's scores; the rescale factors of the rows' earlier sums in alpha.
   auto softmax = [&](int j, float (*s)[4], float* alpha) {
@@ -751,8 +820,12 @@ __device__ __forceinline__ Rows<MODE, RED, A, B> make_rows(const A& a, const B& 
     return Rows<MODE, RED, A, B>{a, static_cast<int>(b)};
   } else if constexpr (MODE == kElem) {
     return Rows<MODE, RED, A, B>{a};
+  } else if constexpr (MODE == kTma) {
+    static_assert(RED > 0, "kTma needs the row length of the map's view");
+    const int offset = static_cast<int>(b);
+    return Rows<MODE, RED, A, B>{&a, offset / RED, offset % RED};
   } else {
-    static_assert(MODE == kRowSum, "producer mode must be kDirect, kElem or kRowSum");
+    static_assert(MODE == kRowSum, "producer mode must be kDirect, kElem, kRowSum or kTma");
     static_assert(RED > 0, "kRowSum needs the length of the row statistic");
     return Rows<MODE, RED, A, B>{a, b};
   }

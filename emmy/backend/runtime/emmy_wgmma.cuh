@@ -99,8 +99,8 @@ __device__ __forceinline__ void wait() {
 // One warpgroup (128 consecutive threads starting at a multiple of 128): acc += A[0:64, 0:BK] *
 // B[0:N, 0:BK]^T from swizzled tiles of RA and RB rows; sA points at the warpgroup's first A
 // row of slab 0 (a multiple of 8 rows into the tile), sB at its first B row. Issues BK/16 wgmmas
-// and commits them as one group (no wait).
-template <int N, int BK, int RA, int RB>
+// and commits them as one group (no wait). ZERO: acc = A * B^T instead (acc need not be set).
+template <int N, int BK, int RA, int RB, bool ZERO = false>
 __device__ __forceinline__ void tile(const bf16* sA, const bf16* sB, float* acc) {
 #if EMMY_HAS_WGMMA
   static_assert(BK % 16 == 0 && (BK <= 64 || BK % 64 == 0) && N % 8 == 0 && N <= 256, "wgmma tile shape");
@@ -110,7 +110,8 @@ __device__ __forceinline__ void tile(const bf16* sA, const bf16* sB, float* acc)
 #pragma unroll
   for (int kk = 0; kk < BK / 16; ++kk) {
     const int s = kk / STEPS, off = (kk % STEPS) * 16;
-    mma_async<N>(desc<ROWB>(sA + s * RA * SLAB + off), desc<ROWB>(sB + s * RB * SLAB + off), acc);
+    mma_async<N>(desc<ROWB>(sA + s * RA * SLAB + off), desc<ROWB>(sB + s * RB * SLAB + off), acc,
+                 ZERO && kk == 0 ? 0 : 1);
   }
   commit();
   fence_operand<N / 2>(acc);
