@@ -266,6 +266,8 @@ class ContractionBuilder:
         self._maps: list[MapOperand] | None = None  # tma_operands()
         self._stages_results: bool | None = None  # stages_results()
         self.map_args: list[SSAValue] = []  # their kernel arguments (build_main)
+        # fragments(): the row of each wgmma fragment -> its slot among the thread's rows
+        self._fragment_slots: dict[SSAValue, SSAValue] = {}
 
     # -- kernels ------------------------------------------------------------------------------------
     def build(self) -> Built:
@@ -509,6 +511,15 @@ class ContractionBuilder:
 
             return stat
 
+        def early_stat_at(m0, batch):
+            """stat_at, with the loads of a statistics kernel's rows issued now (before the k
+            loop) where the fragment layout allows: the epilogue then does not start with a
+            round trip to memory."""
+            stat = stat_at(m0, batch)
+            if rs is None and stats_ptr is not None and self.prologue and g.wgmma:
+                return self.preload_stats(kb, tid, stat)
+            return stat
+
         # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
         # anyway (by the producer, or by the consumers transforming A in place), instead of a
         # pass over the block's rows before the k loop
@@ -528,6 +539,7 @@ class ContractionBuilder:
             self.specialized_loop(
                 kb, em, tid, None, stat_at, sa, sbs, bars, accs, a_elems, g.b_stride, ws_ptr,
                 self.staging_room(bars_off), rs if producer_stats else None, inplace, a_loads, stats_leaf,
+                early_stat_at,
             )
             return kb.finish()
         n0 = kb.mul(kb.block_id("x"), g.bn)
@@ -536,7 +548,7 @@ class ContractionBuilder:
         batch = kb.div(z, g.split) if self.b_axes else 0
         part = kb.rem(z, g.split) if g.split > 1 else 0
         n0.name_hint, m0.name_hint = "n0", "m0"
-        stat = stat_at(m0, batch)
+        stat = stat_at(m0, batch) if g.producer else early_stat_at(m0, batch)
 
         if rs is not None and not producer_stats:
             self.emit_prologue(kb, em, rs, tid, m0, batch)
@@ -559,6 +571,7 @@ class ContractionBuilder:
             self.specialized_loop(
                 kb, em, tid, (m0, n0, batch, part, kt0, kt1), stat_at, sa, sbs, bars, accs, a_elems, g.b_stride,
                 ws_ptr, (0, stats_off), rs if producer_stats else None, inplace, a_loads, stats_leaf,
+                early_stat_at,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
@@ -610,6 +623,33 @@ class ContractionBuilder:
 
         self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, (0, stats_off), kb.barrier)
         return kb.finish()
+
+    def preload_stats(self, kb: KB, tid, stat):
+        """Load now, into registers, the row statistics of the rows this thread's wgmma
+        fragments hold (2 per 64-row slice: fragment rows g and g + 8 of its warp), and return a
+        stat(p, r_local) that reads them back for the epilogue, whose r_local is one of those rows
+        (see fragments(); the index folds to a constant once its loops are unrolled)."""
+        g = self.g
+        per = 2 * g.mi
+        pre = kb.local(f32, len(self.prologue) * per, "row_stats")
+        lane = kb.rem(tid, 32)
+        first = kb.add(
+            kb.add(kb.mul(kb.mul(kb.div(tid, 128), g.mi), 64), kb.mul(kb.rem(kb.div(tid, 32), 4), 16)),
+            kb.div(lane, 4),
+        )
+        for p in range(len(self.prologue)):
+            with kb.for_(0, g.mi, 1, unroll=0, name="mi") as mi:
+                with kb.for_(0, 2, 1, unroll=0, name="h") as h:
+                    r_local = kb.add(first, kb.add(kb.mul(mi, 64), kb.mul(h, 8)))
+                    kb.store(stat(p, r_local), pre, kb.add(p * per, kb.add(kb.mul(mi, 2), h)))
+
+        def early(p: int, r_local) -> SSAValue:
+            slot = self._fragment_slots.get(r_local)
+            if slot is None:  # not a fragment row (the f32 staged epilogue's rows): load it now
+                return stat(p, r_local)
+            return kb.load(pre, kb.add(p * per, slot))
+
+        return early
 
     def accumulators(self, kb: KB) -> list:
         """The accumulator array of each contraction (views into one array with g.joint)."""
@@ -727,7 +767,7 @@ class ContractionBuilder:
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
         )
 
-    def specialized_loop(self, kb, em, tid, origin, stat_at, sa, sbs, bars, accs, a_elems, b_elems, ws_ptr, room, rs=None, inplace=None, a_loads=None, stats_leaf=None) -> None:
+    def specialized_loop(self, kb, em, tid, origin, stat_at, sa, sbs, bars, accs, a_elems, b_elems, ws_ptr, room, rs=None, inplace=None, a_loads=None, stats_leaf=None, consumer_stat_at=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
         multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
         back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
@@ -845,7 +885,7 @@ class ContractionBuilder:
         with kb.if_(kb.lt(tid, consumers)):
 
             def consume(m0, n0, batch, part, kt0, kt1, base, later, more):
-                stat = stat_at(m0, batch)
+                stat = (consumer_stat_at or stat_at)(m0, batch)
                 if g.persistent:
                     zero = kb.fconst(0.0)
                     with kb.for_(0, g.acc_per_thread, 1, unroll=0, name="i") as i:
@@ -1066,6 +1106,8 @@ class ContractionBuilder:
                 with kb.for_(ni_lo, ni_hi, 1, unroll=0, name="ni") as ni:
                     with kb.for_(0, 2, 1, unroll=0, name="h") as h:
                         row = kb.add(kb.add(base_row, kb.mul(mi, row_step)), kb.add(gq, kb.mul(h, 8)))
+                        if g.wgmma:  # which of the thread's rows (see preload_stats)
+                            self._fragment_slots[row] = kb.add(kb.mul(mi, 2), h)
                         col = kb.add(kb.add(base_col, kb.mul(ni, 8)), kb.mul(tq, 2))
                         idx = kb.add(kb.mul(kb.add(kb.mul(mi, nt), ni), 4), kb.mul(h, 2))
                         body(row, col, idx, 2)

@@ -616,6 +616,42 @@ def test_output_groups_share_one_statistics_kernel(schedule, forward):
     assert all(stats_buffer in launch.args for launch in plan.forward_launches[1:])
 
 
+@pytest.mark.parametrize("workers,early", [("wgmma_ws", True), ("wgmma", True), ("mma_sync", False)])
+def test_statistics_kernel_rows_are_loaded_before_the_k_loop(workers, early):
+    """fusion=split: the rows a thread's wgmma fragments hold have their statistics loaded into
+    registers before the k loop, so the epilogue does not start with a round trip to memory
+    (mma.sync fragments keep loading them in the epilogue)."""
+    import re
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(300))
+    pins = ("*.fusion=split", f"*.workers={workers}", "*.split_k=1")
+    opts = CompileOptions(model="example", layer=0, tokens=300, target="sm_90a", pins=pins)
+    plan = launch_plan(compile_traced(trace_layer(src, 0, 300), opts).module)
+    (main,) = [k for k in plan.kernels if k.name == "rms_norm_qkv_proj"]
+    text = main.source[main.source.index("rms_norm_qkv_proj("):]
+    stats_reads = [m.start() for m in re.finditer(r"= stats_\d+\[", text)]
+    mainloops = [m.start() for m in re.finditer(r"emmy::(wgmma::tile<|mma::)", text)]
+    assert stats_reads and mainloops
+    # in order of the source, per part of the launch: its statistics reads and its k loop
+    events = sorted([(i, "s") for i in stats_reads] + [(i, "m") for i in mainloops])
+    order = "".join(kind for _, kind in events)
+    order = re.sub(r"(.)\1+", r"\1", order)
+    if early:
+        assert "float row_stats_" in text
+        assert order == "sm" * len(order.split("m")[:-1])  # each part reads them before its k loop
+    else:
+        assert "row_stats" not in text and order.startswith("m") and order.endswith("s")
+
+
 @pytest.mark.parametrize("tokens", [5, 64, 300])
 @pytest.mark.parametrize("pins", [(), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=mma_sync",)], ids=str)
 def test_running_example_lowers_at_odd_sizes(tokens, pins):
