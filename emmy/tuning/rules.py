@@ -441,17 +441,35 @@ def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
         want, why = 16, f"{sq} queries fit one 16-row tile"
     elif sq <= 32:
         want, why = 32, f"{sq} queries fit one 32-row tile"
+    elif _wide_wgmma_attention(info, target, chosen):
+        want = 128
+        why = (f"{sq} queries x {heads} heads: {heads * ceil(sq / 128)} tiles of 128, two warpgroups "
+               "sharing each 128-key block copied by tensor maps (H200: faster at 4096 tokens)")
     else:
-        # H200, Qwen3 attention at 4096 queries: 64-row tiles (4 warps) 7% faster than 128-row
-        # ones (8 warps); smaller tiles also fill the SMs at shorter sequences
+        # H200, Qwen3 attention at 4096 queries with cp.async copies: 64-row tiles (4 warps) 7%
+        # faster than 128-row ones (8 warps); smaller tiles also fill the SMs at shorter sequences
         want = 64
         why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 64)} tiles of 64"
     values = _closest_first((16, 32, 64, 128), want)
     return [(v, why if v == want else f"block_q={v} (the preferred {want} does not fit)") for v in values]
 
 
+def _wide_wgmma_attention(info, target, chosen) -> bool:
+    """128 query rows (two warpgroups) by 128-key blocks: where wgmma runs it, the keys come in
+    whole 128-row blocks (tensor-map copies), and the 128-row tiles still give every SM two.
+    Measured on the H200 (tools/bench.py, Qwen3 layer at T=4096, same run, tensor-map copies):
+    the layer 464.8 us against 475.5 with 64 x 64 tiles (against 483.7 with 128 x 64); the
+    shared memory (Q, 3 stages of K and V: 225 KB) leaves one block per SM."""
+    return (
+        chosen.get("workers") == "wgmma" and info.head_dim <= 128 and info.seq_kv % 128 == 0
+        and info.batch * ceil(info.seq_q / 128) >= 2 * target.sms
+    )
+
+
 def _a_block_kv(knob, info, target, chosen, memo) -> Prefs:
     want = 128 if info.head_dim <= 64 and info.seq_kv >= 128 else 64
+    if chosen.get("block_q") == 128 and _wide_wgmma_attention(info, target, chosen):
+        want = 128
     want = min(want, max(16, 1 << (max(info.seq_kv, 1) - 1).bit_length()))
     values = _closest_first((16, 32, 64, 128), want)
     return [

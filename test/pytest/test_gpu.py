@@ -51,6 +51,8 @@ ATTENTION_TMA_CASES = [
     (1024, ("attention.copy=tma", "attention.fusion=split")),
     (1024, ("attention.copy=tma", "attention.fusion=fused")),
     (1024, ("attention.copy=tma", "attention.block_kv=128", "attention.fusion=split")),
+    # two warpgroups of 64 query rows sharing each 128-key block (the rules' choice at 4096 tokens)
+    (1024, ("attention.copy=tma", "attention.block_q=128", "attention.warps=8", "attention.block_kv=128")),
 ]
 # The layer's contraction kernels (attention has no wgmma_ws).
 LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]

@@ -279,6 +279,12 @@ def test_rules_follow_the_shapes():
     assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["copy"].value == "cp_async"
     att_odd = info_of(L.attention(1, 16, 8, 130, 128))
     assert rules.decide(att_odd, SM90A, knob_space_for(att_odd, SM90A))["copy"].value == "cp_async"
+    # long sequences: two warpgroups share each 128-key block, while the tiles still fill the SMs
+    att_4k = info_of(L.attention(1, 16, 8, 4096, 128))
+    wide = rules.decide(att_4k, SM90A, knob_space_for(att_4k, SM90A))
+    assert [wide[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [128, 128, 8, 3, "tma"]
+    assert check(att_4k, {k: c.value for k, c in wide.items()}, SM90A) == []
+    assert rules.decide(att_4k, SM90, knob_space_for(att_4k, SM90))["block_q"].value == 64  # mma.sync
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
