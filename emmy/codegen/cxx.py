@@ -87,6 +87,21 @@ def _to_f32(expr: str, t: Attribute) -> str:
     return expr
 
 
+def _rounded_f32(op: K.PackOp) -> list[SSAValue] | None:
+    """The f32 values of a bf16 vector whose every element is one of them rounded
+    (arith.truncf), when there is an even number of them; None otherwise."""
+    t = op.result.type
+    if not isinstance(t, VectorType) or not isinstance(t.element_type, BFloat16Type) or len(op.elements) % 2:
+        return None
+    out = []
+    for e in op.elements:
+        owner = e.owner
+        if not isinstance(owner, arith.TruncFOp) or not isinstance(owner.input.type, Float32Type):
+            return None
+        out.append(owner.input)
+    return out
+
+
 def _from_f32(expr: str, t: Attribute) -> str:
     if isinstance(t, BFloat16Type):
         return f"__float2bfloat16_rn({expr})"
@@ -286,8 +301,12 @@ class KernelEmitter:
         elif isinstance(op, K.ExtractOp):
             self.define(op.result, f"{n[op.vector]}.v[{op.lane.value.data}]")
         elif isinstance(op, K.PackOp):
-            elts = ", ".join(n[e] for e in op.elements)
-            self.define(op.result, f"{c_type(op.result.type)}{{{{{elts}}}}}")
+            rounded = _rounded_f32(op)
+            if rounded is not None:  # f32 values rounded to bf16: packed conversions, two at a time
+                self.define(op.result, f"emmy::bf16_pairs({', '.join(n[x] for x in rounded)})")
+            else:
+                elts = ", ".join(n[e] for e in op.elements)
+                self.define(op.result, f"{c_type(op.result.type)}{{{{{elts}}}}}")
         elif isinstance(op, K.CallOp):
             args = ", ".join(n[a] for a in op.args)
             call = f"{op.callee.data}({args})"

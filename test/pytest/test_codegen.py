@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xdsl.dialects.builtin import VectorType
+from xdsl.dialects.builtin import VectorType, bf16, f32
 
 from emmy.backend.plan import launch_plan
 from emmy.context import make_context
@@ -849,6 +849,27 @@ def test_cxx_constants_and_types():
     assert c_float(1e-6, Float32Type()) == "9.99999997e-07f" or c_float(1e-6, Float32Type()) == "1e-06f"
     assert c_float(0.5, BFloat16Type()) == "__float2bfloat16_rn(0.5f)"
     assert c_float(0.1, Float64Type()) == "0.1"
+
+
+def test_rounded_pairs_pack_with_one_conversion_each():
+    """A bf16 vector of f32 values rounded one by one is emitted as packed conversions, two
+    values per instruction (the staged epilogue's results, the folded weights); a vector of
+    anything else keeps its element list."""
+    from emmy.codegen.cxx import emit_kernel
+    from emmy.codegen.kb import KB
+
+    kb = KB.new_func("pairs", [K.PtrType(bf16), K.PtrType(f32)], (1, 1, 1), (32, 1, 1), 0, arg_names=["out", "x"])
+    out, x = kb.func.body.block.args
+    vals = [kb.load(x, kb.idx(i)) for i in range(4)]
+    rounded = [kb.to_type(v, bf16) for v in vals]
+    kb.store(kb.pack(rounded, VectorType(bf16, [4])), out, kb.idx(0))
+    kb.store(kb.pack([rounded[0], rounded[0]], VectorType(bf16, [2])), out, kb.idx(8))
+    loaded = [kb.load(out, kb.idx(i)) for i in range(2)]
+    kb.store(kb.pack(loaded, VectorType(bf16, [2])), out, kb.idx(16))
+    text = emit_kernel(kb.finish())
+    assert re.search(r"= emmy::bf16_pairs\(ld_\d+, ld_\d+, ld_\d+, ld_\d+\);", text)
+    assert len(re.findall(r"emmy::bf16_pairs\(", text)) == 2
+    assert re.search(r"emmy::Vec<__nv_bfloat16, 2>\{\{ld_\d+, ld_\d+\}\}", text)
 
 
 def test_kernel_ir_round_trips():
