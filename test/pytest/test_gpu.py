@@ -23,7 +23,11 @@ def _cache(tmp_path):
 LAYER_TOKENS = [7, 33, 130, 1100]  # 1100: more tiles than SMs, persistent contractions on sm_90a
 LAYER_WORKERS = ["mma_sync", None, "wgmma_ws", "wgmma_ws/tma", "wgmma_ws/cp_async"]
 EXAMPLE_TOKENS = [5, 64, 300]
-EXAMPLE_PINS = [("*.split_k=1",), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=wgmma_ws", "*.split_k=2")]
+EXAMPLE_PINS = [
+    ("*.split_k=1",), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=wgmma_ws", "*.split_k=2"),
+    # one warpgroup kind for all: the statistics kernel's rows read ahead of the k loop
+    ("*.workers=wgmma", "*.fusion=split", "*.split_k=1"),
+]
 # Persistent blocks that each loop over two or three tiles, the last row of tiles partly outside.
 PERSISTENT_CASES = [
     (2100, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=128", "*.block_n=128")),
