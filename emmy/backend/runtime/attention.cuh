@@ -694,11 +694,9 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   // K and V rows come through cp.async / shared stores by every thread, or as tensor-map copies
   // that thread 0 issues on the block's `full` mbarrier (kTma producers; whole key blocks: the
   // generated kernel uses them only when BKV divides seq_kv).
-  using KF_ = KF;
-  using VF_ = VF;
-  constexpr bool kAnyTma = KF_::kTma || VF_::kTma;
-  constexpr bool kAnyStaged = !KF_::kTma || !VF_::kTma;
-  constexpr int kTmaBytes = ((KF_::kTma ? 1 : 0) + (VF_::kTma ? 1 : 0)) * BKV * C::D * 2;
+  constexpr bool kAnyTma = KF::kTma || VF::kTma;
+  constexpr bool kAnyStaged = !KF::kTma || !VF::kTma;
+  constexpr int kTmaBytes = ((KF::kTma ? 1 : 0) + (VF::kTma ? 1 : 0)) * BKV * C::D * 2;
   long long* full = tma_barriers<C>(smem);
   if constexpr (kAnyTma) {
     if (tid == 0) {
@@ -715,12 +713,12 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     if constexpr (kAnyTma) {
       if (tid == 0) {
         emmy::mbar_arrive_expect_tx(full + buf, kTmaBytes);
-        if constexpr (KF_::kTma) kf.template copy<C::D, BKV>(tK, j * BKV, full + buf);
-        if constexpr (VF_::kTma) vf.template copy<C::D, BKV>(tV, j * BKV, full + buf);
+        if constexpr (KF::kTma) kf.template copy<C::D, BKV>(tK, j * BKV, full + buf);
+        if constexpr (VF::kTma) vf.template copy<C::D, BKV>(tV, j * BKV, full + buf);
       }
     }
-    if constexpr (!KF_::kTma) stage_rows<C, BKV>(kf, tK, j * BKV, seq_kv, warp, lane, tid);
-    if constexpr (!VF_::kTma) stage_rows<C, BKV>(vf, tV, j * BKV, seq_kv, warp, lane, tid);
+    if constexpr (!KF::kTma) stage_rows<C, BKV>(kf, tK, j * BKV, seq_kv, warp, lane, tid);
+    if constexpr (!VF::kTma) stage_rows<C, BKV>(vf, tV, j * BKV, seq_kv, warp, lane, tid);
   };
 
   // Q and the first AHEAD key blocks, one cp.async group per block (Q joins the first).
@@ -741,10 +739,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
 
   // Block j's copies have landed and are visible to the async proxy; refill block j - 2's buffer.
   auto arrive = [&](int j) {
-    if constexpr (kAnyStaged) {
-      cp_async_wait<AHEAD - 1>();
-      emmy::fence_proxy_async();
-    } else if (j == 0) {  // Q's copies
+    if (kAnyStaged || j == 0) {  // staged K / V rows, or (only) Q's copies
       cp_async_wait<AHEAD - 1>();
       emmy::fence_proxy_async();
     }
