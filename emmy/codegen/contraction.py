@@ -228,6 +228,12 @@ def build(op, info, knobs, target) -> Built:
     return ContractionBuilder(op, info, knobs, target).build()
 
 
+def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:
+    """The tile row of a thread's accumulator fragment: m16 tile `mi` (row_step rows apart from
+    base_row), fragment half `h` (rows gq and gq + 8 of the tile)."""
+    return kb.add(kb.add(base_row, kb.mul(mi, row_step)), kb.add(gq, kb.mul(h, 8)))
+
+
 class ContractionBuilder:
     def __init__(self, op, info, knobs, target):
         self.op = op
@@ -513,10 +519,10 @@ class ContractionBuilder:
 
         def early_stat_at(m0, batch):
             """stat_at, with the loads of a statistics kernel's rows issued now (before the k
-            loop) where the fragment layout allows: the epilogue then does not start with a
-            round trip to memory."""
+            loop) where the fragment layout allows and the epilogue reads them (not into the
+            split-k workspace): the epilogue then does not start with a round trip to memory."""
             stat = stat_at(m0, batch)
-            if rs is None and stats_ptr is not None and self.prologue and g.wgmma:
+            if rs is None and stats_ptr is not None and ws_ptr is None and self.prologue and g.wgmma:
                 return self.preload_stats(kb, tid, stat)
             return stat
 
@@ -632,15 +638,12 @@ class ContractionBuilder:
         g = self.g
         per = 2 * g.mi
         pre = kb.local(f32, len(self.prologue) * per, "row_stats")
-        lane = kb.rem(tid, 32)
-        first = kb.add(
-            kb.add(kb.mul(kb.mul(kb.div(tid, 128), g.mi), 64), kb.mul(kb.rem(kb.div(tid, 32), 4), 16)),
-            kb.div(lane, 4),
-        )
+        gq = kb.div(kb.rem(tid, 32), 4)
+        base_row = self.wgmma_base_row(kb, tid)
         for p in range(len(self.prologue)):
             with kb.for_(0, g.mi, 1, unroll=0, name="mi") as mi:
                 with kb.for_(0, 2, 1, unroll=0, name="h") as h:
-                    r_local = kb.add(first, kb.add(kb.mul(mi, 64), kb.mul(h, 8)))
+                    r_local = fragment_row(kb, base_row, gq, mi, 64, h)
                     kb.store(stat(p, r_local), pre, kb.add(p * per, kb.add(kb.mul(mi, 2), h)))
 
         def early(p: int, r_local) -> SSAValue:
@@ -1078,6 +1081,13 @@ class ContractionBuilder:
                 )
 
     # -- accumulator fragments: (row in tile, col in tile, acc index, lanes) --------------------------
+    def wgmma_base_row(self, kb: KB, tid) -> SSAValue:
+        """The first tile row of this thread's warp in its warpgroup's wgmma fragments (each
+        warpgroup owns mi slices of 64 rows, each warp 16 rows of a slice)."""
+        warp_in = kb.rem(kb.div(tid, 32), 4)
+        wgi = kb.div(tid, 128)
+        return kb.add(kb.mul(kb.mul(wgi, self.g.mi), 64), kb.mul(warp_in, 16))
+
     def fragments(self, kb: KB, tid, body, cols: tuple[int, int] | None = None) -> None:
         """Call body(row_local, col_local, acc_index, lanes) for every accumulator group of this
         thread (lanes consecutive columns at acc_index, acc_index + 1, ...), inside unrolled loops;
@@ -1088,10 +1098,8 @@ class ContractionBuilder:
             gq = kb.div(lane, 4)
             tq = kb.rem(lane, 4)
             if g.wgmma:
-                warp_in = kb.rem(kb.div(tid, 32), 4)
-                wgi = kb.div(tid, 128)
                 mt, nt, WN = g.mi, g.bn // 8, g.bn
-                base_row = kb.add(kb.mul(kb.mul(wgi, g.mi), 64), kb.mul(warp_in, 16))
+                base_row = self.wgmma_base_row(kb, tid)
                 row_step = 64
                 base_col = kb.idx(0)
             else:
@@ -1105,7 +1113,7 @@ class ContractionBuilder:
             with kb.for_(0, mt, 1, unroll=0, name="mi") as mi:
                 with kb.for_(ni_lo, ni_hi, 1, unroll=0, name="ni") as ni:
                     with kb.for_(0, 2, 1, unroll=0, name="h") as h:
-                        row = kb.add(kb.add(base_row, kb.mul(mi, row_step)), kb.add(gq, kb.mul(h, 8)))
+                        row = fragment_row(kb, base_row, gq, mi, row_step, h)
                         if g.wgmma:  # which of the thread's rows (see preload_stats)
                             self._fragment_slots[row] = kb.add(kb.mul(mi, 2), h)
                         col = kb.add(kb.add(base_col, kb.mul(ni, 8)), kb.mul(tq, 2))

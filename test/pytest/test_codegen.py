@@ -652,6 +652,30 @@ def test_statistics_kernel_rows_are_loaded_before_the_k_loop(workers, early):
         assert "row_stats" not in text and order.startswith("m") and order.endswith("s")
 
 
+def test_split_k_parts_load_no_statistics():
+    """split_k > 1: the parts write partial sums to the workspace and the combine kernel applies
+    the statistics, so the parts load none ahead of their k loop."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(64))
+    opts = CompileOptions(model="example", layer=0, tokens=64, target="sm_90a",
+                          pins=("*.workers=wgmma_ws", "*.split_k=2"))
+    plan = launch_plan(compile_traced(trace_layer(src, 0, 64), opts).module)
+    parts = [k for k in plan.kernels if k.name in ("rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1_2")]
+    assert len(parts) == 2
+    for part in parts:
+        assert "ws_" in part.source and "stats_" in part.source
+        assert "row_stats" not in part.source
+
+
 @pytest.mark.parametrize("tokens", [5, 64, 300])
 @pytest.mark.parametrize("pins", [(), ("*.split_k=2",), ("*.workers=wgmma_ws",), ("*.workers=mma_sync",)], ids=str)
 def test_running_example_lowers_at_odd_sizes(tokens, pins):
