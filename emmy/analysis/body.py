@@ -175,11 +175,14 @@ def product_factors(value: SSAValue) -> list[SSAValue]:
     return out
 
 
-def value_tree(roots: Iterable[SSAValue], stop: Container[SSAValue] = ()) -> Iterator[SSAValue]:
+def value_tree(
+    roots: Iterable[SSAValue], stop: Container[SSAValue] = (), leaves: tuple[type[Operation], ...] = (ReduceOp,)
+) -> Iterator[SSAValue]:
     """Every value `roots` are computed from, each once, depth first: a root, then the operands of
-    its defining op, and so on (a `loop.reduce` result is a leaf: its body is not entered, nor
-    are block arguments). Values in `stop` are skipped, neither yielded nor looked through.
-    Callers may leave the iteration as soon as they know their answer."""
+    its defining op, and so on (results of `leaves` ops are not looked through: by default a
+    `loop.reduce`, whose body is not entered; nor are block arguments). Values in `stop` are
+    skipped, neither yielded nor looked through. Callers may leave the iteration as soon as they
+    know their answer."""
     seen: set[SSAValue] = set()
     stack = list(roots)
     while stack:
@@ -188,7 +191,7 @@ def value_tree(roots: Iterable[SSAValue], stop: Container[SSAValue] = ()) -> Ite
             continue
         seen.add(v)
         yield v
-        if isinstance(v.owner, Operation) and not isinstance(v.owner, ReduceOp):
+        if isinstance(v.owner, Operation) and not isinstance(v.owner, leaves):
             stack.extend(v.owner.operands)
 
 

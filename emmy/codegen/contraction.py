@@ -73,7 +73,7 @@ from emmy.codegen.staging import AStatistics, InPlaceA, Leaf, Stager, direct_sou
 from emmy.codegen.tma import MapOperand, tensor_view
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
-from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
+from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.tuning.knobs import WGMMA_WORKERS
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
@@ -990,13 +990,7 @@ class ContractionBuilder:
         side = frozenset(self.m_axes) | frozenset(self.b_axes)
         prologue = {r.result for r in self.prologue}
         loads: list = []
-        seen: set = set()
-        stack = list(roots)
-        while stack:
-            v = stack.pop()
-            if v in seen or v in prologue:
-                continue
-            seen.add(v)
+        for v in value_tree(roots, stop=prologue, leaves=(ReduceOp, LoadOp)):  # a load's indices are not A
             op = v.owner
             if isinstance(op, LoadOp):
                 t = op.tensor.type
@@ -1012,7 +1006,6 @@ class ContractionBuilder:
                 continue
             if not isinstance(op, Operation) or op.regions or op.dialect_name() not in ("arith", "math"):
                 return None
-            stack.extend(op.operands)
         return loads or None
 
     # -- prologue: row statistics in shared memory ---------------------------------------------------
