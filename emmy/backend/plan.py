@@ -11,7 +11,9 @@ The host entry point of each function `f` is
     extern "C" void emmy_launch_f(<one pointer per buffer, in plan.buffers order>, cudaStream_t stream);
 
 It raises the dynamic shared-memory limit of kernels that need more than 48 KB (once) and
-launches every forward-phase kernel in order on `stream`, encoding the tensor maps of kernels
+launches every forward-phase kernel in order on `stream` (those marked `emmy.overlap` with
+cudaLaunchKernelEx and programmatic stream serialization, so they may start while the kernel
+before them finishes), encoding the tensor maps of kernels
 that copy with the tensor memory accelerator from the buffers' addresses at each call. When the function has prepare-phase
 launches (`emmy.phase`: work on parameters alone, such as a norm weight folded into a weight
 matrix), a second entry point with the same parameters runs them:
@@ -45,7 +47,7 @@ from xdsl.ir import Attribute
 
 from emmy.diagnostics import EmmyError
 from emmy.dialects import cuda as C
-from emmy.phase import is_prepare
+from emmy.phase import is_overlapped, is_prepare
 
 RUNTIME_INCLUDE = '#include "emmy.cuh"'
 DEFAULT_SMEM_LIMIT = 48 * 1024
@@ -130,6 +132,7 @@ class Launch:
     smem: int
     args: tuple[str | int | float, ...]  # buffer names, or scalar values
     prepare: bool = False  # runs once when the parameters are bound (emmy.phase = "prepare")
+    overlap: bool = False  # may start while the launch before it finishes (emmy.overlap)
 
 
 @dataclass
@@ -219,6 +222,7 @@ def _plan_of(cm: C.ModuleOp, target: str | None) -> LaunchPlan:
                     op.smem.value.data,
                     args,
                     is_prepare(op),
+                    is_overlapped(op),
                 )
             )
     plan.source = _source([plan])
@@ -297,10 +301,24 @@ def _host_function(plan: LaunchPlan, entry: str, launches: list[Launch]) -> str:
             lines.append(f"    cudaFuncSetAttribute({k.name}, cudaFuncAttributeMaxDynamicSharedMemorySize, {k.smem});")
         lines.append("    emmy_smem_ready = true;")
         lines.append("  }")
+    if any(la.overlap for la in launches):
+        lines.append("  cudaLaunchAttribute emmy_overlap[1];")
+        lines.append("  emmy_overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;")
+        lines.append("  emmy_overlap[0].val.programmaticStreamSerializationAllowed = 1;")
     for launch in launches:
         k = kernels[launch.kernel]
         args = ", ".join(_host_value(plan, k, i, a) for i, a in enumerate(launch.args))
         g, b = launch.grid, launch.block
+        if launch.overlap:
+            lines += [
+                "  {",
+                f"    cudaLaunchConfig_t config = {{dim3({g[0]}, {g[1]}, {g[2]}), dim3({b[0]}, {b[1]}, {b[2]}), {launch.smem}, stream, nullptr, 0}};",
+                "    config.attrs = emmy_overlap;",
+                "    config.numAttrs = 1;",
+                f"    cudaLaunchKernelEx(&config, {k.name}, {args});",
+                "  }",
+            ]
+            continue
         lines.append(
             f"  {k.name}<<<dim3({g[0]}, {g[1]}, {g[2]}), dim3({b[0]}, {b[1]}, {b[2]}), {launch.smem}, stream>>>({args});"
         )

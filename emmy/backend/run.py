@@ -71,6 +71,7 @@ class _Launch:
     smem: int
     args: list  # buffer names (str), (ctype, value) scalars, or (MapView, buffer name) tensor maps
     prepare: bool = False  # run once by bind(), not by every launch()
+    config: object = None  # a CUlaunchConfig with programmatic stream serialization (emmy.overlap)
 
 
 class GpuModule:
@@ -120,12 +121,27 @@ class GpuModule:
             if smem > 48 * 1024 and smem > kernel.smem:
                 attr = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 _check(self.driver.cuFuncSetAttribute(functions[launch.kernel], attr, smem), "shared memory")
+            grid, block = _dim3(launch.grid), _dim3(launch.block)
+            config = self._overlap_config(grid, block, smem) if launch.overlap else None
             self.launches.append(
-                _Launch(
-                    launch.kernel, functions[launch.kernel], _dim3(launch.grid), _dim3(launch.block), smem, args,
-                    launch.prepare,
-                )
+                _Launch(launch.kernel, functions[launch.kernel], grid, block, smem, args, launch.prepare, config)
             )
+
+    def _overlap_config(self, grid, block, smem: int):
+        """The cuLaunchKernelEx configuration of an `emmy.overlap` launch: programmatic stream
+        serialization, so the kernel may start while the one before it finishes (it waits for
+        that one itself, see kernel-overlap-launches). The stream is set at each launch."""
+        drv = self.driver
+        attr = drv.CUlaunchAttribute()
+        attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        config = drv.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes = smem
+        config.attrs = [attr]
+        config.numAttrs = 1
+        return config
 
     def bind(self, values: dict[str, object], outputs: dict[str, object] | None = None) -> "Binding":
         """Tensors for every input and parameter (by PyTorch name); outputs, temporaries and
@@ -192,10 +208,14 @@ class Binding:
         for launch, params in zip(self.module.launches, self.packed):
             if launch.prepare != prepare:
                 continue
-            _check(
-                drv.cuLaunchKernel(launch.function, *launch.grid, *launch.block, launch.smem, handle, params.address, 0),
-                f"launching {launch.name}",
-            )
+            if launch.config is not None:
+                launch.config.hStream = drv.CUstream(handle)
+                result = drv.cuLaunchKernelEx(launch.config, launch.function, params.address, 0)
+            else:
+                result = drv.cuLaunchKernel(
+                    launch.function, *launch.grid, *launch.block, launch.smem, handle, params.address, 0
+                )
+            _check(result, f"launching {launch.name}")
 
 
 class GpuLayer:

@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolRefAttr,
     TensorType,
+    UnitAttr,
     i64,
 )
 from xdsl.ir import Attribute, Block, Dialect, Operation, ParametrizedAttribute, Region, TypeAttribute
@@ -336,7 +337,13 @@ class LaunchOp(IRDLOperation):
 
     Launches with `emmy.phase = "prepare"` run once when the parameters are bound (in order,
     before the first call); they take `param` and `prepared` buffers only. The others run on
-    every call.
+    every call. A forward launch with the unit attribute `emmy.overlap` is launched with
+    programmatic dependent launch: it may start while the launch before it finishes, and its
+    kernel waits for that one before touching global memory (`kernel-overlap-launches`).
+
+    ```mlir
+    cuda.launch @proj(@x, @w, @y) grid [16, 32, 1] block [384, 1, 1] smem 197696 {emmy.overlap}
+    ```
     """
 
     name = "cuda.launch"
@@ -386,6 +393,11 @@ class LaunchOp(IRDLOperation):
         if phase is not None and phase != StringAttr("prepare"):
             raise VerifyException(f'{name}: emmy.phase must be "prepare" (or absent for the forward phase)')
         prepare = phase is not None
+        overlap = self.attributes.get("emmy.overlap")
+        if overlap is not None and not isinstance(overlap, UnitAttr):
+            raise VerifyException(f"{name}: emmy.overlap is a unit attribute (no value), got {overlap}")
+        if overlap is not None and prepare:
+            raise VerifyException(f"{name}: a prepare-phase launch does not overlap the one before it (emmy.overlap)")
         for i, (t, a) in enumerate(zip(kernel.arg_types.data, self.args.data)):
             if isinstance(t, (PtrType, TensorMapType)):
                 if not isinstance(a, SymbolRefAttr):

@@ -51,7 +51,7 @@ from emmy.codegen.cxx import emit_kernel
 from emmy.diagnostics import EmmyError
 from emmy.dialects import cuda as C
 from emmy.dialects import kernel as K
-from emmy.phase import is_prepare, mark_prepare
+from emmy.phase import is_overlapped, is_prepare, mark_overlapped, mark_prepare
 
 MAX_ELEMENTS = 2**31 - 1
 
@@ -165,6 +165,8 @@ class LowerFunction(RewritePattern):
                     else:
                         raise EmmyError(f"convert-kernel-to-cuda: scalar launch arguments must be constants (@{kname})")
                 c_launch = C.LaunchOp(kname, args, kf.grid_dims, kf.block_dims, kf.smem_bytes)
+                if is_overlapped(inner):
+                    mark_overlapped(c_launch)
                 if is_prepare(inner):
                     mark_prepare(c_launch)
                     prepared.update(symbol[a] for a in inner.args if isinstance(a.owner, K.EmptyOp))

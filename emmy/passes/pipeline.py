@@ -3,7 +3,7 @@
 This file is the one place the order lives. It reads top to bottom like the diagram on page 1:
 
     torch --decompose--> tensor --to loops, fuse--> loop --tile lowering--> tile
-          --decide forks--> tile --kernel lowering--> kernel --> cuda
+          --decide forks--> tile --kernel lowering--> kernel --overlap launches--> kernel --> cuda
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ PIPELINE: tuple[tuple[str, str, str, str], ...] = (
     ("convert-loop-to-tile", "convert_loop_to_tile", "ConvertLoopToTilePass", "tile"),
     ("decide-forks", "decide_forks", "DecideForksPass", "tile"),
     ("convert-tile-to-kernel", "convert_tile_to_kernel", "ConvertTileToKernelPass", "kernel"),
+    ("kernel-overlap-launches", "kernel_overlap_launches", "KernelOverlapLaunchesPass", "kernel"),
     ("convert-kernel-to-cuda", "convert_kernel_to_cuda", "ConvertKernelToCudaPass", "cuda"),
 )
 

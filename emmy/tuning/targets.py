@@ -7,6 +7,8 @@ rate, L2 size, and the features passes are gated on:
 - `mma_sync`: warp-level `mma.sync` tensor-core instructions (from sm_80),
 - `cp_async`: asynchronous global -> shared copies (from sm_80),
 - `tma`: the tensor memory accelerator (sm_90, sm_90a),
+- `pdl`: programmatic dependent launch, a kernel starting while the one before it finishes
+  (sm_90, sm_90a),
 - `wgmma`: warpgroup matrix multiply (sm_90a only; plain sm_90 code cannot use it).
 
     >>> get_target("sm_90a").sms
@@ -65,7 +67,7 @@ class Target:
 
 
 _AMPERE = frozenset({"mma_sync", "cp_async"})
-_HOPPER = _AMPERE | {"tma"}
+_HOPPER = _AMPERE | {"tma", "pdl"}
 
 # sm_90/sm_90a: measured on an H200 here (PyTorch): 132 SMs, 60 MB L2, ~4.3 TB/s device-to-device
 # copy, ~770-790 TFLOP/s dense bf16 (wgmma). Code for plain sm_90 has only mma.sync, roughly half

@@ -856,6 +856,38 @@ def test_launch_plan_of_a_split_k_kernel():
     assert order == sorted(order)
 
 
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_overlapped_launches_in_the_plan_and_host_code(target):
+    """kernel-overlap-launches: on sm_90+ the launches after the first are launched with
+    programmatic stream serialization (cudaLaunchKernelEx on the host), their kernels wait for
+    the kernel before them first, and each kernel with a successor lets it launch at its end."""
+    text = rmsnorm_matmul(K=512, target=target, split_k=2, workers="mma_sync", stages=4, block_m=64, block_n=64, block_k=64)
+    passes = LOWER.replace("convert-kernel-to-cuda", "kernel-overlap-launches,convert-kernel-to-cuda")
+    assert passes != LOWER
+    plan = launch_plan(lower(text, passes))
+    names = ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine"]
+    assert [la.kernel for la in plan.launches] == names
+    host = plan.source[plan.source.index('extern "C" void emmy_launch_f('):]
+    kernels = {k.name: k.source for k in plan.kernels}
+    if target == "sm_80":
+        assert not any(la.overlap for la in plan.launches)
+        assert "cudaLaunchKernelEx" not in host and all(f"{n}<<<" in host for n in names)
+        assert not any("grid_dependency_wait" in s or "allow_dependents" in s for s in kernels.values())
+        return
+    assert [la.overlap for la in plan.launches] == [False, True, True]
+    assert "rms_norm_qkv_proj_stats<<<" in host
+    assert host.count("cudaLaunchKernelEx(&config, ") == 2
+    assert "emmy_overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;" in host
+    for name in names:
+        body = kernels[name][kernels[name].index("{"):]
+        waits, allows = "emmy::grid_dependency_wait();" in body, "emmy::allow_dependents();" in body
+        assert waits == (name != names[0]) and allows == (name != names[-1])
+        if waits:  # before anything else the kernel does
+            assert body.index("emmy::grid_dependency_wait();") < body.index("threadIdx")
+        if allows:  # the kernel's last statement
+            assert body.rstrip().removesuffix("}").rstrip().endswith("emmy::allow_dependents();")
+
+
 def test_launch_plan_errors():
     module = lower(silu_mul(), "convert-tile-to-kernel")
     with pytest.raises(EmmyError, match="no cuda.module"):

@@ -158,6 +158,24 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// Programmatic dependent launch (sm_90+). A kernel launched with the programmatic stream
+// serialization attribute may start while the kernel before it on the stream is finishing:
+// grid_dependency_wait() blocks until that kernel has completed and its writes are visible, so
+// it comes before the kernel's first access to global memory. allow_dependents() lets the next
+// kernel of the stream start launching (its blocks take the multiprocessors this grid frees).
+// Both are no-ops when the launch had no such attribute, and before sm_90.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pipelines between warps (sm_90+): shared-memory mbarriers and named barriers.
 //

@@ -104,6 +104,22 @@ cuda.module @m {
 
 // -----
 cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.buffer @x : tensor<4xf32> input 0 "x"
+  cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0 {emmy.overlap = true}
+}
+// CHECK: cuda.launch @k: emmy.overlap is a unit attribute (no value), got true
+
+// -----
+cuda.module @m {
+  cuda.kernel @k(!cuda.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source " k("
+  cuda.buffer @x : tensor<4xf32> prepared
+  cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0 {emmy.phase = "prepare", emmy.overlap}
+}
+// CHECK: cuda.launch @k: a prepare-phase launch does not overlap the one before it (emmy.overlap)
+
+// -----
+cuda.module @m {
   cuda.kernel @k(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [32, 1, 1] smem 0 source "extern \"C\" __global__ void k(const __grid_constant__ CUtensorMap a) {}"
   cuda.buffer @x : tensor<32x32xbf16> input 0 "x"
   cuda.launch @k(@x) grid [1, 1, 1] block [32, 1, 1] smem 0

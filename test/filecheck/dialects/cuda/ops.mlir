@@ -10,7 +10,7 @@ cuda.module @layer {
   cuda.buffer @y : tensor<512xbf16> output 0
   cuda.launch @scale(@w, @wp, 512 : i32, 2.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.phase = "prepare"}
   cuda.launch @scale(@x, @y, 512 : i32, 5.000000e-01 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
-  cuda.launch @scale(@w, @y, 7 : i32, 1.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
+  cuda.launch @scale(@w, @y, 7 : i32, 1.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.overlap}
 }
 
 // CHECK:      cuda.module @layer {
@@ -22,7 +22,7 @@ cuda.module @layer {
 // CHECK-NEXT:   cuda.buffer @y : tensor<512xbf16> output 0
 // CHECK-NEXT:   cuda.launch @scale(@w, @wp, 512 : i32, 2.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.phase = "prepare"}
 // CHECK-NEXT:   cuda.launch @scale(@x, @y, 512 : i32, 5.000000e-01 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
-// CHECK-NEXT:   cuda.launch @scale(@w, @y, 7 : i32, 1.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
+// CHECK-NEXT:   cuda.launch @scale(@w, @y, 7 : i32, 1.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.overlap}
 // CHECK-NEXT: }
 
 cuda.module @tma {
