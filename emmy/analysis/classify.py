@@ -199,6 +199,13 @@ class KernelInfo:
         return any(v in results for v in value_tree(roots))
 
     @property
+    def epilogue_loads(self) -> bool:
+        """Whether the stored values read a tensor besides the contractions and the prologue
+        (a residual added after a projection): its epilogue then gathers loads in the output's
+        layout instead of only converting the accumulators."""
+        return any(isinstance(op, LoadOp) for op in self.epilogue)
+
+    @property
     def gemm_n_nc(self) -> tuple[int, int]:
         """(N, contractions per tile) of the matrix product the kernel amounts to. Contractions
         over different column axes (q over 2048 columns, k and v over 1024) are built as parts

@@ -326,18 +326,30 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
 
 
 def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
-    # Measured on the H200 (tools/bench.py, layer at T=4096): persistent blocks lost to one
-    # block per tile for every contraction tried (q/k/v projection 74 against 67 us, gate/up
-    # 140 against 129 us): the staged epilogue then only gets the shared memory the 4-deep
-    # pipeline leaves, a column slice per round, and the refill it hides was not the cost.
+    # Measured on the H200 (same run, one fresh machine): persistent blocks against one block
+    # per tile, from M=4096 rows where the epilogue only converts the accumulators (its bf16
+    # results fit the shared memory the 4-deep pipeline leaves): the running example 59.6 ->
+    # 56.6 us at M=4096 and 495 -> 486 at M=32768; in the layer at T=4096 q/k/v 55.8 -> 51.4
+    # and gate/up 108.1 -> 100.5. Where the epilogue adds a residual (its f32 tiles staged a
+    # column slice per round) persistent blocks lost: down 53.3 -> 56.5, o 29.7 -> 31.1; and
+    # with 3 stages (room for one round) everything lost (example 495 -> 501).
     workers, sk = chosen.get("workers"), chosen.get("split_k", 1)
     if workers != "wgmma_ws" or sk != 1 or info.a_reads_prologue:
         return [("grid", "one block per output tile")]
-    grid = ("grid", "one block per output tile (H200: faster than persistent blocks)")
     bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
     tiles = info.batch * ceil(info.M / bm) * ceil(info.gemm_n_nc[0] / bn)
     per = ceil(tiles / target.sms)
-    return [grid, ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")]
+    persistent = ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")
+    if info.M >= PERSISTENT_MIN_ROWS and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4:
+        why = (f"M={info.M}, {tiles} tiles: one block per SM takes up to {per}, staging the next tile while "
+               f"it stores the last (H200: 2-5% faster from M=4096 when the epilogue reads no tensor)")
+        return [("persistent", why), ("grid", "one block per output tile")]
+    why = "one block per output tile"
+    if info.epilogue_loads:
+        why += " (H200: faster than persistent blocks where the epilogue adds a tensor)"
+    elif info.M < PERSISTENT_MIN_ROWS:
+        why += f" (H200: persistent blocks pay from M={PERSISTENT_MIN_ROWS})"
+    return [("grid", why), persistent]
 
 
 def _c_copy(knob, info, target, chosen, memo) -> Prefs:
@@ -399,6 +411,7 @@ def _c_final(info, target, chosen, reasons) -> None:
 # statistics computed twice, once per output group). Summed from the A tiles in the kernel, the
 # reads compete with the wgmmas for shared memory on every k-step.
 SPLIT_STATS_MIN_ROWS = 4096
+PERSISTENT_MIN_ROWS = 4096  # from here persistent blocks pay (_c_schedule)
 
 
 def _c_fusion(knob, info, target, chosen, memo) -> Prefs:

@@ -32,6 +32,10 @@ EXAMPLE_PINS = [
 PERSISTENT_CASES = [
     (2100, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=128", "*.block_n=128")),
     (1000, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=64", "*.block_n=64", "*.warps=4")),
+    # the rules' persistent blocks from 4096 rows (the last row block partly outside), with the
+    # row statistics from a kernel of their own, and summed on the first tile of each row run
+    (4100, ("*.fusion=split",)),
+    (4100, ("*.schedule=persistent", "*.fusion=fused")),
 ]
 # Tensor-map copies (copy=tma): rows past M, k past K (hidden 200), split k ranges, in-place A,
 # persistent blocks. (tokens, hidden, pins)

@@ -341,17 +341,43 @@ def test_cluster_legality():
     assert check(info, dict(GOOD, workers="mma_sync", cluster=2), SM80) == ["cluster=2 is not in its domain on sm_80: [1]"]
 
 
-def test_rules_keep_one_block_per_tile():
-    """Persistent blocks measured slower on the H200: the rules keep schedule=grid, and only
-    offer persistent where it is legal."""
+def matmul_residual(M, N, K):
+    """x @ w^T + r: a projection whose epilogue adds a tensor (o_proj and down_proj's residual)."""
+    text, args = L.matmul(M, N, K, target="sm_90a")
+    text = text.replace(f"%w: tensor<{N}x{K}xbf16>) ->", f"%w: tensor<{N}x{K}xbf16>, %r: tensor<{M}x{N}xbf16>) ->")
+    text = text.replace(f"ins(%x, %w : tensor<{M}x{K}xbf16>, tensor<{N}x{K}xbf16>)",
+                        f"ins(%x, %w, %r : tensor<{M}x{K}xbf16>, tensor<{N}x{K}xbf16>, tensor<{M}x{N}xbf16>)")
+    text = text.replace(f"%wa: tensor<{N}x{K}xbf16>):", f"%wa: tensor<{N}x{K}xbf16>, %ra: tensor<{M}x{N}xbf16>):")
+    text = text.replace("    %o = arith.truncf %acc : f32 to bf16\n", f"""    %rv = loop.load %ra[%m, %n] : tensor<{M}x{N}xbf16> -> bf16
+    %rf = arith.extf %rv : bf16 to f32
+    %sum = arith.addf %acc, %rf : f32
+    %o = arith.truncf %sum : f32 to bf16
+""")
+    assert "%sum" in text and "%ra" in text
+    return text, args + [(M, N)]
+
+
+def test_rules_choose_persistent_blocks_from_4096_rows_where_the_epilogue_reads_no_tensor():
+    """Measured on the H200: persistent blocks pay from M=4096 when the epilogue only converts
+    the accumulators; one block per tile stays where the epilogue adds a residual, and below
+    4096 rows. Persistent is offered wherever it is legal."""
     def schedule(example, **fixed):
         info = info_of(example)
         return rules.decide(info, SM90A, knob_space_for(info, SM90A), fixed)
 
-    assert schedule(L.matmul(4096, 4096, 1024, target="sm_90a"))["schedule"].value == "grid"
-    pinned = schedule(L.matmul(4096, 4096, 1024, target="sm_90a"), schedule="persistent")
+    big = schedule(L.matmul(4096, 4096, 1024, target="sm_90a"))
+    assert big["schedule"].value == "persistent" and "M=4096" in big["schedule"].reason
+    stats = schedule(L.rmsnorm_matmul(32768, 4096, 1024, target="sm_90a"))
+    assert stats["schedule"].value == "persistent" and stats["fusion"].value == "split"
+    residual = schedule(matmul_residual(4096, 1024, 2048))
+    assert residual["schedule"].value == "grid" and "adds a tensor" in residual["schedule"].reason
+    assert info_of(matmul_residual(64, 64, 64)).epilogue_loads and not info_of(L.matmul(64, 64, 64)).epilogue_loads
+    small = schedule(L.matmul(512, 4096, 1024, target="sm_90a"))
+    assert small["schedule"].value == "grid" and "from M=4096" in small["schedule"].reason
+    pinned = schedule(L.matmul(512, 4096, 1024, target="sm_90a"), schedule="persistent")
     assert pinned["workers"].value == "wgmma_ws" and pinned["split_k"].value == 1
     assert schedule(rmsnorm_matmul_reading_stats(4096, 4096, 1024), schedule="persistent")["fusion"].value == "split"
+    assert schedule(L.matmul(4096, 4096, 1024, target="sm_90a"), stages=3)["schedule"].value == "grid"
 
 
 def test_rules_split_the_row_statistics_from_4096_rows_on():
