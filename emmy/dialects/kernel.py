@@ -1513,7 +1513,12 @@ class LaunchOp(IRDLOperation):
 
     ```mlir
     kernel.launch @scale(%x, %y) : tensor<512xbf16>, tensor<512xbf16>
+    kernel.launch @proj(%y, %w, %z) {emmy.overlap} : tensor<512xbf16>, tensor<64x512xbf16>, tensor<64xbf16>
     ```
+
+    Discardable attributes: `emmy.phase = "prepare"` (run once when the weights are bound) and
+    `emmy.overlap` (set by `kernel-overlap-launches`: launched with programmatic dependent
+    launch, the kernel may start while the launch before it finishes; it waits for it first).
     """
 
     name = "kernel.launch"
