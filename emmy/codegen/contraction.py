@@ -80,6 +80,8 @@ STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 by
 RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
 EPILOGUE_BARRIER = 8  # named barrier of wgmma_ws's computing warpgroups around the staged epilogue
 PERSISTENT_BARRIER = 9  # schedule = persistent: the consumers have read the row statistics of a tile
+OWN_EPILOGUE_BARRIER = 10  # + warpgroup: epilogue = staggered, one warpgroup around its own rows
+ORDER_BARRIER = 12  # epilogue = staggered: warpgroup 1 stores a tile after warpgroup 0 has
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,6 +110,7 @@ class Geometry:
     persistent: bool = False  # schedule = persistent: one block per SM loops over the tiles
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
     cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
+    staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
     # thread
     tx: int = 1
     ty: int = 1
@@ -216,6 +219,13 @@ def geometry(info, knobs, op, target) -> Geometry:
         if not g.tma or g.persistent:
             raise EmmyError(f"{where}: cluster={g.cluster} needs copy=tma and schedule=grid")
         # (every block_n of the domain splits into 8-row halves, as the swizzle needs)
+    epilogue = str(knob(knobs, "epilogue", op, "together"))
+    if epilogue == "staggered":
+        if not g.persistent or g.groups != 2:
+            raise EmmyError(f"{where}: epilogue=staggered needs schedule=persistent and two consumer warpgroups (warps=8)")
+        g.staggered = True
+    elif epilogue != "together":
+        raise EmmyError(f"{where}: unknown epilogue '{epilogue}'")
     return g
 
 
@@ -922,10 +932,27 @@ class ContractionBuilder:
                         if g.persistent:  # the warpgroup is done reading rs for the last tile
                             kb.call("emmy::named_barrier<128>", [kb.add(kb.div(tid, 128), 2)])
                         stats.finish_stats()
-                sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
-                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
+                own = g.staggered
+                if own and not (self.stages_results() and rs is None):
+                    raise EmmyError(
+                        f"tile.kernel @{self.info.name}: epilogue=staggered needs an epilogue that stages bf16 results "
+                        "(stores that read no tensor) and no row statistics from the producer; use epilogue=together"
+                    )
+                wg = kb.div(tid, 128)
+                if own:
+                    sync = lambda: kb.call("emmy::named_barrier<128>", [kb.add(wg, OWN_EPILOGUE_BARRIER)])  # noqa: E731
+                else:
+                    sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
+                ordered = own
+                if ordered:
+                    with kb.if_(kb.cmp("eq", wg, 1)):
+                        kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(ORDER_BARRIER)])
+                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync, own)
                 if g.persistent and staged:  # sC is read before the next tile writes it
                     sync()
+                if ordered:
+                    with kb.if_(kb.cmp("eq", wg, 0)):
+                        kb.call(f"emmy::named_barrier_arrive<{consumers}>", [kb.idx(ORDER_BARRIER)])
                 if rs is not None and more is not None:  # rs is read: the producer may write the next
                     with kb.if_(more):
                         kb.call(f"emmy::named_barrier_arrive<{g.threads}>", [kb.idx(PERSISTENT_BARRIER)])
@@ -1143,7 +1170,7 @@ class ContractionBuilder:
             width //= 2
         return None
 
-    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int = 0, width: int | None = None) -> None:
+    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int = 0, width: int | None = None, own_rows: bool = False) -> None:
         """The epilogue through shared memory: the accumulators go to f32 tiles there (rows
         padded by STAGE_PAD floats, so the fragments' rows fall in different banks), then each
         thread takes 8 consecutive columns of a row at a time and evaluates the stored values
@@ -1154,7 +1181,7 @@ class ContractionBuilder:
         g = self.g
         width = width or g.bn
         if self.stages_results():
-            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width, own_rows)
             return
         pitch = width + STAGE_PAD
         per_acc = g.bm * pitch
@@ -1191,7 +1218,7 @@ class ContractionBuilder:
                     overrides[r.result] = [stat(p, r_local)]
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int) -> None:
+    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int, own_rows: bool = False) -> None:
         """staged_epilogue when stages_results(): each thread evaluates the stores' values on its
         fragments (two columns at a time), rounds them to bf16 into one tile per store (rows
         padded by 8 bf16: a warp's 4-byte writes of 8 rows x 4 column pairs hit 32 banks), then takes 8 consecutive columns of a row at a time for 16-byte
@@ -1221,9 +1248,13 @@ class ContractionBuilder:
 
             self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
             sync()
-            with kb.for_(0, g.bm * per_row // g.consumers, 1, unroll=0, name="c") as it:
-                cidx = kb.add(kb.mul(it, g.consumers), tid)
-                r_local = kb.div(cidx, per_row)
+            # with own_rows each warpgroup stores the rows its fragments hold (64 * mi of them)
+            rows, threads = (64 * g.mi, 128) if own_rows else (g.bm, g.consumers)
+            first_row = kb.mul(kb.div(tid, 128), rows) if own_rows else 0
+            ltid = kb.rem(tid, 128) if own_rows else tid
+            with kb.for_(0, rows * per_row // threads, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, threads), ltid)
+                r_local = kb.add(first_row, kb.div(cidx, per_row))
                 s_local = kb.mul(kb.rem(cidx, per_row), 8)
                 row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
                 mask = kb.and_(
@@ -1236,14 +1267,14 @@ class ContractionBuilder:
                     overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> bool:
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync, own_rows: bool = False) -> bool:
         """The epilogue of the computing threads: staged through shared memory where its tiles
         fit in `room` ((offset, bytes) free there; `sync` waits for all computing threads),
         else straight from the fragments. Returns whether it was staged."""
         offset, free_bytes = room
         width = self.staging_width(free_bytes, ws_ptr)
         if width is not None:
-            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width, own_rows)
             return True
         else:
             self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)

@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, cluster, vector, fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, cluster, epilogue, vector, fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -36,6 +36,10 @@ Meanings (what the kernel stage does with each value):
 - `cluster`: blocks per thread block cluster along the m side (1: no clusters; 2: pairs of
   blocks with the same columns, each copying half of the shared B tile and multicasting it to
   both, which halves the B traffic out of L2; `copy = tma`, sm_90+).
+- `epilogue`: how the two consumer warpgroups of a persistent `wgmma_ws` block store a tile:
+  together, each storing any of the tile's rows between barriers of both (`together`), or each
+  its own rows, warpgroup 1 only once warpgroup 0 has finished, so that from then on one
+  warpgroup's epilogue runs while the other's wgmmas still do (`staggered`, sm_90a).
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
   `split` computes it in a kernel of its own first.
@@ -64,6 +68,7 @@ WGMMA_WORKERS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 FUSION: tuple[str, ...] = ("fused", "split")
 SCHEDULES: tuple[str, ...] = ("grid", "persistent")
 COPIES: tuple[str, ...] = ("cp_async", "tma")
+EPILOGUES: tuple[str, ...] = ("together", "staggered")
 
 # The full spaces, before the target filters them.
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
@@ -78,6 +83,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "schedule": SCHEDULES,
         "copy": COPIES,
         "cluster": (1, 2),
+        "epilogue": EPILOGUES,
         "vector": (1, 2, 4, 8),
         "fusion": FUSION,
     },
@@ -116,6 +122,7 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
     ("schedule", "persistent"): "wgmma",
     ("copy", "tma"): "wgmma",
     ("cluster", 2): "wgmma",
+    ("epilogue", "staggered"): "wgmma",
 }
 
 

@@ -259,6 +259,19 @@ def _c_copy(info, v, t, reasons):
         )
 
 
+def _c_epilogue(info, v, t, reasons):
+    if not v.has("epilogue") or v["epilogue"] != "staggered":
+        return
+    if v.has("schedule") and v["schedule"] != "persistent":
+        reasons.append(f"epilogue=staggered takes turns between tiles of a persistent block: it needs schedule=persistent (schedule={v['schedule']})")
+    if v.has("workers") and v["workers"] != "wgmma_ws":
+        reasons.append(f"epilogue=staggered needs workers=wgmma_ws, not workers={v['workers']}")
+    if v.has("warps") and v["warps"] != 8:
+        reasons.append(f"epilogue=staggered needs two consumer warpgroups (warps=8, not {v['warps']})")
+    if info.epilogue_loads:
+        reasons.append("epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows")
+
+
 def _c_cluster(info, v, t, reasons):
     if not v.has("cluster") or v["cluster"] == 1:
         return
@@ -434,7 +447,8 @@ Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 
 _RULES: dict[str, tuple[Rule, ...]] = {
     "contraction": (
-        _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_split, _c_vector,
+        _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_epilogue, _c_split,
+        _c_vector,
     ),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy),
     "reduction": (_r_threads, _r_vector),

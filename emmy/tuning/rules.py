@@ -352,6 +352,25 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     return [("grid", why), persistent]
 
 
+def _c_epilogue(knob, info, target, chosen, memo) -> Prefs:
+    # Measured on the H200 (same run, two replays each): staggered against together, the running
+    # example at M=32768 472.5/473.4 -> 461.6/458.7 us (torch.compile 459.2), at M=4096 57.3 ->
+    # 55.9, the layer's q/k/v at T=4096 50.6 -> 49.1; where two contractions share the tile
+    # (gate and up, side by side) it lost: 98.7 -> 118.2 us.
+    together = ("together", "both consumer warpgroups store each tile between shared barriers")
+    persistent_pair = (
+        chosen.get("schedule") == "persistent" and chosen.get("workers") == "wgmma_ws"
+        and int(chosen.get("warps", 0)) == 8 and not info.epilogue_loads
+    )
+    if not persistent_pair:
+        return [together]
+    staggered = ("staggered", "each consumer warpgroup stores its own rows, warpgroup 1 after warpgroup 0, so one "
+                              "stores while the other multiplies (H200: 2% faster on the q/k/v projections)")
+    if info.gemm_n_nc[1] == 1:
+        return [staggered, together]
+    return [("together", together[1] + " (H200: staggered was slower where gate and up share the tile)"), staggered]
+
+
 def _c_copy(knob, info, target, chosen, memo) -> Prefs:
     # Measured on the H200 (tools/bench.py, same run): the layer's contractions at T=4096 with
     # tensor-map copies against cp.async: q/k/v 57.1 against 62.6 us, gate/up 107.2 against
@@ -649,6 +668,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "schedule": _c_schedule,
             "copy": _c_copy,
             "cluster": _c_cluster,
+            "epilogue": _c_epilogue,
             "vector": _c_vector,
             "fusion": _c_fusion,
         }

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import VectorType, bf16, f32
 
 from emmy.backend.plan import launch_plan
@@ -33,7 +34,7 @@ def _knobs(values: dict) -> str:
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
-        "copy": '["cp_async", "tma"]', "cluster": "[1, 2]",
+        "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered"]',
     }
     parts = []
     for k, v in values.items():
@@ -470,6 +471,42 @@ def test_persistent_schedule_errors():
     # A = x * rstd * w: the statistics come before the k loop, per tile, from all warps
     with pytest.raises(EmmyError, match="cannot compute the A side from row statistics"):
         lower(rmsnorm_matmul(M=256, workers="wgmma_ws", block_m=128, warps=8, schedule="persistent"), "convert-tile-to-kernel")
+
+
+def _barrier_ids(f: K.KernelFuncOp, callee: str) -> list:
+    """The id operands of the kernel's calls of `callee` (an int, or the op computing it)."""
+    out = []
+    for op in f.walk():
+        if isinstance(op, K.CallOp) and op.callee.data == callee:
+            owner = op.operands[0].owner
+            out.append(owner.value.value.data if hasattr(owner, "value") and hasattr(owner.value, "value") else owner)
+    return out
+
+
+def test_staggered_epilogue_takes_turns():
+    """epilogue=staggered: each consumer warpgroup syncs only with itself around the staged
+    epilogue (barriers 10 and 11), and warpgroup 1 waits at barrier 12 for warpgroup 0, which
+    arrives there once it has stored its rows."""
+    knobs = dict(M=4096, N=512, K=256, workers="wgmma_ws", block_m=128, block_n=128, warps=8, stages=4,
+                 schedule="persistent", fusion="split")
+    staggered = kernel_funcs(lower(rmsnorm_matmul(**knobs, epilogue="staggered"), "convert-tile-to-kernel"))["rms_norm_qkv_proj"]
+    together = kernel_funcs(lower(rmsnorm_matmul(**knobs), "convert-tile-to-kernel"))["rms_norm_qkv_proj"]
+    assert 12 in _barrier_ids(staggered, "emmy::named_barrier<256>")
+    assert _barrier_ids(staggered, "emmy::named_barrier_arrive<256>") == [12]
+    own = [i for i in _barrier_ids(staggered, "emmy::named_barrier<128>") if not isinstance(i, int)]
+    assert own and all(isinstance(op, arith.AddiOp) for op in own)  # 10 + warpgroup
+    assert 8 not in _barrier_ids(staggered, "emmy::named_barrier<256>")  # no barrier of both around the tile
+    assert 8 in _barrier_ids(together, "emmy::named_barrier<256>")
+    assert not _barrier_ids(together, "emmy::named_barrier_arrive<256>")
+
+
+def test_staggered_epilogue_errors():
+    with pytest.raises(EmmyError, match="epilogue=staggered needs schedule=persistent and two consumer warpgroups"):
+        lower(rmsnorm_matmul(M=4096, workers="wgmma_ws", block_m=128, warps=8, epilogue="staggered"), "convert-tile-to-kernel")
+    # a residual read in the epilogue: the f32 accumulators are staged, any thread stores any row
+    with pytest.raises(EmmyError, match="epilogue=staggered needs an epilogue that stages bf16 results"):
+        lower(heads_matmul_residual(S=512, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64, warps=8,
+                                    stages=4, schedule="persistent", epilogue="staggered"), "convert-tile-to-kernel")
 
 
 def _init_counts(f: K.KernelFuncOp) -> list[int]:

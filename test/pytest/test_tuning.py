@@ -66,7 +66,7 @@ def test_unknown_target_lists_valid_names():
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
         "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "schedule", "copy", "cluster",
-        "vector",
+        "epilogue", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps", "copy")
@@ -83,6 +83,8 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("contraction", SM90)["copy"] == ("cp_async",)
     assert knob_space("contraction", SM90A)["cluster"] == (1, 2)
     assert knob_space("contraction", SM80)["cluster"] == (1,)
+    assert knob_space("contraction", SM90A)["epilogue"] == ("together", "staggered")
+    assert knob_space("contraction", SM90)["epilogue"] == ("together",)
     assert knob_space("attention", SM90A)["copy"] == ("cp_async", "tma")
     assert knob_space("attention", SM90)["copy"] == ("cp_async",)
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
@@ -378,6 +380,58 @@ def test_rules_choose_persistent_blocks_from_4096_rows_where_the_epilogue_reads_
     assert pinned["workers"].value == "wgmma_ws" and pinned["split_k"].value == 1
     assert schedule(rmsnorm_matmul_reading_stats(4096, 4096, 1024), schedule="persistent")["fusion"].value == "split"
     assert schedule(L.matmul(4096, 4096, 1024, target="sm_90a"), stages=3)["schedule"].value == "grid"
+
+
+def _explained(model: str, tokens: int) -> dict:
+    """{(kernel, knob): (value, reason)} of a compiled model's decisions (sm_90a)."""
+    from emmy.driver import CompileOptions, compile_model
+
+    opts = CompileOptions(model=model, layer=0, tokens=tokens, target="sm_90a", stop_after="tile")
+    module = compile_model(opts).module
+    return {
+        (op.kernel_name, name): (kn.value, kn.reason.data if kn.reason is not None else "")
+        for op in module.walk() if isinstance(op, KernelOp)
+        for name, kn in op.knob_dict().items()
+    }
+
+
+def test_rules_stagger_the_epilogues_of_persistent_q_k_v_projections():
+    """epilogue = staggered where a persistent wgmma_ws block's tiles hold one contraction each
+    (the q/k/v parts); together where gate and up share the tile, where the epilogue adds a
+    residual (grid blocks), and below 4096 rows (grid blocks)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    layer = _explained("Qwen/Qwen3-Embedding-0.6B", 4096)
+    assert layer[("rms_norm_qkv_proj", "epilogue")][0] == "staggered"
+    assert layer[("rms_norm_gate_up_proj_silu", "schedule")][0] == "persistent"
+    value, reason = layer[("rms_norm_gate_up_proj_silu", "epilogue")]
+    assert value == "together" and "gate and up share the tile" in reason
+    assert layer[("down_proj_residual", "epilogue")][0] == "together"
+    assert _explained("tools/running_example.py:make", 32768)[("rms_norm_qkv_proj", "epilogue")][0] == "staggered"
+    assert _explained("tools/running_example.py:make", 512)[("rms_norm_qkv_proj", "epilogue")][0] == "together"
+
+
+def test_staggered_epilogue_legality():
+    info = info_of(L.matmul(4096, 4096, 1024, target="sm_90a"))
+    ok = dict(GOOD, workers="wgmma_ws", schedule="persistent", copy="tma", cluster=1, epilogue="staggered")
+    assert check(info, ok, SM90A) == []
+    assert check(info, dict(ok, schedule="grid"), SM90A) == [
+        "epilogue=staggered takes turns between tiles of a persistent block: it needs schedule=persistent (schedule=grid)"
+    ]
+    assert check(info, dict(ok, warps=4, block_m=128), SM90A)[-1] == (
+        "epilogue=staggered needs two consumer warpgroups (warps=8, not 4)"
+    )
+    residual = info_of(matmul_residual(4096, 1024, 2048))
+    assert check(residual, ok, SM90A) == [
+        "epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows"
+    ]
+    assert check(info, dict(ok, workers="wgmma"), SM90A)[0].startswith("schedule=persistent needs workers=wgmma_ws")
+    assert "epilogue=staggered needs workers=wgmma_ws, not workers=wgmma" in check(info, dict(ok, workers="wgmma"), SM90A)
+    assert check(info, dict(ok, workers="mma_sync", epilogue="staggered"), SM90)[-1] == (
+        "epilogue=staggered is not in its domain on sm_90: [together]"
+    )
 
 
 def test_rules_split_the_row_statistics_from_4096_rows_on():
