@@ -932,25 +932,25 @@ class ContractionBuilder:
                         if g.persistent:  # the warpgroup is done reading rs for the last tile
                             kb.call("emmy::named_barrier<128>", [kb.add(kb.div(tid, 128), 2)])
                         stats.finish_stats()
-                own = g.staggered
-                if own and not (self.stages_results() and rs is None):
+                # epilogue = staggered: each warpgroup stores its own rows (its own barrier), and
+                # warpgroup 1 starts after warpgroup 0 has finished the tile
+                staggered = g.staggered
+                if staggered and not (self.stages_results() and rs is None):
                     raise EmmyError(
                         f"tile.kernel @{self.info.name}: epilogue=staggered needs an epilogue that stages bf16 results "
                         "(stores that read no tensor) and no row statistics from the producer; use epilogue=together"
                     )
-                wg = kb.div(tid, 128)
-                if own:
+                if staggered:
+                    wg = kb.div(tid, 128)
                     sync = lambda: kb.call("emmy::named_barrier<128>", [kb.add(wg, OWN_EPILOGUE_BARRIER)])  # noqa: E731
-                else:
-                    sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
-                ordered = own
-                if ordered:
                     with kb.if_(kb.cmp("eq", wg, 1)):
                         kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(ORDER_BARRIER)])
-                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync, own)
+                else:
+                    sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
+                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync, staggered)
                 if g.persistent and staged:  # sC is read before the next tile writes it
                     sync()
-                if ordered:
+                if staggered:
                     with kb.if_(kb.cmp("eq", wg, 0)):
                         kb.call(f"emmy::named_barrier_arrive<{consumers}>", [kb.idx(ORDER_BARRIER)])
                 if rs is not None and more is not None:  # rs is read: the producer may write the next
