@@ -312,9 +312,7 @@ def _host_function(plan: LaunchPlan, entry: str, launches: list[Launch]) -> str:
         if launch.overlap:
             lines += [
                 "  {",
-                f"    cudaLaunchConfig_t config = {{dim3({g[0]}, {g[1]}, {g[2]}), dim3({b[0]}, {b[1]}, {b[2]}), {launch.smem}, stream, nullptr, 0}};",
-                "    config.attrs = emmy_overlap;",
-                "    config.numAttrs = 1;",
+                f"    cudaLaunchConfig_t config = {{dim3({g[0]}, {g[1]}, {g[2]}), dim3({b[0]}, {b[1]}, {b[2]}), {launch.smem}, stream, emmy_overlap, 1}};",
                 f"    cudaLaunchKernelEx(&config, {k.name}, {args});",
                 "  }",
             ]

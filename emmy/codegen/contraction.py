@@ -947,7 +947,7 @@ class ContractionBuilder:
                         kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(ORDER_BARRIER)])
                 else:
                     sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
-                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync, staggered)
+                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
                 if g.persistent and staged:  # sC is read before the next tile writes it
                     sync()
                 if staggered:
@@ -1170,7 +1170,7 @@ class ContractionBuilder:
             width //= 2
         return None
 
-    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int = 0, width: int | None = None, own_rows: bool = False) -> None:
+    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int = 0, width: int | None = None) -> None:
         """The epilogue through shared memory: the accumulators go to f32 tiles there (rows
         padded by STAGE_PAD floats, so the fragments' rows fall in different banks), then each
         thread takes 8 consecutive columns of a row at a time and evaluates the stored values
@@ -1181,7 +1181,7 @@ class ContractionBuilder:
         g = self.g
         width = width or g.bn
         if self.stages_results():
-            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width, own_rows)
+            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
             return
         pitch = width + STAGE_PAD
         per_acc = g.bm * pitch
@@ -1218,7 +1218,7 @@ class ContractionBuilder:
                     overrides[r.result] = [stat(p, r_local)]
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int, own_rows: bool = False) -> None:
+    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int) -> None:
         """staged_epilogue when stages_results(): each thread evaluates the stores' values on its
         fragments (two columns at a time), rounds them to bf16 into one tile per store (rows
         padded by 8 bf16: a warp's 4-byte writes of 8 rows x 4 column pairs hit 32 banks), then takes 8 consecutive columns of a row at a time for 16-byte
@@ -1248,7 +1248,8 @@ class ContractionBuilder:
 
             self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
             sync()
-            # with own_rows each warpgroup stores the rows its fragments hold (64 * mi of them)
+            # epilogue = staggered: each warpgroup stores the rows its fragments hold (64 * mi)
+            own_rows = g.staggered
             rows, threads = (64 * g.mi, 128) if own_rows else (g.bm, g.consumers)
             first_row = kb.mul(kb.div(tid, 128), rows) if own_rows else 0
             ltid = kb.rem(tid, 128) if own_rows else tid
@@ -1267,14 +1268,14 @@ class ContractionBuilder:
                     overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync, own_rows: bool = False) -> bool:
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> bool:
         """The epilogue of the computing threads: staged through shared memory where its tiles
         fit in `room` ((offset, bytes) free there; `sync` waits for all computing threads),
         else straight from the fragments. Returns whether it was staged."""
         offset, free_bytes = room
         width = self.staging_width(free_bytes, ws_ptr)
         if width is not None:
-            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width, own_rows)
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
             return True
         else:
             self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)

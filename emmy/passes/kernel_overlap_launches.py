@@ -13,10 +13,11 @@ Input invariant: a kernel-stage module (after `convert-tile-to-kernel`).
 Output IR: in every host function, each forward-phase `kernel.launch` after the first gets the
 discardable attribute `emmy.overlap` (launch with the programmatic stream serialization
 attribute). Every `kernel.func` such a launch runs begins with
-`kernel.call "emmy::grid_dependency_wait"()`, and every `kernel.func` launched right before
-one begins with `kernel.call "emmy::allow_dependents"()` (before the wait). Prepare-phase
-launches (run once, when the weights are bound) are left as they are. On other targets the
-module is unchanged.
+`kernel.call "emmy::grid_dependency_wait"()`, and every `kernel.func` launched right before one
+ends with `kernel.call "emmy::allow_dependents"()` (at its end, not its start: the successor's
+blocks then take multiprocessors only as this kernel's blocks finish). Prepare-phase launches
+(run once, when the weights are bound) are left as they are. On other targets the module is
+unchanged.
 
 Invariants: the numbers and the launch order are unchanged (each kernel still reads what the
 kernels before it wrote, because it waits before its first global access); the launch geometry
@@ -30,8 +31,8 @@ Before / after (sm_90):
     kernel.launch @proj(%x, %w, %s, %y) : ...
 
     kernel.func @norm(...) grid [...] block [...] smem 0 {
-      kernel.call "emmy::allow_dependents"() : () -> ()
       ...
+      kernel.call "emmy::allow_dependents"() : () -> ()
     }
     kernel.func @proj(...) grid [...] block [...] smem 0 {
       kernel.call "emmy::grid_dependency_wait"() : () -> ()
@@ -62,31 +63,16 @@ def _forward_launches(f: func.FuncOp) -> list[K.LaunchOp]:
     return [op for op in f.body.ops if isinstance(op, K.LaunchOp) and not is_prepare(op)]
 
 
-def _has_call(block, callee: str) -> bool:
-    return any(isinstance(op, K.CallOp) and op.callee.data == callee for op in block.ops)
-
-
-def _wait_first(kf: K.KernelFuncOp) -> None:
-    """Start the kernel's body with the wait for the kernel before it (unless it does)."""
+def _call_once(kf: K.KernelFuncOp, callee: str, *, first: bool) -> None:
+    """Put `kernel.call callee()` first in the kernel's body, or last (before its
+    kernel.return), unless the body already calls it."""
     block = kf.body.block
-    if _has_call(block, WAIT):
+    if any(isinstance(op, K.CallOp) and op.callee.data == callee for op in block.ops):
         return
-    call = K.CallOp(WAIT, [], [])
-    if block.first_op is None:
-        block.add_op(call)
-    else:
-        block.insert_op_before(call, block.first_op)
-
-
-def _allow_last(kf: K.KernelFuncOp) -> None:
-    """End the kernel's body (before its kernel.return) by letting the next kernel launch."""
-    block = kf.body.block
-    if _has_call(block, ALLOW):
-        return
-    call = K.CallOp(ALLOW, [], [])
-    last = block.last_op
-    if isinstance(last, K.ReturnOp):
-        block.insert_op_before(call, last)
+    call = K.CallOp(callee, [], [])
+    at = block.first_op if first else block.last_op
+    if at is not None and (first or isinstance(at, K.ReturnOp)):
+        block.insert_op_before(call, at)
     else:
         block.add_op(call)
 
@@ -107,5 +93,5 @@ class KernelOverlapLaunchesPass(ModulePass):
             launches = _forward_launches(f)
             for before, launch in zip(launches, launches[1:]):
                 mark_overlapped(launch)
-                _allow_last(kernels[before.callee.root_reference.data])
-                _wait_first(kernels[launch.callee.root_reference.data])
+                _call_once(kernels[before.callee.root_reference.data], ALLOW, first=False)
+                _call_once(kernels[launch.callee.root_reference.data], WAIT, first=True)
