@@ -1,13 +1,14 @@
 """Side-by-side benchmark: Emmy against PyTorch eager and torch.compile, on one GPU, in one run.
 
     python tools/bench.py                      # running example at M = 1..32768, layer at T = 32..4096
-    python tools/bench.py --cases example --sizes 512,4096 --json $OUT/bench.json
+    python tools/bench.py --cases example --example-sizes 512,4096 --json $OUT/bench.json
 
 For every case: correctness first (relative error against a float32 PyTorch reference on the same
 weights and inputs), then each contender is captured in a CUDA graph and timed by replay with CUDA
 events (median of many replays), next to the floor: max(bytes / measured copy bandwidth,
-FLOPs / measured bf16 matrix rate). Contenders: Emmy, eager, torch.compile (default), and
-torch.compile(mode="max-autotune-no-cudagraphs").
+FLOPs / measured bf16 matrix rate). The contenders are timed round-robin, so the card's warming
+(its clocks under the power limit) does not favour the one timed first. Contenders: Emmy, eager,
+torch.compile (default), and torch.compile(mode="max-autotune-no-cudagraphs").
 """
 
 from __future__ import annotations
@@ -45,33 +46,49 @@ def measure_ceilings() -> dict:
 
 def time_fn(fn, graph: bool = True, reps: int = 50, inner: int = 10) -> float:
     """Median seconds per call; with graph=True the call is captured once and replayed."""
+    return time_fns({"fn": fn}, graph=graph, reps=reps, inner=inner)["fn"]
+
+
+def replayable(fn, graph: bool = True):
+    """`fn` warmed up and, with graph=True, captured in a CUDA graph: returns what replays it."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    run = fn
-    if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+    if not graph:
+        return fn
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
             fn()
-        run = g.replay
-        for _ in range(3):
-            run()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / inner)
-    return statistics.median(times)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    return g.replay
+
+
+def time_fns(fns: dict, graph: bool = True, reps: int = 50, inner: int = 10) -> dict[str, float]:
+    """Median seconds per call of each function, timed round-robin: every repetition times
+    `inner` calls of each in turn (the order rotating), so a card that slows down as it warms
+    (clocks under its power limit) slows every contender alike instead of the ones timed last."""
+    runs = {key: replayable(fn, graph) for key, fn in fns.items()}
+    keys = list(runs)
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    for rep in range(reps):
+        for j in range(len(keys)):
+            key = keys[(rep + j) % len(keys)]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                runs[key]()
+            end.record()
+            end.synchronize()
+            times[key].append(start.elapsed_time(end) / 1e3 / inner)
+    return {key: statistics.median(ts) for key, ts in times.items()}
 
 
 def rel_err(out, ref) -> float:
@@ -190,16 +207,20 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, p
                 fns["emmy"] = emmy_fn
             except Exception as e:  # report and carry on with the others
                 row["emmy_error"] = f"{type(e).__name__}: {e}"[:500]
-        for key, fn in fns.items():
+        timed = {}
+        for key, fn in fns.items():  # correctness first; a contender that fails is reported, not timed
             try:
                 outs = _all(fn())
                 torch.cuda.synchronize()
                 row[f"{key}_err"] = max(rel_err(o.reshape(r.shape), r) for o, r in zip(outs, refs))
-                row[f"{key}_s"] = time_fn(fn)
-                if profile and key == "emmy":
-                    row["emmy_kernels_us"] = kernel_times(fn)
+                replayable(fn)  # a contender that cannot be captured fails here, alone
+                timed[key] = fn
             except Exception as e:
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+        for key, t in time_fns(timed).items():
+            row[f"{key}_s"] = t
+        if profile and "emmy" in timed:
+            row["emmy_kernels_us"] = kernel_times(timed["emmy"])
     return row
 
 

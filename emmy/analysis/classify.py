@@ -31,6 +31,7 @@ Kinds (docs/ir.md), tried in this order:
 | `epilogue` | top-level ops other than `loop.reduce` that the stores need, in block order (they read contraction and prologue results), including the stores |
 | `other_reductions` | top-level reduces that are neither contractions, prologue nor attention parts |
 | `has_fusion_fork` | the loop carries `emmy.fusion = "fused"` or has prologue reductions: the `fusion` knob exists |
+| `has_siblings_fork` | (property) outputs over the same axes come from different contractions (k and v of the running example): the `siblings` knob exists |
 | `attention` | an `AttentionInfo` (below) for attention kernels, else None |
 | `row_axes`, `reduced_axes` | reductions: the axes the reduce results depend on (one row each) and the axes reduced |
 
@@ -63,7 +64,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import Domains as BodyDomains
-from emmy.analysis.body import value_tree
+from emmy.analysis.body import domain, value_tree
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
 
@@ -206,22 +207,35 @@ class KernelInfo:
         return any(isinstance(op, LoadOp) for op in self.epilogue)
 
     @property
+    def has_siblings_fork(self) -> bool:
+        """Whether some outputs stored over the same axes are computed from different reductions
+        (k and v, not gate and up, whose one store reads both): they can share each tile or
+        have tiles of their own (the `siblings` knob)."""
+        return len(store_groups(self.stores, per_contraction=True)) > len(store_groups(self.stores))
+
+    @property
+    def contraction_widths(self) -> tuple[int, ...]:
+        """The column extent of each contraction: the first group's (all over the same axes),
+        then each of the other reductions over the same k axes (q over 2048 columns, then k and v
+        over 1024 each)."""
+        from emmy.analysis.body import domain
+
+        rows = set(self.m_axes) | set(self.batch_axes) | set(self.k_axes)
+        return tuple([self.N] * self.n_contractions + [
+            self.extent(sorted(set(domain(r.result)) - rows))
+            for r in self.other_reductions
+            if set(r.axis_names) == set(self.k_axes)
+        ])
+
+    @property
     def gemm_n_nc(self) -> tuple[int, int]:
         """(N, contractions per tile) of the matrix product the kernel amounts to. Contractions
         over different column axes (q over 2048 columns, k and v over 1024) are built as parts
         side by side in one launch (codegen.split): together one product over all their
         columns, one contraction per tile."""
-        from emmy.analysis.body import domain
-
         if not self.other_reductions:
             return self.N, self.n_contractions
-        rows = set(self.m_axes) | set(self.batch_axes) | set(self.k_axes)
-        widths = [self.N] * self.n_contractions + [
-            self.extent(sorted(set(domain(r.result)) - rows))
-            for r in self.other_reductions
-            if set(r.axis_names) == set(self.k_axes)
-        ]
-        return sum(widths), 1
+        return sum(self.contraction_widths), 1
 
     @property
     def seq_q(self) -> int:
@@ -321,6 +335,18 @@ def classify(op: Operation) -> KernelInfo:
     if any_reduce:
         return _reduction_info(base, reduces, dom, axes, block)
     return _elementwise_info(base, stores, dom, axes, block)
+
+
+def store_groups(stores: Sequence[StoreOp], per_contraction: bool = False) -> list[list[int]]:
+    """The stores (by index) grouped by the parallel axes they store over, in first-store order;
+    with `per_contraction`, also by the reductions their values read (k apart from v)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, st in enumerate(stores):
+        key: tuple = tuple(sorted({a for v in st.operands for a in domain(v)}))
+        if per_contraction:
+            key = (key, frozenset(v.owner for v in value_tree(st.operands) if isinstance(v.owner, ReduceOp)))
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
 
 
 def _store_axis_order(stores: Sequence[StoreOp], dom: Domains, axes: dict[str, int]) -> dict[str, int]:

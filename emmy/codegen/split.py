@@ -74,27 +74,25 @@ def fit_part(part, info, knobs, target, builder) -> Built:
     return builder(part, info, fitted(knobs), target)
 
 
-def split_by_outputs(op) -> list:
+def split_by_outputs(op, per_contraction: bool = False) -> list:
     """Copies of the tile op, one per group of outputs stored over the same parallel axes, each
     keeping only its group's stores and what they need ([op] itself when there is one group).
-    Each copy computes its rows' statistics itself; normalized values still never reach global
-    memory."""
+    With `per_contraction`, outputs computed from different reductions are apart too (k and v,
+    but not gate and up, whose one store reads both): each copy then holds one contraction
+    per tile, and its tile is all its own instead of a column share of a pair. Each copy
+    computes its rows' statistics itself; normalized values still never reach global memory."""
     from xdsl.dialects.builtin import StringAttr
 
-    from emmy.analysis.body import domain
+    from emmy.analysis.classify import store_groups
 
     top = list(op.regions[0].block.ops)
     stores = [i for i, o in enumerate(top) if isinstance(o, StoreOp)]
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for i in stores:
-        st = top[i]
-        axes = tuple(sorted({a for v in st.operands for a in domain(v)}))
-        groups.setdefault(axes, []).append(i)
+    groups = [[stores[j] for j in g] for g in store_groups([top[i] for i in stores], per_contraction)]
     if len(groups) < 2:
         return [op]
     name = op.properties["sym_name"].data
     parts = []
-    for keep in groups.values():
+    for keep in groups:
         part = op.clone()
         ops = list(part.regions[0].block.ops)
         for i in stores:

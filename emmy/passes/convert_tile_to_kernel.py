@@ -81,10 +81,12 @@ def build_kernel(op: KernelOp, target: Target) -> Built:
     from emmy.codegen.split import build_parts, split_by_outputs
 
     builder = builder_for(op.kind.data)
-    parts = split_by_outputs(op) if op.kind.data != "attention" else [op]
+    knobs = op.knob_values()
+    apart = knobs.get("siblings") == "apart"  # k and v with tiles of their own
+    parts = split_by_outputs(op, apart) if op.kind.data != "attention" else [op]
     if len(parts) > 1:
-        return build_parts(parts, op.knob_values(), target, builder, c_ident(op.kernel_name))
-    return builder(op, classify(op), op.knob_values(), target)
+        return build_parts(parts, knobs, target, builder, c_ident(op.kernel_name))
+    return builder(op, classify(op), knobs, target)
 
 
 class LowerTileKernel(RewritePattern):

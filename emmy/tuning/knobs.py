@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, cluster, epilogue, vector, fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, cluster, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -41,6 +41,11 @@ Meanings (what the kernel stage does with each value):
   its own rows, warpgroup 1 only once warpgroup 0 has finished, so that from then on one
   warpgroup's epilogue runs while the other's wgmmas still do (`staggered`, sm_90a).
 - `vector`: elements per global access (8 bf16 = 16 bytes).
+- `siblings`: where outputs over the same axes come from different contractions of one input
+  (k and v of the running example): each tile holds a column share of every one of them
+  (`paired`: k's and v's columns side by side in one accumulator), or each contraction gets
+  tiles of its own (`apart`: one launch each with `schedule = persistent`, side by side in one
+  launch with `grid`).
 - `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
   `split` computes it in a kernel of its own first.
 - `block_q`, `block_kv`: attention tile along the query axis and the key step.
@@ -69,6 +74,7 @@ FUSION: tuple[str, ...] = ("fused", "split")
 SCHEDULES: tuple[str, ...] = ("grid", "persistent")
 COPIES: tuple[str, ...] = ("cp_async", "tma")
 EPILOGUES: tuple[str, ...] = ("together", "staggered")
+SIBLINGS: tuple[str, ...] = ("paired", "apart")
 
 # The full spaces, before the target filters them.
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
@@ -85,6 +91,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "cluster": (1, 2),
         "epilogue": EPILOGUES,
         "vector": (1, 2, 4, 8),
+        "siblings": SIBLINGS,
         "fusion": FUSION,
     },
     "attention": {
@@ -126,10 +133,11 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
 }
 
 
-def knob_names(kind: str, *, fusion: bool = False) -> tuple[str, ...]:
-    """The knob names of a kind, in their canonical order (`fusion` only if asked for)."""
+def knob_names(kind: str, *, fusion: bool = False, siblings: bool = False) -> tuple[str, ...]:
+    """The knob names of a kind, in their canonical order (`fusion` and `siblings` only if asked
+    for)."""
     _check_kind(kind)
-    return tuple(n for n in _SPACES[kind] if n != "fusion" or fusion)
+    return tuple(n for n in _SPACES[kind] if (n != "fusion" or fusion) and (n != "siblings" or siblings))
 
 
 def all_knob_names() -> set[str]:
@@ -137,14 +145,15 @@ def all_knob_names() -> set[str]:
 
 
 def knob_space(
-    kind: str, target: Target, *, fusion: bool = False
+    kind: str, target: Target, *, fusion: bool = False, siblings: bool = False
 ) -> dict[str, tuple[KnobValue, ...]]:
     """Knob name -> domain for a kernel of `kind` on `target`, in canonical order.
 
-    `fusion=True` adds the `fusion` knob (contractions with a prologue reduction only).
+    `fusion=True` adds the `fusion` knob (contractions with a prologue reduction only),
+    `siblings=True` the `siblings` knob (contractions with sibling outputs only).
     """
     space: dict[str, tuple[KnobValue, ...]] = {}
-    for name in knob_names(kind, fusion=fusion):
+    for name in knob_names(kind, fusion=fusion, siblings=siblings):
         domain = tuple(
             v
             for v in _SPACES[kind][name]
@@ -157,9 +166,11 @@ def knob_space(
 def knob_space_for(info: KernelInfo, target: Target) -> dict[str, tuple[KnobValue, ...]]:
     """The knob space of a classified kernel. `fusion` is added for contractions with a prologue
     reduction, and for attention (whether Q and K are computed inside the flash kernel, or once
-    by a prologue kernel into temporaries)."""
+    by a prologue kernel into temporaries); `siblings` for contractions whose outputs over the
+    same axes come from different contractions."""
     fusion = info.kind == "attention" or (info.kind == "contraction" and info.has_fusion_fork)
-    return knob_space(info.kind, target, fusion=fusion)
+    siblings = info.kind == "contraction" and info.has_siblings_fork
+    return knob_space(info.kind, target, fusion=fusion, siblings=siblings)
 
 
 def _check_kind(kind: str) -> None:

@@ -371,6 +371,28 @@ def _c_epilogue(knob, info, target, chosen, memo) -> Prefs:
     return [("together", together[1] + " (H200: staggered was slower where gate and up share the tile)"), staggered]
 
 
+SIBLINGS_APART_WAVES = 4  # waves of tiles each sibling needs alone before it gets launches of its own
+
+
+def _c_siblings(knob, info, target, chosen, memo) -> Prefs:
+    # Measured on the H200 (same run, replays timed round-robin): the running example's k and v
+    # with tiles of their own against paired in one tile, persistent blocks: at M=32768 459.5
+    # against 469.5 us (k and v 113.4 us each against 234.5 together; q alone 218), at M=4096
+    # 59.8 against 58.3 (k and v 15.8 each against 28.9: one wave each, two tails).
+    paired = ("paired", "each tile holds a column share of every sibling contraction")
+    if chosen.get("schedule") != "persistent":
+        return [paired, ("apart", "each sibling contraction with tiles of its own")]
+    bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
+    tiles = info.batch * ceil(info.M / bm) * ceil(min(info.contraction_widths) / bn)
+    waves = tiles / target.sms
+    apart = ("apart", f"each sibling contraction alone: {tiles} tiles of {bm}x{bn}, {waves:.1f} waves on "
+                      f"{target.sms} SMs, a persistent launch each (H200: 2% faster at M=32768)")
+    if waves >= SIBLINGS_APART_WAVES:
+        return [apart, paired]
+    return [("paired", f"{paired[1]} (apart: {tiles} tiles each, {waves:.1f} waves, under "
+                       f"{SIBLINGS_APART_WAVES}; H200: apart lost at M=4096)"), apart]
+
+
 def _c_copy(knob, info, target, chosen, memo) -> Prefs:
     # Measured on the H200 (tools/bench.py, same run): the layer's contractions at T=4096 with
     # tensor-map copies against cp.async: q/k/v 57.1 against 62.6 us, gate/up 107.2 against
@@ -670,6 +692,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "cluster": _c_cluster,
             "epilogue": _c_epilogue,
             "vector": _c_vector,
+            "siblings": _c_siblings,
             "fusion": _c_fusion,
         }
     ),

@@ -625,14 +625,18 @@ def test_warp_specialized_sums_statistics_from_the_a_tiles():
     assert all(n.startswith("rms_norm_qkv_proj_weights") for n, ph in launches if ph)
 
 
-@pytest.mark.parametrize("schedule,forward", [
-    ("grid", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj"]),
-    ("persistent", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1_2"]),
+@pytest.mark.parametrize("schedule,siblings,forward", [
+    ("grid", "paired", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj"]),
+    ("grid", "apart", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj"]),
+    ("persistent", "paired", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1_2"]),
+    ("persistent", "apart",
+     ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1", "rms_norm_qkv_proj_out2"]),
 ])
-def test_output_groups_share_one_statistics_kernel(schedule, forward):
-    """fusion=split with q and k/v built as two parts: both parts' row statistics are the same
-    kernel on the same input, launched once, and the parts read its buffer: side by side in one
-    launch, or (persistent blocks, each part filling the machine) one launch each."""
+def test_output_groups_share_one_statistics_kernel(schedule, siblings, forward):
+    """fusion=split with q and k/v built as two parts (siblings=paired: k and v share each
+    tile) or three (apart): all parts' row statistics are the same kernel on the same input,
+    launched once, and the parts read its buffer: side by side in one launch, or (persistent
+    blocks, each part filling the machine) one launch each."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
@@ -644,11 +648,15 @@ def test_output_groups_share_one_statistics_kernel(schedule, forward):
     from emmy.frontend.trace import trace_layer
 
     src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(300))
-    pins = ("*.fusion=split", "*.workers=wgmma_ws", f"*.schedule={schedule}")
+    pins = ("*.fusion=split", "*.workers=wgmma_ws", f"*.schedule={schedule}", f"*.siblings={siblings}")
     opts = CompileOptions(model="example", layer=0, tokens=300, target="sm_90a", pins=pins)
     plan = launch_plan(compile_traced(trace_layer(src, 0, 300), opts).module)
     names = [launch.kernel for launch in plan.forward_launches]
     assert names == forward
+    # paired: k's and v's accumulators are the two halves of one array (columns side by side);
+    # apart: every part holds one contraction over its whole block_n
+    shares = re.findall(r"float\* const \w+ = acc_\d+ \+", plan.source)
+    assert bool(shares) == (siblings == "paired")
     stats_buffer = plan.forward_launches[0].args[-1]
     assert all(stats_buffer in launch.args for launch in plan.forward_launches[1:])
 

@@ -36,6 +36,10 @@ PERSISTENT_CASES = [
     # row statistics from a kernel of their own, and summed on the first tile of each row run
     (4100, ("*.fusion=split",)),
     (4100, ("*.schedule=persistent", "*.fusion=fused")),
+    # siblings = apart: k and v with tiles of their own, one persistent launch each, or (grid)
+    # q, k and v side by side in one launch
+    (4100, ("*.siblings=apart",)),
+    (300, ("*.workers=wgmma_ws", "*.siblings=apart")),
 ]
 # Tensor-map copies (copy=tma): rows past M, k past K (hidden 200), split k ranges, in-place A,
 # persistent blocks. (tokens, hidden, pins)

@@ -69,6 +69,8 @@ def test_knob_spaces_by_kind_and_target():
         "epilogue", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
+    assert knob_names("contraction", fusion=True, siblings=True)[-2:] == ("siblings", "fusion")
+    assert knob_space("contraction", SM80, siblings=True)["siblings"] == ("paired", "apart")
     assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps", "copy")
     assert knob_names("reduction") == ("rows_per_block", "threads", "vector")
     assert knob_names("elementwise") == ("threads", "vector", "items")
@@ -411,6 +413,26 @@ def test_rules_stagger_the_epilogues_of_persistent_q_k_v_projections():
     assert layer[("down_proj_residual", "epilogue")][0] == "together"
     assert _explained("tools/running_example.py:make", 32768)[("rms_norm_qkv_proj", "epilogue")][0] == "staggered"
     assert _explained("tools/running_example.py:make", 512)[("rms_norm_qkv_proj", "epilogue")][0] == "together"
+
+
+def test_rules_give_sibling_contractions_launches_of_their_own_from_four_waves():
+    """siblings: the running example's k and v (stored apart, computed from different
+    contractions) get tiles of their own where each alone fills 4 waves of persistent blocks
+    (M=32768), and share tiles below (M=4096) and with one block per tile (M=512). The knob
+    exists only where there are such siblings: not for the layer's q/k/v (one contraction over
+    concatenated weights) nor gate/up (one store reads both)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    big = _explained("tools/running_example.py:make", 32768)
+    value, reason = big[("rms_norm_qkv_proj", "siblings")]
+    assert value == "apart" and "1024 tiles of 128x256, 7.8 waves" in reason
+    value, reason = _explained("tools/running_example.py:make", 4096)[("rms_norm_qkv_proj", "siblings")]
+    assert value == "paired" and "1.0 waves, under 4" in reason
+    assert _explained("tools/running_example.py:make", 512)[("rms_norm_qkv_proj", "siblings")][0] == "paired"
+    layer = _explained("Qwen/Qwen3-Embedding-0.6B", 4096)
+    assert not any(knob == "siblings" for _, knob in layer)
 
 
 def test_staggered_epilogue_legality():
