@@ -82,7 +82,9 @@ def build_kernel(op: KernelOp, target: Target) -> Built:
 
     builder = builder_for(op.kind.data)
     knobs = op.knob_values()
-    apart = knobs.get("siblings") == "apart"  # k and v with tiles of their own
+    # the split into parts uses `siblings` up (k and v with tiles of their own or not): the
+    # parts are built, and checked, without it
+    apart = knobs.pop("siblings", None) == "apart"
     parts = split_by_outputs(op, apart) if op.kind.data != "attention" else [op]
     if len(parts) > 1:
         return build_parts(parts, knobs, target, builder, c_ident(op.kernel_name))

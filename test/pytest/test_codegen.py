@@ -661,6 +661,33 @@ def test_output_groups_share_one_statistics_kernel(schedule, siblings, forward):
     assert all(stats_buffer in launch.args for launch in plan.forward_launches[1:])
 
 
+@pytest.mark.parametrize("tokens", [4096, 32768])
+def test_parts_are_built_with_the_decided_tiles(tokens):
+    """Every part of the running example's projection (q, then k and v paired or apart) is
+    built with the decided tile (128x256 in k-steps of 64) and pipeline depth: the knob that
+    chose the split (siblings) is not handed on to the parts, whose legality check would take
+    it for one it does not know and shrink the tile."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example",
+                      factory=lambda: make(tokens))
+    opts = CompileOptions(model="example", layer=0, tokens=tokens, target="sm_90a")
+    plan = launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module)
+    parts = [k for k in plan.kernels if re.fullmatch(r"rms_norm_qkv_proj_out[0-9_]+", k.name)]
+    assert len(parts) == (3 if tokens == 32768 else 2)
+    for part in parts:
+        assert "emmy::wgmma::tile<256, 64, 128, 256>" in part.source, part.name
+        assert "emmy::mbar_init(p_" in part.source and "c4_" in part.source
+
+
 @pytest.mark.parametrize("workers,early", [("wgmma_ws", True), ("wgmma", True), ("mma_sync", False)])
 def test_statistics_kernel_rows_are_loaded_before_the_k_loop(workers, early):
     """fusion=split: the rows a thread's wgmma fragments hold have their statistics loaded into
