@@ -30,8 +30,10 @@ The score lambda `(q, kv, dot) -> f32` is the max reduction's yielded value with
 contraction replaced by `dot` (scale and mask); the output lambda `(q, e, o)` the stores, with
 the normalized P x V sum replaced by `o`.
 
-Launch: grid (query blocks, product of the batch/head axes), 32 * warps threads, dynamic shared
-memory for Q (block_q rows) and `stages` buffers of K and V (block_kv rows each).
+Launch: grid (product of the batch/head axes, query blocks), 32 * warps threads, dynamic shared
+memory for Q (block_q rows) and `stages` buffers of K and V (block_kv rows each). Blocks start in
+the order of their index, x fastest, so every head's longest (causal) query block starts before
+any head's next longest: the longest blocks first, the shortest filling the last wave.
 
 Variants (`knobs["fusion"]`, optional, default "fused"; the knob space has no such knob yet):
 - "fused": computed Q/K (rowsum/elem producers) are evaluated while staging, in the main kernel:
@@ -43,7 +45,7 @@ Variants (`knobs["fusion"]`, optional, default "fused"; the knob space has no su
   evaluations: on an H200 the Qwen3 layer's attention took 21 us instead of 55 us at 512 tokens,
   126 us instead of 308 us at 2048, the same at 32 (mma_sync, block_q 64/128, block_kv 64).
 
-    kernel.func @attention(%x: !kernel.ptr<bf16>, ..., %out: !kernel.ptr<bf16>) grid [8, 16, 1] block [128, 1, 1] smem 81920 min_blocks 1 {
+    kernel.func @attention(%x: !kernel.ptr<bf16>, ..., %out: !kernel.ptr<bf16>) grid [16, 8, 1] block [128, 1, 1] smem 81920 min_blocks 1 {
       %bid_x = kernel.block_id x
       ...
       %q_a = kernel.lambda (%i: index, %r: index) -> f32 { ... }
@@ -107,7 +109,7 @@ class Producer:
 @dataclass(frozen=True, eq=False)
 class AttentionPlan:
     name: str
-    batch_axes: tuple[str, ...]  # batch and head axes (the grid's y dimension)
+    batch_axes: tuple[str, ...]  # batch and head axes (the main kernel's grid x dimension)
     query_axis: str
     key_axis: str
     head_dim: int
@@ -736,6 +738,8 @@ def _flash_func(
     or V operand also gets a tensor map argument (after those), bound to its tensor."""
     axes = info.axes
     n_qblocks = -(-plan.seq_q // sched.block_q)
+    if n_qblocks > 65535:
+        raise _err(plan.name, f"{n_qblocks} query blocks of {sched.block_q} exceed the grid's y limit of 65535")
     n_batch = _batch(plan, axes)
     types, names, _ = io_args(kernel_op)
     types = types + [K.PtrType(BFloat16Type())] * len(temps)
@@ -745,7 +749,7 @@ def _flash_func(
     names = names + [f"tma_{m[0]}" for m in maps]
     smem = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages, sched.wgmma)
     kb = KB.new_func(
-        c_ident(plan.name), types, grid=(n_qblocks, n_batch, 1), block=(sched.threads, 1, 1),
+        c_ident(plan.name), types, grid=(n_batch, n_qblocks, 1), block=(sched.threads, 1, 1),
         smem=smem, min_blocks=1, arg_names=names,
     )
     if sched.note:
@@ -758,9 +762,10 @@ def _flash_func(
 
     bid_x = kb.block_id("x")
     bid_y = kb.block_id("y")
-    outer = decompose(kb, bid_y, plan.batch_axes, axes) if plan.batch_axes else {}
+    outer = decompose(kb, bid_x, plan.batch_axes, axes) if plan.batch_axes else {}
     top = em.scope(outer)
-    q_block = kb.sub(n_qblocks - 1, bid_x)  # the longest (causal) query blocks start first
+    # the longest (causal) query blocks of all heads start first (x, the head, varies fastest)
+    q_block = kb.sub(n_qblocks - 1, bid_y)
     q_block.name_hint = "q_block"
     tiles = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages)  # without the alignment
     sbuf = kb.shared(BFloat16Type(), tiles // 2, 0, SMEM_ALIGN_WGMMA if sched.wgmma else 16, "smem")

@@ -288,7 +288,7 @@ def test_kernel_ir():
     op, info, built = build_text(attention_ir(T=100, H=4, HKV=2))
     (func,) = built.funcs
     func.verify()
-    assert func.grid_dims == (2, 4, 1)  # ceil(100 / 64) query blocks x 4 heads
+    assert func.grid_dims == (4, 2, 1)  # 4 heads x ceil(100 / 64) query blocks (every head's longest first)
     assert func.block_dims == (128, 1, 1)
     assert func.smem_bytes == A.smem_bytes(128, 64, 64, 2) == (64 * 128 + 4 * 64 * 128) * 2
     calls = [o for o in func.walk() if isinstance(o, K.CallOp)]
@@ -315,7 +315,7 @@ def test_knob_values_reach_the_template():
     _, _, built = build_text(text)
     (call,) = [o for o in built.funcs[0].walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith("emmy::attention::run<128, 128, 32, 8, 3,")
-    assert built.funcs[0].grid_dims == (2, 4, 1)
+    assert built.funcs[0].grid_dims == (4, 2, 1)
     assert built.funcs[0].block_dims == (256, 1, 1)
 
 
