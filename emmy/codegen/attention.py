@@ -41,12 +41,9 @@ Variants (`knobs["fusion"]`, optional, default "fused"; the knob space has no su
 - "split": a prologue kernel `<name>_prep` (grid: row blocks x batch/head rows x {Q, K}, 256
   threads, `emmy::attention::materialize`) writes the computed Q and K rows once to bf16
   temporaries ([rows x head_dim] per batch/head row; K per key head under grouped-query
-  attention), and the main kernel copies them as direct rows. Where 8 consecutive columns split
-  the row (and the row statistic's terms), each thread produces 8 of them with 16-byte loads and
-  one 16-byte store (`materialize_vec`; the statistic's terms are then added in another order),
-  else one column per thread (`materialize`, the same values bit for bit). Fewer evaluations:
-  on an H200 the Qwen3 layer's attention took 21 us instead of 55 us at 512 tokens, 126 us
-  instead of 308 us at 2048, the same at 32 (mma_sync, block_q 64/128, block_kv 64).
+  attention), and the main kernel copies them as direct rows. Same values bit for bit, fewer
+  evaluations: on an H200 the Qwen3 layer's attention took 21 us instead of 55 us at 512 tokens,
+  126 us instead of 308 us at 2048, the same at 32 (mma_sync, block_q 64/128, block_kv 64).
 
     kernel.func @attention(%x: !kernel.ptr<bf16>, ..., %out: !kernel.ptr<bf16>) grid [16, 8, 1] block [128, 1, 1] smem 81920 min_blocks 1 {
       %bid_x = kernel.block_id x
@@ -65,7 +62,7 @@ from math import gcd, prod
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as mathd
-from xdsl.dialects.builtin import BFloat16Type, Float32Type, FloatAttr, IndexType, IntAttr, StringAttr, TensorType, VectorType, f32
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, FloatAttr, IndexType, IntAttr, StringAttr, TensorType, f32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from emmy.analysis.body import value_tree
@@ -639,50 +636,6 @@ def run_callee(
 
 PREP_WARPS = 8  # warps of the split variant's prologue kernel
 PREP_ROWS = 4  # rows each of its warps produces
-PREP_LANES = 8  # consecutive columns one thread produces (16 bytes of bf16), where they fit
-
-
-def _prep_lanes(D: int, p: Producer) -> int:
-    """Columns per thread in the prologue kernel: PREP_LANES where they split the row and the
-    statistic and D / PREP_LANES threads fit a warp (materialize_vec), else 1 (materialize)."""
-    L = PREP_LANES
-    fits = D % L == 0 and 32 % (D // L) == 0 and (p.mode != ROWSUM or p.stat_len % L == 0)
-    return L if fits else 1
-
-
-def _producer_args_vec(kb: KB, em: BodyEmitter, outer: Mapping[str, SSAValue], p: Producer, lanes: int):
-    """materialize_vec's two arguments for producer `p`: lambdas over `lanes` consecutive
-    columns (see attention.cuh), loads along them as vectors where contiguous."""
-    idx = IndexType()
-    vec = VectorType(BFloat16Type(), [lanes])
-
-    def values(s: Scope) -> SSAValue:
-        return kb.pack([kb.to_type(v, BFloat16Type()) for v in s.value(p.value)], vec)
-
-    if p.mode == ELEM:
-        lam = _lambda(kb, [idx, idx], ["i", "d"], vec)
-        i, d = lam.body.block.args
-        with kb.at(lam.body.block):
-            s = em.scope({**outer, p.row_axis: i, p.col_axis: d}, lane_axis=p.col_axis, lanes=lanes)
-            lam.body.block.add_op(K.YieldOp(values(s)))
-        return lam.result, kb.idx(0)
-    stat = p.stats[0]
-    term = _lambda(kb, [idx, idx], ["i", "r"], f32)
-    i, r = term.body.block.args
-    with kb.at(term.body.block):
-        s = em.scope({**outer, p.row_axis: i, p.stat_axis: r}, lane_axis=p.stat_axis, lanes=lanes)
-        total = None
-        for v in s.value(stat.yielded):
-            v = _f32(kb, v)
-            total = v if total is None else kb.addf(total, v)
-        term.body.block.add_op(K.YieldOp(total))
-    elem = _lambda(kb, [idx, idx, f32], ["i", "d", "sum"], vec)
-    i, d, got = elem.body.block.args
-    with kb.at(elem.body.block):
-        s = em.scope({**outer, p.row_axis: i, p.col_axis: d}, lane_axis=p.col_axis, lanes=lanes,
-                     overrides={st.result: [got] for st in p.stats})
-        elem.body.block.add_op(K.YieldOp(values(s)))
-    return term.result, elem.result
 
 
 def _gqa_group(plan: AttentionPlan, info: KernelInfo) -> tuple[str, int] | None:
@@ -946,17 +899,14 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionPlan, sc
             outer = decompose(kb, bid_y, plan.batch_axes, ext) if plan.batch_axes else {}
             if g is not None:
                 outer[g[0]] = kb.mul(outer[g[0]], g[1])  # a query head of the key head's group
-            lanes = _prep_lanes(D, p)
-            if lanes > 1:
-                a, b = _producer_args_vec(kb, em, outer, p, lanes)
-            else:
-                a, b = _producer_args(kb, em.scope(outer), p, em)
+            top = em.scope(outer)
+            a, b = _producer_args(kb, top, p, em)
             out_rows = kb.ptr_add(dst, kb.mul(bid_y, rows * D))
             red = p.stat_len if p.mode == ROWSUM else 0
-            callee = f"materialize_vec<{D}, {p.mode}, {red}, {PREP_WARPS}, {PREP_ROWS}, {lanes}>" if lanes > 1 else (
-                f"materialize<{D}, {p.mode}, {red}, {PREP_WARPS}, {PREP_ROWS}>"
+            kb.call(
+                f"emmy::attention::materialize<{D}, {p.mode}, {red}, {PREP_WARPS}, {PREP_ROWS}>",
+                [a, b, out_rows, row0, kb.idx(rows)],
             )
-            kb.call(f"emmy::attention::{callee}", [a, b, out_rows, row0, kb.idx(rows)])
     prep = kb.finish()
     main, map_refs = _flash_func(
         kernel_op, info, plan, sched, [(f"{p.name}_rows", p, g) for p, _, _, g in todo], temps

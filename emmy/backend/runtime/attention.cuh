@@ -877,45 +877,6 @@ __device__ __forceinline__ void materialize(const A& a, const B& b, __nv_bfloat1
   }
 }
 
-//   emmy::attention::materialize_vec<D, MODE, RED, WARPS, U, L>(a, b, out, row0, limit)
-//
-// materialize with every lane producing L consecutive columns of a row: D / L lanes per row,
-// 32 / (D / L) rows of a warp at a time, and one 16-byte store per lane and row. The producer's
-// functions take the first of the L columns: kElem `a(i, d)` returns the L bf16 values of
-// columns d .. d + L - 1 (an emmy::Vec); kRowSum `a(i, r)` the sum of the statistic's terms
-// r .. r + L - 1 and `b(i, d, s)` the L values given the row's statistic s. The values are the
-// scalar version's, but for the order in which the statistic's terms are added.
-
-template <int D, int MODE, int RED, int WARPS, int U, int L, class A, class B>
-__device__ __forceinline__ void materialize_vec(const A& a, const B& b, __nv_bfloat16* out, int row0,
-                                                int limit) {
-  static_assert(MODE == kElem || MODE == kRowSum, "materialize_vec: kElem or kRowSum producers");
-  constexpr int P = D / L;  // lanes per row
-  static_assert(D % L == 0 && 32 % P == 0 && RED % L == 0, "materialize_vec: L must split D and RED, D / L divide 32");
-  constexpr int R = 32 / P;  // rows of the warp at a time
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int sub = lane / P, col = (lane % P) * L;
-  const int r0 = row0 + warp * U;  // this warp's rows: r0 .. r0 + U - 1
-  if (r0 >= limit) return;
-#pragma unroll 1  // unrolled, ptxas (CUDA 13.0) held the kernel to 64 registers and spilled
-  for (int k = 0; k < U; k += R) {
-    const int row = r0 + k + sub;
-    const int i = min(row, limit - 1);
-    if constexpr (MODE == kRowSum) {
-      float s = 0.f;
-#pragma unroll
-      for (int r = col; r < RED; r += P * L) s += a(i, r);
-#pragma unroll
-      for (int o = P / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      auto v = b(i, col, s);
-      if (k + sub < U && row < limit) *reinterpret_cast<decltype(v)*>(out + (long long)row * D + col) = v;
-    } else {
-      auto v = a(i, col);
-      if (k + sub < U && row < limit) *reinterpret_cast<decltype(v)*>(out + (long long)row * D + col) = v;
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The entry point generated kernels call (see the top of this file).
 
