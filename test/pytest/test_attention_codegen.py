@@ -375,6 +375,8 @@ def test_wgmma_attention_needs_whole_warpgroups():
         ({"knobs": _knobs(workers="thread")}, "workers=thread"),
         ({"knobs": _knobs(block_q=16, warps=2)}, "block_q=16"),
         ({"knobs": _knobs(block_kv=128, stages=3, block_q=128)}, None),  # legal
+        # query blocks go on the grid's y dimension (heads on x, so the longest start first)
+        ({"T": 64 * 65536 + 64}, "65537 query blocks of 64 exceed the grid's y limit of 65535"),
     ],
 )
 def test_errors(kw, message):
