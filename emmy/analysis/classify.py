@@ -31,7 +31,7 @@ Kinds (docs/ir.md), tried in this order:
 | `epilogue` | top-level ops other than `loop.reduce` that the stores need, in block order (they read contraction and prologue results), including the stores |
 | `other_reductions` | top-level reduces that are neither contractions, prologue nor attention parts |
 | `has_fusion_fork` | the loop carries `emmy.fusion = "fused"` or has prologue reductions: the `fusion` knob exists |
-| `has_siblings_fork` | (property) outputs over the same axes come from different contractions (k and v of the running example): the `siblings` knob exists |
+| `has_siblings_fork` | outputs over the same axes come from different reductions (k and v of the running example, not gate and up, whose one store reads both): the `siblings` knob exists |
 | `attention` | an `AttentionInfo` (below) for attention kernels, else None |
 | `row_axes`, `reduced_axes` | reductions: the axes the reduce results depend on (one row each) and the axes reduced |
 
@@ -64,7 +64,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import Domains as BodyDomains
-from emmy.analysis.body import domain, value_tree
+from emmy.analysis.body import value_tree
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
 
@@ -146,6 +146,7 @@ class KernelInfo:
     epilogue: tuple[Operation, ...] = ()
     other_reductions: tuple[ReduceOp, ...] = ()
     has_fusion_fork: bool = False
+    has_siblings_fork: bool = False
     attention: AttentionInfo | None = None
     row_axes: tuple[str, ...] = ()
     reduced_axes: tuple[str, ...] = ()
@@ -205,13 +206,6 @@ class KernelInfo:
         (a residual added after a projection): its epilogue then gathers loads in the output's
         layout instead of only converting the accumulators."""
         return any(isinstance(op, LoadOp) for op in self.epilogue)
-
-    @property
-    def has_siblings_fork(self) -> bool:
-        """Whether some outputs stored over the same axes are computed from different reductions
-        (k and v, not gate and up, whose one store reads both): they can share each tile or
-        have tiles of their own (the `siblings` knob)."""
-        return len(store_groups(self.stores, per_contraction=True)) > len(store_groups(self.stores))
 
     @property
     def contraction_widths(self) -> tuple[int, ...]:
@@ -340,9 +334,12 @@ def classify(op: Operation) -> KernelInfo:
 def store_groups(stores: Sequence[StoreOp], per_contraction: bool = False) -> list[list[int]]:
     """The stores (by index) grouped by the parallel axes they store over, in first-store order;
     with `per_contraction`, also by the reductions their values read (k apart from v)."""
+    if not stores:
+        return []
+    dom = BodyDomains(stores[0].parent_op())
     groups: dict[tuple, list[int]] = {}
     for i, st in enumerate(stores):
-        key: tuple = tuple(sorted({a for v in st.operands for a in domain(v)}))
+        key: tuple = tuple(sorted({a for v in st.operands for a in dom.of(v)}))
         if per_contraction:
             key = (key, frozenset(v.owner for v in value_tree(st.operands) if isinstance(v.owner, ReduceOp)))
         groups.setdefault(key, []).append(i)
@@ -519,6 +516,7 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         epilogue=_epilogue(top),
         other_reductions=other,
         has_fusion_fork=fusion_marked or bool(prologue),
+        has_siblings_fork=len(store_groups(base["stores"], per_contraction=True)) > len(store_groups(base["stores"])),
     )
 
 
