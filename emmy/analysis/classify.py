@@ -331,15 +331,18 @@ def classify(op: Operation) -> KernelInfo:
     return _elementwise_info(base, stores, dom, axes, block)
 
 
-def store_groups(stores: Sequence[StoreOp], per_contraction: bool = False) -> list[list[int]]:
+def store_groups(
+    stores: Sequence[StoreOp], per_contraction: bool = False, dom: Domains | None = None
+) -> list[list[int]]:
     """The stores (by index) grouped by the parallel axes they store over, in first-store order;
-    with `per_contraction`, also by the reductions their values read (k apart from v)."""
+    with `per_contraction`, also by the reductions their values read (k apart from v). `dom`:
+    the domains of their loop body, when the caller has them already."""
     if not stores:
         return []
-    dom = BodyDomains(stores[0].parent_op())
+    dom = dom or Domains(stores[0].parent_op())
     groups: dict[tuple, list[int]] = {}
     for i, st in enumerate(stores):
-        key: tuple = tuple(sorted({a for v in st.operands for a in dom.of(v)}))
+        key: tuple = tuple(sorted(dom.of_op(st)))
         if per_contraction:
             key = (key, frozenset(v.owner for v in value_tree(st.operands) if isinstance(v.owner, ReduceOp)))
         groups.setdefault(key, []).append(i)
@@ -516,7 +519,7 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         epilogue=_epilogue(top),
         other_reductions=other,
         has_fusion_fork=fusion_marked or bool(prologue),
-        has_siblings_fork=len(store_groups(base["stores"], per_contraction=True)) > len(store_groups(base["stores"])),
+        has_siblings_fork=len(store_groups(base["stores"], True, dom)) > len(store_groups(base["stores"], False, dom)),
     )
 
 
