@@ -46,7 +46,7 @@ def measure_ceilings() -> dict:
 
 def time_fn(fn, graph: bool = True, reps: int = 50, inner: int = 10) -> float:
     """Median seconds per call; with graph=True the call is captured once and replayed."""
-    return time_fns({"fn": fn}, graph=graph, reps=reps, inner=inner)["fn"]
+    return time_replays({"fn": replayable(fn, graph)}, reps=reps, inner=inner)["fn"]
 
 
 def replayable(fn, graph: bool = True):
@@ -71,11 +71,11 @@ def replayable(fn, graph: bool = True):
     return g.replay
 
 
-def time_fns(fns: dict, graph: bool = True, reps: int = 50, inner: int = 10) -> dict[str, float]:
-    """Median seconds per call of each function, timed round-robin: every repetition times
-    `inner` calls of each in turn (the order rotating), so a card that slows down as it warms
-    (clocks under its power limit) slows every contender alike instead of the ones timed last."""
-    runs = {key: replayable(fn, graph) for key, fn in fns.items()}
+def time_replays(runs: dict, reps: int = 50, inner: int = 10) -> dict[str, float]:
+    """Median seconds per call of each warmed-up function (see replayable), timed round-robin:
+    every repetition times `inner` calls of each in turn (the order rotating), so a card that
+    slows down as it warms (clocks under its power limit) slows every contender alike instead of
+    the ones timed last."""
     keys = list(runs)
     times: dict[str, list[float]] = {key: [] for key in keys}
     for rep in range(reps):
@@ -213,14 +213,13 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, p
                 outs = _all(fn())
                 torch.cuda.synchronize()
                 row[f"{key}_err"] = max(rel_err(o.reshape(r.shape), r) for o, r in zip(outs, refs))
-                replayable(fn)  # a contender that cannot be captured fails here, alone
-                timed[key] = fn
+                timed[key] = replayable(fn)  # a contender that cannot be captured fails here, alone
             except Exception as e:
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
-        for key, t in time_fns(timed).items():
+        for key, t in time_replays(timed).items():
             row[f"{key}_s"] = t
         if profile and "emmy" in timed:
-            row["emmy_kernels_us"] = kernel_times(timed["emmy"])
+            row["emmy_kernels_us"] = kernel_times(fns["emmy"])
     return row
 
 
