@@ -118,8 +118,8 @@ def emmy_layer(traced, target, cache, pins=()):
     values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
     layer.bind(values)
 
-    def run():
-        layer.launch()
+    def run(overlap=True):
+        layer.launch(overlap=overlap)
         return layer.outputs()
 
     return run, compile_s
@@ -149,8 +149,8 @@ class ModelCase:
         compile_s = time.perf_counter() - t0
         model = GpuModel(result, target, cache, self.traced.input_ids)
 
-        def run():
-            model.launch()
+        def run(overlap=True):
+            model.launch(overlap)
             return [model.output]
 
         return run, compile_s
@@ -219,7 +219,12 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, p
         for key, t in time_replays(timed).items():
             row[f"{key}_s"] = t
         if profile and "emmy" in timed:
-            row["emmy_kernels_us"] = kernel_times(fns["emmy"])
+            # each kernel on its own: no launch overlaps the one before it (with overlapping
+            # launches a kernel's time would include waiting for its predecessor's tail)
+            row["emmy_kernels_us"] = kernel_times(lambda: fns["emmy"](overlap=False))
+            row["emmy_serial_s"] = time_fn(lambda: fns["emmy"](overlap=False))
+        if profile and "compile" in timed:
+            row["compile_kernels_us"] = kernel_times(fns["compile"])
     return row
 
 
@@ -288,7 +293,8 @@ def main() -> None:
     ap.add_argument("--contenders", default="emmy,eager,compile,max-autotune")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels")
+    ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels (launched without overlap, "
+                    "so each time is the kernel's own) and of torch.compile's")
     ap.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                     help="pin a schedule knob of Emmy's kernels, as emmy compile --knob (repeatable)")
     ap.add_argument("--build-only", action="store_true",
@@ -310,8 +316,14 @@ def main() -> None:
             row["pins"] = list(args.knob)
         rows.append(row)
         print(format_row(row, contenders), flush=True)
-        for kernel, us in row.get("emmy_kernels_us", {}).items():
-            print(f"    {us:9.2f} us  {kernel}", flush=True)
+        for who in ("emmy", "compile"):
+            kernels = row.get(f"{who}_kernels_us", {})
+            if kernels:
+                serial = (f", {row['emmy_serial_s'] * 1e6:.1f} us replayed without overlapping launches"
+                          if who == "emmy" and "emmy_serial_s" in row else "")
+                print(f"  {who}'s kernels, each alone (sum {sum(kernels.values()):.1f} us{serial}):", flush=True)
+            for kernel, us in kernels.items():
+                print(f"    {us:9.2f} us  {kernel[:100]}", flush=True)
         if args.json:  # after every case, so a crash keeps what was measured
             Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
                                                    "torch": torch.__version__, "rows": rows}, indent=2))

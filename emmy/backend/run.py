@@ -194,12 +194,15 @@ class Binding:
     packed: list
     outputs: list
 
-    def launch(self, stream=None) -> None:
+    def launch(self, stream=None, overlap: bool = True) -> None:
         """Launch every forward-phase kernel in order on PyTorch's current stream (capturable in
-        a CUDA graph). The prepare phase ran when the tensors were bound."""
-        self.run(prepare=False, stream=stream)
+        a CUDA graph). The prepare phase ran when the tensors were bound. With overlap=False
+        every kernel waits for the one before it to finish before it starts (the `emmy.overlap`
+        launches too: their grid-dependency wait is then a no-op), so a profiler's time of each
+        kernel is its own and not partly its predecessor's tail."""
+        self.run(prepare=False, stream=stream, overlap=overlap)
 
-    def run(self, prepare: bool, stream=None) -> None:
+    def run(self, prepare: bool, stream=None, overlap: bool = True) -> None:
         """Launch the kernels of one phase in order on `stream` (PyTorch's current one)."""
         import torch
 
@@ -208,7 +211,7 @@ class Binding:
         for launch, params in zip(self.module.launches, self.packed):
             if launch.prepare != prepare:
                 continue
-            if launch.config is not None:
+            if launch.config is not None and overlap:
                 launch.config.hStream = drv.CUstream(handle)
                 result = drv.cuLaunchKernelEx(launch.config, launch.function, params.address, 0)
             else:
@@ -228,9 +231,9 @@ class GpuLayer:
     def bind(self, values: dict[str, object]) -> None:
         self.binding = self.module.bind(values)
 
-    def launch(self, stream=None) -> None:
+    def launch(self, stream=None, overlap: bool = True) -> None:
         assert self.binding is not None, "bind() first"
-        self.binding.launch(stream)
+        self.binding.launch(stream, overlap)
 
     def outputs(self) -> list[object]:
         assert self.binding is not None, "bind() first"
@@ -347,9 +350,9 @@ class GpuModel:
         self.bindings.append(norm)
         self.output = norm.outputs[0]
 
-    def launch(self) -> None:
+    def launch(self, overlap: bool = True) -> None:
         for b in self.bindings:
-            b.launch()
+            b.launch(overlap=overlap)
 
     def embedding(self):
         """Qwen3-Embedding's pooled embedding (`emmy.frontend.whole_model.pool`)."""

@@ -168,6 +168,17 @@ _MATH1 = {
 }
 _MATH2 = {mathd.PowFOp: "powf", mathd.Atan2Op: "atan2f", mathd.CopySignOp: "copysignf"}
 
+# With `fastmath<afn>` (approximate functions allowed; convert-tensor-to-loop sets it where the
+# result is rounded to bf16/f16), f32 math uses CUDA's fast intrinsics: `__expf` (ex2.approx,
+# a few ulps) and `__fdividef` (2 ulps; 0 when the divisor's magnitude exceeds 2^126).
+_APPROX1 = {mathd.ExpOp: "__expf"}
+_APPROX_DIV = "__fdividef({a}, {b})"
+
+
+def _approx(op: Operation) -> bool:
+    flags = getattr(op, "fastmath", None) or getattr(op, "flags", None)
+    return isinstance(flags, arith.FastMathFlagsAttr) and arith.FastMathFlag.APPROX_FUNC in flags.data
+
 
 # device-library calls that only read through some pointer arguments (by position)
 _READ_ONLY_ARGS = {"emmy::cp_async16": (1,)}
@@ -469,13 +480,16 @@ class KernelEmitter:
         ty = type(op)
         if ty in _FBIN:
             a, b = op.operands
+            form = _FBIN[ty]
+            if ty is arith.DivfOp and not isinstance(t, Float64Type) and _approx(op):
+                form = _APPROX_DIV
             if _is_lowp(t):
-                expr = _FBIN[ty].format(a=_to_f32(n[a], t), b=_to_f32(n[b], t))
+                expr = form.format(a=_to_f32(n[a], t), b=_to_f32(n[b], t))
                 self.define(op.results[0], _from_f32(expr, t))
             elif isinstance(t, Float64Type) and ty in (arith.MaximumfOp, arith.MinimumfOp, arith.MaxnumfOp, arith.MinnumfOp):
                 self.define(op.results[0], _FBIN[ty].replace("f(", "(").format(a=n[a], b=n[b]))
             else:
-                self.define(op.results[0], _FBIN[ty].format(a=n[a], b=n[b]))
+                self.define(op.results[0], form.format(a=n[a], b=n[b]))
         elif ty in _IBIN:
             a, b = op.operands
             self.define(op.results[0], _IBIN[ty].format(a=n[a], b=n[b], t=c_type(t)))
@@ -529,6 +543,8 @@ class KernelEmitter:
             fn = _MATH1.get(ty) or _MATH2[ty]
             if isinstance(t, Float64Type):
                 fn = fn[:-1]
+            elif ty in _APPROX1 and _approx(op):
+                fn = _APPROX1[ty]
             args = ", ".join(_to_f32(n[a], a.type) for a in op.operands)
             self.define(op.results[0], _from_f32(f"{fn}({args})", t))
         elif isinstance(op, mathd.FmaOp):

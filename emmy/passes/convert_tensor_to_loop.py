@@ -21,6 +21,11 @@ unique in the function) and keep `emmy.origin`. Stores index each result dim by 
 `loop.axis` (or constant 0 for an extent-1 dim). Low-precision (bf16/f16) arithmetic rounds
 exactly where the tensor op rounds: each elementwise op computes in its element type (the loop
 evaluator computes in f32 and rounds), composite ops (sigmoid) compute in f32 and round once.
+Exponentials and divisions whose results reach memory only rounded to bf16/f16 (their own
+type, or f32 math such as SiLU's sigmoid whose every use ends in a cast to bf16) carry
+`fastmath<afn>` (approximate functions allowed): an approximation off by a few f32 ulps is far
+inside the rounding that follows (a bf16 ulp is 2^16 f32 ulps), so later stages may use the
+hardware's fast versions (CUDA: `__expf`, `__fdividef`). Results kept in f32 or f64 stay exact.
 
 Before / after:
 
@@ -41,7 +46,7 @@ Before / after:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -91,6 +96,34 @@ def _elem(v: SSAValue | Attribute) -> Attribute:
     t = v.type if isinstance(v, SSAValue) else v
     assert isinstance(t, TensorType)
     return t.element_type
+
+
+APPROX = arith.FastMathFlagsAttr([arith.FastMathFlag.APPROX_FUNC])
+
+
+def _approx_if(rounded_low: bool) -> arith.FastMathFlagsAttr | None:
+    """`fastmath<afn>` for math whose result is rounded to bf16/f16 (see the module docstring)."""
+    return APPROX if rounded_low else None
+
+
+def rounded_to_low(f: func.FuncOp) -> set[Operation]:
+    """The elementwise tensor ops of `f` whose results reach memory only rounded to bf16/f16:
+    low-precision results, and f32 results used only by casts to bf16/f16 and by such ops."""
+    out: set[Operation] = set()
+    for op in reversed(list(f.body.block.ops)):
+        if not isinstance(op, T.BinaryOp | T.UnaryOp):
+            continue
+        r = op.results[0]
+        uses = [u.operation for u in r.uses]
+        if _is_low(_elem(r)) or (uses and all(_rounds(u, out) for u in uses)):
+            out.add(op)
+    return out
+
+
+def _rounds(user: Operation, rounded: set[Operation]) -> bool:
+    if isinstance(user, T.CastOp):
+        return _is_low(_elem(user.results[0]))
+    return user in rounded
 
 
 def _is_low(t: Attribute) -> bool:
@@ -289,7 +322,11 @@ _UNARY: dict[type[Operation], type[Operation]] = {
 
 
 class BinaryToLoop(ToLoopPattern):
-    """`tensor.add/sub/mul/div/max/min` -> loads, `arith.<op>f`, store."""
+    """`tensor.add/sub/mul/div/max/min` -> loads, `arith.<op>f`, store. `rounded`: the ops
+    whose results reach memory only rounded to bf16/f16 (their divisions may approximate)."""
+
+    def __init__(self, rounded: Set[Operation] = frozenset()):
+        self.rounded = rounded
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.BinaryOp, rewriter: PatternRewriter) -> None:
@@ -300,11 +337,17 @@ class BinaryToLoop(ToLoopPattern):
         idx = b.indices(out)
         x = b.load(op.operands[0], idx)
         y = x if op.operands[1] == op.operands[0] else b.load(op.operands[1], idx)
+        if isinstance(op, T.DivOp):
+            return b.value(arith.DivfOp(x, y, flags=_approx_if(op in self.rounded)))
         return b.value(_BINARY[type(op)](x, y))
 
 
 class UnaryToLoop(ToLoopPattern):
-    """`tensor.neg/exp/rsqrt/sqrt/tanh/erf/sigmoid/recip` -> load, scalar op(s), store."""
+    """`tensor.neg/exp/rsqrt/sqrt/tanh/erf/sigmoid/recip` -> load, scalar op(s), store.
+    `rounded`: as for BinaryToLoop (their exponentials and divisions may approximate)."""
+
+    def __init__(self, rounded: Set[Operation] = frozenset()):
+        self.rounded = rounded
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.UnaryOp, rewriter: PatternRewriter) -> None:
@@ -315,17 +358,20 @@ class UnaryToLoop(ToLoopPattern):
         x = b.load(op.operands[0], b.indices(out))
         if isinstance(op, T.NegOp):
             return b.value(arith.NegfOp(x))
+        approx = _approx_if(op in self.rounded)
         if isinstance(op, T.RecipOp):
-            return b.value(arith.DivfOp(b.constant(1.0, t), x))
+            return b.value(arith.DivfOp(b.constant(1.0, t), x, flags=approx))
         if isinstance(op, T.SigmoidOp):
             # 1 / (1 + exp(-x)), computed in f32 and rounded once like the tensor op
             xf = b.convert(x, f32) if _is_low(t) else x
             ct = xf.type
-            e = b.value(math.ExpOp(b.value(arith.NegfOp(xf))))
+            e = b.value(math.ExpOp(b.value(arith.NegfOp(xf)), fastmath=approx))
             one = b.constant(1.0, ct)
             d = b.value(arith.AddfOp(one, e))
-            s = b.value(arith.DivfOp(one, d))
+            s = b.value(arith.DivfOp(one, d, flags=approx))
             return b.convert(s, t)
+        if isinstance(op, T.ExpOp):
+            return b.value(math.ExpOp(x, fastmath=approx))
         return b.value(_UNARY[type(op)](x))
 
 
@@ -612,11 +658,12 @@ class ConvertTensorToLoopPass(ModulePass):
     name = "convert-tensor-to-loop"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        rounded = set().union(*(rounded_to_low(f) for f in op.body.block.ops if isinstance(f, func.FuncOp)))
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
                 [
-                    BinaryToLoop(),
-                    UnaryToLoop(),
+                    BinaryToLoop(rounded),
+                    UnaryToLoop(rounded),
                     CastToLoop(),
                     SplatToLoop(),
                     ReductionToLoop(),

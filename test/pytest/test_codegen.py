@@ -955,6 +955,38 @@ def test_rounded_pairs_pack_with_one_conversion_each():
     assert re.search(r"emmy::Vec<__nv_bfloat16, 2>\{\{ld_\d+, ld_\d+\}\}", text)
 
 
+def test_approximate_math_uses_fast_intrinsics():
+    """f32 exp and division marked fastmath<afn> (their results are rounded to bf16, see
+    convert-tensor-to-loop) use CUDA's fast intrinsics; unmarked ones and f64 stay exact."""
+    from xdsl.dialects import arith, math
+    from xdsl.dialects.builtin import f64
+
+    from emmy.codegen.cxx import emit_kernel
+    from emmy.codegen.kb import KB
+
+    afn = arith.FastMathFlagsAttr([arith.FastMathFlag.APPROX_FUNC])
+    kb = KB.new_func("m", [K.PtrType(f32), K.PtrType(f64)], (1, 1, 1), (32, 1, 1), 0, arg_names=["x", "y"])
+    x, y = kb.func.body.block.args
+    a, d = kb.load(x, kb.idx(0)), kb.load(y, kb.idx(0))
+    outs = [
+        kb.insert(math.ExpOp(a, fastmath=afn)).results[0],
+        kb.insert(arith.DivfOp(a, a, flags=afn)).results[0],
+        kb.insert(math.ExpOp(a)).results[0],
+        kb.insert(arith.DivfOp(a, a)).results[0],
+    ]
+    for i, v in enumerate(outs):
+        kb.store(v, x, kb.idx(i + 1))
+    kb.store(kb.insert(arith.DivfOp(d, d, flags=afn)).results[0], y, kb.idx(1))
+    kb.store(kb.insert(math.ExpOp(d, fastmath=afn)).results[0], y, kb.idx(2))
+    text = emit_kernel(kb.finish())
+    assert re.search(r"= __expf\(ld_\d+\);", text)
+    assert re.search(r"= __fdividef\(ld_\d+, ld_\d+\);", text)
+    assert re.search(r"= expf\(ld_\d+\);", text)
+    assert re.search(r"float \w+ = ld_\d+ / ld_\d+;", text)
+    assert re.search(r"double \w+ = ld_\d+ / ld_\d+;", text)  # f64: exact
+    assert re.search(r"double \w+ = exp\(ld_\d+\);", text)
+
+
 def test_kernel_ir_round_trips():
     module = lower(rmsnorm_matmul(workers="wgmma", stages=3), "convert-tile-to-kernel")
     text = print_module(module)

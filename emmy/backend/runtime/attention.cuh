@@ -73,6 +73,12 @@
 #include "emmy_tma.cuh"
 #include "emmy_wgmma.cuh"
 
+// Two consumer warpgroups with tensor-map K and V take turns issuing their wgmmas (see
+// flash_wgmma); 0 keeps them in step with a block barrier per key block instead.
+#ifndef EMMY_ATTENTION_PINGPONG
+#define EMMY_ATTENTION_PINGPONG 1
+#endif
+
 #ifndef EMMY_ATTENTION_ROW_UNROLL
 #define EMMY_ATTENTION_ROW_UNROLL 4
 #endif
@@ -389,14 +395,26 @@ __device__ __forceinline__ int key_blocks(int q0, int seq_q, int seq_kv, int cau
   return n_blocks;
 }
 
+// 2^x flushing subnormal results to zero: one MUFU.EX2 (exp2f also scales subnormals). The
+// softmax exponentiates values <= 0, so a flushed result is below 2^-126: nothing in bf16 P.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online softmax of one fragment row (h) of a 16-row S tile s[NT][4] for query q against keys
 // k0 ...: scores masked and scaled (sf), exponentiated in place relative to the new running max;
-// m_run and l_run updated. Returns the factor rescaling the row's earlier sums.
+// m_run and l_run updated. Returns the factor rescaling the row's earlier sums. The row's max
+// and sum are taken in four independent chains (the instructions of one chain wait on each other).
 template <int NT, class SF>
 __device__ __forceinline__ float softmax_row(const SF& sf, float (*s)[4], int h, int q, int k0, int t,
                                              int seq_q, int seq_kv, float& m_run, float& l_run) {
   constexpr float kLog2e = 1.4426950408889634f;
-  float mx = -INFINITY;
+  constexpr int kChains = NT % 2 == 0 ? 4 : 2;
+  float mx[kChains];
+#pragma unroll
+  for (int i = 0; i < kChains; ++i) mx[i] = -INFINITY;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -405,26 +423,33 @@ __device__ __forceinline__ float softmax_row(const SF& sf, float (*s)[4], int h,
       float v = s[nt][2 * h + c];
       v = (q < seq_q && kv < seq_kv) ? sf(q, kv, v) : -INFINITY;
       s[nt][2 * h + c] = v;
-      mx = fmaxf(mx, v);
+      float& m = mx[(2 * nt + c) % kChains];
+      m = fmaxf(m, v);
     }
   }
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  const float m_new = fmaxf(m_run, mx);
+#pragma unroll
+  for (int i = 1; i < kChains; ++i) mx[0] = fmaxf(mx[0], mx[i]);
+  mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], 1));
+  mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], 2));
+  const float m_new = fmaxf(m_run, mx[0]);
   const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no (-inf) - (-inf)
-  const float alpha = exp2f((m_run - m_use) * kLog2e);
+  const float alpha = ex2_ftz((m_run - m_use) * kLog2e);
   const float m_scaled = m_use * kLog2e;
-  float rs = 0.f;
+  float rs[kChains];
+#pragma unroll
+  for (int i = 0; i < kChains; ++i) rs[i] = 0.f;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const float p = exp2f(fmaf(s[nt][2 * h + c], kLog2e, -m_scaled));
+      const float p = ex2_ftz(fmaf(s[nt][2 * h + c], kLog2e, -m_scaled));
       s[nt][2 * h + c] = p;
-      rs += p;
+      rs[(2 * nt + c) % kChains] += p;
     }
   }
-  l_run = l_run * alpha + rs;
+#pragma unroll
+  for (int i = 1; i < kChains; ++i) rs[0] += rs[i];
+  l_run = l_run * alpha + rs[0];
   m_run = m_new;
   return alpha;
 }
@@ -648,16 +673,126 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 #endif
 }
 
-// The `full` mbarriers of the tensor-map copies (STAGES of them, 8 bytes each). They take no
-// shared memory of their own: the kernel's dynamic shared memory is the tiles plus 1024 bytes,
-// and aligning the tiles to 1024 bytes (`smem`) leaves that slack before or after them; the
-// barriers go in front when the slack there holds them, else right after the tiles.
+// The mbarriers of the tensor-map copies: STAGES `full` ones (a key block's copies landed),
+// then STAGES `empty` ones (every warp is done with a key block's buffer), 8 bytes each. They
+// take no shared memory of their own: the kernel's dynamic shared memory is the tiles plus 1024
+// bytes, and aligning the tiles to 1024 bytes (`smem`) leaves that slack before or after them;
+// the barriers go in front when the slack there holds them, else right after the tiles.
 template <class C>
 __device__ __forceinline__ long long* tma_barriers(void* smem) {
   extern __shared__ __align__(16) unsigned char emmy_attention_dynamic_smem[];
   const int pad = static_cast<int>(static_cast<unsigned char*>(smem) - emmy_attention_dynamic_smem);
-  if (pad >= 8 * C::STAGES) return reinterpret_cast<long long*>(emmy_attention_dynamic_smem);
+  if (pad >= 16 * C::STAGES) return reinterpret_cast<long long*>(emmy_attention_dynamic_smem);
   return reinterpret_cast<long long*>(static_cast<unsigned char*>(smem) + C::kSmemBytes);
+}
+
+// flash_wgmma's loop for two warpgroups taking turns (kPingPong, see flash_wgmma): K and V by
+// tensor-map copies that thread 0 issues, Q rows staged by every thread.
+template <class C, class QF, class KF, class VF, class SF, class OF>
+__device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const OF& of,
+                                                     int q0, int n_blocks, int seq_q, int seq_kv, void* smem,
+                                                     long long* full, long long* empty) {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
+  constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2;  // this warpgroup: named barrier 1 + wg is its turn to issue
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = sQ + C::kQElems;
+  __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
+  const __nv_bfloat16* sQw = sQ + wg * 64 * 64;  // this warpgroup's 64 rows, slab 0
+  // K and V block j into buffer j % STAGES (thread 0; the buffer's last block released)
+  auto copy_kv = [&](int j) {
+    const int buf = j % STAGES;
+    if (j >= STAGES) emmy::mbar_wait(empty + buf, (j / STAGES - 1) & 1);
+    emmy::mbar_arrive_expect_tx(full + buf, 2 * BKV * C::D * 2);
+    kf.template copy<C::D, BKV>(sK + buf * C::kKVElems, j * BKV, full + buf);
+    vf.template copy<C::D, BKV>(sV + buf * C::kKVElems, j * BKV, full + buf);
+  };
+  stage_rows<C, BQ>(qf, sQ, q0, seq_q, warp, lane, tid);
+  cp_async_commit();
+  if (tid == 0) {
+    for (int j = 0; j < AHEAD && j < n_blocks; ++j) copy_kv(j);
+  }
+  float acc[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[dt][c] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  if (n_blocks > 0) {
+    cp_async_wait<0>();  // Q's rows landed and are visible to the wgmmas' async proxy
+    emmy::fence_proxy_async();
+    __syncthreads();
+    if (wg == 1) emmy::named_barrier_arrive<256>(1);  // warpgroup 0 issues first
+    uint32_t p[BKV / 16][4];
+    float s[NT][4];
+    float alpha[2];
+    // Block j's scores into s (its copies landed), after the other warpgroup issued its own.
+    auto turn = [&](int j) {
+      emmy::mbar_wait(full + j % STAGES, (j / STAGES) & 1);
+      emmy::named_barrier<256>(1 + wg);
+      emmy::wgmma::tile<BKV, C::D, BQ, BKV, true>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
+    };
+    // The other warpgroup's turn; thread 0 then refills the buffer of block j + AHEAD.
+    auto pass = [&](int j) {
+      emmy::named_barrier_arrive<256>(2 - wg);
+      if (tid == 0 && j + AHEAD < n_blocks) copy_kv(j + AHEAD);
+      __syncwarp();
+    };
+    auto softmax = [&](int j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        alpha[h] = softmax_row<NT>(sf, s, h, q0 + warp * 16 + g + h * 8, j * BKV, t, seq_q, seq_kv, m_run[h], l_run[h]);
+    };
+    auto pack = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < BKV / 16; ++kk) {
+        p[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        p[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        p[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        p[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+    };
+    turn(0);
+    pass(0);
+    emmy::wgmma::wait<0>();
+    emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
+    softmax(0);
+    pack();
+#pragma unroll 1
+    for (int j = 1; j < n_blocks; ++j) {
+      turn(j);
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+      pass(j);
+      emmy::wgmma::wait<1>();  // the scores; P x V may still run
+      emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
+      softmax(j);
+      emmy::wgmma::wait<0>();
+      emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
+      emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
+      if (lane == 0) emmy::mbar_arrive(empty + (j - 1) % STAGES);  // this warp is done with block j - 1
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        acc[dt][0] *= alpha[0];
+        acc[dt][1] *= alpha[0];
+        acc[dt][2] *= alpha[1];
+        acc[dt][3] *= alpha[1];
+      }
+      pack();
+    }
+    // the last block's P x V, in turn (warpgroup 1's is the last turn: it passes none on)
+    emmy::named_barrier<256>(1 + wg);
+    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+    if (wg == 0) emmy::named_barrier_arrive<256>(2);
+    emmy::wgmma::wait<0>();
+    emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
+  }
+  asm volatile("cp.async.wait_all;\n" ::);  // no copy may outlive the block
+  store_rows<DT>(of, acc, l_run, q0 + warp * 16 + g, t, seq_q);
+#else
+  __trap();  // needs sm_90a
+#endif
 }
 
 // The wgmma main loop with STAGES >= 3 (sm_90a): one warpgroup per 64 query rows, software
@@ -666,6 +801,14 @@ __device__ __forceinline__ long long* tma_barriers(void* smem) {
 // still runs, then waits for it and rescales O to the new running max. Key blocks are copied
 // STAGES - 2 blocks ahead, so block j - 2's buffer (last read by P x V in iteration j - 1) is
 // the one refilled in iteration j.
+//
+// With tensor-map K and V and two warpgroups (kPingPong), the warpgroups take turns: each issues
+// its wgmmas for a key block only after the other has issued its own for the block before
+// (named barriers 1 and 2), so one warpgroup's softmax runs while the other's matrix products
+// keep the tensor cores busy (FlashAttention-3's ping-pong schedule). Nothing else holds them in
+// step: thread 0 refills a buffer once every warp has arrived on its `empty` mbarrier (after
+// its last P x V on that block), and each warp waits only for the `full` mbarrier of the block
+// it multiplies.
 template <class C, class QF, class KF, class VF, class SF, class OF>
 __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF& vf, const SF& sf,
                                             const OF& of, int q_block, int seq_q, int seq_kv,
@@ -698,10 +841,15 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   constexpr bool kAnyStaged = !KF::kTma || !VF::kTma;
   constexpr int kTmaBytes = ((KF::kTma ? 1 : 0) + (VF::kTma ? 1 : 0)) * BKV * C::D * 2;
   long long* full = tma_barriers<C>(smem);
+  long long* empty = full + STAGES;
+  constexpr bool kPingPong = EMMY_ATTENTION_PINGPONG && KF::kTma && VF::kTma && C::WARPS == 8;
   if constexpr (kAnyTma) {
     if (tid == 0) {
 #pragma unroll
-      for (int b = 0; b < STAGES; ++b) emmy::mbar_init(full + b, 1);
+      for (int b = 0; b < STAGES; ++b) {
+        emmy::mbar_init(full + b, 1);
+        if constexpr (kPingPong) emmy::mbar_init(empty + b, C::WARPS);
+      }
     }
     __syncthreads();
   }
@@ -720,6 +868,11 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     if constexpr (!KF::kTma) stage_rows<C, BKV>(kf, tK, j * BKV, seq_kv, warp, lane, tid);
     if constexpr (!VF::kTma) stage_rows<C, BKV>(vf, tV, j * BKV, seq_kv, warp, lane, tid);
   };
+
+  if constexpr (kPingPong) {
+    flash_wgmma_pingpong<C>(qf, kf, vf, sf, of, q0, n_blocks, seq_q, seq_kv, smem, full, empty);
+    return;
+  }
 
   // Q and the first AHEAD key blocks, one cp.async group per block (Q joins the first).
   stage_rows<C, BQ>(qf, sQ, q0, seq_q, warp, lane, tid);

@@ -15,16 +15,18 @@
 // CHECK-NEXT: }
 // CHECK:      loop.fused @cast axes [d0 = 4, d1 = 8] ins(%s : tensor<4x8xbf16>) -> tensor<4x8xf32>
 // CHECK:        arith.extf %{{.*}} : bf16 to f32
-// Sigmoid computes in f32 and rounds once, like the tensor op.
+// Sigmoid computes in f32 and rounds once, like the tensor op; its result is rounded to bf16,
+// so its exponential and division may approximate (fastmath<afn>).
 // CHECK:      loop.fused @silu axes [d0 = 4, d1 = 8]
 // CHECK:        %[[XF:.*]] = arith.extf %{{.*}} : bf16 to f32
 // CHECK-NEXT:   %[[N:.*]] = arith.negf %[[XF]] : f32
-// CHECK-NEXT:   %[[E:.*]] = math.exp %[[N]] : f32
+// CHECK-NEXT:   %[[E:.*]] = math.exp %[[N]] fastmath<afn> : f32
 // CHECK-NEXT:   %[[ONE:.*]] = arith.constant 1.000000e+00 : f32
 // CHECK-NEXT:   %[[D:.*]] = arith.addf %[[ONE]], %[[E]] : f32
-// CHECK-NEXT:   %[[Q:.*]] = arith.divf %[[ONE]], %[[D]] : f32
+// CHECK-NEXT:   %[[Q:.*]] = arith.divf %[[ONE]], %[[D]] fastmath<afn> : f32
 // CHECK-NEXT:   %[[T:.*]] = arith.truncf %[[Q]] : f32 to bf16
 // CHECK-NEXT:   loop.store %[[T]], 0
+// An f32 result that is returned as f32 stays exact.
 // CHECK:      loop.fused @recip axes [d0 = 4, d1 = 8]
 // CHECK:        arith.divf %{{.*}}, %{{.*}} : f32
 // CHECK:      func.return %r, %g : tensor<4x8xf32>, tensor<4x8xbf16>
@@ -34,6 +36,27 @@ func.func @elementwise(%a: tensor<4x8xbf16>, %b: tensor<4x8xbf16>) -> (tensor<4x
   %g = tensor.sigmoid %s {emmy.origin = "silu"} : tensor<4x8xbf16>
   %r = tensor.recip %c : tensor<4x8xf32>
   func.return %r, %g : tensor<4x8xf32>, tensor<4x8xbf16>
+}
+
+// f32 math whose every use ends in a cast to bf16 (SiLU as PyTorch computes it on bf16: in f32,
+// rounded once) may approximate; the same math with an f32 use stays exact.
+// CHECK-LABEL: func.func @rounded_once
+// CHECK:      loop.fused @sig
+// CHECK:        math.exp %{{.*}} fastmath<afn> : f32
+// CHECK:        arith.divf %{{.*}}, %{{.*}} fastmath<afn> : f32
+// CHECK:      loop.fused @quot
+// CHECK:        arith.divf %{{.*}}, %{{.*}} fastmath<afn> : f32
+// CHECK:      loop.fused @kept
+// CHECK:        math.exp %{{.*}} : f32
+// CHECK-NOT:    fastmath
+// CHECK:      func.return
+func.func @rounded_once(%x: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xf32>) {
+  %s = tensor.sigmoid %x {emmy.origin = "sig"} : tensor<4x8xf32>
+  %q = tensor.div %x, %s {emmy.origin = "quot"} : tensor<4x8xf32>
+  %m = tensor.mul %x, %q : tensor<4x8xf32>
+  %b = tensor.cast %m : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %e = tensor.exp %x {emmy.origin = "kept"} : tensor<4x8xf32>
+  func.return %b, %e : tensor<4x8xbf16>, tensor<4x8xf32>
 }
 
 // Reductions: kept dims are axes, reduced dims a loop.reduce (in f32, rounded once); extent-1
