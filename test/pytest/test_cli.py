@@ -212,3 +212,28 @@ def test_bench_bad_knob_is_a_message(tmp_path):
     assert p.returncode == 1
     assert "error: pin 'attention.block_q=64': no kernel named 'attention'" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_compile_time_passes_prints_every_pass_and_the_total():
+    """--time-passes: one line per pass on stderr (stdout keeps the summary), then the total."""
+    proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "16", "--time-passes")
+    assert proc.returncode == 0, proc.stderr
+    from emmy.passes.pipeline import PIPELINE
+
+    assert proc.stdout.startswith(MODEL)
+    lines = proc.stderr.splitlines()
+    for name, *_ in PIPELINE:
+        assert any(line.split()[-1] == name and line.split()[1] == "ms" for line in lines), (name, proc.stderr)
+    assert lines[-1].split()[-1] == "total"
+
+
+def test_compile_output_is_complete_through_a_pipe_and_a_reader_that_leaves():
+    """The console script leaves with os._exit after flushing: what it printed arrives whole,
+    and a reader that stops early gets no traceback."""
+    whole = emmy("compile", MODEL, "--layer", "0", "--tokens", "16", "--ir", "tile")
+    assert whole.returncode == 0 and whole.stdout.rstrip().endswith("}"), whole.stdout[-200:]
+    head = subprocess.run(
+        f"{sys.executable} -m emmy.cli.main compile {MODEL} --layer 0 --tokens 16 --ir tile | head -c 100",
+        shell=True, capture_output=True, text=True,
+    )
+    assert len(head.stdout) == 100 and "Traceback" not in head.stderr, head.stderr
