@@ -577,12 +577,17 @@ def _a_copy(knob, info, target, chosen, memo) -> Prefs:
     return [("tma", why), cp]
 
 
+SPLIT_ATTENTION_MIN_KEYS = 32  # from here the attention's q/k rows come from a prologue kernel
+
+
 def _a_fusion(knob, info, target, chosen, memo) -> Prefs:
     # Measured on an H200 (Qwen3 attention, head dim 128): computing the normalized, rotated Q and
     # K rows inside the flash kernel costs each query block the K rows of every key block it
     # visits; a prologue kernel computing them once was 1.7x faster at 100 tokens and 2.6x at
-    # 512, and no slower at 32.
-    if info.seq_kv >= 64:
+    # 512. At 32 tokens (same run, replays timed round-robin) the layer took 39.4 us split against
+    # 41.1 fused: attention 3.5 + 2.6 us of prologue against 11.5, its 16 blocks of one or two
+    # warps computing every K row themselves. Below 32 keys it was not measured.
+    if info.seq_kv >= SPLIT_ATTENTION_MIN_KEYS:
         return [
             ("split", f"{info.seq_kv} keys: K rows computed once by a prologue kernel, not per query block"),
             ("fused", "Q and K computed inside the flash kernel"),
