@@ -88,10 +88,13 @@ def compile_traced(
     after_each: Callable[[str, ModuleOp], None] | None = None,
     trace_seconds: float = 0.0,
 ) -> CompileResult:
-    """Lower an already traced model (`emmy.frontend.TracedLayer`) to `options.stop_after`."""
+    """Lower an already traced model (`emmy.frontend.TracedLayer`) to `options.stop_after`.
+
+    The lowering works on a copy: `traced.module` stays at the torch stage, so one trace can be
+    compiled again with other options (another target, other pins)."""
     ctx = make_context()
     timings: list[tuple[str, float]] = [("trace + import", trace_seconds)]
-    module = traced.module
+    module = traced.module.clone()
     module.attributes["emmy.target"] = StringAttr(options.target)
     if options.pins:  # read by decide-forks; kept in the module so dumps replay exactly
         module.attributes["emmy.pins"] = StringAttr(";".join(options.pins))

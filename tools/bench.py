@@ -2,13 +2,17 @@
 
     python tools/bench.py                      # running example at M = 1..32768, layer at T = 32..4096
     python tools/bench.py --cases example --example-sizes 512,4096 --json $OUT/bench.json
+    python tools/bench.py --cases layer --layer-sizes 32 --contenders emmy,compile \
+        --variant fused=attention.fusion=fused      # the rules' Emmy against a pinned one
 
 For every case: correctness first (relative error against a float32 PyTorch reference on the same
 weights and inputs), then each contender is captured in a CUDA graph and timed by replay with CUDA
 events (median of many replays), next to the floor: max(bytes / measured copy bandwidth,
 FLOPs / measured bf16 matrix rate). The contenders are timed round-robin, so the card's warming
 (its clocks under the power limit) does not favour the one timed first. Contenders: Emmy, eager,
-torch.compile (default), and torch.compile(mode="max-autotune-no-cudagraphs").
+torch.compile (default), and torch.compile(mode="max-autotune-no-cudagraphs"), plus any number of
+Emmy variants (`--variant NAME=PINS`: the same compile with knobs pinned), so that a schedule and
+the rules' choice are compared in the same rounds on the same card.
 """
 
 from __future__ import annotations
@@ -176,8 +180,10 @@ def kernel_times(fn, reps: int = 20) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, pins=(), profile=False):
-    """Time every contender on one traced module; returns a result row."""
+def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, pins=(), profile=False,
+             variants=None):
+    """Time every contender on one traced module; returns a result row. `variants` (name ->
+    pins, added to `pins`) are more Emmy contenders, `emmy:<name>`, timed in the same rounds."""
     module = traced.layer_module.cuda()
     inputs = {k: v.cuda() for k, v in traced.inputs.items()}
     args = list(inputs.values())
@@ -199,14 +205,16 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, p
         if "max-autotune" in contenders:
             tuned = torch.compile(module, mode="max-autotune-no-cudagraphs")
             fns["max-autotune"] = lambda: tuned(*args)
-        if "emmy" in contenders:
+        builds = {"emmy": tuple(pins)} if "emmy" in contenders else {}
+        builds.update({f"emmy:{v}": (*pins, *extra) for v, extra in (variants or {}).items()})
+        for key, key_pins in builds.items():
             try:
                 build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c, p: emmy_layer(traced, t, c, p))
-                emmy_fn, cs = build(target, cache, pins)
-                row["emmy_compile_s"] = cs
-                fns["emmy"] = emmy_fn
+                emmy_fn, cs = build(target, cache, key_pins)
+                row[f"{key}_compile_s"] = cs
+                fns[key] = emmy_fn
             except Exception as e:  # report and carry on with the others
-                row["emmy_error"] = f"{type(e).__name__}: {e}"[:500]
+                row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
         timed = {}
         for key, fn in fns.items():  # correctness first; a contender that fails is reported, not timed
             try:
@@ -218,11 +226,11 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, p
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
         for key, t in time_replays(timed).items():
             row[f"{key}_s"] = t
-        if profile and "emmy" in timed:
+        for key in (k for k in builds if k in timed and profile):
             # each kernel on its own: no launch overlaps the one before it (with overlapping
             # launches a kernel's time would include waiting for its predecessor's tail)
-            row["emmy_kernels_us"] = kernel_times(lambda: fns["emmy"](overlap=False))
-            row["emmy_serial_s"] = time_fn(lambda: fns["emmy"](overlap=False))
+            row[f"{key}_kernels_us"] = kernel_times(lambda: fns[key](overlap=False))
+            row[f"{key}_serial_s"] = time_fn(lambda: fns[key](overlap=False))
         if profile and "compile" in timed:
             row["compile_kernels_us"] = kernel_times(fns["compile"])
     return row
@@ -297,11 +305,16 @@ def main() -> None:
                     "so each time is the kernel's own) and of torch.compile's")
     ap.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                     help="pin a schedule knob of Emmy's kernels, as emmy compile --knob (repeatable)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=KERNEL.KNOB=VALUE[,...]",
+                    help="one more Emmy contender, 'emmy:NAME', with these pins (added to --knob's), "
+                         "timed in the same rounds as the others (repeatable)")
     ap.add_argument("--build-only", action="store_true",
                     help="compile every case and build its cubin into EMMY_HOME (no GPU needed)")
     args = ap.parse_args()
     cache = Path(os.environ.get("EMMY_HOME", "/tmp/emmy-home"))
     contenders = args.contenders.split(",")
+    variants = parse_variants(args.variant)
+    shown = contenders + [f"emmy:{v}" for v in variants]
     if args.build_only:
         return build_only(args, cache)
     ceilings = measure_ceilings()
@@ -311,16 +324,16 @@ def main() -> None:
     for name, make in _cases(args):
         traced, flops, bytes_ = make()
         row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, args.knob,
-                       args.profile)
+                       args.profile, variants)
         if args.knob:
             row["pins"] = list(args.knob)
         rows.append(row)
-        print(format_row(row, contenders), flush=True)
-        for who in ("emmy", "compile"):
+        print(format_row(row, shown), flush=True)
+        for who in [c for c in shown if c.startswith("emmy")] + ["compile"]:
             kernels = row.get(f"{who}_kernels_us", {})
             if kernels:
-                serial = (f", {row['emmy_serial_s'] * 1e6:.1f} us replayed without overlapping launches"
-                          if who == "emmy" and "emmy_serial_s" in row else "")
+                serial = (f", {row[f'{who}_serial_s'] * 1e6:.1f} us replayed without overlapping launches"
+                          if f"{who}_serial_s" in row else "")
                 print(f"  {who}'s kernels, each alone (sum {sum(kernels.values()):.1f} us{serial}):", flush=True)
             for kernel, us in kernels.items():
                 print(f"    {us:9.2f} us  {kernel[:100]}", flush=True)
@@ -329,7 +342,7 @@ def main() -> None:
                                                    "torch": torch.__version__, "rows": rows}, indent=2))
         torch._dynamo.reset()
     print()
-    print(format_table(rows, contenders))
+    print(format_table(rows, shown))
     if args.json:
         Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
                                                "torch": torch.__version__, "rows": rows}, indent=2))
@@ -356,19 +369,37 @@ def build_only(args, cache) -> None:
     from emmy.backend.plan import launch_plan
 
     plans = []
+    pin_sets = {"": tuple(args.knob)}
+    pin_sets.update({f" emmy:{v}": (*args.knob, *extra) for v, extra in parse_variants(args.variant).items()})
     for name, make in _cases(args):
         traced, _, _ = make()
-        if isinstance(traced, ModelCase):
-            for part in traced.compile(args.target, args.knob).parts:
-                plans.append((f"{name} {part.name}", launch_plan(part.result.module)))
-            continue
-        plan, _ = emmy_plan(traced, args.target, args.knob)
-        plans.append((name, plan))
+        for label, pins in pin_sets.items():
+            if isinstance(traced, ModelCase):
+                for part in traced.compile(args.target, pins).parts:
+                    plans.append((f"{name}{label} {part.name}", launch_plan(part.result.module)))
+                continue
+            plan, _ = emmy_plan(traced, args.target, pins)
+            plans.append((f"{name}{label}", plan))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = [(name, pool.submit(build_cubin, plan.source, args.target, cache)) for name, plan in plans]
         for name, f in futures:
             f.result()
             print(f"built {name}", flush=True)
+
+
+def parse_variants(specs: list[str]) -> dict[str, tuple[str, ...]]:
+    """`--variant NAME=PIN,PIN` values as {NAME: (PIN, ...)}."""
+    from emmy.diagnostics import EmmyError
+
+    out: dict[str, tuple[str, ...]] = {}
+    for spec in specs:
+        name, sep, pins = spec.partition("=")
+        if not sep or not name or not pins or "." in name:
+            raise EmmyError(f"--variant '{spec}': expected NAME=KERNEL.KNOB=VALUE[,KERNEL.KNOB=VALUE...]")
+        if name in out:
+            raise EmmyError(f"--variant '{spec}': the name '{name}' is used twice")
+        out[name] = tuple(p for p in pins.split(",") if p)
+    return out
 
 
 def format_row(row, contenders) -> str:

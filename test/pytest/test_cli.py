@@ -237,3 +237,37 @@ def test_compile_output_is_complete_through_a_pipe_and_a_reader_that_leaves():
         shell=True, capture_output=True, text=True,
     )
     assert len(head.stdout) == 100 and "Traceback" not in head.stderr, head.stderr
+
+
+def _bench(tmp_path, *args):
+    import os
+
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "EMMY_HOME": str(tmp_path)})
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    ("attention.fusion=split", "expected NAME=KERNEL.KNOB=VALUE"),
+    ("narrow", "expected NAME=KERNEL.KNOB=VALUE"),
+    ("narrow=", "expected NAME=KERNEL.KNOB=VALUE"),
+])
+def test_bench_bad_variant_is_a_message(tmp_path, spec, fragment):
+    p = _bench(tmp_path, "--build-only", "--cases", "example", "--example-sizes", "64", "--variant", spec)
+    assert p.returncode == 1 and f"error: --variant '{spec}': {fragment}" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_bench_variant_named_twice_is_a_message(tmp_path):
+    p = _bench(tmp_path, "--build-only", "--cases", "example", "--example-sizes", "64",
+               "--variant", "a=*.block_n=32", "--variant", "a=*.block_n=64")
+    assert p.returncode == 1 and "the name 'a' is used twice" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc")
+def test_bench_builds_every_variant(tmp_path):
+    """Each --variant is compiled with its pins and built next to the rules' version."""
+    p = _bench(tmp_path, "--build-only", "--cases", "example", "--example-sizes", "64",
+               "--variant", "narrow=*.block_n=32,*.warps=2")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["built example M=64", "built example M=64 emmy:narrow"]
+    assert len(list((tmp_path / "kernels").glob("*/emmy.cu"))) == 2

@@ -643,6 +643,29 @@ def _example_plan(tokens: int, pins=()):
     return launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module)
 
 
+def test_one_trace_compiles_again_with_other_pins():
+    """compile_traced lowers a copy: the trace stays at the torch stage and compiles again (the
+    benchmark's variants compile one trace several times)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from running_example import make
+
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(64))
+    traced = trace_layer(src, 0, 64)
+    before = print_module(traced.module)
+    first = compile_traced(traced, CompileOptions(model="example", tokens=64, target="sm_90a"))
+    second = compile_traced(traced, CompileOptions(model="example", tokens=64, target="sm_90a",
+                                                   pins=("*.block_n=32",)))
+    assert print_module(traced.module) == before
+    assert print_module(first.module) != print_module(second.module)
+    assert "emmy.pins" in second.module.attributes and "emmy.pins" not in first.module.attributes
+
+
 @pytest.mark.parametrize("schedule,siblings,forward", [
     ("grid", "paired", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj"]),
     ("grid", "apart", ["rms_norm_qkv_proj_out0_stats", "rms_norm_qkv_proj"]),
