@@ -44,7 +44,6 @@ def measure_ceilings() -> dict:
     y = torch.randn(m, m, dtype=torch.bfloat16, device="cuda")
     t = time_fn(lambda: x @ y, graph=False, reps=10)
     rate = 2 * m**3 / t
-    del a, b, x, y
     return {"bandwidth_Bps": bandwidth, "bf16_flops": rate}
 
 
