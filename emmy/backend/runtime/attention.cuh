@@ -686,6 +686,39 @@ __device__ __forceinline__ long long* tma_barriers(void* smem) {
   return reinterpret_cast<long long*>(static_cast<unsigned char*>(smem) + C::kSmemBytes);
 }
 
+// O's accumulators (the wgmma accumulator layout: DT n8 tiles of 4) zeroed.
+template <int DT>
+__device__ __forceinline__ void zero_acc(float (*acc)[4]) {
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[dt][c] = 0.f;
+}
+
+// P (the bf16 A fragments of P x V, BKV / 16 k16 steps) from the exponentiated scores.
+template <int BKV>
+__device__ __forceinline__ void pack_p(uint32_t (*p)[4], const float (*s)[4]) {
+#pragma unroll
+  for (int kk = 0; kk < BKV / 16; ++kk) {
+    p[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+    p[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+    p[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    p[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// O rescaled to its rows' new running max (alpha[0]: row g, alpha[1]: row g + 8).
+template <int DT>
+__device__ __forceinline__ void rescale_acc(float (*acc)[4], const float* alpha) {
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+    acc[dt][0] *= alpha[0];
+    acc[dt][1] *= alpha[0];
+    acc[dt][2] *= alpha[1];
+    acc[dt][3] *= alpha[1];
+  }
+}
+
 // flash_wgmma's loop for two warpgroups taking turns (kPingPong, see flash_wgmma): K and V by
 // tensor-map copies that thread 0 issues, Q rows staged by every thread.
 template <class C, class QF, class KF, class VF, class SF, class OF>
@@ -715,10 +748,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     for (int j = 0; j < AHEAD && j < n_blocks; ++j) copy_kv(j);
   }
   float acc[DT][4];
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[dt][c] = 0.f;
+  zero_acc<DT>(acc);
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   if (n_blocks > 0) {
     cp_async_wait<0>();  // Q's rows landed and are visible to the wgmmas' async proxy
@@ -745,21 +775,12 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
       for (int h = 0; h < 2; ++h)
         alpha[h] = softmax_row<NT>(sf, s, h, q0 + warp * 16 + g + h * 8, j * BKV, t, seq_q, seq_kv, m_run[h], l_run[h]);
     };
-    auto pack = [&]() {
-#pragma unroll
-      for (int kk = 0; kk < BKV / 16; ++kk) {
-        p[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        p[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        p[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        p[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
-    };
     turn(0);
     pass(0);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
     softmax(0);
-    pack();
+    pack_p<BKV>(p, s);
 #pragma unroll 1
     for (int j = 1; j < n_blocks; ++j) {
       turn(j);
@@ -772,14 +793,8 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
       emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
       emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
       if (lane == 0) emmy::mbar_arrive(empty + (j - 1) % STAGES);  // this warp is done with block j - 1
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        acc[dt][0] *= alpha[0];
-        acc[dt][1] *= alpha[0];
-        acc[dt][2] *= alpha[1];
-        acc[dt][3] *= alpha[1];
-      }
-      pack();
+      rescale_acc<DT>(acc, alpha);
+      pack_p<BKV>(p, s);
     }
     // the last block's P x V, in turn (warpgroup 1's is the last turn: it passes none on)
     emmy::named_barrier<256>(1 + wg);
@@ -883,10 +898,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   }
 
   float acc[DT][4];
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[dt][c] = 0.f;
+  zero_acc<DT>(acc);
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   uint32_t p[BKV / 16][4];
 
@@ -911,16 +923,6 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     for (int h = 0; h < 2; ++h)
       alpha[h] = softmax_row<NT>(sf, s, h, q0 + wq0 + g + h * 8, j * BKV, t, seq_q, seq_kv, m_run[h], l_run[h]);
   };
-  // P (bf16 A fragments) from the exponentiated scores.
-  auto pack = [&](const float (*s)[4]) {
-#pragma unroll
-    for (int kk = 0; kk < BKV / 16; ++kk) {
-      p[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-      p[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      p[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      p[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-  };
 
   if (n_blocks > 0) {
     float s[NT][4];
@@ -930,7 +932,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
     softmax(0, s, alpha);
-    pack(s);
+    pack_p<BKV>(p, s);
 #pragma unroll 1
     for (int j = 1; j < n_blocks; ++j) {
       arrive(j);
@@ -942,14 +944,8 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
       emmy::wgmma::wait<0>();
       emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
       emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        acc[dt][0] *= alpha[0];
-        acc[dt][1] *= alpha[0];
-        acc[dt][2] *= alpha[1];
-        acc[dt][3] *= alpha[1];
-      }
-      pack(s);
+      rescale_acc<DT>(acc, alpha);
+      pack_p<BKV>(p, s);
     }
     emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
     emmy::wgmma::wait<0>();
