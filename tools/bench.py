@@ -179,10 +179,9 @@ def kernel_times(fn, reps: int = 20) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, pins=(), profile=False,
-             variants=None):
-    """Time every contender on one traced module; returns a result row. `variants` (name ->
-    pins, added to `pins`) are more Emmy contenders, `emmy:<name>`, timed in the same rounds."""
+def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, profile=False):
+    """Time every contender on one traced module; returns a result row. `builds` (see
+    emmy_builds) are Emmy's contenders and their pins, timed in the same rounds as the others."""
     module = traced.layer_module.cuda()
     inputs = {k: v.cuda() for k, v in traced.inputs.items()}
     args = list(inputs.values())
@@ -204,11 +203,9 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, p
         if "max-autotune" in contenders:
             tuned = torch.compile(module, mode="max-autotune-no-cudagraphs")
             fns["max-autotune"] = lambda: tuned(*args)
-        builds = {"emmy": tuple(pins)} if "emmy" in contenders else {}
-        builds.update({f"emmy:{v}": (*pins, *extra) for v, extra in (variants or {}).items()})
+        build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c, p: emmy_layer(traced, t, c, p))
         for key, key_pins in builds.items():
             try:
-                build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c, p: emmy_layer(traced, t, c, p))
                 emmy_fn, cs = build(target, cache, key_pins)
                 row[f"{key}_compile_s"] = cs
                 fns[key] = emmy_fn
@@ -313,17 +310,18 @@ def main() -> None:
     cache = Path(os.environ.get("EMMY_HOME", "/tmp/emmy-home"))
     contenders = args.contenders.split(",")
     variants = parse_variants(args.variant)
-    shown = contenders + [f"emmy:{v}" for v in variants]
     if args.build_only:
-        return build_only(args, cache)
+        return build_only(args, cache, emmy_builds(["emmy"], args.knob, variants))
+    builds = emmy_builds(contenders, args.knob, variants)
+    shown = contenders + [key for key in builds if key != "emmy"]
     ceilings = measure_ceilings()
     print(f"# {torch.cuda.get_device_name()}  copy {ceilings['bandwidth_Bps'] / 1e12:.2f} TB/s  "
           f"bf16 matmul {ceilings['bf16_flops'] / 1e12:.0f} TFLOP/s  torch {torch.__version__}", flush=True)
     rows = []
     for name, make in _cases(args):
         traced, flops, bytes_ = make()
-        row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, args.knob,
-                       args.profile, variants)
+        row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
+                       args.profile)
         if args.knob:
             row["pins"] = list(args.knob)
         rows.append(row)
@@ -358,7 +356,7 @@ def _cases(args):
     return cases
 
 
-def build_only(args, cache) -> None:
+def build_only(args, cache, builds: dict[str, tuple[str, ...]]) -> None:
     """nvcc every case ahead of time (the cubins are cached by source hash, so a GPU run of the
     same cases reuses them)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -368,11 +366,10 @@ def build_only(args, cache) -> None:
     from emmy.backend.plan import launch_plan
 
     plans = []
-    pin_sets = {"": tuple(args.knob)}
-    pin_sets.update({f" emmy:{v}": (*args.knob, *extra) for v, extra in parse_variants(args.variant).items()})
     for name, make in _cases(args):
         traced, _, _ = make()
-        for label, pins in pin_sets.items():
+        for key, pins in builds.items():
+            label = "" if key == "emmy" else f" {key}"
             if isinstance(traced, ModelCase):
                 for part in traced.compile(args.target, pins).parts:
                     plans.append((f"{name}{label} {part.name}", launch_plan(part.result.module)))
@@ -384,6 +381,14 @@ def build_only(args, cache) -> None:
         for name, f in futures:
             f.result()
             print(f"built {name}", flush=True)
+
+
+def emmy_builds(contenders, knob, variants: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Emmy's contenders and their pins: `emmy` (the rules' choices, with --knob's pins) when it
+    is a contender, and `emmy:NAME` for each --variant (--knob's pins, then the variant's)."""
+    builds = {"emmy": tuple(knob)} if "emmy" in contenders else {}
+    builds.update({f"emmy:{v}": (*knob, *extra) for v, extra in variants.items()})
+    return builds
 
 
 def parse_variants(specs: list[str]) -> dict[str, tuple[str, ...]]:

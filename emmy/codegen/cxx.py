@@ -176,7 +176,7 @@ _APPROX_DIV = "__fdividef({a}, {b})"
 
 
 def _approx(op: Operation) -> bool:
-    flags = getattr(op, "fastmath", None) or getattr(op, "flags", None)
+    flags = getattr(op, "fastmath", None)  # arith's float ops and math's ops alike
     return isinstance(flags, arith.FastMathFlagsAttr) and arith.FastMathFlag.APPROX_FUNC in flags.data
 
 

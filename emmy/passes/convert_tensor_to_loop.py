@@ -337,9 +337,8 @@ class BinaryToLoop(ToLoopPattern):
         idx = b.indices(out)
         x = b.load(op.operands[0], idx)
         y = x if op.operands[1] == op.operands[0] else b.load(op.operands[1], idx)
-        if isinstance(op, T.DivOp):
-            return b.value(arith.DivfOp(x, y, flags=_approx_if(op in self.rounded)))
-        return b.value(_BINARY[type(op)](x, y))
+        flags = _approx_if(op in self.rounded) if isinstance(op, T.DivOp) else None
+        return b.value(_BINARY[type(op)](x, y, flags=flags))
 
 
 class UnaryToLoop(ToLoopPattern):
@@ -370,9 +369,7 @@ class UnaryToLoop(ToLoopPattern):
             d = b.value(arith.AddfOp(one, e))
             s = b.value(arith.DivfOp(one, d, flags=approx))
             return b.convert(s, t)
-        if isinstance(op, T.ExpOp):
-            return b.value(math.ExpOp(x, fastmath=approx))
-        return b.value(_UNARY[type(op)](x))
+        return b.value(_UNARY[type(op)](x, fastmath=approx if isinstance(op, T.ExpOp) else None))
 
 
 class CastToLoop(ToLoopPattern):

@@ -196,19 +196,16 @@ def test_opt_verifier_error_names_the_op(tmp_path):
     assert_user_error(proc, f"{bad}:3:5: IR does not verify", "torch.linear")
 
 
+def _bench(tmp_path, *args):
+    import os
+
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "EMMY_HOME": str(tmp_path)})
+
+
 def test_bench_bad_knob_is_a_message(tmp_path):
     """tools/bench.py with a pin that matches no kernel: the reason and exit 1, no traceback."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    p = subprocess.run(
-        [sys.executable, str(root / "tools" / "bench.py"), "--build-only", "--cases", "example",
-         "--example-sizes", "64", "--knob", "attention.block_q=64"],
-        capture_output=True, text=True, env={**os.environ, "EMMY_HOME": str(tmp_path)},
-    )
+    p = _bench(tmp_path, "--build-only", "--cases", "example", "--example-sizes", "64", "--knob", "attention.block_q=64")
     assert p.returncode == 1
     assert "error: pin 'attention.block_q=64': no kernel named 'attention'" in p.stderr
     assert "Traceback" not in p.stderr
@@ -237,13 +234,6 @@ def test_compile_output_is_complete_through_a_pipe_and_a_reader_that_leaves():
         shell=True, capture_output=True, text=True,
     )
     assert len(head.stdout) == 100 and "Traceback" not in head.stderr, head.stderr
-
-
-def _bench(tmp_path, *args):
-    import os
-
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), *args], capture_output=True, text=True,
-                          env={**os.environ, "EMMY_HOME": str(tmp_path)})
 
 
 @pytest.mark.parametrize("spec,fragment", [

@@ -597,20 +597,12 @@ def test_warp_specialized_sums_statistics_from_the_a_tiles():
     """With the norm weight folded into the weight matrix (loop-hoist-params) the running
     example's A side is x itself: a plain copy; the consumers read their rows of each A tile,
     after issuing the step's wgmmas, for the row statistics (no prologue pass, no rewrite)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from running_example import make
-
     from emmy.driver import CompileOptions, compile_traced
-    from emmy.frontend.models import ModelSource
-    from emmy.frontend.trace import trace_layer
 
-    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(200))
     pins = ("*.workers=wgmma_ws", "*.block_m=128", "*.block_n=128", "*.warps=8", "*.split_k=1")
     opts = CompileOptions(model="example", layer=0, tokens=200, target="sm_90a", pins=pins,
                           stop_after="kernel")
-    module = compile_traced(trace_layer(src, 0, 200), opts).module
+    module = compile_traced(_example_trace(200), opts).module
     funcs = kernel_funcs(module)
     forward = [n for n in funcs if not n.startswith("rms_norm_qkv_proj_weights")]
     assert forward == ["rms_norm_qkv_proj"]  # q, and k with v: two parts side by side, one launch
@@ -625,38 +617,35 @@ def test_warp_specialized_sums_statistics_from_the_a_tiles():
     assert all(n.startswith("rms_norm_qkv_proj_weights") for n, ph in launches if ph)
 
 
-def _example_plan(tokens: int, pins=()):
-    """The launch plan of the running example (tools/running_example.py) at `tokens` rows on
-    sm_90a, with `pins`."""
+def _example_trace(tokens: int):
+    """The running example (tools/running_example.py) traced at `tokens` rows."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from running_example import make
 
-    from emmy.backend.plan import launch_plan
-    from emmy.driver import CompileOptions, compile_traced
     from emmy.frontend.models import ModelSource
     from emmy.frontend.trace import trace_layer
 
     src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(tokens))
+    return trace_layer(src, 0, tokens)
+
+
+def _example_plan(tokens: int, pins=()):
+    """The launch plan of the running example at `tokens` rows on sm_90a, with `pins`."""
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_traced
+
     opts = CompileOptions(model="example", layer=0, tokens=tokens, target="sm_90a", pins=tuple(pins))
-    return launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module)
+    return launch_plan(compile_traced(_example_trace(tokens), opts).module)
 
 
 def test_one_trace_compiles_again_with_other_pins():
     """compile_traced lowers a copy: the trace stays at the torch stage and compiles again (the
     benchmark's variants compile one trace several times)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from running_example import make
-
     from emmy.driver import CompileOptions, compile_traced
-    from emmy.frontend.models import ModelSource
-    from emmy.frontend.trace import trace_layer
 
-    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(64))
-    traced = trace_layer(src, 0, 64)
+    traced = _example_trace(64)
     before = print_module(traced.module)
     first = compile_traced(traced, CompileOptions(model="example", tokens=64, target="sm_90a"))
     second = compile_traced(traced, CompileOptions(model="example", tokens=64, target="sm_90a",
