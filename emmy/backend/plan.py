@@ -22,7 +22,8 @@ matrix), a second entry point with the same parameters runs them:
 
 once after the parameters are in place and before the first `emmy_launch_f`; `prepared` buffers
 must then be kept (they are read by every call). The caller allocates every buffer (inputs,
-params, outputs, temps and prepared, `Buffer.nbytes` each) and checks `cudaGetLastError()`
+params, outputs, temps, prepared and zeroed, `Buffer.nbytes` each; `zeroed` ones filled with
+zeros once, at allocation: each call leaves them zero again) and checks `cudaGetLastError()`
 afterwards.
 """
 
@@ -81,7 +82,7 @@ class Buffer:
     name: str  # C identifier (the host entry's parameter name)
     shape: tuple[int, ...]
     dtype: str  # "bf16", "f32", ...
-    role: str  # input | param | output | temp
+    role: str  # input | param | output | temp | prepared | zeroed
     position: int | None = None  # function argument (input/param) or result (output) number
     torch_name: str | None = None  # PyTorch name of inputs and params
 

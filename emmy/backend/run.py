@@ -164,6 +164,8 @@ class GpuModule:
                 tensors[buf.name] = t.contiguous() if t.is_cuda else t.cuda().contiguous()
             elif outputs and buf.name in outputs:
                 tensors[buf.name] = outputs[buf.name]
+            elif buf.role == "zeroed":  # counters: zero now, and every call leaves them zero
+                tensors[buf.name] = torch.zeros(tuple(buf.shape), dtype=dtype, device="cuda")
             else:
                 tensors[buf.name] = torch.empty(tuple(buf.shape), dtype=dtype, device="cuda")
         packed = []

@@ -20,6 +20,9 @@ position, the temporary buffers by position, or give a scalar value:
                     Launch("k", (In(0), In(1), In(2), Tmp(0), Out(0)))],
           temps=[TensorType(f32, [512])])
 
+A temp listed in `Built.zeroed` is allocated cleared and left cleared by every call (per-tile
+counters that blocks of one grid meet on).
+
 Kernel names: the tile op's `sym_name` for the main kernel, `<sym_name>_<suffix>` for helpers.
 """
 
@@ -75,6 +78,9 @@ class Built:
     funcs: list[KernelFuncOp] = field(default_factory=list)
     launches: list[Launch] = field(default_factory=list)
     temps: list[TensorType] = field(default_factory=list)
+    # indices into `temps` of buffers that must hold zeros before the first call and that every
+    # call leaves zero again (counters: `kernel.empty zeroed`)
+    zeroed: set[int] = field(default_factory=set)
 
 
 KINDS = ("elementwise", "reduction", "contraction", "attention")

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from math import prod
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32, i64
+from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32, i32, i64
 from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import value_tree
@@ -111,6 +111,7 @@ class Geometry:
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
     cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
     staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
+    last_block: bool = False  # combine = last_block: the tile's last block adds the split_k parts
     # thread
     tx: int = 1
     ty: int = 1
@@ -226,6 +227,13 @@ def geometry(info, knobs, op, target) -> Geometry:
         g.staggered = True
     elif epilogue != "together":
         raise EmmyError(f"{where}: unknown epilogue '{epilogue}'")
+    combine = str(knob(knobs, "combine", op, "kernel"))
+    if combine == "last_block":
+        if g.split == 1:
+            raise EmmyError(f"{where}: combine=last_block adds split_k's parts: it needs split_k > 1")
+        g.last_block = True
+    elif combine != "kernel":
+        raise EmmyError(f"{where}: unknown combine '{combine}'")
     return g
 
 
@@ -282,6 +290,7 @@ class ContractionBuilder:
         self._maps: list[MapOperand] | None = None  # tma_operands()
         self._stages_results: bool | None = None  # stages_results()
         self.map_args: list[SSAValue] = []  # their kernel arguments (build_main)
+        self.counters: SSAValue | None = None  # combine = last_block: the per-tile counters (build_main)
         # fragments(): the row of each wgmma fragment -> its slot among the thread's rows
         self._fragment_slots: dict[SSAValue, SSAValue] = {}
 
@@ -297,22 +306,33 @@ class ContractionBuilder:
             fn = self.build_stats(types[:n_in], names[:n_in])
             built.funcs.append(fn)
             built.launches.append(Launch(fn.sym_name.data, (*[In(i) for i in range(n_in)], stats_ref)))
-        ws_ref = None
-        if self.g.split > 1:
+        ws_ref = counters_ref = None
+        if self.g.split > 1 and self.g.last_block:
+            # per (part, tile, contraction): each thread's accumulators, interleaved (last_block_epilogue)
+            built.temps.append(TensorType(f32, [self.g.split, self.tiles(), self.g.nc, self.g.bm * self.g.bn]))
+            ws_ref = Tmp(len(built.temps) - 1)
+            built.temps.append(TensorType(i32, [2 * self.tiles()]))
+            counters_ref = Tmp(len(built.temps) - 1)
+            built.zeroed.add(counters_ref.index)
+        elif self.g.split > 1:
             built.temps.append(TensorType(f32, [self.g.split, self.g.nc, self.B, self.M, self.N]))
             ws_ref = Tmp(len(built.temps) - 1)
-        main = self.build_main(types, names, stats=stats_ref is not None, workspace=ws_ref is not None)
+        main = self.build_main(
+            types, names, stats=stats_ref is not None, workspace=ws_ref is not None, counters=counters_ref is not None
+        )
         built.funcs.append(main)
         args: list = [In(i) for i in range(n_in)]
         if stats_ref is not None:
             args.append(stats_ref)
         if ws_ref is not None:
             args.append(ws_ref)
-        else:
+        if counters_ref is not None:
+            args.append(counters_ref)
+        if ws_ref is None or counters_ref is not None:
             args += [r for r in refs if isinstance(r, Out)]
         args += [In(m.operand) for m in self.tma_operands()]
         built.launches.append(Launch(main.sym_name.data, tuple(args)))
-        if ws_ref is not None:
+        if ws_ref is not None and counters_ref is None:
             comb = self.build_combine(types, names, stats=stats_ref is not None)
             built.funcs.append(comb)
             cargs: list = [In(i) for i in range(n_in)]
@@ -324,6 +344,10 @@ class ContractionBuilder:
         return built
 
     # -- shared helpers -------------------------------------------------------------------------------
+    def tiles(self) -> int:
+        """Output tiles of the grid (every batch index), one counter pair each with last_block."""
+        return self.B * -(-self.M // self.g.bm) * -(-self.N // self.g.bn)
+
     def inside(self, kb: KB, g_index, extent: int, tile: int) -> SSAValue | None:
         """g_index < extent, for an index `origin + r` with origin a multiple of `tile` and
         r < tile; None (always true) when the tiles divide the extent."""
@@ -437,7 +461,7 @@ class ContractionBuilder:
         """Where wgmma_ws's mbarriers start: after the row statistics, 8-byte aligned."""
         return round_up(stats_off + (len(self.prologue) * self.g.bm * 4 if stats_in_smem else 0), 8)
 
-    def build_main(self, types, names, *, stats: bool, workspace: bool) -> K.KernelFuncOp:
+    def build_main(self, types, names, *, stats: bool, workspace: bool, counters: bool = False) -> K.KernelFuncOp:
         g = self.g
         n_in = len(self.op.operands)
         arg_types = list(types[:n_in])
@@ -448,7 +472,10 @@ class ContractionBuilder:
         if workspace:
             arg_types.append(K.PtrType(f32))
             arg_names.append("ws")
-        else:
+        if counters:
+            arg_types.append(K.PtrType(i32))
+            arg_names.append("counters")
+        if counters or not workspace:
             arg_types += types[n_in:]
             arg_names += names[n_in:]
         maps = self.tma_operands()
@@ -486,11 +513,14 @@ class ContractionBuilder:
             stats_ptr = args[pos]
             pos += 1
         n_args = len(args) - len(maps)
+        self.counters = None
         if workspace:
             ws_ptr = args[pos]
-            outs = []
-        else:
-            outs = list(args[pos:n_args])
+            pos += 1
+        if counters:
+            self.counters = args[pos]
+            pos += 1
+        outs = list(args[pos:n_args]) if counters or not workspace else []
         self.map_args = list(args[n_args:])
         em = BodyEmitter(kb, self.op, ptrs, outs)
         # wgmma reads tiles through the swizzle of absolute addresses: 8-row groups aligned
@@ -1272,6 +1302,9 @@ class ContractionBuilder:
         """The epilogue of the computing threads: staged through shared memory where its tiles
         fit in `room` ((offset, bytes) free there; `sync` waits for all computing threads),
         else straight from the fragments. Returns whether it was staged."""
+        if ws_ptr is not None and self.g.last_block:
+            self.last_block_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
+            return False
         offset, free_bytes = room
         width = self.staging_width(free_bytes, ws_ptr)
         if width is not None:
@@ -1280,6 +1313,66 @@ class ContractionBuilder:
         else:
             self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
             return False
+
+    def last_block_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> None:
+        """split_k with `combine = last_block` (emmy_core.cuh, split_ticket ...): thread 0 takes
+        the block's ticket on its tile's counters and the computing threads learn whether it was
+        the last (a barrier that ors their flags). Any other block writes its accumulators to
+        its part's slot of the workspace (each thread's values interleaved with the other
+        threads', `vec` floats per access), fences them and publishes the part; the last block
+        waits until the others have published, adds the parts in part order (its own from
+        registers) into its accumulators and runs the ordinary epilogue on them: staged
+        through shared memory where it fits, like a kernel without split_k."""
+        g = self.g
+        T = g.consumers
+        A = g.acc_per_thread
+        vec = _pow2_dividing(A, 4)
+        mb, nb = -(-self.M // g.bm), -(-self.N // g.bn)
+        tile = kb.add(kb.mul(kb.add(kb.mul(batch, mb), kb.div(m0, g.bm)), nb), kb.div(n0, g.bn))
+        tile.name_hint = "tile"
+        leader = kb.cmp("eq", tid, 0)
+        ticket = kb.call("emmy::split_ticket", [self.counters, tile, kb.idx(g.split), leader], IndexType())
+        if g.producer:
+            last = kb.call(f"emmy::barrier_or<{T}>", [kb.idx(EPILOGUE_BARRIER), ticket], IndexType())
+        else:
+            last = kb.call("emmy::block_or", [ticket], IndexType())
+        last.name_hint = "last"
+        vt = VectorType(f32, [vec]) if vec > 1 else f32
+
+        def slot(p, c: int, i):  # element index of the first of `vec` values
+            base = kb.mul(kb.add(kb.mul(kb.add(kb.mul(p, self.tiles()), tile), g.nc), c), g.bm * g.bn)
+            return kb.add(base, kb.add(kb.mul(kb.div(i, vec), T * vec), kb.mul(tid, vec)))
+
+        with kb.if_(kb.cmp("eq", last, 0)):
+            for c, acc in enumerate(accs):
+                with kb.for_(0, A, vec, unroll=0, name="i") as i:
+                    vals = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
+                    kb.store(kb.pack(vals, vt) if vec > 1 else vals[0], ws_ptr, slot(part, c, i))
+            kb.call("emmy::fence_gpu")
+            sync()
+            with kb.if_(leader):
+                kb.call("emmy::split_publish", [self.counters, tile])
+        with kb.if_(kb.cmp("ne", last, 0)):
+            with kb.if_(leader):
+                kb.call("emmy::split_wait", [self.counters, tile, kb.idx(g.split)])
+            sync()
+            for c, acc in enumerate(accs):
+                with kb.for_(0, A, vec, unroll=0, name="i") as i:
+                    own = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
+                    total = None
+                    for p in range(g.split):
+                        mine = kb.cmp("eq", part, p)
+                        at = [kb.ptr_add(ws_ptr, slot(p, c, i)), kb.cmp("ne", part, p)]
+                        if vec > 1:
+                            other = kb.call(f"emmy::load_cg<{vec}>", at, vt)
+                            theirs = [kb.extract(other, j) for j in range(vec)]
+                        else:
+                            theirs = [kb.call("emmy::load_cg1", at, f32)]
+                        vals = [kb.select(mine, own[j], theirs[j]) for j in range(vec)]
+                        total = vals if total is None else [kb.addf(a, b) for a, b in zip(total, vals)]
+                    for j in range(vec):
+                        kb.store(total[j], acc, kb.add(i, j))
+            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
 
     def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
         """The epilogue straight from each thread's accumulator fragments (two columns per

@@ -53,7 +53,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from emmy.dialects import tensor_map
 
-ROLES = ("input", "param", "output", "temp", "prepared")
+ROLES = ("input", "param", "output", "temp", "prepared", "zeroed")
 
 
 def _parse_int_list(parser: Parser) -> list[int]:
@@ -253,7 +253,13 @@ class BufferOp(IRDLOperation):
     ```
 
     A `prepared` buffer is written by prepare-phase launches only (from parameters; see
-    `emmy.phase`) and keeps its contents from one call to the next.
+    `emmy.phase`) and keeps its contents from one call to the next. A `zeroed` buffer holds
+    zeros when the caller allocates it, and every call leaves it zero again (the per-tile
+    counters of split_k with `combine = last_block`):
+
+    ```mlir
+    cuda.buffer @counters : tensor<64xi32> zeroed
+    ```
     """
 
     name = "cuda.buffer"
@@ -291,8 +297,8 @@ class BufferOp(IRDLOperation):
             raise VerifyException(f"{name}: role must be one of {', '.join(ROLES)}, got '{role}'")
         if not self.sym_name.data.isidentifier():
             raise VerifyException(f"{name}: the name must be a C identifier")
-        if (self.position is None) != (role in ("temp", "prepared")):
-            raise VerifyException(f"{name}: inputs, params and outputs have a position, temps and prepared buffers none")
+        if (self.position is None) != (role in ("temp", "prepared", "zeroed")):
+            raise VerifyException(f"{name}: inputs, params and outputs have a position, temps, prepared and zeroed buffers none")
         if self.torch_name is not None and role not in ("input", "param"):
             raise VerifyException(f"{name}: only inputs and params have a PyTorch name")
 

@@ -33,7 +33,7 @@ Host code (inside the `func.func` of the model function):
 
 | op | meaning |
 |---|---|
-| `%t = kernel.empty : tensor<...>` | a device buffer: an output when the function returns it, else an intermediate or workspace |
+| `%t = kernel.empty [zeroed] : tensor<...>` | a device buffer: an output when the function returns it, else an intermediate or workspace (`zeroed`: all zeros before the first call, left zero by every call) |
 | `kernel.launch @k(%a, %b, %c) : tensor<...>, tensor<...>, i32` | run kernel `@k` once; tensor operands are passed as pointers to their buffers (or, for a `!kernel.tensor_map` parameter, as a map of a 2-D view of the buffer), scalars by value; launches run in order on one stream |
 
 Example:
@@ -72,6 +72,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolRefAttr,
     TensorType,
+    UnitAttr,
     VectorType,
     i1,
     i64,
@@ -1234,10 +1235,12 @@ class CallOp(IRDLOperation):
 
     `callee` is the C++ name with its template arguments (`emmy::warp_sum`,
     `emmy::mma::warp_tile<64, 32, 64, 72>`); it must start with `emmy::`. Pointers pass as
-    pointers, scalars by value; zero or one result.
+    pointers, scalars by value; zero or one result (a scalar, a pointer, or a vector of scalars
+    as `emmy::Vec`).
 
     ```mlir
     %s = kernel.call "emmy::warp_sum"(%x) : (f32) -> f32
+    %v = kernel.call "emmy::load_cg<4>"(%p, %ok) : (!kernel.ptr<f32>, i1) -> vector<4xf32>
     kernel.call "emmy::cp_async_wait<1>"() : () -> ()
     ```
     """
@@ -1269,8 +1272,10 @@ class CallOp(IRDLOperation):
         if len(self.res) > 1:
             raise VerifyException("kernel.call: at most one result")
         for r in self.res:
-            if not (is_scalar_type(r.type) or isinstance(r.type, PtrType)):
-                raise VerifyException(f"kernel.call: result must be a scalar or pointer, got {r.type}")
+            t = r.type
+            vector = isinstance(t, VectorType) and t.get_num_dims() == 1 and is_scalar_type(t.element_type)
+            if not (is_scalar_type(t) or isinstance(t, PtrType) or vector):
+                raise VerifyException(f"kernel.call: result must be a scalar, a vector of scalars or a pointer, got {t}")
         if _enclosing_func(self) is None:
             raise VerifyException("kernel.call: must be inside a kernel.func")
 
@@ -1485,19 +1490,23 @@ class InvokeOp(IRDLOperation):
 @irdl_op_definition
 class EmptyOp(IRDLOperation):
     """A device buffer for one tensor, written by later launches: a function output when the
-    function returns it, else an intermediate or a workspace.
+    function returns it, else an intermediate or a workspace. A `zeroed` buffer holds zeros
+    before the first call and every call leaves it zero again (the per-tile counters of split_k
+    with `combine = last_block`); the caller clears it once, when it allocates it.
 
     ```mlir
     %t = kernel.empty : tensor<512x4096xbf16>
+    %counters = kernel.empty zeroed : tensor<64xi32>
     ```
     """
 
     name = "kernel.empty"
     result = result_def(TensorType)
-    assembly_format = "attr-dict `:` type($result)"
+    zeroed = opt_prop_def(UnitAttr)
+    assembly_format = "(`zeroed` $zeroed^)? attr-dict `:` type($result)"
 
-    def __init__(self, tensor_type: TensorType):
-        super().__init__(result_types=[tensor_type])
+    def __init__(self, tensor_type: TensorType, zeroed: bool = False):
+        super().__init__(result_types=[tensor_type], properties={"zeroed": UnitAttr()} if zeroed else {})
 
     def verify_(self) -> None:
         if _enclosing_func(self) is not None:

@@ -3,8 +3,8 @@
 For every function (`func.func` holding `kernel.empty` / `kernel.launch`), one `cuda.module`
 named after it holds: a `cuda.kernel` per `kernel.func` it launches (the `extern "C"
 __global__` definition written by `emmy.codegen.cxx`), a `cuda.buffer` per tensor (function
-arguments as `input`/`param` with their PyTorch name, returned buffers as `output`, the rest as
-`temp`), and a `cuda.launch` per `kernel.launch`, in order. `kernel.func`s and the functions are
+arguments as `input`/`param` with their PyTorch name, returned buffers as `output`, `kernel.empty
+zeroed` ones as `zeroed`, the rest as `temp`), and a `cuda.launch` per `kernel.launch`, in order. `kernel.func`s and the functions are
 removed; module attributes stay. `emmy.backend.plan` reads the result.
 
 Input invariant: kernel stage (output of convert-tile-to-kernel).
@@ -144,12 +144,14 @@ class LowerFunction(RewritePattern):
             if isinstance(inner, K.EmptyOp):
                 t = inner.result.type
                 _check_size(t, f"a buffer of @{fname}")
+                if inner.result in out_pos and inner.zeroed is not None:
+                    raise EmmyError(f"convert-kernel-to-cuda: @{fname} result #{out_pos[inner.result]} is a zeroed buffer (counters); results are plain buffers")
                 if inner.result in out_pos:
                     sym = names.take(inner.result.name_hint or f"out{out_pos[inner.result]}")
                     buffers.append(C.BufferOp(sym, t, "output", out_pos[inner.result]))
                 else:
                     sym = names.take(inner.result.name_hint or "tmp")
-                    buffers.append(C.BufferOp(sym, t, "temp"))
+                    buffers.append(C.BufferOp(sym, t, "zeroed" if inner.zeroed is not None else "temp"))
                 symbol[inner.result] = sym
             elif isinstance(inner, K.LaunchOp):
                 kname = inner.callee.root_reference.data

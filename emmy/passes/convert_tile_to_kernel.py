@@ -125,8 +125,8 @@ class LowerTileKernel(RewritePattern):
             outs.append(e.result)
         temps: list[SSAValue] = []
         for i, t in enumerate(built.temps):
-            e = K.EmptyOp(t)
-            e.result.name_hint = f"{op.kernel_name}_tmp"
+            e = K.EmptyOp(t, zeroed=i in built.zeroed)
+            e.result.name_hint = f"{op.kernel_name}_{'counters' if i in built.zeroed else 'tmp'}"
             rewriter.insert(e, InsertPoint.before(op))
             temps.append(e.result)
         for launch in built.launches:

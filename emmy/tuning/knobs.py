@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, stages, workers, warps, schedule, copy, cluster, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, combine, stages, workers, warps, schedule, copy, cluster, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -17,6 +17,11 @@ Meanings (what the kernel stage does with each value):
   also 96 and 192: 3072 columns in 32 or 16 tiles, one wave with 4 row blocks on 132 SMs).
 - `block_k`: the reduction step along k; `split_k`: the k range is cut into that many parts computed
   by different blocks, whose float32 partial sums are added afterwards.
+- `combine`: who adds split_k's partial sums and runs the epilogue: a kernel of its own launched
+  after the parts (`kernel`), or, per output tile, the last of its blocks to finish its k loop
+  (`last_block`): the others write their parts to the workspace and count themselves on the
+  tile's counter, the last one adds them to its own, in part order, and stores the tile.
+  Meaningless (and `kernel`) with split_k = 1.
 - `stages`: shared-memory staging depth of the k loop (1 = operands go straight to registers,
   2 = double buffering, ...).
 - `workers`: who computes a tile: plain threads (`thread`), warps with `mma.sync` (`mma_sync`), or
@@ -74,6 +79,7 @@ FUSION: tuple[str, ...] = ("fused", "split")
 SCHEDULES: tuple[str, ...] = ("grid", "persistent")
 COPIES: tuple[str, ...] = ("cp_async", "tma")
 EPILOGUES: tuple[str, ...] = ("together", "staggered")
+COMBINES: tuple[str, ...] = ("kernel", "last_block")
 SIBLINGS: tuple[str, ...] = ("paired", "apart")
 
 # The full spaces, before the target filters them.
@@ -83,6 +89,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "block_n": (16, 32, 64, 96, 128, 192, 256),
         "block_k": (16, 32, 64, 128),
         "split_k": (1, 2, 3, 4, 8, 16),
+        "combine": COMBINES,
         "stages": (1, 2, 3, 4, 5),
         "workers": WORKERS,
         "warps": (1, 2, 4, 8, 16),

@@ -16,7 +16,8 @@ Limits checked (contraction): threads per block; shared memory of the staged ope
 accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling (16x8x16 per
 warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
-bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps); schedule
+bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps; `combine =
+last_block` only with split_k > 1); schedule
 (`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies, one block per tile, an even number
 of row tiles). `wgmma_ws`
@@ -297,6 +298,11 @@ def _c_split(info, v, t, reasons):
         reasons.append(f"split_k={sk} does not divide the {steps} k-steps ({how})")
 
 
+def _c_combine(info, v, t, reasons):
+    if v.has("combine", "split_k") and v["combine"] == "last_block" and v["split_k"] == 1:
+        reasons.append("combine=last_block adds the partial sums of split_k's parts: it needs split_k > 1")
+
+
 def k_steps(info: KernelInfo, block_k: int) -> tuple[int, str]:
     """The number of block_k steps of a contraction and how it is counted: block_k tiles of the
     innermost k axis, for every index of the outer k axes (if it reduces several)."""
@@ -448,7 +454,7 @@ Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 _RULES: dict[str, tuple[Rule, ...]] = {
     "contraction": (
         _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_epilogue, _c_split,
-        _c_vector,
+        _c_combine, _c_vector,
     ),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy),
     "reduction": (_r_threads, _r_vector),

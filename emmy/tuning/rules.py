@@ -371,6 +371,15 @@ def _c_epilogue(knob, info, target, chosen, memo) -> Prefs:
     return [("together", together[1] + " (H200: staggered was slower where gate and up share the tile)"), staggered]
 
 
+def _c_combine(knob, info, target, chosen, memo) -> Prefs:
+    split = int(chosen.get("split_k", 1))
+    if split == 1:
+        return [("kernel", "split_k=1: no partial sums to add")]
+    kernel = ("kernel", f"a kernel of its own adds the {split} parts and runs the epilogue")
+    last = ("last_block", f"the last of each tile's {split} blocks adds the parts and runs the epilogue, no extra launch")
+    return [kernel, last]
+
+
 SIBLINGS_APART_WAVES = 4  # waves of tiles each sibling needs alone before it gets launches of its own
 
 
@@ -689,6 +698,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "block_m": _c_tiles,
             "block_n": _c_tiles,
             "split_k": _c_tiles,
+            "combine": _c_combine,
             "warps": _c_warps,
             "block_k": _c_block_k,
             "stages": _c_stages,

@@ -65,8 +65,8 @@ def test_unknown_target_lists_valid_names():
 
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
-        "block_m", "block_n", "block_k", "split_k", "stages", "workers", "warps", "schedule", "copy", "cluster",
-        "epilogue", "vector",
+        "block_m", "block_n", "block_k", "split_k", "combine", "stages", "workers", "warps", "schedule", "copy",
+        "cluster", "epilogue", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("contraction", fusion=True, siblings=True)[-2:] == ("siblings", "fusion")

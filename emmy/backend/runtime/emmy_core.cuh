@@ -268,6 +268,87 @@ __device__ __forceinline__ int tile_offset(int r, int k) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// split_k with `combine = last_block`: the blocks computing the parts of one output tile meet on
+// two counters of that tile (an int pair in a buffer that starts zeroed, `counters[2 * tile]`:
+// tickets taken, parts published). Every block takes a ticket once its k loop is done; the
+// block that takes the last one keeps its partial sums in registers, the others write theirs to
+// the workspace and publish them. The last block waits until every other part is published
+// (those blocks hold a ticket, so they are running and only have stores left: no block waits
+// for one that has not started), sets both counters back to zero for the next call, adds the
+// parts in their order (the sums do not depend on which block came last) and runs the epilogue.
+// ---------------------------------------------------------------------------------------------
+
+// The leader thread (`leader`) takes the block's ticket: 1 if it was the tile's last, else 0
+// (0 on every other thread; barrier_or / block_or hands the answer to all).
+__device__ __forceinline__ int split_ticket(int* counters, int tile, int parts, bool leader) {
+  if (!leader) return 0;
+  return atomicAdd(counters + 2 * tile, 1) == parts - 1 ? 1 : 0;
+}
+
+// Release: this thread's earlier global writes are visible device-wide before anything it does
+// after (each writer of a part calls it before the barrier that precedes split_publish).
+__device__ __forceinline__ void fence_gpu() { __threadfence(); }
+
+// One thread: the block's part of the tile is written (after fence_gpu and a barrier).
+__device__ __forceinline__ void split_publish(int* counters, int tile) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counters + 2 * tile + 1) : "memory");
+}
+
+// One thread of the last block: wait until the other parts - 1 parts are published, then zero
+// both counters (every other block is done with them).
+__device__ __forceinline__ void split_wait(int* counters, int tile, int parts) {
+  int* published = counters + 2 * tile + 1;
+  int seen;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(published) : "memory");
+    if (seen >= parts - 1) break;
+    __nanosleep(64);
+  }
+  counters[2 * tile] = 0;
+  *published = 0;
+}
+
+// 1 on every thread of the block if any thread passed a non-zero `p` (__syncthreads_or).
+__device__ __forceinline__ int block_or(int p) { return __syncthreads_or(p); }
+
+// The same among the THREADS threads meeting at named barrier `id` (1..15).
+template <int THREADS>
+__device__ __forceinline__ int barrier_or(int id, int p) {
+  int r;
+  asm volatile(
+      "{\n"
+      " .reg .pred in, out;\n"
+      " setp.ne.s32 in, %2, 0;\n"
+      " bar.red.or.pred out, %1, %3, in;\n"
+      " selp.s32 %0, 1, 0, out;\n"
+      "}\n"
+      : "=r"(r)
+      : "r"(id), "r"(p), "n"(THREADS)
+      : "memory");
+  return r;
+}
+
+// N consecutive floats at p (4 * N-byte aligned) through L2 only (ld.global.cg), or zeros when
+// !pred: parts written by other blocks of this grid are never read from a stale L1 line.
+template <int N>
+__device__ __forceinline__ Vec<float, N> load_cg(const float* p, bool pred) {
+  Vec<float, N> r = zero<Vec<float, N>>();
+  if (!pred) return r;
+  if constexpr (N == 4) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else if constexpr (N == 2) {
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
+    r[0] = v.x, r[1] = v.y;
+  } else {
+    static_assert(N == 2 || N == 4, "emmy::load_cg moves 2 or 4 floats (load_cg1: one)");
+  }
+  return r;
+}
+
+__device__ __forceinline__ float load_cg1(const float* p, bool pred) { return pred ? __ldcg(p) : 0.0f; }
+
+// ---------------------------------------------------------------------------------------------
 // Scalar helpers used by generated code.
 // ---------------------------------------------------------------------------------------------
 

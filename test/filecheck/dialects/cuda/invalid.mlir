@@ -15,13 +15,13 @@ cuda.module @m {
 cuda.module @m {
   cuda.buffer @x : tensor<4xf32> weights 0
 }
-// CHECK: cuda.buffer @x: role must be one of input, param, output, temp, prepared, got 'weights'
+// CHECK: cuda.buffer @x: role must be one of input, param, output, temp, prepared, zeroed, got 'weights'
 
 // -----
 cuda.module @m {
   cuda.buffer @x : tensor<4xf32> temp 3
 }
-// CHECK: cuda.buffer @x: inputs, params and outputs have a position, temps and prepared buffers none
+// CHECK: cuda.buffer @x: inputs, params and outputs have a position, temps, prepared and zeroed buffers none
 
 // -----
 cuda.module @m {

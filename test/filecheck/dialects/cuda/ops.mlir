@@ -7,6 +7,7 @@ cuda.module @layer {
   cuda.buffer @w : tensor<512xbf16> param 1 "layer.weight"
   cuda.buffer @ws : tensor<2x512xf32> temp
   cuda.buffer @wp : tensor<512xbf16> prepared
+  cuda.buffer @counters : tensor<8xi32> zeroed
   cuda.buffer @y : tensor<512xbf16> output 0
   cuda.launch @scale(@w, @wp, 512 : i32, 2.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.phase = "prepare"}
   cuda.launch @scale(@x, @y, 512 : i32, 5.000000e-01 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0
@@ -19,6 +20,7 @@ cuda.module @layer {
 // CHECK-NEXT:   cuda.buffer @w : tensor<512xbf16> param 1 "layer.weight"
 // CHECK-NEXT:   cuda.buffer @ws : tensor<2x512xf32> temp
 // CHECK-NEXT:   cuda.buffer @wp : tensor<512xbf16> prepared
+// CHECK-NEXT:   cuda.buffer @counters : tensor<8xi32> zeroed
 // CHECK-NEXT:   cuda.buffer @y : tensor<512xbf16> output 0
 // CHECK-NEXT:   cuda.launch @scale(@w, @wp, 512 : i32, 2.000000e+00 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0 {emmy.phase = "prepare"}
 // CHECK-NEXT:   cuda.launch @scale(@x, @y, 512 : i32, 5.000000e-01 : f32) grid [4, 1, 1] block [128, 1, 1] smem 0

@@ -166,6 +166,12 @@ kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
 
 // -----
 kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %r = kernel.call "emmy::rows"(%a) : (f32) -> tensor<4xf32>
+}
+// CHECK: kernel.call: result must be a scalar, a vector of scalars or a pointer, got tensor<4xf32>
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
   %c0 = arith.constant 0 : index
   %r = kernel.for %i = %c0 to %c0 step %c0 iter_args(%x = %a) -> (f32) {
     %c = arith.constant 0 : i32

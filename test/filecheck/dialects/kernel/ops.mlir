@@ -31,6 +31,7 @@ kernel.func @scale(%x: !kernel.ptr<bf16>, %y: !kernel.ptr<bf16>, %n: i32) grid [
   %sum = kernel.call "emmy::warp_sum"(%r) : (f32) -> f32
   kernel.call "emmy::cp_async_wait<1>"() : () -> ()
   kernel.call "emmy::foo"(%q, %acc) : (!kernel.ptr<bf16, shared>, !kernel.ptr<f32, local>) -> ()
+  %pair = kernel.call "emmy::load_cg<2>"(%acc, %ok) : (!kernel.ptr<f32, local>, i1) -> vector<2xf32>
   %m = kernel.if %ok -> (f32) {
     kernel.yield %sum : f32
   } else {
@@ -42,6 +43,7 @@ kernel.func @scale(%x: !kernel.ptr<bf16>, %y: !kernel.ptr<bf16>, %n: i32) grid [
 }
 func.func @f(%x: tensor<512xbf16>) -> tensor<512xbf16> {
   %y = kernel.empty : tensor<512xbf16>
+  %counters = kernel.empty zeroed : tensor<8xi32>
   %n = arith.constant 5 : i32
   kernel.launch @scale(%x, %y, %n) : tensor<512xbf16>, tensor<512xbf16>, i32
   func.return %y : tensor<512xbf16>
@@ -86,6 +88,7 @@ kernel.func @lam(%x: !kernel.ptr<bf16>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
 // CHECK-NEXT:   %sum = kernel.call "emmy::warp_sum"(%r) : (f32) -> f32
 // CHECK-NEXT:   kernel.call "emmy::cp_async_wait<1>"() : () -> ()
 // CHECK-NEXT:   kernel.call "emmy::foo"(%q, %acc) : (!kernel.ptr<bf16, shared>, !kernel.ptr<f32, local>) -> ()
+// CHECK-NEXT:   %pair = kernel.call "emmy::load_cg<2>"(%acc, %ok) : (!kernel.ptr<f32, local>, i1) -> vector<2xf32>
 // CHECK-NEXT:   %m = kernel.if %ok -> (f32) {
 // CHECK-NEXT:     kernel.yield %sum : f32
 // CHECK-NEXT:   } else {
@@ -97,6 +100,7 @@ kernel.func @lam(%x: !kernel.ptr<bf16>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
 // CHECK-NEXT: }
 // CHECK-NEXT: func.func @f(%x: tensor<512xbf16>) -> tensor<512xbf16> {
 // CHECK-NEXT:   %y = kernel.empty : tensor<512xbf16>
+// CHECK-NEXT:   %counters = kernel.empty zeroed : tensor<8xi32>
 // CHECK-NEXT:   %n = arith.constant 5 : i32
 // CHECK-NEXT:   kernel.launch @scale(%x, %y, %n) : tensor<512xbf16>, tensor<512xbf16>, i32
 // CHECK-NEXT:   func.return %y : tensor<512xbf16>
