@@ -24,8 +24,8 @@ def main() -> None:
     args = ap.parse_args()
     from running_example import make
     from test_gpu import (
-        ATTENTION_TMA_CASES, EXAMPLE_PINS, EXAMPLE_TOKENS, LAYER_TOKENS, LAYER_WORKERS, PERSISTENT_CASES, TMA_CASES, layer_pins,
-        wants_sm90a,
+        ATTENTION_TMA_CASES, EXAMPLE_PINS, EXAMPLE_TOKENS, LAST_BLOCK_EXAMPLE_CASES, LAST_BLOCK_LAYER_CASES, LAYER_TOKENS,
+        LAYER_WORKERS, PERSISTENT_CASES, TMA_CASES, layer_pins, wants_sm90a,
     )
 
     from emmy.backend.plan import launch_plan
@@ -44,12 +44,17 @@ def main() -> None:
                 continue
             opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_model(opts).module).source)
+    for tokens, pins in LAST_BLOCK_LAYER_CASES:
+        if wants_sm90a(pins) and args.target != "sm_90a":
+            continue
+        opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
+        sources.append(launch_plan(compile_model(opts).module).source)
     if args.target == "sm_90a":
         for tokens, pins in ATTENTION_TMA_CASES:
             opts = CompileOptions(model=model, layer=0, tokens=tokens, target=args.target, pins=pins)
             sources.append(launch_plan(compile_model(opts).module).source)
     cases = [(t, 1024, p) for t in EXAMPLE_TOKENS for p in EXAMPLE_PINS]
-    cases += [(t, 1024, p) for t, p in PERSISTENT_CASES] + TMA_CASES
+    cases += [(t, 1024, p) for t, p in PERSISTENT_CASES + LAST_BLOCK_EXAMPLE_CASES] + TMA_CASES
     for tokens, hidden, pins in cases:
         if wants_sm90a(pins) and args.target != "sm_90a":
             continue

@@ -35,6 +35,7 @@ def _knobs(values: dict) -> str:
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
         "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered"]',
+        "combine": '["kernel", "last_block"]',
     }
     parts = []
     for k, v in values.items():
@@ -739,6 +740,39 @@ def test_running_example_lowers_at_odd_sizes(tokens, pins):
     assert not any(re.search(r"rms_norm_qkv_proj_weights_\d+\[", src) for src in forward)
     # split-k parts have statistics and combine kernels: one launch per part then
     assert kernels == ["rms_norm_qkv_proj"] or all(k.startswith("rms_norm_qkv_proj_out") for k in kernels)
+
+
+@pytest.mark.parametrize("workers", ["mma_sync", "wgmma", "wgmma_ws", "thread"])
+def test_split_k_last_block_combine(workers):
+    """combine = last_block: one kernel per contraction and no combine launch; its arguments
+    gain the per-tile counters (a zeroed buffer of two ints per output tile) between the
+    workspace and the outputs, and the tile's last block runs the epilogue."""
+    extra = {"warps": 4, "stages": 3} if workers != "thread" else {"block_m": 32, "block_n": 32, "block_k": 32}
+    module = lower(
+        rmsnorm_matmul(M=200, N=136, K=512, split_k=4, combine="last_block", workers=workers, **extra),
+        "convert-tile-to-kernel",
+    )
+    funcs = kernel_funcs(module)
+    assert list(funcs) == ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj"]
+    text = print_module(module)
+    bm, bn = (32, 32) if workers == "thread" else (64, 64)
+    tiles = -(-200 // bm) * -(-136 // bn)
+    assert f"kernel.empty : tensor<4x{tiles}x1x{bm * bn}xf32>" in text  # [split, tiles, contractions, tile]
+    assert f"kernel.empty zeroed : tensor<{2 * tiles}xi32>" in text
+    main = print_module(funcs["rms_norm_qkv_proj"])
+    assert "%counters: !kernel.ptr<i32>, %out: !kernel.ptr<bf16>" in main
+    assert main.count("emmy::split_ticket") == 1 and main.count("emmy::split_wait") == 1
+    assert ("emmy::barrier_or<" in main) == (workers == "wgmma_ws")
+    plan = launch_plan(lower(rmsnorm_matmul(M=200, N=136, K=512, split_k=4, combine="last_block", workers=workers, **extra)))
+    assert [b.role for b in plan.buffers if b.name.endswith("counters")] == ["zeroed"]
+
+
+def test_last_block_combine_needs_split_k():
+    with pytest.raises(EmmyError, match="combine=last_block adds split_k's parts: it needs split_k > 1"):
+        lower(rmsnorm_matmul(combine="last_block"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="unknown combine 'later'"):
+        lower(rmsnorm_matmul(split_k=2, combine="later").replace('["kernel", "last_block"]', '["kernel", "later"]'),
+              "convert-tile-to-kernel")
 
 
 def test_warp_specialized_needs_sm90a():

@@ -66,6 +66,21 @@ ATTENTION_TMA_CASES = [
     # two warpgroups of 64 query rows sharing each 128-key block (the rules' choice at 4096 tokens)
     (1024, ("attention.copy=tma", "attention.block_q=128", "attention.warps=8", "attention.block_kv=128")),
 ]
+# split_k with combine = last_block (the tile's last block adds the parts and stores the tile):
+# the rules' split o and down projections on wgmma_ws (split 4 and 8 at 130 tokens, 2 and 4 at
+# 512), every contraction split on mma.sync, and on wgmma without a producer warpgroup. The
+# tests call the kernels three times: the counters must be zero again after each call, and the
+# sums must not depend on which block came last (the outputs are bitwise equal).
+LAST_BLOCK_LAYER_CASES = [
+    (130, ("o_proj_residual.combine=last_block", "down_proj_residual.combine=last_block")),
+    (512, ("o_proj_residual.combine=last_block", "down_proj_residual.combine=last_block")),
+    (33, ("*.workers=mma_sync", "*.split_k=2", "*.combine=last_block")),
+]
+LAST_BLOCK_EXAMPLE_CASES = [
+    (300, ("*.workers=wgmma", "*.split_k=2", "*.combine=last_block")),
+    (5, ("*.workers=mma_sync", "*.split_k=4", "*.combine=last_block")),
+    (300, ("*.workers=wgmma_ws", "*.copy=tma", "*.split_k=4", "*.combine=last_block")),
+]
 # The layer's contraction kernels (attention has no wgmma_ws).
 LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]
 
@@ -121,6 +136,36 @@ def test_layer_attention_tma_matches_pytorch(tokens, pins, tmp_path):
     assert report.rel_error <= 1e-2, report.rel_error
 
 
+@pytest.mark.parametrize("tokens,pins", LAST_BLOCK_LAYER_CASES, ids=lambda c: ",".join(c) if isinstance(c, tuple) else str(c))
+def test_layer_last_block_combine_matches_pytorch(tokens, pins, tmp_path):
+    from emmy.backend.plan import launch_plan
+    from emmy.backend.run import GpuLayer
+    from emmy.driver import CompileOptions, compile_model
+
+    _needs(pins, _target())
+    opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target=_target(), pins=pins)
+    result = compile_model(opts)
+    plan = launch_plan(result.module)
+    assert any(b.role == "zeroed" for b in plan.buffers)
+    layer = GpuLayer(plan, opts.target, _cache(tmp_path))
+    traced = result.traced
+    layer.bind({k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()})
+    outs = []
+    for _ in range(3):
+        layer.launch()
+        torch.cuda.synchronize()
+        outs.append(layer.outputs()[0].clone())
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    ref = traced.reference(dict(traced.inputs)).float().cuda().reshape(outs[0].shape)
+    err = ((outs[0].float() - ref).norm() / ref.norm()).item()
+    assert err <= 1e-2, err
+
+
+@pytest.mark.parametrize("tokens,pins", LAST_BLOCK_EXAMPLE_CASES, ids=lambda c: ",".join(c) if isinstance(c, tuple) else str(c))
+def test_running_example_last_block_combine_matches_pytorch(tokens, pins, tmp_path):
+    _check_running_example(tokens, pins, tmp_path, calls=3)
+
+
 @pytest.mark.parametrize("tokens", EXAMPLE_TOKENS)
 @pytest.mark.parametrize("pins", EXAMPLE_PINS, ids=lambda p: ",".join(p))
 def test_running_example_matches_pytorch(tokens, pins, tmp_path):
@@ -137,7 +182,9 @@ def test_tma_running_example_matches_pytorch(tokens, hidden, pins, tmp_path):
     _check_running_example(tokens, pins, tmp_path, hidden)
 
 
-def _check_running_example(tokens, pins, tmp_path, hidden=1024):
+def _check_running_example(tokens, pins, tmp_path, hidden=1024, calls=1):
+    """The running example against PyTorch (float32); with calls > 1 the kernels run that many
+    times and every call's outputs must be bitwise equal to the first's."""
     import sys
     from pathlib import Path
 
@@ -160,6 +207,11 @@ def _check_running_example(tokens, pins, tmp_path, hidden=1024):
     layer.bind({k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()})
     layer.launch()
     torch.cuda.synchronize()
+    first = [o.clone() for o in layer.outputs()]
+    for _ in range(calls - 1):
+        layer.launch()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(first, layer.outputs()))
     module = traced.layer_module.cuda().float()
     refs = module(*[t.cuda().float() for t in traced.inputs.values()])
     for out, ref in zip(layer.outputs(), refs):

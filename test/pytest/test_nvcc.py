@@ -34,6 +34,8 @@ FRONT = "convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,lo
 CASES = {
     "sm_80": [
         rmsnorm_matmul(M=72, N=80, K=512, target="sm_80", workers="mma_sync", split_k=2, stages=3, block_k=64),
+        rmsnorm_matmul(M=72, N=80, K=512, target="sm_80", workers="mma_sync", split_k=4, stages=3, block_k=64,
+                       combine="last_block"),
         rmsnorm_matmul(M=40, N=48, K=96, target="sm_80", workers="thread", block_m=32, block_n=32, block_k=32, warps=4),
         gate_up(target="sm_80"),
         silu_mul(target="sm_80"),
@@ -57,6 +59,7 @@ CASES = {
         weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent", copy="tma"),
         rmsnorm_matmul(M=200, N=96, K=448, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64, warps=8,
                        stages=4, copy="tma"),
+        weighted_norm_matmul(M=200, N=256, K=1024, copy="tma", split_k=4, combine="last_block"),
     ],
 }
 

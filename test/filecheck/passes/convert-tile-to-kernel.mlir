@@ -245,6 +245,76 @@ builtin.module attributes {emmy.target = "sm_90a"} {
 // CHECK-NEXT:    func.return %out : tensor<64x64xbf16>
 
 // -----
+// The same with combine = last_block: no combine kernel. Each block takes a ticket on its tile's
+// counters (a zeroed buffer); all but the last write their partial sums to the workspace and
+// publish them, the last waits for them, adds the parts in part order and runs the epilogue.
+builtin.module attributes {emmy.target = "sm_90a"} {
+  func.func @f(%x: tensor<64x256xbf16> {emmy.name = "x", emmy.role = "input"}, %nw: tensor<256xbf16> {emmy.name = "nw", emmy.role = "param"}, %w: tensor<64x256xbf16> {emmy.name = "w", emmy.role = "param"}) -> tensor<64x64xbf16> {
+    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 64, n = 64, k = 256]
+      knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = 64, "pinned", "test">, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 128, 192, 256] = 64, "pinned", "test">, block_k = #tile.knob<"block_k", [16, 32, 64, 128] = 64, "pinned", "test">, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16] = 2, "pinned", "test">, combine = #tile.knob<"combine", ["kernel", "last_block"] = "last_block", "pinned", "test">, stages = #tile.knob<"stages", [1, 2, 3, 4, 5] = 3, "pinned", "test">, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"] = "wgmma", "pinned", "test">, warps = #tile.knob<"warps", [1, 2, 4, 8, 16] = 4, "pinned", "test">, vector = #tile.knob<"vector", [1, 2, 4, 8] = 8, "pinned", "test">, fusion = #tile.knob<"fusion", ["fused", "split"] = "fused", "pinned", "test">}
+      ins(%x, %nw, %w : tensor<64x256xbf16>, tensor<256xbf16>, tensor<64x256xbf16>) -> tensor<64x64xbf16> attributes {emmy.fusion = "fused"} {
+    ^bb0(%xa: tensor<64x256xbf16>, %nwa: tensor<256xbf16>, %wa: tensor<64x256xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %ss = loop.reduce sum ["k"] : f32 {
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<64x256xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %sq = arith.mulf %af, %af : f32
+        loop.yield %sq : f32
+      }
+      %inv_n = arith.constant 3.906250e-03 : f32
+      %eps = arith.constant 9.999999e-07 : f32
+      %mean = arith.mulf %ss, %inv_n : f32
+      %v = arith.addf %mean, %eps : f32
+      %r = math.rsqrt %v : f32
+      %acc = loop.reduce sum ["k"] : f32 {
+        %k2 = loop.axis "k" : index
+        %a2 = loop.load %xa[%m, %k2] : tensor<64x256xbf16> -> bf16
+        %g = loop.load %nwa[%k2] : tensor<256xbf16> -> bf16
+        %b = loop.load %wa[%n, %k2] : tensor<64x256xbf16> -> bf16
+        %a2f = arith.extf %a2 : bf16 to f32
+        %xr = arith.mulf %a2f, %r : f32
+        %xrb = arith.truncf %xr : f32 to bf16
+        %h = arith.mulf %g, %xrb : bf16
+        %hf = arith.extf %h : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %hf, %bf : f32
+        loop.yield %p : f32
+      }
+      %o = arith.truncf %acc : f32 to bf16
+      loop.store %o, 0 [%m, %n] : bf16
+      loop.yield
+    }
+    func.return %out : tensor<64x64xbf16>
+  }
+}
+
+
+// CHECK-LABEL: kernel.func @rms_norm_qkv_proj(%xa: !kernel.ptr<bf16>, %nwa: !kernel.ptr<bf16>, %wa: !kernel.ptr<bf16>, %stats: !kernel.ptr<f32>, %ws: !kernel.ptr<f32>, %counters: !kernel.ptr<i32>, %out: !kernel.ptr<bf16>) grid [1, 1, 2]
+// CHECK:         kernel.call "emmy::wgmma::wait<0>"() : () -> ()
+// CHECK:         %{{.*}} = kernel.call "emmy::split_ticket"(%counters, %tile, %{{.*}}, %{{.*}}) : (!kernel.ptr<i32>, index, index, i1) -> index
+// CHECK-NEXT:    %last = kernel.call "emmy::block_or"(%{{.*}}) : (index) -> index
+// CHECK:         kernel.if %{{.*}} {
+// CHECK:           kernel.store %{{.*}}, %ws[%{{.*}}] : vector<4xf32>, !kernel.ptr<f32>
+// CHECK:           kernel.call "emmy::fence_gpu"() : () -> ()
+// CHECK-NEXT:      kernel.barrier
+// CHECK:             kernel.call "emmy::split_publish"(%counters, %tile) : (!kernel.ptr<i32>, index) -> ()
+// CHECK:         kernel.if %{{.*}} {
+// CHECK:             kernel.call "emmy::split_wait"(%counters, %tile, %{{.*}}) : (!kernel.ptr<i32>, index, index) -> ()
+// CHECK:           kernel.call "emmy::load_cg<4>"(%{{.*}}, %{{.*}}) : (!kernel.ptr<f32>, i1) -> vector<4xf32>
+// CHECK:           kernel.store %{{.*}}, %out[%{{.*}}]
+// CHECK-NOT:   kernel.func @rms_norm_qkv_proj_combine
+// CHECK-LABEL: func.func @f(
+// CHECK-NEXT:    %out = kernel.empty : tensor<64x64xbf16>
+// CHECK-NEXT:    %rms_norm_qkv_proj_tmp = kernel.empty : tensor<1x64xf32>
+// CHECK-NEXT:    %rms_norm_qkv_proj_tmp_1 = kernel.empty : tensor<2x1x1x4096xf32>
+// CHECK-NEXT:    %rms_norm_qkv_proj_counters = kernel.empty zeroed : tensor<2xi32>
+// CHECK-NEXT:    kernel.launch @rms_norm_qkv_proj_stats(%x, %nw, %w, %rms_norm_qkv_proj_tmp)
+// CHECK-NEXT:    kernel.launch @rms_norm_qkv_proj(%x, %nw, %w, %rms_norm_qkv_proj_tmp, %rms_norm_qkv_proj_tmp_1, %rms_norm_qkv_proj_counters, %out)
+// CHECK-NEXT:    func.return %out : tensor<64x64xbf16>
+
+// -----
 // Knobs must be decided first.
 builtin.module {
   func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
