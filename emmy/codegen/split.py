@@ -215,7 +215,7 @@ def _inline(kb, f, bid_x, args) -> None:
 
 
 def merge_built(builts: list[Built]) -> Built:
-    """One Built from several (temporary buffer numbers shifted). A helper launch that only reads
+    """One Built from several (temporary buffer numbers shifted, zeroed ones staying zeroed). A helper launch that only reads
     inputs and writes one temporary buffer (a part's row statistics, `<part>_stats`) and does
     exactly what an earlier part's does is dropped: the later part reads the earlier buffer."""
     out = Built()
@@ -231,6 +231,8 @@ def merge_built(builts: list[Built]) -> Built:
             for a in launch.args:
                 if isinstance(a, Tmp) and a.index not in remap:
                     remap[a.index] = len(out.temps)
+                    if a.index in b.zeroed:
+                        out.zeroed.add(len(out.temps))
                     out.temps.append(b.temps[a.index])
             if key is not None:
                 done[key] = remap[launch.args[-1].index]

@@ -767,6 +767,16 @@ def test_split_k_last_block_combine(workers):
     assert [b.role for b in plan.buffers if b.name.endswith("counters")] == ["zeroed"]
 
 
+@pytest.mark.parametrize("workers", ["wgmma", "mma_sync"])
+def test_last_block_counters_of_every_part_are_zeroed(workers):
+    """The running example's q and k/v parts (one launch each, merge_built) keep a counter
+    buffer each, and both stay `zeroed` (garbage counters hand out wrong tickets)."""
+    plan = _example_plan(300, (f"*.workers={workers}", "*.split_k=2", "*.combine=last_block"))
+    counters = [b for b in plan.buffers if b.dtype == "i32"]
+    assert len(counters) == 2 and {b.role for b in counters} == {"zeroed"}
+    assert not any(k.name.endswith("_combine") for k in plan.kernels)
+
+
 def test_last_block_combine_needs_split_k():
     with pytest.raises(EmmyError, match="combine=last_block adds split_k's parts: it needs split_k > 1"):
         lower(rmsnorm_matmul(combine="last_block"), "convert-tile-to-kernel")
