@@ -569,12 +569,18 @@ def _attention(contractions, reduces, dom, order):
         inner = _nested_contractions(pv.reduce, dom, order)
         if not inner:
             continue
-        maxes = [r for r in reduces if r.kind_name == "max" and r.axis_names == (key,)]
+        # the max and the sum over keys both recompute the scores (a nested Q x K contraction);
+        # a row statistic that only shares the key axis' name (RMSNorm of a query row over a
+        # head dim as long as the keys) is not one of them
+        maxes = [
+            r for r in reduces
+            if r.kind_name == "max" and r.axis_names == (key,) and _nested_contractions(r, dom, order)
+        ]
         sums = [
             r
             for r in reduces
             if r.kind_name == "sum" and r.axis_names == (key,) and r is not pv.reduce
-            and all(c.reduce is not r for c in contractions)
+            and all(c.reduce is not r for c in contractions) and _nested_contractions(r, dom, order)
         ]
         if not maxes or not sums:
             continue

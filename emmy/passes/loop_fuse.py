@@ -1000,8 +1000,8 @@ def _chain(values: list[SSAValue], emit) -> SSAValue | None:
 
 @dataclass
 class MergeReductionAxes(RewritePattern):
-    """Reduction axes of equal extent whose reductions never nest share one name; unused
-    axes go."""
+    """Reduction axes of equal extent whose reductions never nest share one name, unless one is
+    around a nested reduction and the other inside one (see _nesting); unused axes go."""
 
     state: FuseState
 
@@ -1030,16 +1030,30 @@ class MergeReductionAxes(RewritePattern):
         names = [n for n, _ in axes]
         extent = dict(axes)
         merge: dict[str, str] = {}
-        for i, a in enumerate(names):
-            if a not in red_only:
-                continue
-            for b in names[:i]:
-                if b in merge or b not in red_only or extent[b] != extent[a]:
+        nests = _nesting(reduces)
+
+        def role(x: str) -> tuple[bool, bool]:  # (around a nested reduction, inside one)
+            return any(o == x for o, _ in nests), any(i == x for _, i in nests)
+
+        # first axes of the same role, then any two that do not cross (a row statistic's axis
+        # taking an inner axis' name first: RMSNorm over the head dim with the head dim)
+        for same_role in (True, False):
+            for i, a in enumerate(names):
+                if a not in red_only or a in merge:
                     continue
-                if _compatible(by_axis.get(a, []), by_axis.get(b, [])):
-                    merge[a] = b
-                    by_axis.setdefault(b, []).extend(by_axis.pop(a, []))
-                    break
+                ra = role(a)
+                cands = [b for b in names[:i] if b not in merge and b in red_only and extent[b] == extent[a]]
+                if not same_role and ra == (False, False):
+                    cands.sort(key=lambda b: not role(b)[1])
+                for b in cands:
+                    rb = role(b)
+                    if (same_role and ra != rb) or (ra[0] and rb[1]) or (ra[1] and rb[0]):
+                        continue
+                    if _compatible(by_axis.get(a, []), by_axis.get(b, [])):
+                        merge[a] = b
+                        nests = {(b if x == a else x, b if y == a else y) for x, y in nests}
+                        by_axis.setdefault(b, []).extend(by_axis.pop(a, []))
+                        break
         # a suffix left by fresh naming: `k_1` becomes `k` when no axis is named `k`
         kept = [n for n in names if n not in merge]
         relabel: dict[str, str] = {}
@@ -1059,6 +1073,19 @@ class MergeReductionAxes(RewritePattern):
         if changed:
             op.properties["axes"] = AxesAttr.get(axes)
             rewriter.notify_op_modified(op)
+
+
+def _nesting(reduces: list[ReduceOp]) -> set[tuple[str, str]]:
+    """(outer, inner) axis names of every reduction nested in another. An axis around a nested
+    reduction never merges with one inside a nested reduction: attention's key and head axes
+    both have 128 elements at 128 tokens, and the max (keys around the head-dim dot product)
+    and P x V (keys around the head dim, again) have to agree on which name is which."""
+    pairs = set()
+    for r in reduces:
+        for inner in r.body.walk() if hasattr(r, "body") else r.regions[0].walk():
+            if isinstance(inner, ReduceOp) and inner is not r:
+                pairs |= {(x, y) for x in r.axis_names for y in inner.axis_names}
+    return pairs
 
 
 def _compatible(ra: list[ReduceOp], rb: list[ReduceOp]) -> bool:

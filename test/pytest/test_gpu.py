@@ -20,7 +20,7 @@ def _cache(tmp_path):
     return Path(os.environ["EMMY_HOME"]) if os.environ.get("EMMY_HOME") else tmp_path
 
 
-LAYER_TOKENS = [7, 33, 130, 1100]  # 1100: more tiles than SMs, persistent contractions on sm_90a
+LAYER_TOKENS = [7, 33, 128, 130, 1100]  # 128: as many keys as the head dim; 1100: more tiles than SMs, persistent on sm_90a
 LAYER_WORKERS = ["mma_sync", None, "wgmma_ws", "wgmma_ws/tma", "wgmma_ws/cp_async"]
 EXAMPLE_TOKENS = [5, 64, 300]
 EXAMPLE_PINS = [

@@ -190,3 +190,20 @@ def test_layer_on_sm90a_schedules_interprets():
     assert '= "wgmma_ws", "rule"' in text
     report = run_interpreted(result.module, result.traced)
     assert report.rel_error <= 1e-2, report.rel_error
+
+
+def test_layer_with_as_many_tokens_as_the_head_dim():
+    """At 128 tokens the keys and the head dim have 128 elements each: loop-fuse gives the max,
+    the sum and P x V one key axis name and one head axis name (an axis around a nested
+    reduction never shares a name with one inside), so attention is still classified and
+    lowered as attention (it used to be taken for a contraction), and the numbers hold."""
+    from emmy.analysis.classify import classify
+    from emmy.driver import CompileOptions, compile_model
+    from emmy.execute import run_interpreted
+
+    result = compile_model(CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=128,
+                                          target="sm_90a", stop_after="tile"))
+    kinds = {op.properties["sym_name"].data: classify(op).kind for op in result.module.walk() if op.name == "tile.kernel"}
+    assert kinds["attention"] == "attention"
+    report = run_interpreted(result.module, result.traced)
+    assert report.rel_error <= 1e-2, report.rel_error
