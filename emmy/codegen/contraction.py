@@ -43,7 +43,9 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    the stores read no tensor, the bf16 results evaluated on the fragments (`stages_results`);
    otherwise two columns per access straight from the fragments. With `split_k > 1` the block
    writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and
-   runs the epilogue.
+   runs the epilogue (`combine = kernel`), or the last block of each output tile to finish adds
+   the others' parts to its own and runs the epilogue itself (`combine = last_block`,
+   last_block_epilogue).
 
 How operand tiles are filled (cp.async copies, computed A sides, the in-place A of wgmma_ws)
 lives in emmy/codegen/staging.py.
@@ -51,7 +53,9 @@ lives in emmy/codegen/staging.py.
 Kernels and buffers: `<name>_stats` (optional) -> temp `[prologue reductions, batch * M]` f32;
 `<name>` -> outputs (or temp workspace `[split_k, contractions, batch, M, N]` f32), its tensor
 maps (`copy = tma`) last among its arguments, each bound to the tile op input it views;
-`<name>_combine` (split_k > 1) -> outputs.
+`<name>_combine` (split_k > 1) -> outputs. With `combine = last_block`: `<name>` -> workspace
+`[split_k, tiles, contractions, block_m * block_n]` f32 (each thread's accumulators, interleaved),
+zeroed counters `[2 * tiles]` i32, outputs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-// Emmy's device library, core part: vectors, conversions, warp and group reductions, cp.async.
+// Emmy's device library, core part: vectors, conversions, warp and group reductions, cp.async,
+// mbarriers and named barriers, the swizzled tile layout, split-k counters.
 //
 // Generated kernels (emmy/passes/convert_kernel_to_cuda.py) include "emmy.cuh", which includes
 // this file. Everything is header-only, inline, and usable from sm_80 on.
