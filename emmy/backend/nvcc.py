@@ -17,7 +17,7 @@ import hashlib
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from emmy.backend import runtime_dir
@@ -147,12 +147,16 @@ class PtxasInfo:
     stack: int  # stack frame bytes
     spill_stores: int
     spill_loads: int
+    # ptxas's C7515 note: non-wgmma instructions write a wgmma accumulator inside its pipeline
+    # stage, so ptxas serializes the kernel's wgmmas
+    wgmma_serialized: bool = False
 
 
 _FUNC = re.compile(r"Compiling entry function '(\w+)'")
 _REGS = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized .* in the function '(\w+)'")
 
 
 def parse_ptxas(text: str) -> dict[str, PtxasInfo]:
@@ -176,6 +180,9 @@ def parse_ptxas(text: str) -> dict[str, PtxasInfo]:
                 fields["smem"] = int(s.group(1))
     if current is not None:
         infos[current] = PtxasInfo(current, **_fill(fields))
+    for name in _SERIALIZED.findall(text):
+        if name in infos:
+            infos[name] = replace(infos[name], wgmma_serialized=True)
     return infos
 
 
@@ -184,7 +191,8 @@ def _fill(f: dict[str, int]) -> dict[str, int]:
 
 
 def ptxas_report(source: str, arch: str, out_dir: str | Path, *, name: str = "emmy_ptxas") -> dict[str, PtxasInfo]:
-    """Registers, static shared memory, stack and spills of every kernel (nvcc -Xptxas -v)."""
+    """Registers, static shared memory, stack, spills and serialized wgmmas of every kernel
+    (nvcc -Xptxas -v)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     src = out / f"{name}.cu"

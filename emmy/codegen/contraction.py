@@ -608,7 +608,12 @@ class ContractionBuilder:
         kt_total = -(-self.K // g.bk)
         per = -(-kt_total // g.split)
         kt0 = kb.mul(part, per)
-        kt1 = kb.min(kb.add(kt0, per), kt_total) if g.split > 1 else kt_total
+        if g.split == 1:
+            kt1 = kt_total
+        elif kt_total % g.split == 0:  # (legality's rule) every part has `per` k-steps
+            kt1 = kb.add(kt0, per)
+        else:
+            kt1 = kb.min(kb.add(kt0, per), kt_total)
         nacc = g.acc_per_thread
         accs = self.accumulators(kb)
         zero = kb.fconst(0.0)

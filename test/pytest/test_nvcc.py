@@ -114,9 +114,22 @@ ptxas info    : Compiling entry function 'k2' for 'sm_90'
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 8 registers
 """
+    text += ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+             "to non wgmma instructions defining accumulator registers of a wgmma between start and end of the "
+             "pipeline stage in the function 'k2'\n")
     r = parse_ptxas(text)
     assert (r["k1"].registers, r["k1"].smem, r["k1"].stack, r["k1"].spill_stores, r["k1"].spill_loads) == (72, 128, 16, 4, 8)
     assert r["k2"].registers == 8 and r["k2"].spill_loads == 0
+    assert r["k2"].wgmma_serialized and not r["k1"].wgmma_serialized
+
+
+@pytest.mark.parametrize("combine", ["kernel", "last_block"])
+def test_split_k_parts_keep_their_wgmmas_in_flight(tmp_path, combine):
+    """A split-k part's k loop runs a fixed number of steps (split_k divides them), written so
+    ptxas can see it: with bounds it could not prove non-empty, it serialized the wgmmas of
+    every split kernel (C7515; the layer's o and down projections at 128 to 512 tokens)."""
+    plan = launch_plan(lower(weighted_norm_matmul(M=512, N=1024, K=2048, copy="tma", split_k=4, combine=combine)))
+    assert not ptxas_report(plan.source, "sm_90a", tmp_path)["norm_proj"].wgmma_serialized
 
 
 def test_nvcc_error_names_kernel_and_saved_source(tmp_path):
