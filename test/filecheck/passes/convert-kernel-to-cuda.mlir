@@ -114,6 +114,34 @@ builtin.module {
 // CHECK: convert-kernel-to-cuda: @f result #0 is not a buffer written by a kernel
 
 // -----
+// A zeroed buffer (counters the kernels leave at zero) becomes a `zeroed` cuda.buffer.
+builtin.module {
+  kernel.func @k(%c: !kernel.ptr<i32>, %y: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  }
+  func.func @f() -> tensor<8xf32> {
+    %c = kernel.empty zeroed : tensor<4xi32>
+    %y = kernel.empty : tensor<8xf32>
+    kernel.launch @k(%c, %y) : tensor<4xi32>, tensor<8xf32>
+    func.return %y : tensor<8xf32>
+  }
+}
+// CHECK:      cuda.buffer @c : tensor<4xi32> zeroed
+// CHECK-NEXT: cuda.buffer @y : tensor<8xf32> output 0
+
+// -----
+// Results are plain buffers, never counters.
+builtin.module {
+  kernel.func @k(%c: !kernel.ptr<i32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  }
+  func.func @f() -> tensor<4xi32> {
+    %c = kernel.empty zeroed : tensor<4xi32>
+    kernel.launch @k(%c) : tensor<4xi32>
+    func.return %c : tensor<4xi32>
+  }
+}
+// CHECK: convert-kernel-to-cuda: @f result #0 is a zeroed buffer (counters); results are plain buffers
+
+// -----
 // Tensors index with 32-bit ints.
 builtin.module {
   func.func @f(%x: tensor<65536x65536xbf16>) {
