@@ -572,22 +572,16 @@ def _attention(contractions, reduces, dom, order):
         # the max and the sum over keys both recompute the scores (a nested Q x K contraction);
         # a row statistic that only shares the key axis' name (RMSNorm of a query row over a
         # head dim as long as the keys) is not one of them
-        maxes = [
-            r for r in reduces
-            if r.kind_name == "max" and r.axis_names == (key,) and _nested_contractions(r, dom, order)
-        ]
-        sums = [
-            r
-            for r in reduces
-            if r.kind_name == "sum" and r.axis_names == (key,) and r is not pv.reduce
-            and all(c.reduce is not r for c in contractions) and _nested_contractions(r, dom, order)
-        ]
+        scores = {
+            r: nested for r in reduces
+            if r.axis_names == (key,) and r is not pv.reduce and (nested := _nested_contractions(r, dom, order))
+        }
+        maxes = [r for r in scores if r.kind_name == "max"]
+        sums = [r for r in scores if r.kind_name == "sum" and all(c.reduce is not r for c in contractions)]
         if not maxes or not sums:
             continue
         mx, sm = maxes[0], sums[0]
-        qk_all = (
-            _nested_contractions(mx, dom, order) + _nested_contractions(sm, dom, order) + inner
-        )
+        qk_all = scores[mx] + scores[sm] + inner
         qk = qk_all[0]
         if len(qk.m_axes) != 1 or len(pv.n_axes) != 1:
             continue

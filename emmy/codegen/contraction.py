@@ -125,6 +125,11 @@ class Geometry:
         return self.bk if self.bk < 64 else 64
 
     @property
+    def combine_kernel(self) -> bool:
+        """split_k's parts go to a workspace that `<name>_combine` adds up (combine = kernel)."""
+        return self.split > 1 and not self.last_block
+
+    @property
     def wgmma(self) -> bool:
         return self.workers in WGMMA_WORKERS
 
@@ -311,7 +316,7 @@ class ContractionBuilder:
             built.funcs.append(fn)
             built.launches.append(Launch(fn.sym_name.data, (*[In(i) for i in range(n_in)], stats_ref)))
         ws_ref = counters_ref = None
-        if self.g.split > 1 and self.g.last_block:
+        if self.g.last_block:
             # per (part, tile, contraction): each thread's accumulators, interleaved (last_block_epilogue)
             built.temps.append(TensorType(f32, [self.g.split, self.tiles(), self.g.nc, self.g.bm * self.g.bn]))
             ws_ref = Tmp(len(built.temps) - 1)
@@ -321,9 +326,7 @@ class ContractionBuilder:
         elif self.g.split > 1:
             built.temps.append(TensorType(f32, [self.g.split, self.g.nc, self.B, self.M, self.N]))
             ws_ref = Tmp(len(built.temps) - 1)
-        main = self.build_main(
-            types, names, stats=stats_ref is not None, workspace=ws_ref is not None, counters=counters_ref is not None
-        )
+        main = self.build_main(types, names, stats=stats_ref is not None, workspace=ws_ref is not None)
         built.funcs.append(main)
         args: list = [In(i) for i in range(n_in)]
         if stats_ref is not None:
@@ -332,11 +335,11 @@ class ContractionBuilder:
             args.append(ws_ref)
         if counters_ref is not None:
             args.append(counters_ref)
-        if ws_ref is None or counters_ref is not None:
+        if not self.g.combine_kernel:
             args += [r for r in refs if isinstance(r, Out)]
         args += [In(m.operand) for m in self.tma_operands()]
         built.launches.append(Launch(main.sym_name.data, tuple(args)))
-        if ws_ref is not None and counters_ref is None:
+        if self.g.combine_kernel:
             comb = self.build_combine(types, names, stats=stats_ref is not None)
             built.funcs.append(comb)
             cargs: list = [In(i) for i in range(n_in)]
@@ -465,7 +468,7 @@ class ContractionBuilder:
         """Where wgmma_ws's mbarriers start: after the row statistics, 8-byte aligned."""
         return round_up(stats_off + (len(self.prologue) * self.g.bm * 4 if stats_in_smem else 0), 8)
 
-    def build_main(self, types, names, *, stats: bool, workspace: bool, counters: bool = False) -> K.KernelFuncOp:
+    def build_main(self, types, names, *, stats: bool, workspace: bool) -> K.KernelFuncOp:
         g = self.g
         n_in = len(self.op.operands)
         arg_types = list(types[:n_in])
@@ -476,10 +479,10 @@ class ContractionBuilder:
         if workspace:
             arg_types.append(K.PtrType(f32))
             arg_names.append("ws")
-        if counters:
+        if g.last_block:
             arg_types.append(K.PtrType(i32))
             arg_names.append("counters")
-        if counters or not workspace:
+        if not g.combine_kernel:
             arg_types += types[n_in:]
             arg_names += names[n_in:]
         maps = self.tma_operands()
@@ -521,10 +524,10 @@ class ContractionBuilder:
         if workspace:
             ws_ptr = args[pos]
             pos += 1
-        if counters:
+        if g.last_block:
             self.counters = args[pos]
             pos += 1
-        outs = list(args[pos:n_args]) if counters or not workspace else []
+        outs = [] if g.combine_kernel else list(args[pos:n_args])
         self.map_args = list(args[n_args:])
         em = BodyEmitter(kb, self.op, ptrs, outs)
         # wgmma reads tiles through the swizzle of absolute addresses: 8-row groups aligned

@@ -1082,7 +1082,7 @@ def _nesting(reduces: list[ReduceOp]) -> set[tuple[str, str]]:
     and P x V (keys around the head dim, again) have to agree on which name is which."""
     pairs = set()
     for r in reduces:
-        for inner in r.body.walk() if hasattr(r, "body") else r.regions[0].walk():
+        for inner in r.body.walk():
             if isinstance(inner, ReduceOp) and inner is not r:
                 pairs |= {(x, y) for x in r.axis_names for y in inner.axis_names}
     return pairs
