@@ -91,6 +91,16 @@
 // CHECK-NOT:     loop.fused
 // CHECK:         func.return %ar, %br
 
+// (f) Reduction axes of one extent get one name each per role: the keys around a nested
+// reduction (the max and P x V of attention), the head dim inside one. Merged by name order
+// alone, P x V's keys took the head dim's name and the reverse.
+// CHECK-LABEL: func.func @nested_axes
+// CHECK:         loop.fused @attention axes [m = 4, k = 8, k_1 = 8]
+// CHECK:           loop.reduce max ["k"] : f32 {
+// CHECK:             loop.reduce sum ["k_1"] : f32 {
+// CHECK:           loop.reduce sum ["k"] : f32 {
+// CHECK:             loop.reduce sum ["k_1"] : f32 {
+
 builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8xbf16>) -> tensor<4x8xf32> {
     %xf = loop.fused @rms_norm axes [d0 = 4, d1 = 8] ins(%x : tensor<4x8xbf16>) -> tensor<4x8xf32> attributes {emmy.origin = "rms_norm"} {
@@ -372,5 +382,37 @@ builtin.module {
       loop.yield
     }
     func.return %ar, %br : tensor<1x4x16xbf16>, tensor<1x4x8xbf16>
+  }
+  func.func @nested_axes(%q: tensor<4x8xf32>, %kk: tensor<8x8xf32>, %v: tensor<8x8xf32>) -> tensor<4xf32> {
+    %o = loop.fused @scores axes [m = 4, k = 8, k_1 = 8, k_2 = 8, k_3 = 8] ins(%q, %kk, %v : tensor<4x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<4xf32> attributes {emmy.origin = "attention"} {
+    ^bb0(%0: tensor<4x8xf32>, %1: tensor<8x8xf32>, %2: tensor<8x8xf32>):
+      %m = loop.axis "m" : index
+      %mx = loop.reduce max ["k"] : f32 {
+        %j = loop.axis "k" : index
+        %s = loop.reduce sum ["k_1"] : f32 {
+          %d = loop.axis "k_1" : index
+          %a = loop.load %0[%m, %d] : tensor<4x8xf32> -> f32
+          %b = loop.load %1[%j, %d] : tensor<8x8xf32> -> f32
+          %p = arith.mulf %a, %b : f32
+          loop.yield %p : f32
+        }
+        loop.yield %s : f32
+      }
+      %pv = loop.reduce sum ["k_3"] : f32 {
+        %j2 = loop.axis "k_3" : index
+        %s2 = loop.reduce sum ["k_2"] : f32 {
+          %d2 = loop.axis "k_2" : index
+          %a2 = loop.load %0[%m, %d2] : tensor<4x8xf32> -> f32
+          %b2 = loop.load %2[%j2, %d2] : tensor<8x8xf32> -> f32
+          %p2 = arith.mulf %a2, %b2 : f32
+          loop.yield %p2 : f32
+        }
+        loop.yield %s2 : f32
+      }
+      %r = arith.addf %mx, %pv : f32
+      loop.store %r, 0 [%m] : f32
+      loop.yield
+    }
+    func.return %o : tensor<4xf32>
   }
 }
