@@ -32,6 +32,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 
+QWEN3 = "Qwen/Qwen3-Embedding-0.6B"
+
+
 def measure_ceilings() -> dict:
     """Copy bandwidth (bytes read + written per second) and bf16 matmul rate, measured here."""
     n = 1 << 28  # 512 MiB of bf16
@@ -260,32 +263,52 @@ def example_case(tokens: int):
     return traced, flops, bytes_
 
 
-def layer_case(tokens: int):
-    from emmy.frontend import resolve_model, trace_layer
+def layer_case(tokens: int, model: str = QWEN3):
+    from emmy.frontend import trace_layer
 
-    traced = trace_layer(resolve_model("Qwen/Qwen3-Embedding-0.6B"), 0, tokens)
-    return (traced, *_layer_costs(tokens))
+    source = _source(model)
+    traced = trace_layer(source, 0, tokens)
+    return (traced, *_layer_costs(source.config, tokens))
 
 
-def _layer_costs(tokens: int) -> tuple[int, int]:
-    """FLOPs and the fewest bytes moved of one Qwen3-Embedding-0.6B decoder layer."""
-    h, inter, q, kv, d = 1024, 3072, 2048, 1024, 128
-    weights = h * (q + 2 * kv) + q * h + 2 * h * inter + inter * h + 2 * h + 2 * d
-    flops = 2 * tokens * weights + 2 * 16 * d * tokens * tokens  # projections + causal QK^T and PV
-    bytes_ = 2 * (weights + 2 * tokens * h + 2 * tokens * d)
+def _source(model: str):
+    from emmy.frontend import resolve_model
+
+    source = resolve_model(model)
+    if source.config is None:
+        raise SystemExit(f"--model {model}: the layer and model cases need a Hugging Face config (a known id "
+                         "or a local model directory), to count the layer's FLOPs and bytes")
+    return source
+
+
+def _layer_costs(config, tokens: int) -> tuple[int, int]:
+    """FLOPs and the fewest bytes moved of one decoder layer of a Llama-family model (its
+    Hugging Face config): every weight read once, the hidden states read and written once, the
+    rotary tables read once; projections plus causal QK^T and PV."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    heads = config["num_attention_heads"]
+    kv = config.get("num_key_value_heads") or heads
+    d = config.get("head_dim") or h // heads
+    matrices = h * (heads * d + 2 * kv * d) + heads * d * h + 3 * h * inter
+    vectors = 2 * h + (2 * d if config.get("model_type") == "qwen3" else 0)
+    if config.get("model_type") == "qwen2" or config.get("attention_bias"):
+        vectors += heads * d + 2 * kv * d
+    flops = 2 * tokens * matrices + 2 * heads * d * tokens * tokens
+    bytes_ = 2 * (matrices + vectors + 2 * tokens * h + 2 * tokens * d)
     return flops, bytes_
 
 
-def model_case(tokens: int):
-    """Qwen3-Embedding-0.6B whole (embedding, 28 layers, final norm), random weights. The same
-    weights for every contender: Emmy's compile traces the same model with the same seed."""
-    from emmy.frontend import resolve_model
+def model_case(tokens: int, model: str = QWEN3):
+    """A whole model (embedding, every layer, final norm), random weights unless the model has
+    its own. The same weights for every contender: Emmy's compile traces the same model with
+    the same seed."""
     from emmy.frontend.whole_model import trace_model
 
-    traced = trace_model(resolve_model("Qwen/Qwen3-Embedding-0.6B"), tokens)
-    flops, bytes_ = _layer_costs(tokens)
+    source = _source(model)
+    traced = trace_model(source, tokens)
+    flops, bytes_ = _layer_costs(source.config, tokens)
     layers = len(traced.layers)
-    return ModelCase(traced), layers * flops, layers * bytes_ + 2 * tokens * 1024 * 2
+    return ModelCase(traced), layers * flops, layers * bytes_ + 2 * tokens * source.config["hidden_size"] * 2
 
 
 def main() -> None:
@@ -293,6 +316,9 @@ def main() -> None:
     ap.add_argument("--cases", default="example,layer")
     ap.add_argument("--example-sizes", default="1,32,512,4096,32768")
     ap.add_argument("--layer-sizes", default="32,512,4096")
+    ap.add_argument("--model", default=QWEN3,
+                    help="the model of the layer and model cases: a known id, a local Hugging Face directory "
+                         "(config.json; random weights without safetensors) or path.py:fn")
     ap.add_argument("--model-sizes", default="512,4096", help="tokens for the whole-model case (--cases model)")
     ap.add_argument("--contenders", default="emmy,eager,compile,max-autotune")
     ap.add_argument("--target", default="sm_90a")
@@ -347,12 +373,15 @@ def main() -> None:
 
 def _cases(args):
     cases = []
+    prefix = "" if args.model == QWEN3 else f"{Path(args.model).name} "
     if "example" in args.cases:
         cases += [(f"example M={m}", lambda m=m: example_case(m)) for m in map(int, args.example_sizes.split(","))]
     if "layer" in args.cases:
-        cases += [(f"layer T={t}", lambda t=t: layer_case(t)) for t in map(int, args.layer_sizes.split(","))]
+        cases += [(f"{prefix}layer T={t}", lambda t=t: layer_case(t, args.model))
+                  for t in map(int, args.layer_sizes.split(","))]
     if "model" in args.cases:
-        cases += [(f"model T={t}", lambda t=t: model_case(t)) for t in map(int, args.model_sizes.split(","))]
+        cases += [(f"{prefix}model T={t}", lambda t=t: model_case(t, args.model))
+                  for t in map(int, args.model_sizes.split(","))]
     return cases
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,13 +25,14 @@ def main() -> None:
     args = ap.parse_args()
     from running_example import make
     from test_gpu import (
-        ATTENTION_TMA_CASES, EXAMPLE_PINS, EXAMPLE_TOKENS, LAST_BLOCK_EXAMPLE_CASES, LAST_BLOCK_LAYER_CASES, LAYER_TOKENS,
-        LAYER_WORKERS, PERSISTENT_CASES, TMA_CASES, layer_pins, wants_sm90a,
+        ATTENTION_TMA_CASES, EXAMPLE_PINS, EXAMPLE_TOKENS, FAMILIES_TINY, FAMILY_LAYER_CASES, LAST_BLOCK_EXAMPLE_CASES,
+        LAST_BLOCK_LAYER_CASES, LAYER_TOKENS, LAYER_WORKERS, PERSISTENT_CASES, TMA_CASES, layer_pins, wants_sm90a,
     )
+    from tiny_models import write_real_sized_model, write_tiny_model
 
     from emmy.backend.plan import launch_plan
     from emmy.backend.run import build_cubin
-    from emmy.driver import CompileOptions, compile_model, compile_traced
+    from emmy.driver import CompileOptions, compile_model, compile_traced, compile_whole_model
     from emmy.frontend.models import ModelSource
     from emmy.frontend.trace import trace_layer
 
@@ -62,6 +64,17 @@ def main() -> None:
                           factory=lambda t=tokens, h=hidden: make(t, hidden=h))
         opts = CompileOptions(model="example", layer=0, tokens=tokens, target=args.target, pins=pins)
         sources.append(launch_plan(compile_traced(trace_layer(src, 0, tokens), opts).module).source)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, tokens in FAMILY_LAYER_CASES:
+            model_dir = write_real_sized_model(Path(tmp) / name, name)
+            opts = CompileOptions(model=model_dir, layer=0, tokens=tokens, target=args.target)
+            sources.append(launch_plan(compile_model(opts).module).source)
+        for family in FAMILIES_TINY:
+            opts = CompileOptions(model=write_tiny_model(Path(tmp) / family, family), layer=None, tokens=29,
+                                  target=args.target)
+            sources += [launch_plan(p.result.module).source for p in compile_whole_model(opts).parts]
+    block = str(ROOT / "test" / "pytest" / "models" / "mlp_block.py") + ":make"
+    sources.append(launch_plan(compile_model(CompileOptions(model=block, layer=None, target=args.target)).module).source)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for f in [pool.submit(build_cubin, s, args.target, cache) for s in set(sources)]:
             f.result()

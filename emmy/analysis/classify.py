@@ -583,10 +583,32 @@ def _attention(contractions, reduces, dom, order):
         mx, sm = maxes[0], sums[0]
         qk_all = scores[mx] + scores[sm] + inner
         qk = qk_all[0]
-        if len(qk.m_axes) != 1 or len(pv.n_axes) != 1:
+        if not qk.m_axes or len(pv.n_axes) != 1:
             continue
         return pv, mx, sm, qk, tuple(qk_all)
     return None
+
+
+def _query_axis(qk: Contraction, key: str, score: SSAValue) -> str:
+    """The query axis among the axes only Q reads. Usually the only one; with one key/value head
+    for all query heads (multi-query attention, or grouped-query attention whose group is every
+    head) K and V do not read the head axis either, and the query axis is the one the causal
+    mask compares with the key axis, or else the last (SDPA's [batch, heads, sequence, dim])."""
+    if len(qk.m_axes) == 1:
+        return qk.m_axes[0]
+    for v in value_tree([score]):
+        o = v.owner
+        if isinstance(o, arith.CmpiOp):
+            lhs, rhs = (_axes_read(x) for x in o.operands)
+            for a in qk.m_axes:
+                if (key in lhs and a in rhs) or (key in rhs and a in lhs):
+                    return a
+    return qk.m_axes[-1]
+
+
+def _axes_read(value: SSAValue) -> set[str]:
+    """The loop axes an index expression reads."""
+    return {v.owner.axis_name for v in value_tree([value], leaves=(ReduceOp, LoadOp)) if isinstance(v.owner, AxisOp)}
 
 
 def _uses(region_op: Operation, value: SSAValue) -> bool:
@@ -611,9 +633,12 @@ def _attention_info(base, att, top, axes) -> KernelInfo:
     loads = qk.a_loads + qk.b_loads + pv.b_loads
     elt = max(_elt_bytes(l.tensor.type) for l in loads) if loads else 4
     head = qk.k_axes[-1]
+    query = _query_axis(qk, key, mx.yielded)
+    order = list(axes)
+    batch = tuple(sorted(qk.batch_axes + tuple(a for a in qk.m_axes if a != query), key=order.index))
     info = AttentionInfo(
-        batch_axes=qk.batch_axes,
-        query_axis=qk.m_axes[0],
+        batch_axes=batch,
+        query_axis=query,
         key_axis=key,
         head_dim_axes=qk.k_axes,
         value_dim_axis=pv.n_axes[0],

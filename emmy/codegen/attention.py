@@ -35,13 +35,14 @@ memory for Q (block_q rows) and `stages` buffers of K and V (block_kv rows each)
 the order of their index, x fastest, so every head's longest (causal) query block starts before
 any head's next longest: the longest blocks first, the shortest filling the last wave.
 
-Variants (`knobs["fusion"]`, optional, default "fused"; the knob space has no such knob yet):
-- "fused": computed Q/K (rowsum/elem producers) are evaluated while staging, in the main kernel:
-  Q once per query block, K once per key block of every query block.
-- "split": a prologue kernel `<name>_prep` (grid: row blocks x batch/head rows x {Q, K}, 256
-  threads, `emmy::attention::materialize`) writes the computed Q and K rows once to bf16
-  temporaries ([rows x head_dim] per batch/head row; K per key head under grouped-query
-  attention), and the main kernel copies them as direct rows. Same values bit for bit, fewer
+Variants (`knobs["fusion"]`, the attention's fusion knob; default "fused"):
+- "fused": computed Q/K/V (rowsum/elem producers) are evaluated while staging, in the main
+  kernel: Q once per query block, K and V once per key block of every query block.
+- "split": a prologue kernel `<name>_prep` (grid: row blocks x batch/head rows x the computed
+  ones of {Q, K, V}, 256 threads, `emmy::attention::materialize`) writes the computed rows once
+  to bf16 temporaries ([rows x head_dim] per batch/head row; K and V per key head under
+  grouped-query attention), and the main kernel copies them as direct rows (V is computed
+  where the projection has a bias, as Qwen2's). Same values bit for bit, fewer
   evaluations: on an H200 the Qwen3 layer's attention took 21 us instead of 55 us at 512 tokens,
   126 us instead of 308 us at 2048, the same at 32 (mma_sync, block_q 64/128, block_kv 64).
 
@@ -416,9 +417,11 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionPlan:
     if D != DV:
         raise _err(name, f"head dimension {D} of Q/K differs from {DV} of V; only equal sizes are supported")
     qk = att.qk
-    if set(qk.m_axes) != {q_axis} or set(qk.n_axes) != {kv_axis}:
-        raise _err(name, "the Q x K contraction must pair the query axis with the key axis")
     batch = tuple(a for a in info.parallel_axes if a not in (q_axis, e_axis))
+    # Q may read head axes K does not (one key/value head for every query head: then K and V
+    # read no head axis at all); those are batch axes of the kernel like the others.
+    if q_axis not in qk.m_axes or set(qk.m_axes) - {q_axis} - set(batch) or set(qk.n_axes) != {kv_axis}:
+        raise _err(name, "the Q x K contraction must pair the query axis with the key axis")
     if set(qk.batch_axes) - set(batch):
         raise _err(name, f"Q and K share axes {sorted(set(qk.batch_axes) - set(batch))} that the output does not have")
 
@@ -639,9 +642,10 @@ PREP_ROWS = 4  # rows each of its warps produces
 
 
 def _gqa_group(plan: AttentionPlan, info: KernelInfo) -> tuple[str, int] | None:
-    """(head axis, group) when K reads a batch axis only as `axis / group` (grouped-query
-    attention): K is then materialized once per key head rather than once per query head."""
-    roots = [plan.k.value] + [st.yielded for st in plan.k.stats]
+    """(head axis, group) when K and V read a batch axis only as `axis / group` (grouped-query
+    attention), or not at all while Q does (one key/value head for all: the group is every
+    head): K and V are then materialized once per key head rather than once per query head."""
+    roots = [p.value for p in (plan.k, plan.v)] + [st.yielded for p in (plan.k, plan.v) for st in p.stats]
 
     def walk(visit) -> bool:
         seen: set[SSAValue] = set()
@@ -673,6 +677,17 @@ def _gqa_group(plan: AttentionPlan, info: KernelInfo) -> tuple[str, int] | None:
         return None
 
     walk(find)
+    if not found:
+        read: set[str] = set()
+
+        def reads(o):
+            if isinstance(o, AxisOp):
+                read.add(o.axis_name)
+            return None
+
+        walk(reads)
+        unread = [a for a in plan.batch_axes if a not in read and a in info.attention.qk.m_axes]
+        return (unread[0], info.axes[unread[0]]) if len(unread) == 1 else None
     if len(found) != 1:
         return None
     ((axis, group),) = found
@@ -700,7 +715,7 @@ def _linear_index(kb: KB, values: Mapping[str, SSAValue], axes: Sequence[str], e
 def build(kernel_op: Operation, info: KernelInfo, knobs: Mapping[str, object], target: Target) -> Built:
     """Kernel-stage ops for one attention `tile.kernel` (see the module docstring).
 
-    knobs["fusion"] (optional, default "fused"): "split" materializes computed Q and K once in a
+    knobs["fusion"] (optional, default "fused"): "split" materializes computed Q, K and V once in a
     prologue kernel (`<name>_prep`) and runs the main loop on the materialized rows.
     """
     plan = analyze(kernel_op, info)
@@ -708,7 +723,7 @@ def build(kernel_op: Operation, info: KernelInfo, knobs: Mapping[str, object], t
     fusion = str(knobs.get("fusion", "fused"))
     if fusion not in ("fused", "split"):
         raise _err(plan.name, f"unknown fusion '{fusion}' (fused or split)")
-    if fusion == "split" and (plan.q.mode != DIRECT or plan.k.mode != DIRECT):
+    if fusion == "split" and any(p.mode != DIRECT for p in (plan.q, plan.k, plan.v)):
         return _build_split(kernel_op, info, plan, sched)
     func, map_refs = _flash_func(kernel_op, info, plan, sched)
     _, _, refs = io_args(kernel_op)
@@ -860,7 +875,8 @@ def _row0_offset(kb: KB, top: Scope, p: Producer) -> SSAValue:
 
 
 def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionPlan, sched: Schedule) -> Built:
-    """A prologue kernel materializing the computed Q and/or K rows, then the main kernel."""
+    """A prologue kernel materializing the computed Q, K and V rows (those that are not plain
+    loads), then the main kernel."""
     axes = info.axes
     D = plan.head_dim
     n_batch = _batch(plan, axes)
@@ -868,8 +884,9 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionPlan, sc
     todo: list[tuple[Producer, int, int, tuple[str, int] | None]] = []  # producer, rows, row sets, gqa
     if plan.q.mode != DIRECT:
         todo.append((plan.q, plan.seq_q, n_batch, None))
-    if plan.k.mode != DIRECT:
-        todo.append((plan.k, plan.seq_kv, n_batch // gqa[1] if gqa else n_batch, gqa))
+    for p in (plan.k, plan.v):
+        if p.mode != DIRECT:
+            todo.append((p, plan.seq_kv, n_batch // gqa[1] if gqa else n_batch, gqa))
     temps = [TensorType(BFloat16Type(), [sets * rows * D]) for _, rows, sets, _ in todo]
 
     types, names, refs = io_args(kernel_op)

@@ -299,10 +299,11 @@ def weight_derived(value: SSAValue) -> bool:
 
 def reduces_weights(loop: FusedOp) -> bool:
     """Whether the loop contracts against a weight matrix: a reduction reads a model parameter
-    at indices that depend both on a reduced axis and on an axis the reduction keeps (W[n, k]).
-    Such a projection, however short, is never recomputed per consumer element; rule (c) is for
-    reductions over activations (QK^T over the head dim, whose per-element scale q_norm.weight[d]
-    depends on the reduced axis alone)."""
+    at indices that depend both on a reduced axis and on a kept axis that none of the
+    reduction's other operands depends on (W[n, k] against x[m, k]). Such a projection, however
+    short, is never recomputed per consumer element; rule (c) is for reductions over activations
+    (QK^T over the head dim, whose per-element scale q_norm.weight[d] depends on the reduced axis
+    alone, and whose bias q_proj.bias[h * D + d] depends on the head h that Q and K share)."""
     from xdsl.ir import BlockArgument
 
     from emmy.analysis.indexing import load_axes
@@ -310,14 +311,24 @@ def reduces_weights(loop: FusedOp) -> bool:
     weights = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
     if not weights:
         return False
-    for op in loop.walk():
-        if not isinstance(op, LoadOp) or not (reduced := reduced_around(op)):
+
+    def is_weight(load: LoadOp) -> bool:
+        arg = load.operands[0]
+        return isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in weights
+
+    loads = [(op, reduced_around(op)) for op in loop.walk() if isinstance(op, LoadOp)]
+    for op, reduced in loads:
+        if not reduced or not is_weight(op):
             continue
-        arg = op.operands[0]
-        if isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in weights:
-            axes = load_axes(op)
-            if axes is None or (axes & reduced and axes - reduced):
-                return True
+        axes = load_axes(op)
+        if axes is None:
+            return True
+        shared: set[str] = set()
+        for other, other_reduced in loads:
+            if other_reduced & reduced and not is_weight(other):
+                shared |= load_axes(other) or set()
+        if axes & reduced and axes - reduced - shared:
+            return True
     return False
 
 
@@ -488,7 +499,9 @@ def loop_name(labels: Sequence[str]) -> str:
             clean.append(label)
     model = [l for l in clean if l in MODEL_LABELS or f"linear_{l}" in labels]
     if "attention" in model:
-        model = [l for l in model if l not in ATTENTION_ABSORBS]
+        # Rope, norms and the projections' bias adds (Qwen2's q/k/v biases) are part of its
+        # producers; a projection's contraction never fuses into attention (rule (b)).
+        model = [l for l in model if l in MODEL_LABELS and l not in ATTENTION_ABSORBS]
     chosen = model or clean[:1]
     return "_".join(chosen) if chosen else "loop"
 

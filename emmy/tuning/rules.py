@@ -539,9 +539,13 @@ def _wide_wgmma_attention(info, target, chosen) -> bool:
     whole 128-row blocks (tensor-map copies), and the 128-row tiles still give every SM two.
     Measured on the H200 (tools/bench.py, Qwen3 layer at T=4096, same run, tensor-map copies):
     the layer 464.8 us against 475.5 with 64 x 64 tiles (against 483.7 with 128 x 64); the
-    shared memory (Q, 3 stages of K and V: 225 KB) leaves one block per SM."""
+    shared memory (Q, 3 stages of K and V: 225 KB) leaves one block per SM. Not for head dims of
+    64 and less, where the softmax of a 128 x 128 block outweighs its two 64-deep products:
+    Llama-3.2-1B's layer at 4096 tokens on the H200 (`--model` with its sizes, same run), the
+    attention alone 300.3 us in 128 x 128 tiles against 266.9 in 64 x 128 and 265.6 in 128 x 64
+    (cuDNN 211); docs/bench/h200-families.*."""
     return (
-        chosen.get("workers") == "wgmma" and info.head_dim <= 128 and info.seq_kv % 128 == 0
+        chosen.get("workers") == "wgmma" and 64 < info.head_dim <= 128 and info.seq_kv % 128 == 0
         and info.batch * ceil(info.seq_q / 128) >= 2 * target.sms
     )
 

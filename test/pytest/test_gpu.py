@@ -241,3 +241,51 @@ def test_whole_model_embedding_on_gpu(tmp_path):
     report = run_model_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.output.shape == (1, 96)
     assert report.rel_error <= 2e-2, report.rel_error
+
+
+# Other Llama-family models: one layer at the sizes of released ones (REAL in tiny_models.py:
+# head dims 64 and 128, hidden 896, grouped-query ratios 4 and 7, Qwen2's q/k/v biases), and
+# each family's tiny whole model (hidden 96, head dim 32, 3 heads on 1 key/value head).
+FAMILY_LAYER_CASES = [(name, tokens) for name in ("qwen2-0.5b", "llama-3.2-1b", "mistral-7b") for tokens in (37, 1100)]
+FAMILIES_TINY = ["llama", "mistral", "qwen2", "qwen3"]
+
+
+@pytest.mark.parametrize("name,tokens", FAMILY_LAYER_CASES, ids=lambda c: str(c))
+def test_family_layer_at_released_sizes_matches_pytorch(name, tokens, tmp_path):
+    from tiny_models import write_real_sized_model
+
+    from emmy.backend.run import run_on_gpu
+    from emmy.driver import CompileOptions
+
+    model = write_real_sized_model(tmp_path / name, name)
+    opts = CompileOptions(model=model, layer=0, tokens=tokens, target=_target())
+    report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
+    assert report.rel_error <= 1e-2, report.rel_error
+
+
+@pytest.mark.parametrize("family", FAMILIES_TINY)
+def test_family_whole_model_embedding_on_gpu(family, tmp_path):
+    from tiny_models import write_tiny_model
+
+    from emmy.backend.run import run_model_on_gpu
+    from emmy.driver import CompileOptions
+
+    d = write_tiny_model(tmp_path / family, family)
+    opts = CompileOptions(model=d, layer=None, tokens=29, target=_target())
+    report = run_model_on_gpu(opts, cache_dir=_cache(tmp_path))
+    assert report.output.shape == (1, 96)
+    assert report.rel_error <= 2e-2, report.rel_error
+
+
+def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):
+    """LayerNorm, linears with biases, GELU in its tanh and erf forms, a residual (GPT/BERT MLP)."""
+    import os
+    from pathlib import Path
+
+    from emmy.cli.main import run
+
+    if not os.environ.get("EMMY_HOME"):
+        monkeypatch.setenv("EMMY_HOME", str(tmp_path))
+    block = str(Path(__file__).resolve().parent / "models" / "mlp_block.py") + ":make"
+    assert run(["run", block, "--check"]) == 0
+    assert "relative error" in capsys.readouterr().out

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from emmy.cli.main import run
-from tiny_models import FAMILIES, write_tiny_model
+from tiny_models import FAMILIES, REAL, write_real_sized_model, write_tiny_model
 
 HERE = Path(__file__).resolve().parent
 BLOCK = str(HERE / "models" / "mlp_block.py") + ":make"
@@ -57,6 +57,37 @@ def test_block_cuda_compiles_with_nvcc(tmp_path):
     plan = launch_plan(result.module)
     assert [launch.kernel for launch in plan.launches] == ["layer_norm_fc1_gelu", "gelu_fc2_residual"]
     assert compile_source(plan.source, "sm_90", tmp_path).exists()
+
+
+@pytest.mark.parametrize("tokens", [20, 300])
+def test_each_family_lowers_attention_to_one_flash_kernel(tiny_model, tokens):
+    """Qwen2's q/k/v biases sit inside QK^T; they must not stop the scores from fusing into the
+    softmax (the scores would otherwise be a [heads, T, T] float32 tensor in global memory). The
+    tiny models have one key/value head for their three query heads, so K and V read no head
+    axis: still attention, with the head as a batch axis (K and V computed once for all)."""
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_model
+
+    opts = CompileOptions(model=tiny_model, layer=0, tokens=tokens, target="sm_90a")
+    plan = launch_plan(compile_model(opts).module)
+    names = [launch.kernel for launch in plan.launches if not launch.prepare]
+    assert "attention" in names and not any("proj" in n and "attention" in n for n in names), names
+    assert plan.source.count("emmy::attention::run<") == 1
+    assert len(names) <= 8, names
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_released_layer_sizes_lower_like_qwen3(name, tmp_path):
+    """One layer at the sizes of Qwen2-0.5B, Llama-3.2-1B and Mistral-7B: the same kernels as
+    Qwen3's (norm + q/k/v, attention, o + residual, norm + gate/up + SiLU, down + residual)."""
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_model
+
+    model = write_real_sized_model(tmp_path / name, name)
+    opts = CompileOptions(model=model, layer=0, tokens=300, target="sm_90a")
+    names = {launch.kernel for launch in launch_plan(compile_model(opts).module).launches}
+    assert {"rms_norm_qkv_proj", "attention", "o_proj_residual", "rms_norm_gate_up_proj_silu",
+            "down_proj_residual"} <= names, names
 
 
 def test_whole_model_run_on_given_token_ids(tiny_model, capsys):

@@ -289,6 +289,10 @@ def test_rules_follow_the_shapes():
     assert [wide[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [128, 128, 8, 3, "tma"]
     assert check(att_4k, {k: c.value for k, c in wide.items()}, SM90A) == []
     assert rules.decide(att_4k, SM90, knob_space_for(att_4k, SM90))["block_q"].value == 64  # mma.sync
+    # head dim 64 (Llama-3.2-1B, Qwen2-0.5B): 64 query rows by 128 keys, one warpgroup
+    att_d64 = info_of(L.attention(1, 32, 8, 4096, 64))
+    d64 = rules.decide(att_d64, SM90A, knob_space_for(att_d64, SM90A))
+    assert [d64[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 128, 4, 3, "tma"]
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32

@@ -25,3 +25,29 @@ def write_tiny_model(directory: Path, family: str = "qwen3") -> str:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps({**TINY, **FAMILIES[family]}))
     return str(directory)
+
+# One decoder layer at the sizes of released models of each family (random weights): head dims
+# of 64 and 128, hidden sizes that are not powers of two (896), grouped-query ratios of 4 and 7,
+# Qwen2's q/k/v biases. For the GPU tests, which run layer 0 only.
+REAL = {
+    # Qwen2-0.5B: hidden 896 = 14 heads of 64, 2 key/value heads, intermediate 4864
+    "qwen2-0.5b": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 896,
+                   "intermediate_size": 4864, "num_attention_heads": 14, "num_key_value_heads": 2,
+                   "rope_theta": 1000000.0},
+    # Llama-3.2-1B: hidden 2048 = 32 heads of 64, 8 key/value heads, intermediate 8192
+    "llama-3.2-1b": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+                     "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
+                     "head_dim": 64, "rope_theta": 500000.0},
+    # Mistral-7B: hidden 4096 = 32 heads of 128, 8 key/value heads, intermediate 14336
+    "mistral-7b": {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_size": 4096,
+                   "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "head_dim": 128, "sliding_window": None, "rope_theta": 1000000.0},
+}
+
+
+def write_real_sized_model(directory: Path, name: str) -> str:
+    """Create `directory` holding a two-layer model with the layer sizes of `name` (see REAL)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {**TINY, "vocab_size": 1000, "max_position_embeddings": 8192, **REAL[name]}
+    (directory / "config.json").write_text(json.dumps(config))
+    return str(directory)

@@ -78,6 +78,17 @@
 // CHECK-NOT:     loop.fused
 // CHECK:         func.return %e
 
+// (g) A bias on Q inside QK^T (Qwen2's q_proj.bias[h * 8 + d]) is a parameter read at a kept
+// axis (the head h) and a reduced one (d), but Q and K depend on h too: not a projection
+// against weights, so the scores still fuse into the max (one attention loop, as in (c)).
+// CHECK-LABEL: func.func @softmax_bias
+// CHECK-NEXT:    %e = loop.fused @attention axes [h = 2, m = 4, n = 6, k = 8, k_1 = 6] ins(%q, %k, %b : tensor<4x16xf32>, tensor<6x16xf32>, tensor<16xf32>) -> tensor<2x4x6xf32>
+// CHECK:           loop.reduce max ["k_1"] : f32 {
+// CHECK:             loop.reduce sum ["k"] : f32 {
+// CHECK:               loop.load %{{.*}} : tensor<16xf32> -> f32
+// CHECK-NOT:     loop.fused
+// CHECK:         func.return %e
+
 // (e) the returned views (slices, reshapes) of a matmul absorb it, and become one loop with
 // two results, each over its own column axis.
 // CHECK-LABEL: func.func @split_views
@@ -326,6 +337,53 @@ builtin.module {
       loop.yield
     }
     func.return %e : tensor<4x6xf32>
+  }
+  func.func @softmax_bias(%q: tensor<4x16xf32>, %k: tensor<6x16xf32>, %b: tensor<16xf32> {emmy.name = "q_proj.bias", emmy.role = "param"}) -> tensor<2x4x6xf32> {
+    %s = loop.fused @attention axes [h = 2, m = 4, n = 6, k = 8] ins(%q, %k, %b : tensor<4x16xf32>, tensor<6x16xf32>, tensor<16xf32>) -> tensor<2x4x6xf32> attributes {emmy.origin = "attention"} {
+    ^bb0(%0: tensor<4x16xf32>, %1: tensor<6x16xf32>, %2: tensor<16xf32>):
+      %3 = loop.axis "h" : index
+      %4 = loop.axis "m" : index
+      %5 = loop.axis "n" : index
+      %6 = loop.reduce sum ["k"] : f32 {
+        %7 = loop.axis "k" : index
+        %8 = arith.constant 8 : index
+        %9 = arith.muli %3, %8 : index
+        %10 = arith.addi %9, %7 : index
+        %11 = loop.load %0[%4, %10] : tensor<4x16xf32> -> f32
+        %12 = loop.load %2[%10] : tensor<16xf32> -> f32
+        %13 = arith.addf %11, %12 : f32
+        %14 = loop.load %1[%5, %10] : tensor<6x16xf32> -> f32
+        %15 = arith.mulf %13, %14 : f32
+        loop.yield %15 : f32
+      }
+      loop.store %6, 0 [%3, %4, %5] : f32
+      loop.yield
+    }
+    %m = loop.fused @attention_1 axes [d0 = 2, d1 = 4, k = 6] ins(%s : tensor<2x4x6xf32>) -> tensor<2x4xf32> attributes {emmy.origin = "attention"} {
+    ^bb0(%0: tensor<2x4x6xf32>):
+      %1 = loop.axis "d0" : index
+      %2 = loop.axis "d1" : index
+      %3 = loop.reduce max ["k"] : f32 {
+        %4 = loop.axis "k" : index
+        %5 = loop.load %0[%1, %2, %4] : tensor<2x4x6xf32> -> f32
+        loop.yield %5 : f32
+      }
+      loop.store %3, 0 [%1, %2] : f32
+      loop.yield
+    }
+    %e = loop.fused @attention_2 axes [d0 = 2, d1 = 4, d2 = 6] ins(%s, %m : tensor<2x4x6xf32>, tensor<2x4xf32>) -> tensor<2x4x6xf32> attributes {emmy.origin = "attention"} {
+    ^bb0(%0: tensor<2x4x6xf32>, %1: tensor<2x4xf32>):
+      %2 = loop.axis "d0" : index
+      %3 = loop.axis "d1" : index
+      %4 = loop.axis "d2" : index
+      %5 = loop.load %0[%2, %3, %4] : tensor<2x4x6xf32> -> f32
+      %6 = loop.load %1[%2, %3] : tensor<2x4xf32> -> f32
+      %7 = arith.subf %5, %6 : f32
+      %8 = math.exp %7 : f32
+      loop.store %8, 0 [%2, %3, %4] : f32
+      loop.yield
+    }
+    func.return %e : tensor<2x4x6xf32>
   }
   func.func @split_views(%x: tensor<4x512xbf16>, %w: tensor<24x512xbf16>) -> (tensor<1x4x16xbf16>, tensor<1x4x8xbf16>) {
     %y = loop.fused @linear_qk_proj axes [m = 4, n = 24, k = 512] ins(%x, %w : tensor<4x512xbf16>, tensor<24x512xbf16>) -> tensor<4x24xbf16> attributes {emmy.origin = "linear_qk_proj"} {
