@@ -311,6 +311,10 @@ class Stager:
         per_row = g.bk // chunk
         total = g.bm * per_row
         _, in_tile, r, e = self.place(it, per_row, total)
+        if in_tile is not None:
+            # a thread whose chunk lies past the tile still reads the raw copies and the row
+            # statistics in shared memory (only its store is masked): keep its row in the tile
+            r = kb.min(r, g.bm - 1)
         grow = kb.add(self.m0, r)
         gk = kb.add(kb.mul(kt, g.bk), e)
         ok = kb.and_(kb.and_(kb.and_(cb.inside(kb, grow, cb.M, g.bm), cb.inside(kb, gk, cb.K, g.bk)), pred), in_tile)

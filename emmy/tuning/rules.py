@@ -543,7 +543,7 @@ def _wide_wgmma_attention(info, target, chosen) -> bool:
     64 and less, where the softmax of a 128 x 128 block outweighs its two 64-deep products:
     Llama-3.2-1B's layer at 4096 tokens on the H200 (`--model` with its sizes, same run), the
     attention alone 300.3 us in 128 x 128 tiles against 266.9 in 64 x 128 and 265.6 in 128 x 64
-    (cuDNN 211); docs/bench/h200-families.*."""
+    (cuDNN 211); docs/bench/h200-family-llama-3.2-1b-tiles.*."""
     return (
         chosen.get("workers") == "wgmma" and 64 < info.head_dim <= 128 and info.seq_kv % 128 == 0
         and info.batch * ceil(info.seq_q / 128) >= 2 * target.sms

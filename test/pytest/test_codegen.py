@@ -1118,3 +1118,18 @@ def test_kernel_params_and_tensor_maps_on_the_host():
         view = MapView(rows=64, cols=32, stride=32, offset=0, box_rows=64, box_cols=32)
         with pytest.raises(EmmyError, match=r"tensor maps need the CUDA driver library \(libcuda.so.1\)"):
             tensor_map(view, FakeTensor(), "argument #3 of k")
+
+
+def test_threads_past_a_computed_a_tile_read_inside_it():
+    """LayerNorm -> linear at 13 x 80: a 16 x 16 A tile is 32 chunks of 8 for 64 threads. The
+    threads past the tile skip their store, but they still read the raw rows and the row
+    statistics in shared memory: their row must stay inside the tile (it read past the dynamic
+    shared memory, an illegal address on the H200, before)."""
+    from emmy.driver import CompileOptions, compile_model
+
+    block = str(Path(__file__).resolve().parent / "models" / "mlp_block.py") + ":make"
+    module = compile_model(CompileOptions(model=block, layer=None, target="sm_90a", stop_after="kernel")).module
+    func = next(op for op in module.walk() if isinstance(op, K.KernelFuncOp) and op.sym_name.data == "layer_norm_fc1_gelu")
+    clamps = [op for op in func.walk() if isinstance(op, arith.MinSIOp) and isinstance(op.rhs.owner, arith.ConstantOp)
+              and op.rhs.owner.value.value.data == 15]
+    assert clamps, "no chunk row clamped to the tile's last row (15)"
