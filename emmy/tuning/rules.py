@@ -357,6 +357,8 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     tiles = info.batch * ceil(info.M / bm) * ceil(info.gemm_n_nc[0] / bn)
     per = ceil(tiles / target.sms)
     persistent = ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")
+    if _pairs_pay(info, chosen):
+        return [("grid", "one block per output tile, in pairs sharing B (see cluster)"), persistent]
     if info.M >= PERSISTENT_MIN_ROWS and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4:
         why = (f"M={info.M}, {tiles} tiles: one block per SM takes up to {per}, staging the next tile while "
                f"it stores the last (H200: 2-5% faster from M=4096 when the epilogue reads no tensor)")
@@ -439,7 +441,31 @@ def _c_cluster(knob, info, target, chosen, memo) -> Prefs:
     if chosen.get("copy") != "tma":
         return [(1, "no thread block clusters")]
     one = (1, "no thread block clusters (H200: faster than pairs multicasting B)")
-    return [one, (2, "pairs of blocks along m share each B tile (multicast tensor-map copies)")]
+    two = (2, "pairs of blocks along m share each B tile (multicast tensor-map copies)")
+    if _pairs_pay(info, chosen) and chosen.get("schedule") == "grid":
+        why = (f"gate and up side by side over K={info.K}: pairs of blocks along m share each B tile "
+               "(multicast tensor-map copies; H200: gate/up 7-10% faster from K=2048)")
+        return [(2, why), one]
+    return [one, two]
+
+
+PAIRS_MIN_K = 2048  # from here pairs of blocks multicasting B pay for two contractions side by side
+
+
+def _pairs_pay(info: KernelInfo, chosen) -> bool:
+    """Two contractions side by side (gate and up) over a long k, whose row tiles pair up: pairs
+    of blocks multicasting their B tiles. Measured on the H200 (tools/bench.py --model, same
+    run, gate/up alone, `docs/bench/h200-family-*-gateup.*`): Llama-3.2-1B (K=2048) 68.9 -> 64.0
+    us at 512 tokens and 517.0 -> 481.9 at 4096; Mistral-7B (K=4096) 1778.6 -> 1609.7 at 4096
+    tokens, 260.5 -> 263.4 at 512. Their B tiles (two 128 x 64 weight slices per k-step) are
+    twice a single product's, so each block's L2 traffic halves; a single product over K=1024
+    (the running example) was slower in pairs (see _c_cluster)."""
+    bm = int(chosen.get("block_m", 128))
+    return (
+        chosen.get("workers") == "wgmma_ws" and int(chosen.get("split_k", 1)) == 1
+        and info.gemm_n_nc[1] == 2 and info.K >= PAIRS_MIN_K and not info.a_reads_prologue
+        and ceil(info.M / bm) % 2 == 0
+    )
 
 
 def _vector_prefs(info: KernelInfo) -> Prefs:

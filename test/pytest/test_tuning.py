@@ -293,6 +293,16 @@ def test_rules_follow_the_shapes():
     att_d64 = info_of(L.attention(1, 32, 8, 4096, 64))
     d64 = rules.decide(att_d64, SM90A, knob_space_for(att_d64, SM90A))
     assert [d64[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 128, 4, 3, "tma"]
+    # gate and up side by side over a long k (Llama-3.2-1B, Mistral-7B): pairs of blocks share
+    # each B tile, one block per tile; over Qwen3's K=1024 they do not
+    g_long = info_of(L.gate_up(4096, 8192, 2048))
+    d = rules.decide(g_long, SM90A, knob_space_for(g_long, SM90A))
+    assert (d["schedule"].value, d["cluster"].value, d["copy"].value) == ("grid", 2, "tma")
+    assert "K=2048" in d["cluster"].reason
+    assert check(g_long, {k: c.value for k, c in d.items()}, SM90A) == []
+    g_short = info_of(L.gate_up(4096, 3072, 1024))
+    short = rules.decide(g_short, SM90A, knob_space_for(g_short, SM90A))
+    assert (short["schedule"].value, short["cluster"].value) == ("persistent", 1)
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
