@@ -84,6 +84,38 @@ class LayerConfig:
         )
 
 
+def sliding_window(config: Mapping[str, Any], layer: int) -> int | None:
+    """The attention window of decoder layer `layer` in tokens, or None where every query sees
+    every earlier key. Mistral windows every layer when `sliding_window` is set; Qwen2 and Qwen3
+    only the layers their `layer_types` (or `use_sliding_window` from `max_window_layers` on)
+    mark as sliding."""
+    window = config.get("sliding_window")
+    if not window:
+        return None
+    types = config.get("layer_types")
+    if isinstance(types, list) and layer < len(types):
+        return int(window) if types[layer] == "sliding_attention" else None
+    if config.get("model_type") in ("qwen2", "qwen3"):
+        if not config.get("use_sliding_window", False):
+            return None
+        return int(window) if layer >= int(config.get("max_window_layers", 0)) else None
+    return int(window)
+
+
+def check_window(config: Mapping[str, Any], model: str, layers: range, tokens: int) -> None:
+    """Refuse a sequence longer than a layer's attention window: Emmy's attention lets every
+    query see every earlier key, which is only the model's attention while the sequence fits the
+    window."""
+    for layer in layers:
+        window = sliding_window(config, layer)
+        if window is not None and tokens > window:
+            raise EmmyError(
+                f"layer {layer} of {model} attends over a sliding window of {window} tokens, which "
+                f"Emmy does not support yet: with {tokens} tokens its results would differ from the model's",
+                hint=f"use --tokens {window} or fewer, where the window covers the whole sequence",
+            )
+
+
 def _rope_params(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config.get("rope_parameters") or config.get("rope_scaling") or {}
 

@@ -162,6 +162,7 @@ def trace_model(
             hint="compile one decoder layer with --layer N",
         )
     c = decoder.LayerConfig.from_hf(config)
+    decoder.check_window(config, source.model_id, range(c.num_layers), tokens)
     vocab = int(config.get("vocab_size", 0))
     if vocab < 1:
         raise EmmyError(f"{source.model_id}: the config has no vocab_size")

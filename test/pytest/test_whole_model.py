@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from emmy.cli.main import run
 from torch.nn import functional as F
 
 from emmy.diagnostics import EmmyError
@@ -213,6 +215,38 @@ def test_errors(tmp_path):
         trace_model(resolve_model(QWEN), 0)
     with pytest.raises(EmmyError, match="shape \\[1, T\\]"):
         trace_model(resolve_model(QWEN), 2).reference(torch.zeros(4, dtype=torch.long))
+
+
+def test_sliding_window_layers():
+    from emmy.frontend.decoder import sliding_window
+
+    assert sliding_window({"model_type": "mistral", "sliding_window": 4096}, 7) == 4096
+    assert sliding_window({"model_type": "mistral", "sliding_window": None}, 7) is None
+    qwen2 = {"model_type": "qwen2", "sliding_window": 32, "max_window_layers": 2}
+    assert sliding_window(qwen2, 3) is None  # use_sliding_window is off by default
+    assert [sliding_window({**qwen2, "use_sliding_window": True}, i) for i in range(4)] == [None, None, 32, 32]
+    types = {"model_type": "qwen3", "sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]}
+    assert [sliding_window(types, i) for i in range(2)] == [None, 8]
+
+
+def test_sliding_window_longer_than_the_sequence_is_refused(tmp_path, capsys):
+    """Emmy's attention lets every query see every earlier key: right while the window covers
+    the sequence (checked against transformers' model, which applies the window), refused past
+    it rather than computing something else."""
+    src = local(tmp_path, "mistral", sliding_window=4)
+    with pytest.raises(EmmyError, match="layer 0 of .* sliding window of 4 tokens.*with 9 tokens") as e:
+        trace_model(src, 9)
+    assert "--tokens 4 or fewer" in (e.value.hint or "")
+    from emmy.cli.report import run_guarded
+
+    assert run_guarded(run, ["compile", str(tmp_path), "--layer", "2", "--tokens", "9"]) == 1
+    err = capsys.readouterr().err
+    assert "layer 2 of" in err and "sliding window of 4 tokens" in err and "Traceback" not in err
+    model = trace_model(src, 4)
+    hf = hf_model(dict(src.config))
+    hf.load_state_dict(state_dict(model), strict=True)
+    with torch.no_grad():
+        assert torch.equal(model.reference(model.input_ids), hf(input_ids=model.input_ids).last_hidden_state)
 
 
 # ------------------------------------------------------------------------------ time
