@@ -69,6 +69,10 @@ def main() -> None:
             model_dir = write_real_sized_model(Path(tmp) / name, name)
             opts = CompileOptions(model=model_dir, layer=0, tokens=tokens, target=args.target)
             sources.append(launch_plan(compile_model(opts).module).source)
+        for family in ("llama", "qwen2"):
+            opts = CompileOptions(model=write_tiny_model(Path(tmp) / f"{family}-layer", family), layer=1, tokens=300,
+                                  target=args.target)
+            sources.append(launch_plan(compile_model(opts).module).source)
         for family in FAMILIES_TINY:
             opts = CompileOptions(model=write_tiny_model(Path(tmp) / family, family), layer=None, tokens=29,
                                   target=args.target)

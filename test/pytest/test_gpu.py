@@ -247,6 +247,7 @@ def test_whole_model_embedding_on_gpu(tmp_path):
 # head dims 64 and 128, hidden 896, grouped-query ratios 4 and 7, Qwen2's q/k/v biases), and
 # each family's tiny whole model (hidden 96, head dim 32, 3 heads on 1 key/value head).
 FAMILY_LAYER_CASES = [(name, tokens) for name in ("qwen2-0.5b", "llama-3.2-1b", "mistral-7b") for tokens in (37, 1100)]
+FAMILY_LAYER_CASES.append(("llama-3.2-1b", 512))  # gate/up over K=2048 in pairs of blocks (cluster = 2)
 FAMILIES_TINY = ["llama", "mistral", "qwen2", "qwen3"]
 
 
@@ -260,6 +261,20 @@ def test_family_layer_at_released_sizes_matches_pytorch(name, tokens, tmp_path):
     model = write_real_sized_model(tmp_path / name, name)
     opts = CompileOptions(model=model, layer=0, tokens=tokens, target=_target())
     report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
+    assert report.rel_error <= 1e-2, report.rel_error
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_one_key_value_head_layer_matches_pytorch(family, tmp_path):
+    """Three query heads on one key/value head at 300 tokens: the split attention computes K (and
+    Qwen2's biased V) once for all heads."""
+    from tiny_models import write_tiny_model
+
+    from emmy.backend.run import run_on_gpu
+    from emmy.driver import CompileOptions
+
+    d = write_tiny_model(tmp_path / family, family)
+    report = run_on_gpu(CompileOptions(model=d, layer=1, tokens=300, target=_target()), cache_dir=_cache(tmp_path))
     assert report.rel_error <= 1e-2, report.rel_error
 
 
