@@ -4,6 +4,7 @@
     python tools/bench.py --cases example --example-sizes 512,4096 --json $OUT/bench.json
     python tools/bench.py --cases layer --layer-sizes 32 --contenders emmy,compile \
         --variant fused=attention.fusion=fused      # the rules' Emmy against a pinned one
+    python tools/bench.py --cases layer --model path/to/hf-dir # another Llama-family model's layer
 
 For every case: correctness first (relative error against a float32 PyTorch reference on the same
 weights and inputs), then each contender is captured in a CUDA graph and timed by replay with CUDA
