@@ -76,6 +76,33 @@ def test_each_family_lowers_attention_to_one_flash_kernel(tiny_model, tokens):
     assert len(names) <= 8, names
 
 
+ODD_SHAPES = [  # family, hidden, heads, key/value heads, head dim, intermediate, tokens
+    ("mistral", 240, 3, 1, 80, 512, 33),  # head dim 80, one key/value head
+    ("qwen2", 256, 12, 3, 96, 200, 31),  # head dim 96 with biases, groups of 4
+    ("qwen3", 96, 3, 1, 80, 200, 40),  # heads wider than the hidden size
+    ("llama", 96, 8, 2, 96, 344, 17),
+]
+
+
+@pytest.mark.parametrize("family,hidden,heads,kv,head_dim,inter,tokens", ODD_SHAPES)
+def test_odd_llama_family_shapes(family, hidden, heads, kv, head_dim, inter, tokens, tmp_path, capsys):
+    """Head dims that are not powers of two, one or few key/value heads: attention is still one
+    flash kernel, and the interpreted layer matches PyTorch."""
+    import json
+
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_model
+    from tiny_models import TINY
+
+    config = {**TINY, **FAMILIES[family], "hidden_size": hidden, "num_attention_heads": heads,
+              "num_key_value_heads": kv, "head_dim": head_dim, "intermediate_size": inter}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    plan = launch_plan(compile_model(CompileOptions(model=str(tmp_path), layer=0, tokens=tokens, target="sm_90a")).module)
+    assert plan.source.count("emmy::attention::run<") == 1
+    assert run(["run", str(tmp_path), "--layer", "0", "--tokens", str(tokens), "--backend", "interpret", "--check",
+                "--tolerance", "5e-3"]) == 0
+
+
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_released_layer_sizes_lower_like_qwen3(name, tmp_path):
     """One layer at the sizes of Qwen2-0.5B, Llama-3.2-1B and Mistral-7B: the same kernels as
