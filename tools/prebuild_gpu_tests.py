@@ -77,8 +77,9 @@ def main() -> None:
             opts = CompileOptions(model=write_tiny_model(Path(tmp) / family, family), layer=None, tokens=29,
                                   target=args.target)
             sources += [launch_plan(p.result.module).source for p in compile_whole_model(opts).parts]
-    block = str(ROOT / "test" / "pytest" / "models" / "mlp_block.py") + ":make"
-    sources.append(launch_plan(compile_model(CompileOptions(model=block, layer=None, target=args.target)).module).source)
+    for name in ("mlp_block", "activations"):
+        block = str(ROOT / "test" / "pytest" / "models" / f"{name}.py") + ":make"
+        sources.append(launch_plan(compile_model(CompileOptions(model=block, layer=None, target=args.target)).module).source)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for f in [pool.submit(build_cubin, s, args.target, cache) for s in set(sources)]:
             f.result()

@@ -489,6 +489,109 @@ class TanhOp(_Unary):
 
 
 @irdl_op_definition
+class SigmoidOp(_Unary):
+    """`1 / (1 + e^-x)`.
+
+    %s = torch.sigmoid %x : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+    """
+
+    name = "torch.sigmoid"
+
+
+@irdl_op_definition
+class ReluOp(_Unary):
+    """`max(x, 0)`.
+
+    %r = torch.relu %x : (tensor<1x32x3072xbf16>) -> tensor<1x32x3072xbf16>
+    """
+
+    name = "torch.relu"
+
+
+POW_EXPONENTS = (-1.0, -0.5, 0.5, 1.0, 2.0, 3.0)
+
+
+@irdl_op_definition
+class PowScalarOp(_Scalar):
+    """`x ** value` for an exponent Emmy lowers exactly: -1, -0.5, 0.5, 1, 2 or 3 (the
+    result keeps x's type).
+
+    %c = torch.pow_scalar %x {value = 3.000000e+00 : f64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+    """
+
+    name = "torch.pow_scalar"
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.value.value.data not in POW_EXPONENTS:
+            self._fail(
+                f"exponent {self.value.value.data} is not supported (one of "
+                + ", ".join(f"{e:g}" for e in POW_EXPONENTS) + ")"
+            )
+
+
+@irdl_op_definition
+class SoftmaxOp(TorchOp):
+    """Softmax over the last axis, computed in float32 and rounded once to x's type
+    (`torch.softmax(x, dim=-1)`).
+
+    %p = torch.softmax %x {dim = 3 : i64} : (tensor<1x4x8x8xbf16>) -> tensor<1x4x8x8xbf16>
+    """
+
+    name = "torch.softmax"
+    x = operand_def(AnyTensor)
+    dim = prop_def(IntegerAttr)
+    result = result_def(AnyTensor)
+
+    def __init__(self, x: SSAValue, dim: int):
+        super().__init__(operands=[x], result_types=[x.type], properties={"dim": i64_attr(dim)})
+
+    def verify_(self) -> None:
+        rank = len(shape_of(self.x))
+        if self.result.type != self.x.type:
+            self._fail(f"result type {self.result.type} must equal operand type {self.x.type}")
+        if rank == 0 or self.dim.value.data != rank - 1:
+            self._fail(f"dim must be the last axis ({rank - 1}), got {self.dim.value.data}")
+
+
+@irdl_op_definition
+class MeanOp(TorchOp):
+    """Mean over `dims` (strictly increasing), accumulated in float32 and rounded once to x's
+    type; `keepdim` keeps the reduced axes with extent 1.
+
+    %m = torch.mean %x {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
+    """
+
+    name = "torch.mean"
+    x = operand_def(AnyTensor)
+    dims = prop_def(DenseArrayBase)
+    keepdim = prop_def(BoolAttr)
+    result = result_def(AnyTensor)
+
+    def __init__(self, x: SSAValue, dims: Sequence[int], keepdim: bool):
+        super().__init__(
+            operands=[x],
+            result_types=[TensorType(dtype_of(x), self.shape_for(shape_of(x), dims, keepdim))],
+            properties={"dims": i64_array(sorted(dims)), "keepdim": BoolAttr.from_bool(keepdim)},
+        )
+
+    @staticmethod
+    def shape_for(shape: Sequence[int], dims: Sequence[int], keepdim: bool) -> list[int]:
+        return [1 if i in dims else d for i, d in enumerate(shape)] if keepdim else [
+            d for i, d in enumerate(shape) if i not in dims
+        ]
+
+    def verify_(self) -> None:
+        shape, dims = shape_of(self.x), _ints(self.dims)
+        if not dims or any(b <= a for a, b in zip(dims, dims[1:])) or dims[0] < 0 or dims[-1] >= len(shape):
+            self._fail(f"dims must be non-empty, strictly increasing axes of rank {len(shape)}, got {list(dims)}")
+        keep = bool(self.keepdim.value.data)
+        expected = self.shape_for(shape, dims, keep)
+        if list(shape_of(self.result)) != expected or dtype_of(self.result) != dtype_of(self.x):
+            self._fail(f"result must be {fmt_shape(expected)} of {dtype_of(self.x)}, got {self.result.type}")
+
+
+@irdl_op_definition
 class AddOp(_BinaryAlpha):
     """`a + alpha * b` with broadcasting (`alpha` defaults to 1).
 
@@ -529,6 +632,32 @@ class DivOp(_Binary):
     """
 
     name = "torch.div"
+
+    def __init__(self, a: SSAValue, b: SSAValue):
+        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
+
+
+@irdl_op_definition
+class MaximumOp(_Binary):
+    """Elementwise `max(a, b)` with broadcasting.
+
+    %m = torch.maximum %a, %b : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    """
+
+    name = "torch.maximum"
+
+    def __init__(self, a: SSAValue, b: SSAValue):
+        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
+
+
+@irdl_op_definition
+class MinimumOp(_Binary):
+    """Elementwise `min(a, b)` with broadcasting.
+
+    %m = torch.minimum %a, %b : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+    """
+
+    name = "torch.minimum"
 
     def __init__(self, a: SSAValue, b: SSAValue):
         super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
@@ -807,12 +936,19 @@ Torch = Dialect(
         SubOp,
         MulOp,
         DivOp,
+        MaximumOp,
+        MinimumOp,
         AddScalarOp,
         MulScalarOp,
+        PowScalarOp,
         NegOp,
         RsqrtOp,
         ExpOp,
         TanhOp,
+        SigmoidOp,
+        ReluOp,
+        SoftmaxOp,
+        MeanOp,
         ToOp,
         ViewOp,
         TransposeOp,

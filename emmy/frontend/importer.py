@@ -172,6 +172,51 @@ def _gelu(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [b.add(T.GeluOp(b.value(node.args[0]), str(_arg(node, 1, "approximate", "none"))))]
 
 
+def _pow(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    x, e = node.args[0], _arg(node, 1, "exponent")
+    if not _is_tensor(x) or _is_tensor(e):
+        raise Unsupported("pow with a tensor exponent (a tensor to a number's power is supported)")
+    e = _scalar(e)
+    if e not in T.POW_EXPONENTS:
+        raise Unsupported(f"pow with exponent {e:g} (supported: {', '.join(f'{v:g}' for v in T.POW_EXPONENTS)})")
+    return [b.add(T.PowScalarOp(b.value(x), e))]
+
+
+def _softmax(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    x = b.value(node.args[0])
+    if node.op == "aten._softmax":  # export: (x, dim, half_to_float)
+        if _arg(node, 2, "half_to_float", False):
+            raise Unsupported("softmax with half_to_float")
+    elif _arg(node, 2, "dtype") is not None:
+        raise Unsupported("softmax with a dtype argument")
+    rank = len(T.shape_of(x))
+    dim = _dim(int(_arg(node, 1, "dim", -1)), rank)
+    if dim != rank - 1:
+        raise Unsupported(f"softmax over dimension {dim} (only the last, {rank - 1}, is supported)")
+    return [b.add(T.SoftmaxOp(x, dim))]
+
+
+def _mean(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    x = b.value(node.args[0])
+    if node.kwargs.get("dtype") is not None:
+        raise Unsupported("mean with a dtype argument")
+    rank = len(T.shape_of(x))
+    dim = _arg(node, 1, "dim")
+    dims = range(rank) if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    dims = sorted({_dim(int(d), rank) for d in dims})
+    return [b.add(T.MeanOp(x, dims, bool(_arg(node, 2, "keepdim", False))))]
+
+
+def _elementwise_pair(cls: type[T._Binary]) -> Builder:
+    def build(b: _Builder, node: Node) -> Sequence[SSAValue]:
+        a, other = node.args[0], _arg(node, 1, "other")
+        if not (_is_tensor(a) and _is_tensor(other)):
+            raise Unsupported(f"{cls.name} of a tensor and a number (both operands must be tensors)")
+        return [b.add(cls(b.value(a), b.value(other)))]
+
+    return build
+
+
 def _scalar(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise Unsupported(f"expected a number, got {v!r}")
@@ -329,6 +374,26 @@ def _narrow(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [_slice(b, x, dim, slice(start, start + length))]
 
 
+def _chunk(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    """`chunk(x, n, dim)` / `split(x, size_or_sizes, dim)`: one slice per output."""
+    x = b.value(node.args[0])
+    rank = len(T.shape_of(x))
+    dim = _dim(int(_arg(node, 2, "dim", 0)), rank)
+    extent = T.shape_of(x)[dim]
+    how = _arg(node, 1, "chunks" if node.op == "aten.chunk" else "split_size_or_sections")
+    if node.op == "aten.chunk":
+        step = -(-extent // int(how))
+        sizes = [min(step, extent - i) for i in range(0, extent, step)]
+    elif isinstance(how, int):
+        sizes = [min(int(how), extent - i) for i in range(0, extent, int(how))]
+    else:
+        sizes = [int(v) for v in how]
+    if sum(sizes) != extent or len(sizes) != len(node.outputs):
+        raise Unsupported(f"{node.op} into {sizes} along an axis of {extent}")
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [_slice(b, x, dim, slice(a, a + n)) for a, n in zip(starts, sizes)]
+
+
 def _cat(b: _Builder, node: Node) -> Sequence[SSAValue]:
     xs = [b.value(v) for v in _arg(node, 0, "tensors")]
     dim = _arg(node, 1, "dim", node.kwargs.get("axis", 0))
@@ -370,6 +435,14 @@ OP_TABLE: dict[str, Builder] = {
     "aten.rsqrt": _unary(T.RsqrtOp),
     "aten.exp": _unary(T.ExpOp),
     "aten.tanh": _unary(T.TanhOp),
+    "aten.sigmoid": _unary(T.SigmoidOp),
+    "aten.relu": _unary(T.ReluOp),
+    "aten.pow": _pow,
+    "aten.softmax": _softmax,
+    "aten._softmax": _softmax,
+    "aten.mean": _mean,
+    "aten.maximum": _elementwise_pair(T.MaximumOp),
+    "aten.minimum": _elementwise_pair(T.MinimumOp),
     "aten.add": _add,
     "aten.sub": _sub,
     "aten.subtract": _sub,
@@ -405,6 +478,8 @@ OP_TABLE: dict[str, Builder] = {
     "aten.slice": _aten_slice,
     "aten.select": _select,
     "aten.cat": _cat,
+    "aten.chunk": _chunk,
+    "aten.split": _chunk,
     "aten.concat": _cat,
     "aten.concatenate": _cat,
     "aten.embedding": _embedding,

@@ -162,6 +162,40 @@ class TorchFunctions(InterpreterFunctions):
     def run_tanh(self, interp, op, args):
         return _out(op, np.tanh(_f32(args[0])))
 
+    @impl(P.SigmoidOp)
+    def run_sigmoid(self, interp, op, args):
+        with np.errstate(over="ignore"):
+            return _out(op, _sigmoid(_f32(args[0])))
+
+    @impl(P.ReluOp)
+    def run_relu(self, interp, op, args):
+        return _out(op, np.maximum(args[0], 0))
+
+    @impl(P.PowScalarOp)
+    def run_pow_scalar(self, interp, op: P.PowScalarOp, args):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _out(op, np.power(_f32(args[0]), np.float32(op.value.value.data)))
+
+    @impl(P.SoftmaxOp)
+    def run_softmax(self, interp, op, args):
+        x = _f32(args[0])
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            return _out(op, e / e.sum(axis=-1, keepdims=True))
+
+    @impl(P.MeanOp)
+    def run_mean(self, interp, op: P.MeanOp, args):
+        dims = tuple(int(d) for d in op.dims.get_values())
+        return _out(op, _f32(args[0]).mean(axis=dims, keepdims=bool(op.keepdim.value.data)))
+
+    @impl(P.MaximumOp)
+    def run_maximum(self, interp, op, args):
+        return self._binary(op, np.maximum, args)
+
+    @impl(P.MinimumOp)
+    def run_minimum(self, interp, op, args):
+        return self._binary(op, np.minimum, args)
+
     @impl(P.ToOp)
     def run_to(self, interp, op, args):
         return _out(op, args[0])

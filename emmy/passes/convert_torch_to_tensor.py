@@ -72,6 +72,7 @@ _FIXED_LABELS: dict[type[Operation], str] = {
     P.ScaledDotProductAttentionOp: "attention",
     P.SiluOp: "silu",
     P.GeluOp: "gelu",
+    P.SoftmaxOp: "softmax",
     P.EmbeddingOp: "embedding",
 }
 _TRIG_PASS_THROUGH = (P.ViewOp, P.ToOp, P.SliceOp, P.TransposeOp, P.PermuteOp)
@@ -363,6 +364,8 @@ class LowerBinary(TorchLowering):
         P.SubOp: T.SubOp,
         P.MulOp: T.MulOp,
         P.DivOp: T.DivOp,
+        P.MaximumOp: T.MaxOp,
+        P.MinimumOp: T.MinOp,
     }
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter):
@@ -397,13 +400,14 @@ class LowerScalar(TorchLowering):
 
 
 class LowerUnary(TorchLowering):
-    """neg, rsqrt, exp, tanh: one tensor op (computed exactly, rounded once, like PyTorch)."""
+    """neg, rsqrt, exp, tanh, sigmoid: one tensor op (computed exactly, rounded once, like PyTorch)."""
 
     OPS: dict[type[Operation], type[T.UnaryOp]] = {
         P.NegOp: T.NegOp,
         P.RsqrtOp: T.RsqrtOp,
         P.ExpOp: T.ExpOp,
         P.TanhOp: T.TanhOp,
+        P.SigmoidOp: T.SigmoidOp,
     }
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter):
@@ -412,6 +416,65 @@ class LowerUnary(TorchLowering):
             return
         e = self.emitter(op, rewriter)
         rewriter.replace(op, [], [e.emit(cls(op.operands[0]))])
+
+
+class LowerRelu(TorchLowering):
+    """max(x, 0): exact in x's own type."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.ReluOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        rewriter.replace(op, [], [e.emit(T.MaxOp(op.x, e.splat(0.0, op.x)))])
+
+
+class LowerPowScalar(TorchLowering):
+    """x ** 2 and x ** 3 as products, 0.5 / -0.5 / -1 as sqrt / rsqrt / reciprocal, in f32 for
+    low-precision x, rounded once."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.PowScalarOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        x = e.cast(op.x, compute_dtype(_dtype(op.x)))
+        exponent = _float(op.value, 1.0)
+        if exponent == 0.5:
+            y = e.emit(T.SqrtOp(x))
+        elif exponent == -0.5:
+            y = e.emit(T.RsqrtOp(x))
+        elif exponent == -1.0:
+            y = e.emit(T.RecipOp(x))
+        else:
+            y = x
+            for _ in range(int(exponent) - 1):
+                y = e.emit(T.MulOp(y, x))
+        rewriter.replace(op, [], [e.cast(y, _dtype(op.result))])
+
+
+class LowerSoftmax(TorchLowering):
+    """exp(x - max) / sum over the last axis, in f32 for low-precision x, rounded once."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.SoftmaxOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        x = e.cast(op.x, compute_dtype(_dtype(op.x)))
+        ex = e.emit(T.ExpOp(e.emit(T.SubOp(x, e.reduce_last(T.ReduceMaxOp, x, "rowmax")))), "ex")
+        probs = e.emit(T.DivOp(ex, e.reduce_last(T.SumOp, ex, "rowsum")), "probs")
+        rewriter.replace(op, [], [e.cast(probs, _dtype(op.result))])
+
+
+class LowerMean(TorchLowering):
+    """sum over dims (in f32 for low-precision x) times 1/count, rounded once; keepdim
+    reshapes the reduced axes back in with extent 1."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.MeanOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        x = e.cast(op.x, compute_dtype(_dtype(op.x)))
+        dims = [int(d) for d in op.dims.get_values()]
+        count = math.prod(_shape(x)[d] for d in dims)
+        s = e.emit(T.SumOp(x, dims), "sum")
+        mean = e.emit(T.MulOp(s, e.splat(1.0 / count, s)), "mean")
+        mean = e.reshape(mean, _shape(op.result))
+        rewriter.replace(op, [], [e.cast(mean, _dtype(op.result))])
 
 
 # ------------------------------------------------------------------------------------------
@@ -485,6 +548,10 @@ PATTERNS: tuple[type[TorchLowering], ...] = (
     LowerBinary,
     LowerScalar,
     LowerUnary,
+    LowerRelu,
+    LowerPowScalar,
+    LowerSoftmax,
+    LowerMean,
     LowerTo,
     LowerView,
     LowerTranspose,

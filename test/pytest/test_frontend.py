@@ -112,6 +112,12 @@ def _eval_op(op, a):
             return a[0] / a[1]
         case T.EmbeddingOp():
             return F.embedding(a[1], a[0])
+        case T.PowScalarOp():
+            return a[0].pow(op.value.value.data)
+        case T.MeanOp():
+            return a[0].mean(dim=tuple(op.dims.get_values()), keepdim=bool(op.keepdim.value.data))
+        case T.RsqrtOp():
+            return torch.rsqrt(a[0])
     raise AssertionError(f"evaluator lacks {op.name}")
 
 
@@ -403,8 +409,34 @@ def test_unsupported_op_names_op_and_module_path(factory_file):
     assert str(e.value) == "unsupported torch op 'aten.cumsum' at block.1 (Cumsum) (stage: torch import)"
 
 
+class _Op(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("fn,message", [
+    (lambda x: torch.pow(x, 4.0), "pow with exponent 4 (supported: -1, -0.5, 0.5, 1, 2, 3)"),
+    (lambda x: torch.pow(2.0, x), "pow with a tensor exponent"),
+    (lambda x: torch.softmax(x, dim=0), "softmax over dimension 0 (only the last, 1, is supported)"),
+    (lambda x: torch.softmax(x, dim=-1, dtype=torch.float32), "softmax with a dtype argument"),
+    (lambda x: torch.maximum(x, torch.tensor(0.0)), None),
+    (lambda x: torch.mean(x, dim=-1, dtype=torch.float32), "mean with a dtype argument"),
+])
+def test_unsupported_forms_of_supported_ops(fn, message):
+    """Each new op's forms Emmy does not lower are refused at import with the reason."""
+    with pytest.raises(EmmyError) as e:
+        trace_layer(_source(_Op(fn), torch.ones(3, 4)), 0, 1)
+    if message is not None:
+        assert message in str(e.value) and "stage: torch import" in str(e.value)
+
+
 def test_supported_ops_table_has_the_model_level_ops():
-    for name in ("aten.linear", "aten.scaled_dot_product_attention", "aten.silu", "aten.cat", "aten.view"):
+    for name in ("aten.linear", "aten.scaled_dot_product_attention", "aten.silu", "aten.cat", "aten.view",
+                 "aten.relu", "aten.sigmoid", "aten.softmax", "aten.mean", "aten.pow", "aten.chunk"):
         assert name in OP_TABLE
 
 
@@ -480,9 +512,13 @@ def test_rms_norm_recognized_by_behaviour():
     assert norm.eps.value.data == 1e-5
     (out,) = evaluate(traced, traced.inputs)
     assert torch.equal(out, traced.reference(traced.inputs))
-    # Gemma-style (1 + weight) is not torch.rms_norm: its ops are recorded one by one
-    with pytest.raises(EmmyError, match=r"unsupported torch op 'aten.pow' at norm \(MyRMSNorm\)"):
-        trace_layer(_source(_Normed(one_plus=True), x), 0, 4)
+    # Gemma-style (1 + weight) is not torch.rms_norm: its ops are recorded one by one (pow,
+    # mean, rsqrt, ...) and compute the same
+    gemma = trace_layer(_source(_Normed(one_plus=True), x), 0, 4)
+    names = {op.name for op in gemma.module.walk()}
+    assert "torch.rms_norm" not in names and {"torch.pow_scalar", "torch.mean"} <= names
+    (out,) = evaluate(gemma, gemma.inputs)
+    assert torch.equal(out, gemma.reference(gemma.inputs))
 
 
 class _Layout(torch.nn.Module):

@@ -304,3 +304,17 @@ def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):
     block = str(Path(__file__).resolve().parent / "models" / "mlp_block.py") + ":make"
     assert run(["run", block, "--check"]) == 0
     assert "relative error" in capsys.readouterr().out
+
+
+def test_relu_sigmoid_pow_chunk_softmax_mean_block_on_gpu(tmp_path, monkeypatch, capsys):
+    """ReLU, sigmoid, maximum/minimum, x ** 3, chunk, softmax over the last axis and mean."""
+    import os
+    from pathlib import Path
+
+    from emmy.cli.main import run
+
+    if not os.environ.get("EMMY_HOME"):
+        monkeypatch.setenv("EMMY_HOME", str(tmp_path))
+    block = str(Path(__file__).resolve().parent / "models" / "activations.py") + ":make"
+    assert run(["run", block, "--check"]) == 0
+    assert "relative error" in capsys.readouterr().out

@@ -47,6 +47,26 @@ def test_block_with_layernorm_bias_and_gelu(capsys):
     assert "tensor.erf" in tensor_ir and "tensor.tanh" in tensor_ir  # both GELU forms decomposed
 
 
+ACTIVATIONS = str(HERE / "models" / "activations.py") + ":make"
+
+
+def test_block_with_relu_sigmoid_pow_chunk_softmax_mean(capsys, tmp_path):
+    """ReLU, sigmoid, maximum/minimum, x ** 3, chunk, softmax over the last axis and mean go
+    through every stage: interpreted against PyTorch, and the CUDA builds."""
+    assert run(["run", ACTIVATIONS, "--backend", "interpret", "--check", "--tolerance", "5e-3"]) == 0
+    assert run(["compile", ACTIVATIONS, "--ir", "tensor"]) == 0
+    tensor_ir = capsys.readouterr().out
+    for op in ("tensor.sigmoid", "tensor.max", "tensor.min", "tensor.reduce_max", "tensor.sum", "tensor.slice"):
+        assert op in tensor_ir, op
+    if shutil.which("nvcc"):
+        from emmy.backend.nvcc import compile_source
+        from emmy.backend.plan import launch_plan
+        from emmy.driver import CompileOptions, compile_model
+
+        plan = launch_plan(compile_model(CompileOptions(model=ACTIVATIONS, layer=None, target="sm_90")).module)
+        assert compile_source(plan.source, "sm_90", tmp_path).exists()
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_block_cuda_compiles_with_nvcc(tmp_path):
     from emmy.backend.nvcc import compile_source

@@ -39,6 +39,13 @@ CONTRACT = {
     "torch.slice": "SliceOp",
     "torch.cat": "CatOp",
     "torch.embedding": "EmbeddingOp",
+    "torch.maximum": "MaximumOp",
+    "torch.minimum": "MinimumOp",
+    "torch.pow_scalar": "PowScalarOp",
+    "torch.sigmoid": "SigmoidOp",
+    "torch.relu": "ReluOp",
+    "torch.softmax": "SoftmaxOp",
+    "torch.mean": "MeanOp",
 }
 
 
@@ -61,6 +68,8 @@ def test_properties_per_contract():
     assert props["torch.transpose"] == {"dims"} and props["torch.permute"] == {"perm"}
     assert props["torch.slice"] == {"dim", "start", "end", "step"}
     assert props["torch.cat"] == {"dim"}
+    assert props["torch.pow_scalar"] == {"value"} and props["torch.softmax"] == {"dim"}
+    assert props["torch.mean"] == {"dims", "keepdim"}
 
 
 @pytest.mark.parametrize(

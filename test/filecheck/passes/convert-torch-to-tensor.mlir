@@ -246,3 +246,47 @@ func.func @labels(%x: tensor<1x2x4x8xbf16> {emmy.name = "hidden_states", emmy.ro
 // CHECK-NEXT:    %res = tensor.add %x, %sq {emmy.origin = "residual"}
 // CHECK-NEXT:    %res2 = tensor.add %sq, %res {emmy.origin = "residual"}
 // CHECK-NEXT:    func.return %res2
+
+// -----
+
+// ReLU is max(x, 0) in x's type; powers are products (or sqrt / rsqrt / reciprocal) in f32;
+// softmax over the last axis and mean are f32 reductions rounded once.
+func.func @more_activations(%x: tensor<4x8xbf16>, %y: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>) {
+  %s = torch.sigmoid %x : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %r = torch.relu %s : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %c = torch.pow_scalar %r {value = 3.000000e+00 : f64} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %h = torch.pow_scalar %y {value = 5.000000e-01 : f64} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %m = torch.minimum %c, %h : (tensor<4x8xbf16>, tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %p = torch.softmax %m {dim = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %a = torch.mean %p {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xbf16>) -> tensor<4x1xbf16>
+  func.return %r, %c, %p, %a : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>
+}
+
+// CHECK-LABEL: func.func @more_activations
+// CHECK-NEXT:    %s = tensor.sigmoid %x {emmy.origin = "sigmoid"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %[[Z:.*]] = tensor.splat 0.000000e+00 {emmy.origin = "relu"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %r = tensor.max %s, %[[Z]] {emmy.origin = "relu"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %[[RF:.*]] = tensor.cast %r {{.*}} : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK-NEXT:    %[[SQ:.*]] = tensor.mul %[[RF]], %[[RF]]
+// CHECK-NEXT:    %[[CU:.*]] = tensor.mul %[[SQ]], %[[RF]]
+// CHECK-NEXT:    %c = tensor.cast %[[CU]] {{.*}} : tensor<4x8xf32> -> tensor<4x8xbf16>
+// CHECK-NEXT:    %[[YF:.*]] = tensor.cast %y
+// CHECK-NEXT:    %[[RT:.*]] = tensor.sqrt %[[YF]]
+// CHECK-NEXT:    %h = tensor.cast %[[RT]]
+// CHECK-NEXT:    %m = tensor.min %c, %h {emmy.origin = "minimum"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %[[MF:.*]] = tensor.cast %m {emmy.origin = "softmax"} : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK-NEXT:    %rowmax = tensor.reduce_max %[[MF]] {axes = array<i64: 1>, emmy.origin = "softmax"}
+// CHECK-NEXT:    %[[MB:.*]] = tensor.broadcast %rowmax
+// CHECK-NEXT:    %[[SH:.*]] = tensor.sub %[[MF]], %[[MB]]
+// CHECK-NEXT:    %ex = tensor.exp %[[SH]]
+// CHECK-NEXT:    %rowsum = tensor.sum %ex {axes = array<i64: 1>, emmy.origin = "softmax"}
+// CHECK-NEXT:    %[[SB:.*]] = tensor.broadcast %rowsum
+// CHECK-NEXT:    %probs = tensor.div %ex, %[[SB]]
+// CHECK-NEXT:    %p = tensor.cast %probs {emmy.origin = "softmax"} : tensor<4x8xf32> -> tensor<4x8xbf16>
+// CHECK-NEXT:    %[[PF:.*]] = tensor.cast %p {emmy.origin = "mean"}
+// CHECK-NEXT:    %sum = tensor.sum %[[PF]] {axes = array<i64: 1>, emmy.origin = "mean"} : tensor<4x8xf32> -> tensor<4xf32>
+// CHECK-NEXT:    %[[N:.*]] = tensor.splat 1.250000e-01 {emmy.origin = "mean"} : tensor<4xf32>
+// CHECK-NEXT:    %mean = tensor.mul %sum, %[[N]]
+// CHECK-NEXT:    %[[K:.*]] = tensor.reshape %mean {emmy.origin = "mean"} : tensor<4xf32> -> tensor<4x1xf32>
+// CHECK-NEXT:    %a = tensor.cast %[[K]] {emmy.origin = "mean"} : tensor<4x1xf32> -> tensor<4x1xbf16>
+// CHECK-NEXT:    func.return %r, %c, %p, %a

@@ -375,3 +375,51 @@ func.func @f(%t: tensor<100x64xbf16>, %i: tensor<1x32xi64>) {
   func.return
 }
 // CHECK: torch.embedding: result element type must equal weight's
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.pow_scalar %x {value = 4.000000e+00 : f64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: torch.pow_scalar: exponent 4.0 is not supported (one of -1, -0.5, 0.5, 1, 2, 3)
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.softmax %x {dim = 0 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: torch.softmax: dim must be the last axis (1), got 0
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.softmax %x {dim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  func.return
+}
+// CHECK: torch.softmax: result type tensor<4x8xbf16> must equal operand type tensor<4x8xf32>
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.mean %x {dims = array<i64: 1, 0>, keepdim = false} : (tensor<4x8xf32>) -> tensor<f32>
+  func.return
+}
+// CHECK: torch.mean: dims must be non-empty, strictly increasing axes of rank 2, got [1, 0]
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.mean %x {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4xf32>
+  func.return
+}
+// CHECK: torch.mean: result must be [4, 1] of f32, got tensor<4xf32>
+
+// -----
+
+func.func @f(%a: tensor<4x8xf32>, %b: tensor<3x8xf32>) {
+  %r = torch.maximum %a, %b : (tensor<4x8xf32>, tensor<3x8xf32>) -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: torch.maximum: operand shapes [4, 8] and [3, 8] do not broadcast

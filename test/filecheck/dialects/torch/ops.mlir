@@ -39,6 +39,14 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
     %fs = torch.sub %fm, %row {alpha = 2.000000e+00 : f64} : (tensor<1x32x1024xf32>, tensor<1024xf32>) -> tensor<1x32x1024xf32>
     %fd = torch.div %fs, %f : (tensor<1x32x1024xf32>, tensor<1x32x1024xf32>) -> tensor<1x32x1024xf32>
     %mixed = torch.mul %fd, %x : (tensor<1x32x1024xf32>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xf32>
+    %sg = torch.sigmoid %x : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %rl = torch.relu %sg : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %pw = torch.pow_scalar %rl {value = 3.000000e+00 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %mx = torch.maximum %pw, %x : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %mn = torch.minimum %mx, %w : (tensor<1x32x1024xbf16>, tensor<1024xbf16>) -> tensor<1x32x1024xbf16>
+    %sm = torch.softmax %mn {dim = 2 : i64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %av = torch.mean %sm {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
+    %al = torch.mean %sm {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
     %e = torch.embedding %table, %ids : (tensor<100x1024xbf16>, tensor<1x32xi64>) -> tensor<1x32x1024xbf16>
     %r = torch.add %x, %e : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
     func.return %r : tensor<1x32x1024xbf16>
@@ -73,6 +81,14 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
 // CHECK-NEXT:     %fs = torch.sub %fm, %row {alpha = 2.000000e+00 : f64} : (tensor<1x32x1024xf32>, tensor<1024xf32>) -> tensor<1x32x1024xf32>
 // CHECK-NEXT:     %fd = torch.div %fs, %f : (tensor<1x32x1024xf32>, tensor<1x32x1024xf32>) -> tensor<1x32x1024xf32>
 // CHECK-NEXT:     %mixed = torch.mul %fd, %x : (tensor<1x32x1024xf32>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xf32>
+// CHECK-NEXT:     %sg = torch.sigmoid %x : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %rl = torch.relu %sg : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %pw = torch.pow_scalar %rl {value = 3.000000e+00 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %mx = torch.maximum %pw, %x : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %mn = torch.minimum %mx, %w : (tensor<1x32x1024xbf16>, tensor<1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %sm = torch.softmax %mn {dim = 2 : i64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %av = torch.mean %sm {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
+// CHECK-NEXT:     %al = torch.mean %sm {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
 // CHECK-NEXT:     %e = torch.embedding %table, %ids : (tensor<100x1024xbf16>, tensor<1x32xi64>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     %r = torch.add %x, %e : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     func.return %r : tensor<1x32x1024xbf16>
