@@ -77,9 +77,11 @@ def main() -> None:
             opts = CompileOptions(model=write_tiny_model(Path(tmp) / family, family), layer=None, tokens=29,
                                   target=args.target)
             sources += [launch_plan(p.result.module).source for p in compile_whole_model(opts).parts]
-    for name in ("mlp_block", "activations"):
+    for name, tokens in (("mlp_block", 512), ("activations", 512), ("handwritten_attention", 21),
+                         ("handwritten_attention", 300)):
         block = str(ROOT / "test" / "pytest" / "models" / f"{name}.py") + ":make"
-        sources.append(launch_plan(compile_model(CompileOptions(model=block, layer=None, target=args.target)).module).source)
+        opts = CompileOptions(model=block, layer=None, tokens=tokens, target=args.target)
+        sources.append(launch_plan(compile_model(opts).module).source)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for f in [pool.submit(build_cubin, s, args.target, cache) for s in set(sources)]:
             f.result()

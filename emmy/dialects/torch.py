@@ -352,6 +352,42 @@ class LinearOp(TorchOp):
 
 
 @irdl_op_definition
+class MatmulOp(TorchOp):
+    """`a @ b` of two tensors of rank >= 2 (`torch.matmul`, `bmm`): a [..., M, K], b [..., K, N],
+    batch dims broadcast, result [..., M, N]; accumulated in float32 and rounded once. Both
+    operands and the result share one element type.
+
+        %s = torch.matmul %q, %kt : (tensor<1x4x32x64xbf16>, tensor<1x4x64x32xbf16>) -> tensor<1x4x32x32xbf16>
+    """
+
+    name = "torch.matmul"
+    a = operand_def(AnyTensor)
+    b = operand_def(AnyTensor)
+    result = result_def(AnyTensor)
+
+    def __init__(self, a: SSAValue, b: SSAValue):
+        batch = broadcast_shapes(shape_of(a)[:-2], shape_of(b)[:-2])
+        assert batch is not None, "batch dims do not broadcast"
+        shape = list(batch) + [shape_of(a)[-2], shape_of(b)[-1]]
+        super().__init__(operands=[a, b], result_types=[TensorType(dtype_of(a), shape)])
+
+    def verify_(self) -> None:
+        sa, sb = shape_of(self.a), shape_of(self.b)
+        if len(sa) < 2 or len(sb) < 2:
+            self._fail(f"operands must have rank >= 2, got {fmt_shape(sa)} and {fmt_shape(sb)}")
+        if sa[-1] != sb[-2]:
+            self._fail(f"a's last dim {sa[-1]} must equal b's second to last {sb[-2]} (a {fmt_shape(sa)}, b {fmt_shape(sb)})")
+        batch = broadcast_shapes(sa[:-2], sb[:-2])
+        if batch is None:
+            self._fail(f"batch dims {fmt_shape(sa[:-2])} and {fmt_shape(sb[:-2])} do not broadcast")
+        expected = tuple(batch) + (sa[-2], sb[-1])
+        if shape_of(self.result) != expected:
+            self._fail(f"result shape {fmt_shape(shape_of(self.result))} must be {fmt_shape(expected)}")
+        if not dtype_of(self.a) == dtype_of(self.b) == dtype_of(self.result):
+            self._fail("operands and result must share one element type")
+
+
+@irdl_op_definition
 class ScaledDotProductAttentionOp(TorchOp):
     """`softmax(q @ k^T * scale [+ causal mask]) @ v` per head, like
     `torch.nn.functional.scaled_dot_product_attention`. q [B, H, S, D], k [B, Hkv, Sk, D],
@@ -929,6 +965,7 @@ Torch = Dialect(
         RmsNormOp,
         LayerNormOp,
         LinearOp,
+        MatmulOp,
         ScaledDotProductAttentionOp,
         SiluOp,
         GeluOp,

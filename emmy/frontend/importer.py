@@ -207,6 +207,20 @@ def _mean(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [b.add(T.MeanOp(x, dims, bool(_arg(node, 2, "keepdim", False))))]
 
 
+def _matmul(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    x, y = node.args[0], _arg(node, 1, "other", _arg(node, 1, "mat2"))
+    if not (_is_tensor(x) and _is_tensor(y)):
+        raise Unsupported("matmul with a number")
+    x, y = b.value(x), b.value(y)
+    if len(T.shape_of(x)) < 2 or len(T.shape_of(y)) < 2:
+        raise Unsupported("matmul of a vector (both operands need rank 2 or more)")
+    if T.dtype_of(x) != T.dtype_of(y):
+        raise Unsupported(f"matmul of {T.dtype_of(x)} and {T.dtype_of(y)} (one element type)")
+    if T.broadcast_shapes(T.shape_of(x)[:-2], T.shape_of(y)[:-2]) is None:
+        raise Unsupported("matmul whose batch dims do not broadcast")
+    return [b.add(T.MatmulOp(x, y))]
+
+
 def _elementwise_pair(cls: type[T._Binary]) -> Builder:
     def build(b: _Builder, node: Node) -> Sequence[SSAValue]:
         a, other = node.args[0], _arg(node, 1, "other")
@@ -441,6 +455,8 @@ OP_TABLE: dict[str, Builder] = {
     "aten.softmax": _softmax,
     "aten._softmax": _softmax,
     "aten.mean": _mean,
+    "aten.matmul": _matmul,
+    "aten.bmm": _matmul,
     "aten.maximum": _elementwise_pair(T.MaximumOp),
     "aten.minimum": _elementwise_pair(T.MinimumOp),
     "aten.add": _add,

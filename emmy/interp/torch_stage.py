@@ -188,6 +188,10 @@ class TorchFunctions(InterpreterFunctions):
         dims = tuple(int(d) for d in op.dims.get_values())
         return _out(op, _f32(args[0]).mean(axis=dims, keepdims=bool(op.keepdim.value.data)))
 
+    @impl(P.MatmulOp)
+    def run_matmul(self, interp, op, args):
+        return _out(op, np.matmul(_f32(args[0]), _f32(args[1])))
+
     @impl(P.MaximumOp)
     def run_maximum(self, interp, op, args):
         return self._binary(op, np.maximum, args)

@@ -418,6 +418,19 @@ class LowerUnary(TorchLowering):
         rewriter.replace(op, [], [e.emit(cls(op.operands[0]))])
 
 
+class LowerMatmul(TorchLowering):
+    """a @ b: the batch dims broadcast to the result's, then one `tensor.matmul` (b as [..., K, N],
+    accumulated in f32, rounded once)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.MatmulOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        batch = list(_shape(op.result)[:-2])
+        a = e.broadcast(op.a, batch + list(_shape(op.a)[-2:]))
+        b = e.broadcast(op.b, batch + list(_shape(op.b)[-2:]))
+        rewriter.replace(op, [], [e.emit(T.MatmulOp(a, b, _dtype(op.result), transpose_rhs=False))])
+
+
 class LowerRelu(TorchLowering):
     """max(x, 0): exact in x's own type."""
 
@@ -548,6 +561,7 @@ PATTERNS: tuple[type[TorchLowering], ...] = (
     LowerBinary,
     LowerScalar,
     LowerUnary,
+    LowerMatmul,
     LowerRelu,
     LowerPowScalar,
     LowerSoftmax,

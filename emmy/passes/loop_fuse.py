@@ -112,7 +112,7 @@ FUSED_FROM = "emmy.fused_from"
 FUSION = "emmy.fusion"
 f32 = Float32Type()
 
-MODEL_LABELS = ("rms_norm", "layer_norm", "attention", "silu", "gelu", "rope", "residual", "embedding")
+MODEL_LABELS = ("rms_norm", "layer_norm", "attention", "silu", "gelu", "rope", "residual", "embedding", "softmax")
 ATTENTION_ABSORBS = ("rope", "rms_norm", "layer_norm", "q_norm", "k_norm")
 
 
@@ -498,6 +498,8 @@ def loop_name(labels: Sequence[str]) -> str:
         if label not in clean:
             clean.append(label)
     model = [l for l in clean if l in MODEL_LABELS or f"linear_{l}" in labels]
+    if "softmax" in model and "matmul" in clean:  # softmax between products of activations, by hand
+        model = ["attention" if l == "softmax" else l for l in model]
     if "attention" in model:
         # Rope, norms and the projections' bias adds (Qwen2's q/k/v biases) are part of its
         # producers; a projection's contraction never fuses into attention (rule (b)).

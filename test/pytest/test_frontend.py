@@ -425,6 +425,7 @@ class _Op(torch.nn.Module):
     (lambda x: torch.softmax(x, dim=-1, dtype=torch.float32), "softmax with a dtype argument"),
     (lambda x: torch.maximum(x, torch.tensor(0.0)), None),
     (lambda x: torch.mean(x, dim=-1, dtype=torch.float32), "mean with a dtype argument"),
+    (lambda x: torch.matmul(x, x[0]), "matmul of a vector (both operands need rank 2 or more)"),
 ])
 def test_unsupported_forms_of_supported_ops(fn, message):
     """Each new op's forms Emmy does not lower are refused at import with the reason."""

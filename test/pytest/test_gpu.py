@@ -318,3 +318,17 @@ def test_relu_sigmoid_pow_chunk_softmax_mean_block_on_gpu(tmp_path, monkeypatch,
     block = str(Path(__file__).resolve().parent / "models" / "activations.py") + ":make"
     assert run(["run", block, "--check"]) == 0
     assert "relative error" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tokens", [21, 300])
+def test_handwritten_attention_on_gpu(tokens, tmp_path, monkeypatch, capsys):
+    """q @ k^T * scale, softmax, @ v by hand: one flash-attention kernel."""
+    import os
+    from pathlib import Path
+
+    from emmy.cli.main import run
+
+    if not os.environ.get("EMMY_HOME"):
+        monkeypatch.setenv("EMMY_HOME", str(tmp_path))
+    block = str(Path(__file__).resolve().parent / "models" / "handwritten_attention.py") + ":make"
+    assert run(["run", block, "--tokens", str(tokens), "--check"]) == 0

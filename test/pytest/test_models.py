@@ -67,6 +67,27 @@ def test_block_with_relu_sigmoid_pow_chunk_softmax_mean(capsys, tmp_path):
         assert compile_source(plan.source, "sm_90", tmp_path).exists()
 
 
+HANDWRITTEN = str(HERE / "models" / "handwritten_attention.py") + ":make"
+
+
+@pytest.mark.parametrize("tokens", [21, 300])
+def test_handwritten_attention_is_one_flash_kernel(tokens, tmp_path):
+    """q @ k^T * scale, softmax, @ v written out by hand (batched matmuls of activations) fuses
+    and lowers like scaled_dot_product_attention: one attention kernel, interpreted against
+    PyTorch, built with nvcc."""
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_model
+
+    plan = launch_plan(compile_model(CompileOptions(model=HANDWRITTEN, tokens=tokens, target="sm_90a")).module)
+    assert [launch.kernel for launch in plan.launches] == ["qkv", "attention", "out_residual"]
+    assert plan.source.count("emmy::attention::run<") == 1
+    assert run(["run", HANDWRITTEN, "--tokens", str(tokens), "--backend", "interpret", "--check"]) == 0
+    if shutil.which("nvcc"):
+        from emmy.backend.nvcc import compile_source
+
+        assert compile_source(plan.source, "sm_90a", tmp_path).exists()
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_block_cuda_compiles_with_nvcc(tmp_path):
     from emmy.backend.nvcc import compile_source

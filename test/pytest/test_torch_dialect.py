@@ -39,6 +39,7 @@ CONTRACT = {
     "torch.slice": "SliceOp",
     "torch.cat": "CatOp",
     "torch.embedding": "EmbeddingOp",
+    "torch.matmul": "MatmulOp",
     "torch.maximum": "MaximumOp",
     "torch.minimum": "MinimumOp",
     "torch.pow_scalar": "PowScalarOp",

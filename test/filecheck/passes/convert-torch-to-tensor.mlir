@@ -290,3 +290,16 @@ func.func @more_activations(%x: tensor<4x8xbf16>, %y: tensor<4x8xbf16>) -> (tens
 // CHECK-NEXT:    %[[K:.*]] = tensor.reshape %mean {emmy.origin = "mean"} : tensor<4xf32> -> tensor<4x1xf32>
 // CHECK-NEXT:    %a = tensor.cast %[[K]] {emmy.origin = "mean"} : tensor<4x1xf32> -> tensor<4x1xbf16>
 // CHECK-NEXT:    func.return %r, %c, %p, %a
+
+// -----
+
+// a @ b: the batch dims broadcast (b's leading 1 to 2), then one tensor.matmul with b as [K, N].
+func.func @matmul(%a: tensor<2x4x8xbf16>, %b: tensor<1x8x5xbf16>) -> tensor<2x4x5xbf16> {
+  %r = torch.matmul %a, %b : (tensor<2x4x8xbf16>, tensor<1x8x5xbf16>) -> tensor<2x4x5xbf16>
+  func.return %r : tensor<2x4x5xbf16>
+}
+
+// CHECK-LABEL: func.func @matmul
+// CHECK-NEXT:    %[[B:.*]] = tensor.broadcast %b {dims = array<i64: 0, 1, 2>, emmy.origin = "matmul"} : tensor<1x8x5xbf16> -> tensor<2x8x5xbf16>
+// CHECK-NEXT:    %r = tensor.matmul %a, %[[B]] {emmy.origin = "matmul"} : (tensor<2x4x8xbf16>, tensor<2x8x5xbf16>) -> tensor<2x4x5xbf16>
+// CHECK-NEXT:    func.return %r

@@ -423,3 +423,27 @@ func.func @f(%a: tensor<4x8xf32>, %b: tensor<3x8xf32>) {
   func.return
 }
 // CHECK: torch.maximum: operand shapes [4, 8] and [3, 8] do not broadcast
+
+// -----
+
+func.func @f(%a: tensor<2x4x8xbf16>, %b: tensor<2x6x3xbf16>) {
+  %r = torch.matmul %a, %b : (tensor<2x4x8xbf16>, tensor<2x6x3xbf16>) -> tensor<2x4x3xbf16>
+  func.return
+}
+// CHECK: torch.matmul: a's last dim 8 must equal b's second to last 6 (a [2, 4, 8], b [2, 6, 3])
+
+// -----
+
+func.func @f(%a: tensor<2x4x8xbf16>, %b: tensor<3x8x5xbf16>) {
+  %r = torch.matmul %a, %b : (tensor<2x4x8xbf16>, tensor<3x8x5xbf16>) -> tensor<2x4x5xbf16>
+  func.return
+}
+// CHECK: torch.matmul: batch dims [2] and [3] do not broadcast
+
+// -----
+
+func.func @f(%a: tensor<4x8xbf16>, %b: tensor<8x5xf32>) {
+  %r = torch.matmul %a, %b : (tensor<4x8xbf16>, tensor<8x5xf32>) -> tensor<4x5xbf16>
+  func.return
+}
+// CHECK: torch.matmul: operands and result must share one element type

@@ -39,6 +39,8 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
     %fs = torch.sub %fm, %row {alpha = 2.000000e+00 : f64} : (tensor<1x32x1024xf32>, tensor<1024xf32>) -> tensor<1x32x1024xf32>
     %fd = torch.div %fs, %f : (tensor<1x32x1024xf32>, tensor<1x32x1024xf32>) -> tensor<1x32x1024xf32>
     %mixed = torch.mul %fd, %x : (tensor<1x32x1024xf32>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xf32>
+    %kt = torch.transpose %qt {dims = array<i64: 2, 3>} : (tensor<1x16x32x128xbf16>) -> tensor<1x16x128x32xbf16>
+    %mm = torch.matmul %qt, %kt : (tensor<1x16x32x128xbf16>, tensor<1x16x128x32xbf16>) -> tensor<1x16x32x32xbf16>
     %sg = torch.sigmoid %x : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
     %rl = torch.relu %sg : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
     %pw = torch.pow_scalar %rl {value = 3.000000e+00 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
@@ -81,6 +83,8 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
 // CHECK-NEXT:     %fs = torch.sub %fm, %row {alpha = 2.000000e+00 : f64} : (tensor<1x32x1024xf32>, tensor<1024xf32>) -> tensor<1x32x1024xf32>
 // CHECK-NEXT:     %fd = torch.div %fs, %f : (tensor<1x32x1024xf32>, tensor<1x32x1024xf32>) -> tensor<1x32x1024xf32>
 // CHECK-NEXT:     %mixed = torch.mul %fd, %x : (tensor<1x32x1024xf32>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xf32>
+// CHECK-NEXT:     %kt = torch.transpose %qt {dims = array<i64: 2, 3>} : (tensor<1x16x32x128xbf16>) -> tensor<1x16x128x32xbf16>
+// CHECK-NEXT:     %mm = torch.matmul %qt, %kt : (tensor<1x16x32x128xbf16>, tensor<1x16x128x32xbf16>) -> tensor<1x16x32x32xbf16>
 // CHECK-NEXT:     %sg = torch.sigmoid %x : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     %rl = torch.relu %sg : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     %pw = torch.pow_scalar %rl {value = 3.000000e+00 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
