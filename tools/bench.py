@@ -284,16 +284,15 @@ def _source(model: str):
 
 def _layer_costs(config, tokens: int) -> tuple[int, int]:
     """FLOPs and the fewest bytes moved of one decoder layer of a Llama-family model (its
-    Hugging Face config): every weight read once, the hidden states read and written once, the
-    rotary tables read once; projections plus causal QK^T and PV."""
-    h, inter = config["hidden_size"], config["intermediate_size"]
-    heads = config["num_attention_heads"]
-    kv = config.get("num_key_value_heads") or heads
-    d = config.get("head_dim") or h // heads
+    Hugging Face config, read as Emmy's own decoder reads it): every weight read once, the hidden
+    states read and written once, the rotary tables read once; projections plus causal QK^T and PV."""
+    from emmy.frontend.decoder import LayerConfig
+
+    c = LayerConfig.from_hf(config)
+    h, inter, heads, kv, d = c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim
     matrices = h * (heads * d + 2 * kv * d) + heads * d * h + 3 * h * inter
-    vectors = 2 * h + (2 * d if config.get("model_type") == "qwen3" else 0)
-    if config.get("model_type") == "qwen2" or config.get("attention_bias"):
-        vectors += heads * d + 2 * kv * d
+    vectors = 2 * h + (2 * d if c.qk_norm else 0) + (heads * d + 2 * kv * d if c.qkv_bias else 0)
+    vectors += (h if c.o_bias else 0) + (2 * inter + h if c.mlp_bias else 0)
     flops = 2 * tokens * matrices + 2 * heads * d * tokens * tokens
     bytes_ = 2 * (matrices + vectors + 2 * tokens * h + 2 * tokens * d)
     return flops, bytes_

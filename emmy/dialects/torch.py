@@ -203,6 +203,9 @@ class _Binary(TorchOp):
     b = operand_def(AnyTensor)
     result = result_def(AnyTensor)
 
+    def __init__(self, a: SSAValue, b: SSAValue):
+        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
+
     @staticmethod
     def result_type(a: SSAValue, b: SSAValue) -> TensorType:
         shape = broadcast_shapes(shape_of(a), shape_of(b))
@@ -229,7 +232,7 @@ class _BinaryAlpha(_Binary):
 
     def __init__(self, a: SSAValue, b: SSAValue, alpha: float | None = None):
         props = {} if alpha is None else {"alpha": f64_attr(alpha)}
-        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)], properties=props)
+        IRDLOperation.__init__(self, operands=[a, b], result_types=[self.result_type(a, b)], properties=props)
 
 
 class _Scalar(_Unary):
@@ -545,6 +548,7 @@ class ReluOp(_Unary):
 
 
 POW_EXPONENTS = (-1.0, -0.5, 0.5, 1.0, 2.0, 3.0)
+POW_EXPONENTS_TEXT = ", ".join(f"{e:g}" for e in POW_EXPONENTS)
 
 
 @irdl_op_definition
@@ -561,8 +565,7 @@ class PowScalarOp(_Scalar):
         super().verify_()
         if self.value.value.data not in POW_EXPONENTS:
             self._fail(
-                f"exponent {self.value.value.data} is not supported (one of "
-                + ", ".join(f"{e:g}" for e in POW_EXPONENTS) + ")"
+                f"exponent {self.value.value.data} is not supported (one of {POW_EXPONENTS_TEXT})"
             )
 
 
@@ -656,9 +659,6 @@ class MulOp(_Binary):
 
     name = "torch.mul"
 
-    def __init__(self, a: SSAValue, b: SSAValue):
-        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
-
 
 @irdl_op_definition
 class DivOp(_Binary):
@@ -668,9 +668,6 @@ class DivOp(_Binary):
     """
 
     name = "torch.div"
-
-    def __init__(self, a: SSAValue, b: SSAValue):
-        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
 
 
 @irdl_op_definition
@@ -682,9 +679,6 @@ class MaximumOp(_Binary):
 
     name = "torch.maximum"
 
-    def __init__(self, a: SSAValue, b: SSAValue):
-        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
-
 
 @irdl_op_definition
 class MinimumOp(_Binary):
@@ -694,9 +688,6 @@ class MinimumOp(_Binary):
     """
 
     name = "torch.minimum"
-
-    def __init__(self, a: SSAValue, b: SSAValue):
-        super().__init__(operands=[a, b], result_types=[self.result_type(a, b)])
 
 
 @irdl_op_definition

@@ -178,7 +178,7 @@ def _pow(b: _Builder, node: Node) -> Sequence[SSAValue]:
         raise Unsupported("pow with a tensor exponent (a tensor to a number's power is supported)")
     e = _scalar(e)
     if e not in T.POW_EXPONENTS:
-        raise Unsupported(f"pow with exponent {e:g} (supported: {', '.join(f'{v:g}' for v in T.POW_EXPONENTS)})")
+        raise Unsupported(f"pow with exponent {e:g} (supported: {T.POW_EXPONENTS_TEXT})")
     return [b.add(T.PowScalarOp(b.value(x), e))]
 
 

@@ -316,17 +316,17 @@ def reduces_weights(loop: FusedOp) -> bool:
         arg = load.operands[0]
         return isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in weights
 
-    loads = [(op, reduced_around(op)) for op in loop.walk() if isinstance(op, LoadOp)]
-    for op, reduced in loads:
-        if not reduced or not is_weight(op):
+    # (reduced axes around it, axes it reads, whether it reads a weight) of every load, once
+    loads = [(reduced_around(op), load_axes(op), is_weight(op)) for op in loop.walk() if isinstance(op, LoadOp)]
+    for reduced, axes, weight in loads:
+        if not reduced or not weight:
             continue
-        axes = load_axes(op)
         if axes is None:
             return True
         shared: set[str] = set()
-        for other, other_reduced in loads:
-            if other_reduced & reduced and not is_weight(other):
-                shared |= load_axes(other) or set()
+        for other_reduced, other_axes, other_weight in loads:
+            if other_reduced & reduced and not other_weight:
+                shared |= other_axes or set()
         if axes & reduced and axes - reduced - shared:
             return True
     return False

@@ -292,8 +292,9 @@ def test_family_whole_model_embedding_on_gpu(family, tmp_path):
     assert report.rel_error <= 2e-2, report.rel_error
 
 
-def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):
-    """LayerNorm, linears with biases, GELU in its tanh and erf forms, a residual (GPT/BERT MLP)."""
+def _run_test_model(name: str, tmp_path, monkeypatch, *extra: str) -> int:
+    """`emmy run test/pytest/models/<name>.py:make --check [extra]` on the GPU (EMMY_HOME kept
+    when set, so prebuilt kernels are found)."""
     import os
     from pathlib import Path
 
@@ -301,34 +302,23 @@ def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):
 
     if not os.environ.get("EMMY_HOME"):
         monkeypatch.setenv("EMMY_HOME", str(tmp_path))
-    block = str(Path(__file__).resolve().parent / "models" / "mlp_block.py") + ":make"
-    assert run(["run", block, "--check"]) == 0
+    block = str(Path(__file__).resolve().parent / "models" / f"{name}.py") + ":make"
+    return run(["run", block, "--check", *extra])
+
+
+def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):
+    """LayerNorm, linears with biases, GELU in its tanh and erf forms, a residual (GPT/BERT MLP)."""
+    assert _run_test_model("mlp_block", tmp_path, monkeypatch) == 0
     assert "relative error" in capsys.readouterr().out
 
 
 def test_relu_sigmoid_pow_chunk_softmax_mean_block_on_gpu(tmp_path, monkeypatch, capsys):
     """ReLU, sigmoid, maximum/minimum, x ** 3, chunk, softmax over the last axis and mean."""
-    import os
-    from pathlib import Path
-
-    from emmy.cli.main import run
-
-    if not os.environ.get("EMMY_HOME"):
-        monkeypatch.setenv("EMMY_HOME", str(tmp_path))
-    block = str(Path(__file__).resolve().parent / "models" / "activations.py") + ":make"
-    assert run(["run", block, "--check"]) == 0
+    assert _run_test_model("activations", tmp_path, monkeypatch) == 0
     assert "relative error" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("tokens", [21, 300])
 def test_handwritten_attention_on_gpu(tokens, tmp_path, monkeypatch, capsys):
     """q @ k^T * scale, softmax, @ v by hand: one flash-attention kernel."""
-    import os
-    from pathlib import Path
-
-    from emmy.cli.main import run
-
-    if not os.environ.get("EMMY_HOME"):
-        monkeypatch.setenv("EMMY_HOME", str(tmp_path))
-    block = str(Path(__file__).resolve().parent / "models" / "handwritten_attention.py") + ":make"
-    assert run(["run", block, "--tokens", str(tokens), "--check"]) == 0
+    assert _run_test_model("handwritten_attention", tmp_path, monkeypatch, "--tokens", str(tokens)) == 0
