@@ -114,6 +114,7 @@ class Geometry:
     persistent: bool = False  # schedule = persistent: one block per SM loops over the tiles
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
     cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
+    group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
     staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
     last_block: bool = False  # combine = last_block: the tile's last block adds the split_k parts
     # thread
@@ -229,6 +230,9 @@ def geometry(info, knobs, op, target) -> Geometry:
         if not g.tma or g.persistent:
             raise EmmyError(f"{where}: cluster={g.cluster} needs copy=tma and schedule=grid")
         # (every block_n of the domain splits into 8-row halves, as the swizzle needs)
+    g.group_m = int(knob(knobs, "group_m", op, g.cluster))
+    if g.group_m % g.cluster:
+        raise EmmyError(f"{where}: group_m={g.group_m} is not a multiple of cluster={g.cluster}")
     epilogue = str(knob(knobs, "epilogue", op, "together"))
     if epilogue == "staggered":
         if not g.persistent or g.groups != 2:
@@ -253,6 +257,19 @@ def geometry(info, knobs, op, target) -> Geometry:
 
 def build(op, info, knobs, target) -> Built:
     return ContractionBuilder(op, info, knobs, target).build()
+
+
+def grouped_tile(kb: KB, t, mb: int, nb: int, group: int) -> tuple[SSAValue, SSAValue]:
+    """(row tile, column tile) of the t-th tile of an mb x nb grid taken in groups of `group`
+    row tiles: down the group's rows first, then its next column, then the next group (the
+    last group may be shorter). group = 1 is the plain order along n."""
+    group = min(group, mb)
+    per = group * nb
+    gid = kb.div(t, per)
+    first = kb.mul(gid, group)
+    size = group if mb % group == 0 else kb.min(kb.sub(mb, first), group)
+    local = kb.rem(t, per)
+    return kb.add(first, kb.rem(local, size)), kb.div(local, size)
 
 
 def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:
@@ -595,8 +612,9 @@ class ContractionBuilder:
                 early_stat_at,
             )
             return kb.finish()
-        n0 = kb.mul(kb.block_id("x"), g.bn)
-        m0 = kb.mul(kb.block_id("y"), g.bm)
+        m_tile, n_tile = self.grid_tile(kb)
+        n0 = kb.mul(n_tile, g.bn)
+        m0 = kb.mul(m_tile, g.bm)
         z = kb.block_id("z")
         batch = kb.div(z, g.split) if self.b_axes else 0
         part = kb.rem(z, g.split) if g.split > 1 else 0
@@ -1003,11 +1021,24 @@ class ContractionBuilder:
         if g.cluster > 1:  # no block leaves while its peers may still arrive on its barriers
             kb.call("emmy::cluster_sync")
 
+    def grid_tile(self, kb: KB) -> tuple[SSAValue, SSAValue]:
+        """(row tile, column tile) of this block with schedule = grid: blockIdx.y and blockIdx.x,
+        or with group_m beyond the cluster, the cluster's place in the grouped order
+        (grouped_tile over clusters; the block's rank in its cluster picks its row)."""
+        g = self.g
+        bx, by = kb.block_id("x"), kb.block_id("y")
+        if g.group_m == g.cluster:
+            return by, bx
+        nb, mb, c = -(-self.N // g.bn), -(-self.M // g.bm), g.cluster
+        unit = kb.add(kb.mul(kb.div(by, c), nb), bx)  # the cluster's place in launch order
+        mu, n_tile = grouped_tile(kb, unit, mb // c, nb, g.group_m // c)
+        return (kb.add(kb.mul(mu, c), kb.rem(by, c)) if c > 1 else mu), n_tile
+
     def tile_loop(self, kb: KB, origin, body) -> None:
         """Call body(m0, n0, batch, part, kt0, kt1, base, later, more) for the tiles this block
         computes. `origin` given (schedule = grid): the block's one tile, base 0, later and
         more None. Otherwise (schedule = persistent, split_k = 1) the block takes tiles
-        blockIdx.x, blockIdx.x + gridDim.x, ... of the n-fastest tile order; `base` counts the
+        blockIdx.x, blockIdx.x + gridDim.x, ... of the tile order (see grouped_tile); `base` counts the
         k-steps of its earlier tiles (pipeline slots and mbarrier phases go on from there),
         `later` is true past the block's first tile, `more` when another tile follows."""
         if origin is not None:
@@ -1020,10 +1051,15 @@ class ContractionBuilder:
         steps = -(-self.K // g.bk)
         bid = kb.block_id("x")
         with kb.for_(bid, tiles, blocks, name="t") as t:
-            rest = kb.div(t, nb)
-            n0 = kb.mul(kb.rem(t, nb), g.bn)
-            m0 = kb.mul(kb.rem(rest, mb), g.bm)
-            batch = kb.div(rest, mb) if self.b_axes else 0
+            if g.group_m > 1:
+                m_tile, n_tile = grouped_tile(kb, kb.rem(t, nb * mb), mb, nb, g.group_m)
+                n0, m0 = kb.mul(n_tile, g.bn), kb.mul(m_tile, g.bm)
+                batch = kb.div(t, nb * mb) if self.b_axes else 0
+            else:
+                rest = kb.div(t, nb)
+                n0 = kb.mul(kb.rem(t, nb), g.bn)
+                m0 = kb.mul(kb.rem(rest, mb), g.bm)
+                batch = kb.div(rest, mb) if self.b_axes else 0
             n0.name_hint, m0.name_hint = "n0", "m0"
             done = kb.div(kb.sub(t, bid), blocks)  # tiles this block finished before
             base = kb.mul(done, steps)

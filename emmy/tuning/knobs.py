@@ -7,14 +7,15 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, combine, stages, workers, warps, schedule, copy, cluster, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, combine, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
 
 Meanings (what the kernel stage does with each value):
 - `block_m`, `block_n`: output tile along the m-side (rows) and n-side (columns) axes (block_n
-  also 96 and 192: 3072 columns in 32 or 16 tiles, one wave with 4 row blocks on 132 SMs).
+  also 96 and 192: 3072 columns in 32 or 16 tiles, one wave with 4 row blocks on 132 SMs; and
+  112: the 14336 columns of Mistral-7B's and Llama-3-8B's MLP in 128 tiles).
 - `block_k`: the reduction step along k; `split_k`: the k range is cut into that many parts computed
   by different blocks, whose float32 partial sums are added afterwards.
 - `combine`: who adds split_k's partial sums and runs the epilogue: a kernel of its own launched
@@ -41,6 +42,11 @@ Meanings (what the kernel stage does with each value):
 - `cluster`: blocks per thread block cluster along the m side (1: no clusters; 2: pairs of
   blocks with the same columns, each copying half of the shared B tile and multicasting it to
   both, which halves the B traffic out of L2; `copy = tma`, sm_90+).
+- `group_m`: the order in which tiles are handed to blocks (launch order with `grid`, the loop
+  order with `persistent`): along n first, one row of tiles after the other (`1`), or in groups
+  of that many row tiles, going down a group's rows before moving to its next column (Triton's
+  GROUP_M). The tiles running at once then share a few columns of B instead of reading all of
+  it, which matters once B is too large for L2. A multiple of `cluster`.
 - `epilogue`: how the two consumer warpgroups of a persistent `wgmma_ws` block store a tile:
   together, each storing any of the tile's rows between barriers of both (`together`), or each
   its own rows, warpgroup 1 only once warpgroup 0 has finished, so that from then on one
@@ -81,12 +87,13 @@ COPIES: tuple[str, ...] = ("cp_async", "tma")
 EPILOGUES: tuple[str, ...] = ("together", "staggered")
 COMBINES: tuple[str, ...] = ("kernel", "last_block")
 SIBLINGS: tuple[str, ...] = ("paired", "apart")
+GROUP_M: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
 # The full spaces, before the target filters them.
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "contraction": {
         "block_m": (16, 32, 64, 128, 256),
-        "block_n": (16, 32, 64, 96, 128, 192, 256),
+        "block_n": (16, 32, 64, 96, 112, 128, 192, 256),
         "block_k": (16, 32, 64, 128),
         "split_k": (1, 2, 3, 4, 8, 16),
         "combine": COMBINES,
@@ -96,6 +103,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "schedule": SCHEDULES,
         "copy": COPIES,
         "cluster": (1, 2),
+        "group_m": GROUP_M,
         "epilogue": EPILOGUES,
         "vector": (1, 2, 4, 8),
         "siblings": SIBLINGS,
@@ -138,6 +146,18 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
     ("cluster", 2): "wgmma",
     ("epilogue", "staggered"): "wgmma",
 }
+
+
+def tile_at(t: int, mb: int, nb: int, group_m: int = 1, cluster: int = 1) -> tuple[int, int]:
+    """(row tile, column tile) handed out t-th in an mb x nb grid of tiles (the `group_m` order;
+    the kernel stage emits the same arithmetic). Clusters of `cluster` consecutive row tiles
+    go together: the order runs over clusters, a cluster's blocks take its rows."""
+    unit, rank = divmod(t, cluster)
+    units, group = mb // cluster, max(1, group_m // cluster)
+    group = min(group, units)
+    gid, local = divmod(unit, group * nb)
+    size = min(group, units - gid * group)
+    return (gid * group + local % size) * cluster + rank, local // size
 
 
 def knob_names(kind: str, *, fusion: bool = False, siblings: bool = False) -> tuple[str, ...]:

@@ -20,7 +20,8 @@ bytes, dividing the contiguous extent and block_k); split_k (dividing the k-step
 last_block` only with split_k > 1); schedule
 (`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies, one block per tile, an even number
-of row tiles). `wgmma_ws`
+of row tiles); group_m (a multiple of cluster, at most the row tiles rounded up to a power of
+two). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
 """
@@ -287,6 +288,18 @@ def _c_cluster(info, v, t, reasons):
             reasons.append(f"cluster={c}: the {tiles} row tiles of block_m={v['block_m']} do not pair up")
 
 
+def _c_group_m(info, v, t, reasons):
+    if not v.has("group_m"):
+        return
+    g = v["group_m"]
+    if v.has("cluster") and g % v["cluster"]:
+        reasons.append(f"group_m={g} is not a multiple of cluster={v['cluster']}")
+    if v.has("block_m") and g > 1:
+        tiles = ceil(info.M / v["block_m"])
+        if g >= 2 * tiles:
+            reasons.append(f"group_m={g} groups more row tiles than the {tiles} of block_m={v['block_m']}")
+
+
 def _c_split(info, v, t, reasons):
     if not v.has("block_k", "split_k"):
         return
@@ -453,8 +466,8 @@ Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 
 _RULES: dict[str, tuple[Rule, ...]] = {
     "contraction": (
-        _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_epilogue, _c_split,
-        _c_combine, _c_vector,
+        _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue,
+        _c_split, _c_combine, _c_vector,
     ),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy),
     "reduction": (_r_threads, _r_vector),

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from math import ceil, prod
 from typing import TYPE_CHECKING
 
-from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue
+from emmy.tuning.knobs import GROUP_M, WGMMA_WORKERS, KnobValue, tile_at
 from emmy.tuning.legality import check, warp_grid
-from emmy.tuning.targets import Target
+from emmy.tuning.targets import MB, Target
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
@@ -156,7 +156,13 @@ class GemmEstimate:
 def gemm_estimate(
     info: KernelInfo, target: Target, workers: str, bm: int, bn: int, sk: int
 ) -> GemmEstimate:
-    """Roofline-style time of a contraction tiled block_m x block_n with split_k parts."""
+    """Roofline-style time of a contraction tiled block_m x block_n with split_k parts.
+
+    Whole waves count: tiles that fill the last wave better win. Measured on the H200 (same
+    run, docs/bench/h200-tiles-112.log): Mistral-7B's gate/up at 512 tokens in tiles of 112
+    columns (512 tiles, 3.9 waves) against 128 (448 tiles, the fourth wave 39% full), the
+    layer 435.5 against 448.2 us; Qwen3's layer at 1100 tokens 138.7 against 140.3; Qwen2-0.5B's
+    down at 512 tokens level (69.5 against 69.8)."""
     (N, nc), M, K = info.gemm_n_nc, info.M, info.K
     batch = info.batch
     tiles = batch * ceil(M / bm) * ceil(N / bn) * sk
@@ -172,7 +178,9 @@ def gemm_estimate(
     if workers in WGMMA_WORKERS:
         # one wgmma reads a 64-row slice of A and block_n rows of B from shared memory, per
         # contraction: narrow tiles starve the tensor cores (H200, dual gate/up at M=512:
-        # 128x128 tiles 1.5x faster than 128x64 ones)
+        # 128x128 tiles 1.5x faster than 128x64 ones). Counting gate and up side by side as
+        # one wider wgmma instead chose 96-column tiles for Llama-3.2-1B's gate/up at 128 and
+        # 1100 tokens, which measured 4% and 1% slower (docs/bench/h200-tiles-112.log).
         intensity = min(intensity, 64 * bn / (64 + bn))
     rate *= min(1.0, intensity / 64)
     compute = waves * 2 * bm * bn * nc * kpart / rate
@@ -447,6 +455,51 @@ def _c_cluster(knob, info, target, chosen, memo) -> Prefs:
                "(multicast tensor-map copies; H200: gate/up 7-10% faster from K=2048)")
         return [(2, why), one]
     return [one, two]
+
+
+def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
+    """The order tiles are handed out. Along n (group_m = 1, or the cluster) every wave of tiles
+    running at once reads nearly all of B; once B is too large to stay in L2 between waves, each
+    wave reads it again from memory. Grouping row tiles makes a wave's tiles share columns:
+    the group is chosen to read the fewest distinct A rows and B columns per wave.
+
+    Measured on the H200 (same run, docs/bench/h200-family-*-group.log), each kernel alone:
+    Mistral-7B's gate/up (224 MB of weights) in groups against along n, 231.7 against 244.3 us
+    at 512 tokens and 1538 against 1565 at 4096; the layers 450.1/448.7 and 3250.9/3261.6 us,
+    Llama-3.2-1B's 145.9/148.6 and 1056.5/1060.0: a few percent on the one kernel, within
+    noise on the layer."""
+    c = int(chosen.get("cluster", 1))
+    bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
+    mb, (n, nc) = ceil(info.M / bm), info.gemm_n_nc
+    nb = ceil(n / bn)
+    row_bytes = info.K * info.element_bytes  # one row of A, one column of B
+    b_bytes = n * nc * row_bytes
+    domain = [g for g in GROUP_M if g % c == 0 and g < 2 * max(mb, c)]
+    along_n = (c, "tiles along n" if c == 1 else f"tiles along n, clusters of {c} row tiles")
+    if mb <= c or int(chosen.get("split_k", 1)) > 1:
+        return [along_n] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
+    if b_bytes <= target.l2_bytes // 2:
+        why = f"{along_n[1]}: B ({b_bytes / MB:.0f} MB) stays in the {target.l2_bytes // MB} MB L2 between waves"
+        return [(c, why)] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
+    wave = min(target.sms, mb * nb)
+
+    def per_wave(g: int) -> int:  # bytes the first wave's tiles read
+        tiles = [tile_at(t, mb, nb, g, c) for t in range(wave)]
+        rows, cols = {m for m, _ in tiles}, {j for _, j in tiles}
+        return len(rows) * bm * row_bytes + len(cols) * bn * nc * row_bytes
+
+    cost = {g: per_wave(g) for g in domain}
+    best = min(domain, key=lambda g: (cost[g], g))
+    base = cost[c]
+    def why(g: int) -> str:
+        head = along_n[1] if g == c else f"groups of {g} row tiles"
+        return f"{head}: the {wave} tiles of a wave read {cost[g] / MB:.0f} MB"
+    if best == c or cost[best] > 0.8 * base:
+        return [(c, why(c) + f"; B ({b_bytes / MB:.0f} MB) exceeds half of L2 but no order reads 20% less")] + [
+            (g, why(g)) for g in domain if g != c]
+    lead = (best, why(best) + f" instead of {base / MB:.0f} MB along n (B, {b_bytes / MB:.0f} MB, "
+                              f"does not stay in the {target.l2_bytes // MB} MB L2)")
+    return [lead] + [(g, why(g)) for g in sorted(domain, key=lambda g: cost[g]) if g != best]
 
 
 PAIRS_MIN_K = 2048  # from here pairs of blocks multicasting B pay for two contractions side by side
@@ -752,6 +805,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "schedule": _c_schedule,
             "copy": _c_copy,
             "cluster": _c_cluster,
+            "group_m": _c_group_m,
             "epilogue": _c_epilogue,
             "vector": _c_vector,
             "siblings": _c_siblings,

@@ -29,13 +29,13 @@ LOWER = "convert-tile-to-kernel,convert-kernel-to-cuda"
 
 def _knobs(values: dict) -> str:
     domains = {
-        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 96, 128, 192, 256]",
+        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 96, 112, 128, 192, 256]",
         "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5]",
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
         "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered"]',
-        "combine": '["kernel", "last_block"]',
+        "combine": '["kernel", "last_block"]', "group_m": "[1, 2, 4, 8, 16, 32]",
     }
     parts = []
     for k, v in values.items():
@@ -580,11 +580,52 @@ def test_cluster_pairs_multicast_their_b_slices():
     assert "__cluster_dims__(1, 2, 1)" in source
 
 
+def _tile_origin_ops(f) -> list[str]:
+    """The arith ops between the block ids and the first loop: how a block finds its tile."""
+    names = []
+    for op in f.body.block.ops:
+        if op.name in ("scf.for", "scf.if"):
+            break
+        if op.name.startswith("arith.") and op.name != "arith.constant":
+            names.append(op.name)
+    return names
+
+
+def test_group_m_orders_tiles_in_groups_of_rows():
+    """group_m beyond the cluster: the block's place in launch order (blockIdx.x along n first)
+    becomes the tile of the grouped order; with clusters the order runs over clusters and the
+    block's rank among them picks its row. group_m = cluster keeps blockIdx.y and blockIdx.x."""
+    plain = kernel_funcs(lower(weighted_norm_matmul(M=1000, N=512, copy="tma"), "convert-tile-to-kernel"))["norm_proj"]
+    grouped = kernel_funcs(lower(weighted_norm_matmul(M=1000, N=512, copy="tma", group_m=4), "convert-tile-to-kernel"))["norm_proj"]
+    assert plain.grid_dims == grouped.grid_dims == (4, 8, 1)
+    assert "arith.divui" not in _tile_origin_ops(plain)
+    # 8 row tiles in groups of 4: constant group size, no min
+    ops = _tile_origin_ops(grouped)
+    assert ops.count("arith.divui") >= 2 and ops.count("arith.remui") >= 1 and "arith.minsi" not in ops
+    # 6 row tiles in groups of 4: the last group has 2 rows
+    ragged = kernel_funcs(lower(weighted_norm_matmul(M=700, N=512, copy="tma", group_m=4), "convert-tile-to-kernel"))
+    assert "arith.minsi" in _tile_origin_ops(ragged["norm_proj"])
+    pairs = kernel_funcs(lower(weighted_norm_matmul(M=1000, N=512, copy="tma", cluster=2, group_m=8), "convert-tile-to-kernel"))
+    assert pairs["norm_proj"].cluster_dims == (1, 2, 1)
+    # persistent blocks: the same arithmetic on the loop's tile index
+    def persistent(**k):
+        (f,) = kernel_funcs(lower(weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent", **k),
+                                  "convert-tile-to-kernel")).values()
+        return [op.name for op in f.walk()]
+
+    # (one more division and remainder in each of the producer's and the consumers' loops)
+    along_n, in_groups = persistent(), persistent(group_m=8)
+    assert in_groups.count("arith.divui") == along_n.count("arith.divui") + 2
+    assert in_groups.count("arith.remui") == along_n.count("arith.remui") + 2
+
+
 def test_cluster_errors():
     with pytest.raises(EmmyError, match="cluster=2 needs copy=tma and schedule=grid"):
         lower(weighted_norm_matmul(M=500, cluster=2), "convert-tile-to-kernel")
     with pytest.raises(EmmyError, match="the 3 row tiles do not pair up"):
         lower(weighted_norm_matmul(M=300, copy="tma", cluster=2), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="group_m=1 is not a multiple of cluster=2"):
+        lower(weighted_norm_matmul(M=500, copy="tma", cluster=2, group_m=1), "convert-tile-to-kernel")
 
 
 def test_tma_errors():

@@ -54,6 +54,13 @@ TMA_CASES = [
     (500, 200, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=128", "*.warps=8")),
     (500, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=128", "*.warps=8",
                  "*.fusion=split", "*.split_k=2")),
+    # tiles handed out in groups of row tiles (group_m): 6 row tiles in groups of 4 (the last
+    # group shorter); pairs of blocks in groups of 4 rows; persistent blocks over 17 row tiles
+    # in groups of 8
+    (700, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.group_m=4", "*.block_m=128", "*.warps=8")),
+    (1000, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.group_m=4", "*.block_m=128", "*.warps=8")),
+    (2100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=128", "*.block_n=128",
+                  "*.group_m=8")),
 ]
 # Attention with K and V by tensor-map copies (copy=tma; key blocks of 64 divide the keys):
 # materialized K and V rows (fusion=split), K computed in the flash kernel and only V copied by

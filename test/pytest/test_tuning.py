@@ -14,7 +14,7 @@ from emmy.dialects.tile import KernelOp, KnobAttr
 from emmy.ir_io import parse_module, parse_pipeline, run_passes
 from emmy.passes.decide_forks import DecideForksPass, decisions
 from emmy.tuning import rules
-from emmy.tuning.knobs import knob_names, knob_space, knob_space_for
+from emmy.tuning.knobs import knob_names, knob_space, knob_space_for, tile_at
 from emmy.tuning.legality import check, warp_grid
 from emmy.tuning.pins import Pins, parse_pins, pins_for
 from emmy.tuning.targets import TARGETS, get_target
@@ -66,7 +66,7 @@ def test_unknown_target_lists_valid_names():
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
         "block_m", "block_n", "block_k", "split_k", "combine", "stages", "workers", "warps", "schedule", "copy",
-        "cluster", "epilogue", "vector",
+        "cluster", "group_m", "epilogue", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("contraction", fusion=True, siblings=True)[-2:] == ("siblings", "fusion")
@@ -344,6 +344,46 @@ def test_tma_copies_legality_and_rule():
     assert "tensor-memory-accelerator" in decided["copy"].reason
     small = info_of(L.matmul(7, 64, 32))
     assert rules.decide(small, SM90A, knob_space_for(small, SM90A))["copy"].value == "cp_async"
+
+
+@pytest.mark.parametrize("mb, nb, group, cluster", [(1, 7, 1, 1), (5, 3, 1, 1), (5, 3, 2, 1), (7, 9, 4, 1),
+                                                    (32, 112, 16, 1), (8, 5, 32, 1), (6, 5, 4, 2), (32, 112, 16, 2)])
+def test_tile_order_hands_out_every_tile_once(mb, nb, group, cluster):
+    order = [tile_at(t, mb, nb, group, cluster) for t in range(mb * nb)]
+    assert sorted(order) == [(m, n) for m in range(mb) for n in range(nb)]
+    if group <= cluster:  # along n, a cluster's row tiles together
+        assert order[:cluster * 2] == [(r + 0, 0) for r in range(cluster)] + [(r, 1) for r in range(cluster)]
+    else:  # down the group's rows first
+        assert order[:min(group, mb)] == [(m, 0) for m in range(min(group, mb))]
+
+
+def test_group_m_legality_and_rule():
+    info = info_of(L.matmul(4096, 4096, 1024))
+    base = dict(GOOD, workers="wgmma_ws", copy="tma", block_m=128, block_n=256)
+    assert check(info, dict(base, group_m=16), SM90A) == []
+    assert check(info, dict(base, cluster=2, group_m=2), SM90A) == []
+    assert check(info, dict(base, cluster=2, group_m=1), SM90A) == ["group_m=1 is not a multiple of cluster=2"]
+    small = info_of(L.matmul(300, 4096, 1024))
+    assert check(small, dict(base, group_m=8), SM90A) == ["group_m=8 groups more row tiles than the 3 of block_m=128"]
+    assert check(small, dict(base, group_m=4), SM90A) == []
+    # Mistral-7B's gate/up at 4096 tokens: 224 MB of weights, far more than L2; groups of 16
+    # row tiles read a quarter of what tiles along n do per wave
+    big = info_of(L.gate_up(4096, 14336, 4096))
+    d = rules.decide(big, SM90A, knob_space_for(big, SM90A))
+    assert (d["cluster"].value, d["group_m"].value) == (2, 16)
+    assert "instead of 134 MB along n" in d["group_m"].reason and "224 MB" in d["group_m"].reason
+    assert check(big, {k: c.value for k, c in d.items()}, SM90A) == []
+    # at 512 tokens all four row tiles go together, in 128 tiles of 112 columns (3.9 waves;
+    # 128 columns would leave the fourth wave 39% full)
+    d512 = rules.decide(info_of(L.gate_up(512, 14336, 4096)), SM90A, knob_space_for(big, SM90A))
+    assert (d512["group_m"].value, d512["block_n"].value) == (4, 112)
+    assert "512 tiles of 128x112" in d512["block_n"].reason
+    # Qwen3's gate/up: 12 MB of weights stay in L2, tiles go along n
+    qwen = info_of(L.gate_up(4096, 3072, 1024))
+    q = rules.decide(qwen, SM90A, knob_space_for(qwen, SM90A))
+    assert q["group_m"].value == 1 and "stays in the 60 MB L2" in q["group_m"].reason
+    # split k: one row of tiles per split part, no order to choose
+    assert rules.decide(info_of(L.matmul(64, 4096, 16384)), SM90A, knob_space_for(info, SM90A))["group_m"].value == 1
 
 
 def test_cluster_legality():

@@ -14,7 +14,7 @@
 // IR (the golden threads of @g) is kept with its tier; domains are unchanged.
 // CHECK:      tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {
 // CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = {{[0-9]+}}, "rule", "M=512 N=4096: {{[0-9]+}} tiles of {{[^"]*}} on 132 SMs {{[^"]*}}">
-// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 128, 192, 256] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   combine = #tile.knob<"combine", ["kernel", "last_block"] = "kernel", "rule",
@@ -38,7 +38,7 @@
 
 // NOKERNEL:  error: pin 'foo.block_m=64': no kernel named 'foo'; kernels: rms_norm_qkv_proj, silu_mul
 // DOMAIN:    error: pin 'block_m=48': block_m=48 is not in the domain of rms_norm_qkv_proj.block_m: [16, 32, 64, 128, 256]
-// NOKNOB:    error: pin '*.blockm=64': unknown knob 'blockm'; knobs: block_k, block_kv, block_m, block_n, block_q, cluster, combine, copy, epilogue, fusion, items, rows_per_block, schedule, siblings, split_k, stages, threads, vector, warps, workers
+// NOKNOB:    error: pin '*.blockm=64': unknown knob 'blockm'; knobs: block_k, block_kv, block_m, block_n, block_q, cluster, combine, copy, epilogue, fusion, group_m, items, rows_per_block, schedule, siblings, split_k, stages, threads, vector, warps, workers
 // WRONGKIND: error: pin 'rms_norm_qkv_proj.items=2': kernel 'rms_norm_qkv_proj' (contraction) has no knob 'items'; its knobs: block_m, block_n, block_k, split_k, combine, stages, workers, warps, vector, fusion
 // SYNTAX:    error: pin 'block_m': expected KERNEL.KNOB=VALUE, *.KNOB=VALUE or KNOB=VALUE (items separated by ';')
 // WGMMA:     error: kernel 'rms_norm_qkv_proj': the pinned values workers=wgmma, block_m=16 are illegal on sm_90a:
@@ -48,7 +48,7 @@
 
 builtin.module attributes {emmy.target = "sm_90a"} {
   func.func @f(%x: tensor<512x1024xbf16>, %nw: tensor<1024xbf16>, %w: tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> {
-    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 128, 192, 256]>, block_k = #tile.knob<"block_k", [16, 32, 64, 128]>, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>, combine = #tile.knob<"combine", ["kernel", "last_block"]>, stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>, warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>, vector = #tile.knob<"vector", [1, 2, 4, 8]>, fusion = #tile.knob<"fusion", ["fused", "split"]>} ins(%x, %nw, %w : tensor<512x1024xbf16>, tensor<1024xbf16>, tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
+    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>, block_k = #tile.knob<"block_k", [16, 32, 64, 128]>, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>, combine = #tile.knob<"combine", ["kernel", "last_block"]>, stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>, warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>, vector = #tile.knob<"vector", [1, 2, 4, 8]>, fusion = #tile.knob<"fusion", ["fused", "split"]>} ins(%x, %nw, %w : tensor<512x1024xbf16>, tensor<1024xbf16>, tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
     ^bb0(%xa: tensor<512x1024xbf16>, %nwa: tensor<1024xbf16>, %wa: tensor<4096x1024xbf16>):
       %m = loop.axis "m" : index
       %n = loop.axis "n" : index
