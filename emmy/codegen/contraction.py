@@ -227,8 +227,8 @@ def geometry(info, knobs, op, target) -> Geometry:
         raise EmmyError(f"{where}: unknown copy '{copy}'")
     g.cluster = int(knob(knobs, "cluster", op, 1))
     if g.cluster > 1:
-        if not g.tma or g.persistent:
-            raise EmmyError(f"{where}: cluster={g.cluster} needs copy=tma and schedule=grid")
+        if not g.tma:
+            raise EmmyError(f"{where}: cluster={g.cluster} needs copy=tma")
         # (every block_n of the domain splits into 8-row halves, as the swizzle needs)
     g.group_m = int(knob(knobs, "group_m", op, g.cluster))
     if g.group_m % g.cluster:
@@ -516,8 +516,9 @@ class ContractionBuilder:
                 f"tile.kernel @{self.info.name}: {smem} bytes of shared memory exceed the {self.target.smem_per_block} a block may use on {self.target.name}"
             )
         grid = (-(-self.N // g.bn), -(-self.M // g.bm), self.B * g.split)
-        if g.persistent:
-            grid = (min(prod(grid), self.target.sms), 1, 1)
+        if g.persistent:  # (with clusters: clusters of blocks, each block one row of the cluster's tiles)
+            c = g.cluster
+            grid = (min(prod(grid) // c, self.target.sms // c), c, 1)
         if grid[1] > 65535 or grid[2] > 65535:
             raise EmmyError(f"tile.kernel @{self.info.name}: grid {grid} is too large")
         if grid[1] % g.cluster:
@@ -1045,16 +1046,19 @@ class ContractionBuilder:
             body(*origin, 0, None, None)
             return
         g = self.g
-        nb, mb = -(-self.N // g.bn), -(-self.M // g.bm)
-        tiles = nb * mb * self.B
-        blocks = min(tiles, self.target.sms)
+        nb, mb, c = -(-self.N // g.bn), -(-self.M // g.bm), g.cluster
+        tiles = nb * mb * self.B // c  # (with clusters, tiles of the whole cluster)
+        blocks = min(tiles, self.target.sms // c)
         steps = -(-self.K // g.bk)
         bid = kb.block_id("x")
         with kb.for_(bid, tiles, blocks, name="t") as t:
             if g.group_m > 1:
-                m_tile, n_tile = grouped_tile(kb, kb.rem(t, nb * mb), mb, nb, g.group_m)
+                units = nb * mb // c
+                m_tile, n_tile = grouped_tile(kb, kb.rem(t, units), mb // c, nb, g.group_m // c)
+                if c > 1:
+                    m_tile = kb.add(kb.mul(m_tile, c), kb.block_id("y"))
                 n0, m0 = kb.mul(n_tile, g.bn), kb.mul(m_tile, g.bm)
-                batch = kb.div(t, nb * mb) if self.b_axes else 0
+                batch = kb.div(t, units) if self.b_axes else 0
             else:
                 rest = kb.div(t, nb)
                 n0 = kb.mul(kb.rem(t, nb), g.bn)

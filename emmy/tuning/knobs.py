@@ -41,7 +41,8 @@ Meanings (what the kernel stage does with each value):
   (a computed A side, concatenated weights) stay on cp.async.
 - `cluster`: blocks per thread block cluster along the m side (1: no clusters; 2: pairs of
   blocks with the same columns, each copying half of the shared B tile and multicasting it to
-  both, which halves the B traffic out of L2; `copy = tma`, sm_90+).
+  both, which halves the B traffic out of L2; `copy = tma`, sm_90+; with `schedule =
+  persistent` each pair of blocks loops over pairs of row tiles with the same columns).
 - `group_m`: the order in which tiles are handed to blocks (launch order with `grid`, the loop
   order with `persistent`): along n first, one row of tiles after the other (`1`), or in groups
   of that many row tiles, going down a group's rows before moving to its next column (Triton's

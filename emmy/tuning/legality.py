@@ -19,7 +19,7 @@ block_n a multiple of 8 up to 256, operands staged in shared memory); vector wid
 bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps; `combine =
 last_block` only with split_k > 1); schedule
 (`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop); copy
-(`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies, one block per tile, an even number
+(`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
 of row tiles); group_m (a multiple of cluster, at most the row tiles rounded up to a power of
 two). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
@@ -280,8 +280,6 @@ def _c_cluster(info, v, t, reasons):
     c = v["cluster"]
     if v.has("copy") and v["copy"] != "tma":
         reasons.append(f"cluster={c} multicasts tensor-map copies: it needs copy=tma (copy={v['copy']})")
-    if v.has("schedule") and v["schedule"] != "grid":
-        reasons.append(f"cluster={c} needs schedule=grid (schedule={v['schedule']})")
     if v.has("block_m"):
         tiles = ceil(info.M / v["block_m"])
         if tiles % c:

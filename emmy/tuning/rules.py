@@ -366,7 +366,18 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     per = ceil(tiles / target.sms)
     persistent = ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")
     if _pairs_pay(info, chosen):
-        return [("grid", "one block per output tile, in pairs sharing B (see cluster)"), persistent]
+        # Measured on the H200 (same run, docs/bench/h200-pairs-persistent.log), gate/up alone:
+        # pairs of persistent blocks against pairs of blocks with a tile each, Llama-3.2-1B
+        # 450.9 -> 418.9 us and Mistral-7B 1551.8 -> 1533.0 at 4096 tokens (layers 1066.1 ->
+        # 1031.5 and 3231.8 -> 3172.5); at 512 tokens Llama level (61.0/60.7), Mistral slower
+        # (241.5 -> 257.7).
+        pairs_grid = ("grid", "one block per output tile, in pairs sharing B (see cluster)")
+        if info.M >= PERSISTENT_MIN_ROWS and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4:
+            why = (f"M={info.M}, {tiles} tiles: pairs of blocks sharing B (see cluster), one pair per two SMs "
+                   f"taking up to {ceil(tiles / target.sms)} tiles each, staging the next while storing the last "
+                   f"(H200: gate/up 1-7% faster at 4096 tokens than a pair per tile)")
+            return [("persistent", why), pairs_grid]
+        return [pairs_grid, persistent]
     if info.M >= PERSISTENT_MIN_ROWS and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4:
         why = (f"M={info.M}, {tiles} tiles: one block per SM takes up to {per}, staging the next tile while "
                f"it stores the last (H200: 2-5% faster from M=4096 when the epilogue reads no tensor)")
@@ -450,7 +461,7 @@ def _c_cluster(knob, info, target, chosen, memo) -> Prefs:
         return [(1, "no thread block clusters")]
     one = (1, "no thread block clusters (H200: faster than pairs multicasting B)")
     two = (2, "pairs of blocks along m share each B tile (multicast tensor-map copies)")
-    if _pairs_pay(info, chosen) and chosen.get("schedule") == "grid":
+    if _pairs_pay(info, chosen):
         why = (f"gate and up side by side over K={info.K}: pairs of blocks along m share each B tile "
                "(multicast tensor-map copies; H200: gate/up 7-10% faster from K=2048)")
         return [(2, why), one]

@@ -61,6 +61,13 @@ TMA_CASES = [
     (1000, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.group_m=4", "*.block_m=128", "*.warps=8")),
     (2100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=128", "*.block_n=128",
                   "*.group_m=8")),
+    # persistent pairs of blocks: each cluster loops over pairs of row tiles (the last pair
+    # partly outside), along n and in groups, the row statistics summed by the consumers or
+    # from a kernel of their own
+    (1000, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.schedule=persistent", "*.block_m=128",
+                  "*.warps=8")),
+    (1950, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.schedule=persistent", "*.block_m=128",
+                  "*.block_n=128", "*.warps=8", "*.fusion=split", "*.group_m=4")),
 ]
 # Attention with K and V by tensor-map copies (copy=tma; key blocks of 64 divide the keys):
 # materialized K and V rows (fusion=split), K computed in the flash kernel and only V copied by

@@ -294,12 +294,16 @@ def test_rules_follow_the_shapes():
     d64 = rules.decide(att_d64, SM90A, knob_space_for(att_d64, SM90A))
     assert [d64[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 128, 4, 3, "tma"]
     # gate and up side by side over a long k (Llama-3.2-1B, Mistral-7B): pairs of blocks share
-    # each B tile, one block per tile; over Qwen3's K=1024 they do not
+    # each B tile, persistent from 4096 rows, one pair per tile below; over Qwen3's K=1024 they
+    # do not pair
     g_long = info_of(L.gate_up(4096, 8192, 2048))
     d = rules.decide(g_long, SM90A, knob_space_for(g_long, SM90A))
-    assert (d["schedule"].value, d["cluster"].value, d["copy"].value) == ("grid", 2, "tma")
-    assert "K=2048" in d["cluster"].reason
+    assert (d["schedule"].value, d["cluster"].value, d["copy"].value) == ("persistent", 2, "tma")
+    assert "K=2048" in d["cluster"].reason and "pairs of blocks" in d["schedule"].reason
     assert check(g_long, {k: c.value for k, c in d.items()}, SM90A) == []
+    g_512 = info_of(L.gate_up(512, 8192, 2048))
+    d512 = rules.decide(g_512, SM90A, knob_space_for(g_512, SM90A))
+    assert (d512["schedule"].value, d512["cluster"].value) == ("grid", 2)
     g_short = info_of(L.gate_up(4096, 3072, 1024))
     short = rules.decide(g_short, SM90A, knob_space_for(g_short, SM90A))
     assert (short["schedule"].value, short["cluster"].value) == ("persistent", 1)
@@ -393,7 +397,7 @@ def test_cluster_legality():
     assert check(info, dict(pair, copy="cp_async"), SM90A) == [
         "cluster=2 multicasts tensor-map copies: it needs copy=tma (copy=cp_async)"
     ]
-    assert check(info, dict(pair, schedule="persistent"), SM90A) == ["cluster=2 needs schedule=grid (schedule=persistent)"]
+    assert check(info, dict(pair, schedule="persistent"), SM90A) == []  # persistent pairs of blocks
     odd = info_of(L.matmul(300, 4096, 1024))
     assert check(odd, pair, SM90A) == ["cluster=2: the 3 row tiles of block_m=128 do not pair up"]
     assert check(info, dict(GOOD, workers="mma_sync", cluster=2), SM80) == ["cluster=2 is not in its domain on sm_80: [1]"]
