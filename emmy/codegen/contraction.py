@@ -115,6 +115,7 @@ class Geometry:
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
     cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
     group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
+    tail: int = 1  # split_tail: the tiles past the last full wave, split along k into this many parts
     staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
     last_block: bool = False  # combine = last_block: the tile's last block adds the split_k parts
     # thread
@@ -230,7 +231,14 @@ def geometry(info, knobs, op, target) -> Geometry:
         if not g.tma:
             raise EmmyError(f"{where}: cluster={g.cluster} needs copy=tma")
         # (every block_n of the domain splits into 8-row halves, as the swizzle needs)
+    g.tail = int(knob(knobs, "split_tail", op, 1))
+    if g.tail > 1 and (g.split > 1 or g.persistent or g.cluster > 1 or info.batch > 1):
+        raise EmmyError(f"{where}: split_tail={g.tail} needs split_k=1, schedule=grid, cluster=1 and no batch axes")
+    if g.tail > 1 and info.prologue and knobs.get("fusion", "fused") != "split":
+        raise EmmyError(f"{where}: split_tail={g.tail} needs fusion=split (row statistics for the tail's parts)")
     g.group_m = int(knob(knobs, "group_m", op, g.cluster))
+    if g.tail > 1 and g.group_m > 1:
+        raise EmmyError(f"{where}: split_tail={g.tail} needs group_m=1")
     if g.group_m % g.cluster:
         raise EmmyError(f"{where}: group_m={g.group_m} is not a multiple of cluster={g.cluster}")
     epilogue = str(knob(knobs, "epilogue", op, "together"))
@@ -279,12 +287,14 @@ def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:
 
 
 class ContractionBuilder:
-    def __init__(self, op, info, knobs, target):
+    def __init__(self, op, info, knobs, target, tile_range: tuple[int, int] | None = None, suffix: str = ""):
         self.op = op
         self.info = info
         self.knobs = knobs
         self.target = target
-        self.name = c_ident(op.properties["sym_name"].data)
+        self.name = c_ident(op.properties["sym_name"].data) + suffix
+        # tiles lo <= t < hi of the order along n (split_tail's two launches), or every tile
+        self.tile_range = tile_range
         self.ext: dict[str, int] = dict(info.axes)
         self.cs = list(info.contractions)
         if not self.cs:
@@ -322,6 +332,8 @@ class ContractionBuilder:
 
     # -- kernels ------------------------------------------------------------------------------------
     def build(self) -> Built:
+        if self.g.tail > 1 and self.tile_range is None:
+            return self.build_with_tail()
         types, names, refs = io_args(self.op)
         built = Built()
         n_in = len(self.op.operands)
@@ -367,10 +379,50 @@ class ContractionBuilder:
             built.launches.append(Launch(comb.sym_name.data, tuple(cargs)))
         return built
 
+    def build_with_tail(self) -> Built:
+        """split_tail = s: the whole waves of tiles as one launch with a tile per block, then
+        the tiles of the last, partial wave as a launch of their own (`<name>_tail`) with
+        their k range split s ways, the last block of each tile adding the parts
+        (combine = last_block). Every multiprocessor then has work till the end."""
+        total = self.all_tiles()
+        full = total // self.target.sms * self.target.sms
+        if not 0 < full < total:
+            raise EmmyError(
+                f"tile.kernel @{self.info.name}: split_tail={self.g.tail}: {total} tiles on {self.target.sms} "
+                f"SMs leave no partial wave behind a full one"
+            )
+        rest = {k: v for k, v in self.knobs.items() if k != "split_tail"}
+        head = ContractionBuilder(self.op, self.info, rest, self.target, (0, full)).build()
+        tail_knobs = {**rest, "split_k": self.g.tail, "combine": "last_block"}
+        tail = ContractionBuilder(self.op, self.info, tail_knobs, self.target, (full, total), "_tail").build()
+        # With a row prologue both builds begin with the same statistics kernel (fusion = split,
+        # legality), whose buffer is their first temporary: the tail uses the head's.
+        shared = 1 if self.prologue else 0
+        shift = len(head.temps) - shared
+
+        def moved(arg):
+            if not isinstance(arg, Tmp):
+                return arg
+            return Tmp(arg.index) if arg.index < shared else Tmp(arg.index + shift)
+
+        return Built(
+            funcs=head.funcs + tail.funcs[shared:],
+            launches=head.launches + [Launch(la.kernel, tuple(moved(a) for a in la.args)) for la in tail.launches[shared:]],
+            temps=head.temps + tail.temps[shared:],
+            zeroed=head.zeroed | {i + shift for i in tail.zeroed},
+        )
+
     # -- shared helpers -------------------------------------------------------------------------------
-    def tiles(self) -> int:
-        """Output tiles of the grid (every batch index), one counter pair each with last_block."""
+    def all_tiles(self) -> int:
+        """Output tiles of the whole grid (every batch index)."""
         return self.B * -(-self.M // self.g.bm) * -(-self.N // self.g.bn)
+
+    def tiles(self) -> int:
+        """Output tiles this launch computes (its tile range, or all), one counter pair each with
+        last_block."""
+        if self.tile_range is not None:
+            return self.tile_range[1] - self.tile_range[0]
+        return self.all_tiles()
 
     def inside(self, kb: KB, g_index, extent: int, tile: int) -> SSAValue | None:
         """g_index < extent, for an index `origin + r` with origin a multiple of `tile` and
@@ -516,6 +568,8 @@ class ContractionBuilder:
                 f"tile.kernel @{self.info.name}: {smem} bytes of shared memory exceed the {self.target.smem_per_block} a block may use on {self.target.name}"
             )
         grid = (-(-self.N // g.bn), -(-self.M // g.bm), self.B * g.split)
+        if self.tile_range is not None:  # (no batch axes: legality)
+            grid = (self.tiles(), 1, g.split)
         if g.persistent:  # (with clusters: clusters of blocks, each block one row of the cluster's tiles)
             c = g.cluster
             grid = (min(prod(grid) // c, self.target.sms // c), c, 1)
@@ -1028,6 +1082,10 @@ class ContractionBuilder:
         (grouped_tile over clusters; the block's rank in its cluster picks its row)."""
         g = self.g
         bx, by = kb.block_id("x"), kb.block_id("y")
+        if self.tile_range is not None:  # tile lo + blockIdx.x of the order along n
+            nb = -(-self.N // g.bn)
+            t = kb.add(bx, self.tile_range[0])
+            return kb.div(t, nb), kb.rem(t, nb)
         if g.group_m == g.cluster:
             return by, bx
         nb, mb, c = -(-self.N // g.bn), -(-self.M // g.bm), g.cluster
@@ -1381,6 +1439,8 @@ class ContractionBuilder:
         vec = _pow2_dividing(A, 4)
         mb, nb = -(-self.M // g.bm), -(-self.N // g.bn)
         tile = kb.add(kb.mul(kb.add(kb.mul(batch, mb), kb.div(m0, g.bm)), nb), kb.div(n0, g.bn))
+        if self.tile_range is not None:  # counters and workspace for this launch's tiles only
+            tile = kb.sub(tile, self.tile_range[0])
         tile.name_hint = "tile"
         leader = kb.cmp("eq", tid, 0)
         ticket = kb.call("emmy::split_ticket", [self.counters, tile, kb.idx(g.split), leader], IndexType())

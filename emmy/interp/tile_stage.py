@@ -12,7 +12,8 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   m/n axes one index at a time; batch axes whole), edge tiles clipped; prologue reductions
   (RMSNorm's sum of squares) once per block of rows, or in a pass of their own over all rows
   first when `fusion` is `split`; the k-steps (block_k tiles of the innermost k axis, for every
-  index of outer k axes: `legality.k_steps`) cut into split_k contiguous parts, each part
+  index of outer k axes: `legality.k_steps`) cut into split_k contiguous parts (split_tail parts
+  for the tiles past the last full wave of the target's SMs), each part
   accumulating its steps' partial sums in float32; the parts added; then the epilogue and
   stores evaluated on the block with the contraction and prologue results overridden.
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
+from math import ceil, prod
 
 import numpy as np
 from xdsl.dialects import func
@@ -44,6 +46,7 @@ from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
 from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
 from emmy.interp.tensor_stage import find_function, prepare_args
+from emmy.tuning.targets import module_target
 
 Ranges = dict[str, tuple[int, int]]
 
@@ -80,7 +83,12 @@ def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             "(run decide-forks first)"
         )
     info = classify(op)
-    knobs = op.knob_values()
+    knobs = dict(op.knob_values())
+    if int(knobs.get("split_tail", 1)) > 1:  # the tail starts after the last full wave of SMs
+        module = op
+        while module.parent_op() is not None:
+            module = module.parent_op()
+        knobs["_sms"] = module_target(module).sms
     run = _RUNNERS[info.kind]
     return run(_Kernel(op, info, inputs), knobs)
 
@@ -235,6 +243,12 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
         for t in _tiles(ext[k_inner], bk)
     ]
     parts = _split_steps(len(steps), sk)
+    # split_tail: the tiles past the last full wave (in the order along n) split along k
+    tail = int(knobs.get("split_tail", 1))
+    n_tiles = prod(ceil(ext[a] / (bm if a == info.m_axes[-1] else 1)) for a in info.m_axes) * prod(
+        ceil(ext[a] / (bn if a == info.n_axes[-1] else 1)) for a in info.n_axes)
+    first_tail = n_tiles // knobs["_sms"] * knobs["_sms"] if tail > 1 else n_tiles
+    tile_index = 0
     split_prologue: dict[SSAValue, np.ndarray] = {}
     if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows
         for r in pre:
@@ -248,12 +262,14 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
         for nb in _axis_blocks(info.n_axes, ext, bn):
             block = {**mb, **nb}
             over = dict(row_over)
+            tile_parts = _split_steps(len(steps), tail) if tile_index >= first_tail else parts
+            tile_index += 1
             if others:  # reductions over other axes, per output block
                 for r in others:
                     over[r.result] = k.value(r.result, block, over)[0]
             for c in info.contractions:
                 total = None
-                for lo_step, hi_step in parts:
+                for lo_step, hi_step in tile_parts:
                     part = None  # this split part's float32 partial sums
                     for kr in steps[lo_step:hi_step]:
                         v, _ = k.value(c.result, {**block, **kr}, over)

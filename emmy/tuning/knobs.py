@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, combine, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, combine, split_tail, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -23,6 +23,10 @@ Meanings (what the kernel stage does with each value):
   (`last_block`): the others write their parts to the workspace and count themselves on the
   tile's counter, the last one adds them to its own, in part order, and stores the tile.
   Meaningless (and `kernel`) with split_k = 1.
+- `split_tail`: the tiles of the last, partial wave (the tiles past the last multiple of the
+  SM count) split along k into that many parts: the whole waves run as one launch with a tile
+  per block, the tail as a second launch (`<name>_tail`) whose last block per tile adds the
+  parts. 1: no split. Needs split_k = 1, schedule = grid, no clusters or groups.
 - `stages`: shared-memory staging depth of the k loop (1 = operands go straight to registers,
   2 = double buffering, ...).
 - `workers`: who computes a tile: plain threads (`thread`), warps with `mma.sync` (`mma_sync`), or
@@ -98,6 +102,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "block_k": (16, 32, 64, 128),
         "split_k": (1, 2, 3, 4, 8, 16),
         "combine": COMBINES,
+        "split_tail": (1, 2, 3, 4, 8),
         "stages": (1, 2, 3, 4, 5),
         "workers": WORKERS,
         "warps": (1, 2, 4, 8, 16),

@@ -21,7 +21,8 @@ last_block` only with split_k > 1); schedule
 (`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
 of row tiles); group_m (a multiple of cluster, at most the row tiles rounded up to a power of
-two). `wgmma_ws`
+two); split_tail (a partial wave behind a full one, split_k = 1, schedule = grid, no clusters
+or groups, fusion = split, dividing the k-steps). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
 """
@@ -298,6 +299,29 @@ def _c_group_m(info, v, t, reasons):
             reasons.append(f"group_m={g} groups more row tiles than the {tiles} of block_m={v['block_m']}")
 
 
+def _c_split_tail(info, v, t, reasons):
+    if not v.has("split_tail") or v["split_tail"] == 1:
+        return
+    s = v["split_tail"]
+    for knob, want in (("split_k", 1), ("schedule", "grid"), ("cluster", 1), ("group_m", 1)):
+        if v.has(knob) and v[knob] != want:
+            reasons.append(f"split_tail={s} needs {knob}={want} ({knob}={v[knob]})")
+    if info.batch > 1:
+        reasons.append(f"split_tail={s} needs a contraction without batch axes")
+    if info.other_reductions:
+        reasons.append(f"split_tail={s} needs one product over all columns (not sibling products built as parts)")
+    if v.has("fusion") and v["fusion"] != "split":
+        reasons.append(f"split_tail={s}: the tail's parts need whole-row statistics from a kernel of their own (fusion=split, not {v['fusion']})")
+    if v.has("block_m", "block_n"):
+        tiles = info.batch * ceil(info.M / v["block_m"]) * ceil(info.gemm_n_nc[0] / v["block_n"])
+        if tiles <= t.sms or tiles % t.sms == 0:
+            reasons.append(f"split_tail={s}: {tiles} tiles on {t.sms} SMs leave no partial wave behind a full one")
+    if v.has("block_k"):
+        steps, how = k_steps(info, v["block_k"])
+        if steps % s:
+            reasons.append(f"split_tail={s} does not divide the {steps} k-steps ({how})")
+
+
 def _c_split(info, v, t, reasons):
     if not v.has("block_k", "split_k"):
         return
@@ -465,7 +489,7 @@ Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 _RULES: dict[str, tuple[Rule, ...]] = {
     "contraction": (
         _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue,
-        _c_split, _c_combine, _c_vector,
+        _c_split, _c_split_tail, _c_combine, _c_vector,
     ),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy),
     "reduction": (_r_threads, _r_vector),

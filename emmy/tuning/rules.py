@@ -418,6 +418,19 @@ def _c_combine(knob, info, target, chosen, memo) -> Prefs:
     return [kernel, last]
 
 
+def _c_split_tail(knob, info, target, chosen, memo) -> Prefs:
+    """The tiles past the last full wave split along k, as a launch of their own (knobs.py).
+    Measured on the H200 (same run, docs/bench/h200-split-tail.log), it cost more than it
+    saved: the tail's parts go through the workspace and its last block adds them while the
+    others wait, so Llama-3.2-1B's gate/up at 1100 tokens took 123.4 us for 4 full waves plus
+    26.8 for the 48 tail tiles split in two (and 2.3 for the row statistics it needs), against
+    153.6 in one launch (the layer 329.8 against 327.3); its down projection as 128 x 128 tiles
+    with a tail split 8 ways 54.5 + 22.1 against 67.0 + 10.4 with split_k = 4; Qwen3's o and
+    down at 1100 tokens the layer 160.3 against 139.6. The rules leave it at 1; it stays a
+    knob (pins, the interpreter, and a search that measures)."""
+    return [(1, "no split tail (H200: the tail launch adding its parts cost more than the idle SMs it fills)")]
+
+
 SIBLINGS_APART_WAVES = 4  # waves of tiles each sibling needs alone before it gets launches of its own
 
 
@@ -784,7 +797,7 @@ def _e_items(knob, info, target, chosen, memo) -> Prefs:
 
 _ORDER: dict[str, tuple[str, ...]] = {
     "contraction": (
-        "workers", "block_k", "block_m", "block_n", "split_k", "warps", "stages", "vector", "fusion",
+        "workers", "block_k", "block_m", "block_n", "split_k", "warps", "stages", "vector", "split_tail", "fusion",
     ),
     "attention": ("workers", "block_q", "block_kv", "warps", "stages", "copy", "fusion"),
     "reduction": ("vector", "rows_per_block", "threads"),
@@ -810,6 +823,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "block_n": _c_tiles,
             "split_k": _c_tiles,
             "combine": _c_combine,
+            "split_tail": _c_split_tail,
             "warps": _c_warps,
             "block_k": _c_block_k,
             "stages": _c_stages,

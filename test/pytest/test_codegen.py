@@ -36,6 +36,7 @@ def _knobs(values: dict) -> str:
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
         "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered"]',
         "combine": '["kernel", "last_block"]', "group_m": "[1, 2, 4, 8, 16, 32]",
+        "split_tail": "[1, 2, 3, 4, 8]",
     }
     parts = []
     for k, v in values.items():
@@ -617,6 +618,28 @@ def test_group_m_orders_tiles_in_groups_of_rows():
     along_n, in_groups = persistent(), persistent(group_m=8)
     assert in_groups.count("arith.divui") == along_n.count("arith.divui") + 2
     assert in_groups.count("arith.remui") == along_n.count("arith.remui") + 2
+
+
+def test_split_tail_is_a_second_launch_for_the_last_tiles():
+    """split_tail=4 on 16 x 9 = 144 tiles: the first 132 as one launch, a tile per block along
+    n; the last 12 as `<name>_tail`, 12 x 4 blocks, the last of each tile's four adding the
+    parts (its own workspace for 12 tiles, zeroed counters)."""
+    text = weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, split_tail=4, fusion="split")
+    module = lower(text, "convert-tile-to-kernel")
+    funcs = kernel_funcs(module)
+    assert list(funcs) == ["norm_proj_stats", "norm_proj", "norm_proj_tail"]  # one statistics kernel for both
+    assert funcs["norm_proj"].grid_dims == (132, 1, 1)
+    assert funcs["norm_proj_tail"].grid_dims == (12, 1, 4)
+    assert "emmy::split_ticket" in callees(funcs["norm_proj_tail"])
+    assert "emmy::split_ticket" not in callees(funcs["norm_proj"])
+    source = launch_plan(lower(text)).source
+    assert "norm_proj_tail<<<" in source or "norm_proj_tail" in source
+    with pytest.raises(EmmyError, match="split_tail=4: 72 tiles on 132 SMs leave no partial wave behind a full one"):
+        lower(weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=256, split_tail=4, fusion="split"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="split_tail=2 needs split_k=1, schedule=grid, cluster=1 and no batch axes"):
+        lower(weighted_norm_matmul(M=1100, N=2048, K=1024, split_tail=2, split_k=2), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="split_tail=2 needs fusion=split"):
+        lower(weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, split_tail=2), "convert-tile-to-kernel")
 
 
 def test_cluster_errors():

@@ -89,6 +89,12 @@ LAST_BLOCK_LAYER_CASES = [
     (130, ("o_proj_residual.combine=last_block", "down_proj_residual.combine=last_block")),
     (512, ("o_proj_residual.combine=last_block", "down_proj_residual.combine=last_block")),
     (33, ("*.workers=mma_sync", "*.split_k=2", "*.combine=last_block")),
+    # split_tail: o and down with 144 tiles of 128 x 64 at 1100 tokens, the 12 past the full
+    # wave split 4 ways (their last block adding the parts); on mma.sync with 64 x 64 tiles
+    (1100, ("o_proj_residual.block_n=64", "o_proj_residual.split_k=1", "o_proj_residual.split_tail=4",
+            "down_proj_residual.block_n=64", "down_proj_residual.split_k=1", "down_proj_residual.split_tail=4")),
+    (1100, ("*.workers=mma_sync", "o_proj_residual.block_m=64", "o_proj_residual.block_n=64",
+            "o_proj_residual.split_k=1", "o_proj_residual.split_tail=2")),
 ]
 LAST_BLOCK_EXAMPLE_CASES = [
     (300, ("*.workers=wgmma", "*.split_k=2", "*.combine=last_block")),

@@ -59,6 +59,7 @@ CASES = {
         weighted_norm_matmul(M=900, N=512, K=256, copy="tma", cluster=2, group_m=4),
         weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent", copy="tma", group_m=8),
         weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent", copy="tma", cluster=2, group_m=4),
+        weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, copy="tma", split_tail=4, fusion="split"),
         weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent", copy="tma"),
         rmsnorm_matmul(M=200, N=96, K=448, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64, warps=8,
                        stages=4, copy="tma"),

@@ -80,6 +80,9 @@ CASES = [
     (L.gate_up(7, 48, 64), ""),
     (L.gate_up(33, 40, 96), "block_m=16;block_n=16;block_k=32;split_k=3"),
     (L.matmul_two_k(7, 40, 3, 32), "block_m=16;block_n=16;block_k=16;split_k=2"),
+    # split_tail: 10 x 14 tiles on 132 SMs, the 8 past the full wave split 4 ways along k
+    (L.matmul(150, 224, 256), "block_m=16;block_n=16;block_k=16;workers=mma_sync;split_tail=4"),
+    (L.gate_up(150, 224, 128), "block_m=16;block_n=16;block_k=16;workers=mma_sync;split_tail=2"),
     (L.matmul_two_k(33, 24, 2, 48), ""),
     # attention: causal with grouped heads, and unmasked with the sum divided in the epilogue
     (L.attention(1, 4, 2, 7, 16), ""),
@@ -115,6 +118,24 @@ def test_split_actually_used(monkeypatch):
     monkeypatch.setattr(tile_stage, "_split_steps", drop_last)
     with pytest.raises(AssertionError):
         compare(example, "block_k=16;split_k=2")
+
+
+def test_split_tail_actually_used(monkeypatch):
+    """Dropping the last of the tail tiles' parts changes the result (and only theirs are cut
+    in four: the other tiles have one part)."""
+    example, pin = L.matmul(150, 224, 256), "block_m=16;block_n=16;block_k=16;workers=mma_sync;split_tail=4"
+    compare(example, pin)
+    calls = []
+
+    def drop_last_of_four(steps, parts):
+        calls.append(parts)
+        bounds = [round(p * steps / parts) for p in range(parts + 1)]
+        return [(bounds[p], bounds[p + 1]) for p in range(parts - (parts == 4))]
+
+    monkeypatch.setattr(tile_stage, "_split_steps", drop_last_of_four)
+    with pytest.raises(AssertionError):
+        compare(example, pin)
+    assert calls.count(4) == 8 and calls.count(1) == 1  # the 8 tail tiles; the rest share one list
 
 
 def test_online_softmax_rescaling_used(monkeypatch):

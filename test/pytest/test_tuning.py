@@ -65,8 +65,8 @@ def test_unknown_target_lists_valid_names():
 
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
-        "block_m", "block_n", "block_k", "split_k", "combine", "stages", "workers", "warps", "schedule", "copy",
-        "cluster", "group_m", "epilogue", "vector",
+        "block_m", "block_n", "block_k", "split_k", "combine", "split_tail", "stages", "workers", "warps", "schedule",
+        "copy", "cluster", "group_m", "epilogue", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("contraction", fusion=True, siblings=True)[-2:] == ("siblings", "fusion")
@@ -388,6 +388,26 @@ def test_group_m_legality_and_rule():
     assert q["group_m"].value == 1 and "stays in the 60 MB L2" in q["group_m"].reason
     # split k: one row of tiles per split part, no order to choose
     assert rules.decide(info_of(L.matmul(64, 4096, 16384)), SM90A, knob_space_for(info, SM90A))["group_m"].value == 1
+
+
+def test_split_tail_legality_and_rule():
+    info = info_of(L.matmul(1100, 2048, 1024))  # 9 x 16 = 144 tiles of 128 x 128: 132 + 12
+    base = dict(GOOD, workers="wgmma_ws", block_m=128, block_n=128, block_k=64)
+    assert check(info, dict(base, split_tail=4), SM90A) == []
+    reasons = check(info, dict(base, split_tail=4, split_k=2, schedule="persistent", copy="tma", cluster=2, group_m=2), SM90A)
+    for r in ("split_tail=4 needs split_k=1 (split_k=2)", "split_tail=4 needs schedule=grid (schedule=persistent)",
+              "split_tail=4 needs cluster=1 (cluster=2)", "split_tail=4 needs group_m=1 (group_m=2)"):
+        assert r in reasons
+    assert check(info, dict(base, split_tail=3), SM90A) == ["split_tail=3 does not divide the 16 k-steps (K=1024 / block_k=64)"]
+    assert check(info, dict(base, block_n=256, split_tail=2), SM90A) == [
+        "split_tail=2: 72 tiles on 132 SMs leave no partial wave behind a full one"]
+    # measured slower than leaving the last wave partly idle: the rules keep one launch
+    g = info_of(L.gate_up(1100, 8192, 2048))
+    d = rules.decide(g, SM90A, knob_space_for(g, SM90A))
+    assert d["split_tail"].value == 1 and "cost more" in d["split_tail"].reason
+    # a pinned split tail is completed legally around it
+    pinned = rules.decide(g, SM90A, knob_space_for(g, SM90A), {"split_tail": 2, "block_m": 128, "block_n": 128})
+    assert (pinned["schedule"].value, pinned["cluster"].value, pinned["group_m"].value) == ("grid", 1, 1)
 
 
 def test_cluster_legality():
