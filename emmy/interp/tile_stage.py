@@ -83,14 +83,17 @@ def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             "(run decide-forks first)"
         )
     info = classify(op)
-    knobs = dict(op.knob_values())
-    if int(knobs.get("split_tail", 1)) > 1:  # the tail starts after the last full wave of SMs
-        module = op
-        while module.parent_op() is not None:
-            module = module.parent_op()
-        knobs["_sms"] = module_target(module).sms
+    knobs = op.knob_values()
     run = _RUNNERS[info.kind]
     return run(_Kernel(op, info, inputs), knobs)
+
+
+def _target_sms(op: KernelOp) -> int:
+    """The SM count of the target the module of `op` is compiled for (split_tail's full waves)."""
+    module = op
+    while module.parent_op() is not None:
+        module = module.parent_op()
+    return module_target(module).sms
 
 
 # --------------------------------------------------------------------------------------------
@@ -247,7 +250,8 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
     tail = int(knobs.get("split_tail", 1))
     n_tiles = prod(ceil(ext[a] / (bm if a == info.m_axes[-1] else 1)) for a in info.m_axes) * prod(
         ceil(ext[a] / (bn if a == info.n_axes[-1] else 1)) for a in info.n_axes)
-    first_tail = n_tiles // knobs["_sms"] * knobs["_sms"] if tail > 1 else n_tiles
+    sms = _target_sms(k.op) if tail > 1 else 1
+    first_tail = n_tiles // sms * sms if tail > 1 else n_tiles
     tile_index = 0
     split_prologue: dict[SSAValue, np.ndarray] = {}
     if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows

@@ -109,6 +109,17 @@ def test_compile_bad_knob():
     assert_user_error(proc, "block_m")
 
 
+def test_compile_illegal_pins_name_the_reason():
+    # q next to k and v (sibling products built as parts) cannot split their tail
+    proc = emmy("compile", f"{ROOT}/tools/running_example.py:make", "--tokens", "1100", "--target", "sm_90a",
+                "--knob", "rms_norm_qkv_proj.split_tail=2")
+    assert_user_error(proc, "kernel 'rms_norm_qkv_proj': the pinned values split_tail=2 are illegal on sm_90a",
+                      "split_tail=2 needs one product over all columns")
+    proc = emmy("compile", MODEL, "--layer", "0", "--target", "sm_90a", "--knob", "rms_norm_gate_up_proj_silu.cluster=2",
+                "--knob", "rms_norm_gate_up_proj_silu.group_m=1")
+    assert_user_error(proc, "group_m=1 is not a multiple of cluster=2")
+
+
 def test_compile_unknown_knob():
     proc = emmy("compile", MODEL, "--layer", "0", "--knob", "*.no_such_knob=1")
     assert_user_error(proc, "no_such_knob")

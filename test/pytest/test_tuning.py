@@ -401,6 +401,21 @@ def test_split_tail_legality_and_rule():
     assert check(info, dict(base, split_tail=3), SM90A) == ["split_tail=3 does not divide the 16 k-steps (K=1024 / block_k=64)"]
     assert check(info, dict(base, block_n=256, split_tail=2), SM90A) == [
         "split_tail=2: 72 tiles on 132 SMs leave no partial wave behind a full one"]
+    normed = info_of(L.rmsnorm_matmul(1100, 2048, 1024, target="sm_90a"))
+    assert check(normed, dict(base, split_tail=2, fusion="fused"), SM90A) == [
+        "split_tail=2: the tail's parts need whole-row statistics from a kernel of their own (fusion=split, not fused)"]
+    assert check(normed, dict(base, split_tail=2, fusion="split"), SM90A) == []
+    # a product per head (both factors read the head axis: a batch axis)
+    batched = L.matmul(1100, 2048, 1024, target="sm_90a")[0]
+    for old, new in (("axes [m = 1100", "axes [h = 2, m = 1100"), ("tensor<1100x1024xbf16>", "tensor<2x1100x1024xbf16>"),
+                     ("tensor<2048x1024xbf16>", "tensor<2x2048x1024xbf16>"), ("tensor<1100x2048xbf16>", "tensor<2x1100x2048xbf16>"),
+                     ("%xa[%m, %k]", "%xa[%h, %m, %k]"), ("%wa[%n, %k]", "%wa[%h, %n, %k]"), ("0 [%m, %n]", "0 [%h, %m, %n]"),
+                     ("    %m = loop.axis", '    %h = loop.axis "h" : index\n    %m = loop.axis')):
+        batched = batched.replace(old, new)
+    heads = info_of((batched, []))
+    assert heads.batch == 2
+    assert "split_tail=2 needs a contraction without batch axes" in check(heads, dict(base, split_tail=2), SM90A)
+
     # measured slower than leaving the last wave partly idle: the rules keep one launch
     g = info_of(L.gate_up(1100, 8192, 2048))
     d = rules.decide(g, SM90A, knob_space_for(g, SM90A))
