@@ -268,6 +268,8 @@ def test_whole_model_embedding_on_gpu(tmp_path):
 # each family's tiny whole model (hidden 96, head dim 32, 3 heads on 1 key/value head).
 FAMILY_LAYER_CASES = [(name, tokens) for name in ("qwen2-0.5b", "llama-3.2-1b", "mistral-7b") for tokens in (37, 1100)]
 FAMILY_LAYER_CASES.append(("llama-3.2-1b", 512))  # gate/up over K=2048 in pairs of blocks (cluster = 2)
+# 32 rows over K >= 2048: row statistics from a kernel of their own, q/k/v split along k
+FAMILY_LAYER_CASES += [("llama-3.2-1b", 32), ("mistral-7b", 32)]
 FAMILIES_TINY = ["llama", "mistral", "qwen2", "qwen3"]
 
 
