@@ -78,7 +78,7 @@ from emmy.codegen.tma import MapOperand, tensor_view
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
-from emmy.tuning.knobs import WGMMA_WORKERS
+from emmy.tuning.knobs import WGMMA_WORKERS, grouped_tile
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
 RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
@@ -265,19 +265,6 @@ def geometry(info, knobs, op, target) -> Geometry:
 
 def build(op, info, knobs, target) -> Built:
     return ContractionBuilder(op, info, knobs, target).build()
-
-
-def grouped_tile(kb: KB, t, mb: int, nb: int, group: int) -> tuple[SSAValue, SSAValue]:
-    """(row tile, column tile) of the t-th tile of an mb x nb grid taken in groups of `group`
-    row tiles: down the group's rows first, then its next column, then the next group (the
-    last group may be shorter). group = 1 is the plain order along n."""
-    group = min(group, mb)
-    per = group * nb
-    gid = kb.div(t, per)
-    first = kb.mul(gid, group)
-    size = group if mb % group == 0 else kb.min(kb.sub(mb, first), group)
-    local = kb.rem(t, per)
-    return kb.add(first, kb.rem(local, size)), kb.div(local, size)
 
 
 def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:

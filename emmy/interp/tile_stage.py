@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
-from math import ceil, prod
 
 import numpy as np
 from xdsl.dialects import func
@@ -248,10 +247,11 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
     parts = _split_steps(len(steps), sk)
     # split_tail: the tiles past the last full wave (in the order along n) split along k
     tail = int(knobs.get("split_tail", 1))
-    n_tiles = prod(ceil(ext[a] / (bm if a == info.m_axes[-1] else 1)) for a in info.m_axes) * prod(
-        ceil(ext[a] / (bn if a == info.n_axes[-1] else 1)) for a in info.n_axes)
-    sms = _target_sms(k.op) if tail > 1 else 1
-    first_tail = n_tiles // sms * sms if tail > 1 else n_tiles
+    first_tail = None  # the index of the first tail tile, with split_tail > 1
+    if tail > 1:
+        blocks = sum(1 for _ in _axis_blocks(info.m_axes, ext, bm)) * sum(1 for _ in _axis_blocks(info.n_axes, ext, bn))
+        sms = _target_sms(k.op)
+        first_tail = blocks // sms * sms
     tile_index = 0
     split_prologue: dict[SSAValue, np.ndarray] = {}
     if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows
@@ -266,7 +266,8 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
         for nb in _axis_blocks(info.n_axes, ext, bn):
             block = {**mb, **nb}
             over = dict(row_over)
-            tile_parts = _split_steps(len(steps), tail) if tile_index >= first_tail else parts
+            in_tail = first_tail is not None and tile_index >= first_tail
+            tile_parts = _split_steps(len(steps), tail) if in_tail else parts
             tile_index += 1
             if others:  # reductions over other axes, per output block
                 for r in others:

@@ -71,6 +71,7 @@ Meanings (what the kernel stage does with each value):
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
@@ -154,16 +155,40 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
 }
 
 
+class _Ints:
+    """Plain integer arithmetic under the names `grouped_tile` uses; the kernel stage passes
+    its `KB` builder instead, which emits the same operations."""
+
+    div = staticmethod(operator.floordiv)
+    rem = staticmethod(operator.mod)
+    mul = staticmethod(operator.mul)
+    add = staticmethod(operator.add)
+    sub = staticmethod(operator.sub)
+    min = staticmethod(min)
+
+
+def grouped_tile(ops, t, mb: int, nb: int, group: int):
+    """(row tile, column tile) of the t-th tile of an mb x nb grid taken in groups of `group`
+    row tiles: down the group's rows first, then its next column, then the next group (the
+    last group may be shorter). group = 1 is the plain order along n. `ops` does the
+    arithmetic: `_Ints` for numbers, a kernel builder for the kernel stage's index code."""
+    group = min(group, mb)
+    per = group * nb
+    gid = ops.div(t, per)
+    first = ops.mul(gid, group)
+    size = group if mb % group == 0 else ops.min(ops.sub(mb, first), group)
+    local = ops.rem(t, per)
+    return ops.add(first, ops.rem(local, size)), ops.div(local, size)
+
+
 def tile_at(t: int, mb: int, nb: int, group_m: int = 1, cluster: int = 1) -> tuple[int, int]:
-    """(row tile, column tile) handed out t-th in an mb x nb grid of tiles (the `group_m` order;
-    the kernel stage emits the same arithmetic). Clusters of `cluster` consecutive row tiles
-    go together: the order runs over clusters, a cluster's blocks take its rows."""
+    """(row tile, column tile) handed out t-th in an mb x nb grid of tiles (the `group_m`
+    order, computed by the same `grouped_tile` the kernel stage emits). Clusters of `cluster`
+    consecutive row tiles go together: the order runs over clusters, a cluster's blocks take
+    its rows."""
     unit, rank = divmod(t, cluster)
-    units, group = mb // cluster, max(1, group_m // cluster)
-    group = min(group, units)
-    gid, local = divmod(unit, group * nb)
-    size = min(group, units - gid * group)
-    return (gid * group + local % size) * cluster + rank, local // size
+    mu, n = grouped_tile(_Ints, unit, mb // cluster, nb, max(1, group_m // cluster))
+    return mu * cluster + rank, n
 
 
 def knob_names(kind: str, *, fusion: bool = False, siblings: bool = False) -> tuple[str, ...]:

@@ -823,7 +823,7 @@ def _e_items(knob, info, target, chosen, memo) -> Prefs:
 
 _ORDER: dict[str, tuple[str, ...]] = {
     "contraction": (
-        "workers", "block_k", "block_m", "block_n", "split_k", "warps", "stages", "vector", "split_tail", "fusion",
+        "workers", "block_k", "block_m", "block_n", "split_k", "warps", "stages", "vector", "fusion",
     ),
     "attention": ("workers", "block_q", "block_kv", "warps", "stages", "copy", "fusion"),
     "reduction": ("vector", "rows_per_block", "threads"),
