@@ -55,7 +55,9 @@ Kernels and buffers: `<name>_stats` (optional) -> temp `[prologue reductions, ba
 maps (`copy = tma`) last among its arguments, each bound to the tile op input it views;
 `<name>_combine` (split_k > 1) -> outputs. With `combine = last_block`: `<name>` -> workspace
 `[split_k, tiles, contractions, block_m * block_n]` f32 (each thread's accumulators, interleaved),
-zeroed counters `[2 * tiles]` i32, outputs.
+zeroed counters `[2 * tiles]` i32, outputs; with `schedule = stream_k` the same, the workspace
+`[2 * blocks, contractions, block_m * block_n]` (a slot for the first and the last tile of each
+block's run: the only ones it may share).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ from emmy.codegen.tma import MapOperand, tensor_view
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
-from emmy.tuning.knobs import WGMMA_WORKERS, grouped_tile
+from emmy.tuning.knobs import WGMMA_WORKERS, grouped_tile, stream_k_runs
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
 RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
@@ -111,7 +113,8 @@ class Geometry:
     groups: int = 1
     mi: int = 1
     producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
-    persistent: bool = False  # schedule = persistent: one block per SM loops over the tiles
+    persistent: bool = False  # schedule = persistent or stream_k: one block per SM loops over the tiles
+    stream_k: bool = False  # schedule = stream_k: each block takes an equal run of all tiles' k-steps
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
     cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
     group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
@@ -125,6 +128,11 @@ class Geometry:
     @property
     def slab(self) -> int:
         return self.bk if self.bk < 64 else 64
+
+    @property
+    def ticketed(self) -> bool:
+        """Tiles whose parts are added by the last block to finish one (per-tile counters)."""
+        return self.last_block or self.stream_k
 
     @property
     def combine_kernel(self) -> bool:
@@ -211,12 +219,13 @@ def geometry(info, knobs, op, target) -> Geometry:
     else:
         raise EmmyError(f"{where}: unknown workers '{workers}'")
     schedule = str(knob(knobs, "schedule", op, "grid"))
-    if schedule == "persistent":
+    if schedule in ("persistent", "stream_k"):
         if workers != "wgmma_ws":
-            raise EmmyError(f"{where}: schedule=persistent needs workers=wgmma_ws (workers={workers})")
+            raise EmmyError(f"{where}: schedule={schedule} needs workers=wgmma_ws (workers={workers})")
         if g.split > 1:
-            raise EmmyError(f"{where}: schedule=persistent needs split_k=1 (split_k={g.split})")
+            raise EmmyError(f"{where}: schedule={schedule} needs split_k=1 (split_k={g.split})")
         g.persistent = True
+        g.stream_k = schedule == "stream_k"
     elif schedule != "grid":
         raise EmmyError(f"{where}: unknown schedule '{schedule}'")
     copy = str(knob(knobs, "copy", op, "cp_async"))
@@ -255,6 +264,11 @@ def geometry(info, knobs, op, target) -> Geometry:
         g.last_block = True
     elif combine != "kernel":
         raise EmmyError(f"{where}: unknown combine '{combine}'")
+    if g.stream_k:
+        if g.cluster > 1 or g.group_m > 1 or g.staggered:
+            raise EmmyError(f"{where}: schedule=stream_k needs cluster=1, group_m=1 and epilogue=together")
+        if info.prologue and knobs.get("fusion", "fused") != "split":
+            raise EmmyError(f"{where}: schedule=stream_k needs fusion=split (whole-row statistics for runs of k-steps)")
     return g
 
 
@@ -332,9 +346,11 @@ class ContractionBuilder:
             built.funcs.append(fn)
             built.launches.append(Launch(fn.sym_name.data, (*[In(i) for i in range(n_in)], stats_ref)))
         ws_ref = counters_ref = None
-        if self.g.last_block:
-            # per (part, tile, contraction): each thread's accumulators, interleaved (last_block_epilogue)
-            built.temps.append(TensorType(f32, [self.g.split, self.tiles(), self.g.nc, self.g.bm * self.g.bn]))
+        if self.g.ticketed:
+            # last_block: per (part, tile, contraction); stream_k: per (block, first or last run,
+            # contraction); each thread's accumulators, interleaved (last_block_epilogue)
+            slots = [2 * self.stream_k_plan()[2]] if self.g.stream_k else [self.g.split, self.tiles()]
+            built.temps.append(TensorType(f32, [*slots, self.g.nc, self.g.bm * self.g.bn]))
             ws_ref = Tmp(len(built.temps) - 1)
             built.temps.append(TensorType(i32, [2 * self.tiles()]))
             counters_ref = Tmp(len(built.temps) - 1)
@@ -403,6 +419,17 @@ class ContractionBuilder:
     def all_tiles(self) -> int:
         """Output tiles of the whole grid (every batch index)."""
         return self.B * -(-self.M // self.g.bm) * -(-self.N // self.g.bn)
+
+    def stream_k_plan(self) -> tuple[int, int, int, int]:
+        """schedule = stream_k: (tiles, k-steps per tile, blocks, most blocks sharing a tile).
+        The tiles' k-steps in tile order form one run of tiles * steps iterations; block b takes
+        iterations [b * I // blocks, (b + 1) * I // blocks), so a tile's steps fall to one block
+        or to a few consecutive ones."""
+        tiles, steps = self.all_tiles(), -(-self.K // self.g.bk)
+        total = tiles * steps
+        blocks = min(self.target.sms, total)
+        most = max(len(runs) for runs in stream_k_runs(tiles, steps, self.target.sms))
+        return tiles, steps, blocks, most
 
     def tiles(self) -> int:
         """Output tiles this launch computes (its tile range, or all), one counter pair each with
@@ -535,7 +562,7 @@ class ContractionBuilder:
         if workspace:
             arg_types.append(K.PtrType(f32))
             arg_names.append("ws")
-        if g.last_block:
+        if g.ticketed:
             arg_types.append(K.PtrType(i32))
             arg_names.append("counters")
         if not g.combine_kernel:
@@ -557,7 +584,9 @@ class ContractionBuilder:
         grid = (-(-self.N // g.bn), -(-self.M // g.bm), self.B * g.split)
         if self.tile_range is not None:  # (no batch axes: legality)
             grid = (self.tiles(), 1, g.split)
-        if g.persistent:  # (with clusters: clusters of blocks, each block one row of the cluster's tiles)
+        if g.stream_k:
+            grid = (self.stream_k_plan()[2], 1, 1)
+        elif g.persistent:  # (with clusters: clusters of blocks, each block one row of the cluster's tiles)
             c = g.cluster
             grid = (min(prod(grid) // c, self.target.sms // c), c, 1)
         if grid[1] > 65535 or grid[2] > 65535:
@@ -583,7 +612,7 @@ class ContractionBuilder:
         if workspace:
             ws_ptr = args[pos]
             pos += 1
-        if g.last_block:
+        if g.ticketed:
             self.counters = args[pos]
             pos += 1
         outs = [] if g.combine_kernel else list(args[pos:n_args])
@@ -949,7 +978,7 @@ class ContractionBuilder:
             if tma_only and g.cluster > 1:  # idle till the end: leave rather than wait there
                 kb.call("emmy::exit_unless", [first])
 
-            def produce_tma(m0, n0, batch, part, kt0, kt1, base, later, more):
+            def produce_tma(m0, n0, batch, part, kt0, kt1, base, later, more, run=None):
                 with kb.if_(first):
                     with kb.for_(kt0, kt1, 1, name="kt") as kt:
                         j = kb.add(base, kb.sub(kt, kt0))
@@ -957,7 +986,7 @@ class ContractionBuilder:
                         kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
                         self.tma_issue(kb, kt, slot, m0, n0, full(slot), sa, sbs, a_elems)
 
-            def produce(m0, n0, batch, part, kt0, kt1, base, later, more):
+            def produce(m0, n0, batch, part, kt0, kt1, base, later, more, run=None):
                 stat = stat_at(m0, batch)
                 # tensors with block_m rows are prefetched; one-row ones (a norm weight) stay in L1
                 leaves = [] if inplace is not None else [(ld, rows) for ld, rows in a_loads or () if rows > 1]
@@ -999,7 +1028,7 @@ class ContractionBuilder:
                 kb.call("emmy::cp_async_wait<0>")
         with kb.if_(kb.lt(tid, consumers)):
 
-            def consume(m0, n0, batch, part, kt0, kt1, base, later, more):
+            def consume(m0, n0, batch, part, kt0, kt1, base, later, more, run=None):
                 stat = (consumer_stat_at or stat_at)(m0, batch)
                 if g.persistent:
                     zero = kb.fconst(0.0)
@@ -1026,7 +1055,7 @@ class ContractionBuilder:
                         release(kb.rem(kb.add(j, S - 1), S))
                 kb.call("emmy::wgmma::wait<0>")
                 if g.persistent:  # the tile's last slot
-                    release(kb.rem(kb.add(base, kb.sub(kt1, 1)), S))
+                    release(kb.rem(kb.add(base, kb.sub(kb.sub(kt1, kt0), 1)), S))
                 if rs is not None:  # the producer's row statistics
                     kb.call(f"emmy::named_barrier<{g.threads}>", [kb.idx(1)])
                 for stats in (transform, reader):
@@ -1049,9 +1078,16 @@ class ContractionBuilder:
                         kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(ORDER_BARRIER)])
                 else:
                     sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
-                staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
-                if g.persistent and staged:  # sC is read before the next tile writes it
-                    sync()
+                if run is not None:  # stream_k: a tile shared with other blocks is finished by the last
+                    go = self.stream_k_fixup(kb, tid, m0, n0, batch, kt0, kt1, run, accs, ws_ptr, sync)
+                    with kb.if_(go):
+                        staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
+                        if staged:  # sC is read before the next tile writes it
+                            sync()
+                else:
+                    staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
+                    if g.persistent and staged:  # sC is read before the next tile writes it
+                        sync()
                 if staggered:
                     with kb.if_(kb.cmp("eq", wg, 0)):
                         kb.call(f"emmy::named_barrier_arrive<{consumers}>", [kb.idx(ORDER_BARRIER)])
@@ -1081,14 +1117,18 @@ class ContractionBuilder:
         return (kb.add(kb.mul(mu, c), kb.rem(by, c)) if c > 1 else mu), n_tile
 
     def tile_loop(self, kb: KB, origin, body) -> None:
-        """Call body(m0, n0, batch, part, kt0, kt1, base, later, more) for the tiles this block
-        computes. `origin` given (schedule = grid): the block's one tile, base 0, later and
-        more None. Otherwise (schedule = persistent, split_k = 1) the block takes tiles
+        """Call body(m0, n0, batch, part, kt0, kt1, base, later, more, run) for the tiles this
+        block computes (run: see stream_k_loop; None otherwise). `origin` given (schedule =
+        grid): the block's one tile, base 0, later and more None. With schedule = stream_k,
+        stream_k_loop. Otherwise (schedule = persistent, split_k = 1) the block takes tiles
         blockIdx.x, blockIdx.x + gridDim.x, ... of the tile order (see grouped_tile); `base` counts the
         k-steps of its earlier tiles (pipeline slots and mbarrier phases go on from there),
         `later` is true past the block's first tile, `more` when another tile follows."""
         if origin is not None:
             body(*origin, 0, None, None)
+            return
+        if self.g.stream_k:
+            self.stream_k_loop(kb, body)
             return
         g = self.g
         nb, mb, c = -(-self.N // g.bn), -(-self.M // g.bm), g.cluster
@@ -1115,6 +1155,116 @@ class ContractionBuilder:
             later = kb.cmp("sgt", t, bid)
             more = kb.lt(kb.add(t, blocks), tiles)
             body(m0, n0, batch, 0, 0, steps, base, later, more)
+
+    def stream_k_loop(self, kb: KB, body) -> None:
+        """schedule = stream_k (stream_k_plan): the block's run of iterations [start, end) over
+        the tiles it touches; per tile, the k-steps [kt0, kt1) inside the run. `base` counts the
+        run's earlier k-steps (pipeline slots and mbarrier phases go on from there); `run` is
+        (tile index t, start) for the epilogue (stream_k_fixup)."""
+        g = self.g
+        tiles, steps, blocks, _ = self.stream_k_plan()
+        total = tiles * steps
+        nb, mb = -(-self.N // g.bn), -(-self.M // g.bm)
+        bid = kb.block_id("x")
+        start = kb.div(kb.mul(bid, total), blocks)
+        end = kb.div(kb.mul(kb.add(bid, 1), total), blocks)
+        start.name_hint, end.name_hint = "run_start", "run_end"
+        t_first = kb.div(start, steps)
+        t_end = kb.add(kb.div(kb.sub(end, 1), steps), 1)
+        with kb.for_(t_first, t_end, 1, name="t") as t:
+            at = kb.mul(t, steps)
+            kt0 = kb.sub(kb.max(start, at), at)
+            kt1 = kb.sub(kb.min(end, kb.add(at, steps)), at)
+            kt0.name_hint, kt1.name_hint = "kt0", "kt1"
+            rest = kb.div(t, nb)
+            n0 = kb.mul(kb.rem(t, nb), g.bn)
+            m0 = kb.mul(kb.rem(rest, mb), g.bm)
+            batch = kb.div(rest, mb) if self.b_axes else 0
+            n0.name_hint, m0.name_hint = "n0", "m0"
+            base = kb.sub(kb.add(at, kt0), start)
+            later = kb.cmp("sgt", t, t_first)
+            more = kb.lt(kb.add(t, 1), t_end)
+            body(m0, n0, batch, 0, kt0, kt1, base, later, more, (t, start))
+
+    def stream_k_fixup(self, kb: KB, tid, m0, n0, batch, kt0, kt1, run, accs, ws_ptr, sync) -> SSAValue:
+        """schedule = stream_k, after a tile's k-steps [kt0, kt1) of this block: a tile whose
+        steps all fell to this block is stored as usual. A shared one: thread 0 takes a ticket
+        on the tile's counters (emmy_core.cuh, split_ticket); every block but the last writes
+        its accumulators to its workspace slot for this run (2 per block: the run's first tile,
+        or its last one), fences them and publishes; the last waits for the others, adds
+        every block's part in block order (its own from registers) and goes on to the
+        epilogue. Returns whether this block stores the tile (the same on every computing
+        thread)."""
+        g = self.g
+        T = g.consumers
+        A = g.acc_per_thread
+        vec = _pow2_dividing(A, 4)
+        tiles, steps, blocks, most = self.stream_k_plan()
+        total = tiles * steps
+        t, start = run
+        bid = kb.block_id("x")
+
+        def first_block(it):  # the block whose run holds iteration `it`
+            return kb.div(kb.sub(kb.mul(kb.add(it, 1), blocks), 1), total)
+
+        def run_start(b):
+            return kb.div(kb.mul(b, total), blocks)
+
+        at = kb.mul(t, steps)
+        b0 = first_block(at)
+        parts = kb.add(kb.sub(first_block(kb.add(at, steps - 1)), b0), 1)
+        parts.name_hint = "parts"
+        shared = kb.cmp("ne", kb.sub(kt1, kt0), steps)
+        mb, nb = -(-self.M // g.bm), -(-self.N // g.bn)
+        tile = kb.add(kb.mul(kb.add(kb.mul(batch, mb), kb.div(m0, g.bm)), nb), kb.div(n0, g.bn))
+        tile.name_hint = "tile"
+        leader = kb.cmp("eq", tid, 0)
+        ticket = kb.call("emmy::split_ticket", [self.counters, tile, parts, kb.and_(leader, shared)], IndexType())
+        last = kb.call(f"emmy::barrier_or<{T}>", [kb.idx(EPILOGUE_BARRIER), ticket], IndexType())
+        last.name_hint = "last"
+        vt = VectorType(f32, [vec]) if vec > 1 else f32
+
+        def part_at(b):  # block b's workspace slot for this tile: its run's first tile, or its last
+            side = kb.select(kb.lt(run_start(b), at), kb.idx(1), kb.idx(0))
+            return kb.mul(kb.add(kb.mul(b, 2), side), g.nc * g.bm * g.bn)
+
+        def slot(part, c: int, i):  # element index of the first of `vec` values
+            return kb.add(kb.add(part, c * g.bm * g.bn), kb.add(kb.mul(kb.div(i, vec), T * vec), kb.mul(tid, vec)))
+
+        waiting = kb.cmp("eq", last, 0)
+        with kb.if_(kb.and_(shared, waiting)):
+            mine = part_at(bid)
+            for c, acc in enumerate(accs):
+                with kb.for_(0, A, vec, unroll=0, name="i") as i:
+                    vals = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
+                    kb.store(kb.pack(vals, vt) if vec > 1 else vals[0], ws_ptr, slot(mine, c, i))
+            kb.call("emmy::fence_gpu")
+            sync()
+            with kb.if_(leader):
+                kb.call("emmy::split_publish", [self.counters, tile])
+        with kb.if_(kb.and_(shared, kb.cmp("ne", last, 0))):
+            with kb.if_(leader):
+                kb.call("emmy::split_wait", [self.counters, tile, parts])
+            sync()
+            own = kb.sub(bid, b0)
+            parts_at = [part_at(kb.add(b0, p)) for p in range(most)]
+            for c, acc in enumerate(accs):
+                with kb.for_(0, A, vec, unroll=0, name="i") as i:
+                    mine = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
+                    sums = None
+                    for p in range(most):
+                        here = kb.cmp("eq", own, p)
+                        at_p = [kb.ptr_add(ws_ptr, slot(parts_at[p], c, i)), kb.and_(kb.cmp("ne", own, p), kb.lt(p, parts))]
+                        if vec > 1:
+                            other = kb.call(f"emmy::load_cg<{vec}>", at_p, vt)
+                            theirs = [kb.extract(other, j) for j in range(vec)]
+                        else:
+                            theirs = [kb.call("emmy::load_cg1", at_p, f32)]
+                        vals = [kb.select(here, mine[j], theirs[j]) for j in range(vec)]
+                        sums = vals if sums is None else [kb.addf(a, b_) for a, b_ in zip(sums, vals)]
+                    for j in range(vec):
+                        kb.store(sums[j], acc, kb.add(i, j))
+        return kb.or_(kb.cmp("eq", kb.sub(kt1, kt0), steps), kb.cmp("ne", last, 0))
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator: as many as shared memory

@@ -185,6 +185,12 @@ class KB:
             return self.idx(min(ca, cb))
         return self.insert(arith.MinSIOp(self.idx(a), self.idx(b))).results[0]
 
+    def max(self, a: Value, b: Value) -> SSAValue:
+        ca, cb = self.const_value(a), self.const_value(b)
+        if ca is not None and cb is not None:
+            return self.idx(max(ca, cb))
+        return self.insert(arith.MaxSIOp(self.idx(a), self.idx(b))).results[0]
+
     def cmp(self, pred: str, a: Value, b: Value) -> SSAValue:
         ca, cb = self.const_value(a), self.const_value(b)
         if ca is not None and cb is not None:
@@ -204,6 +210,9 @@ class KB:
             if self.is_true(x):
                 return y
         return self.insert(arith.AndIOp(a, b)).results[0]
+
+    def or_(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.insert(arith.OrIOp(a, b)).results[0]
 
     def select(self, c: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.insert(arith.SelectOp(c, a, b)).results[0]

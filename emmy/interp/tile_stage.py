@@ -13,7 +13,9 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   (RMSNorm's sum of squares) once per block of rows, or in a pass of their own over all rows
   first when `fusion` is `split`; the k-steps (block_k tiles of the innermost k axis, for every
   index of outer k axes: `legality.k_steps`) cut into split_k contiguous parts (split_tail parts
-  for the tiles past the last full wave of the target's SMs), each part
+  for the tiles past the last full wave of the target's SMs; with `schedule = stream_k` the
+  runs of the blocks, the k-steps of all tiles in tile order cut into one equal run per
+  block, as many blocks as the target has SMs), each part
   accumulating its steps' partial sums in float32; the parts added; then the epilogue and
   stores evaluated on the block with the contraction and prologue results overridden.
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
@@ -45,6 +47,7 @@ from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
 from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
 from emmy.interp.tensor_stage import find_function, prepare_args
+from emmy.tuning.knobs import stream_k_runs
 from emmy.tuning.targets import module_target
 
 Ranges = dict[str, tuple[int, int]]
@@ -252,6 +255,10 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
         blocks = sum(1 for _ in _axis_blocks(info.m_axes, ext, bm)) * sum(1 for _ in _axis_blocks(info.n_axes, ext, bn))
         sms = _target_sms(k.op)
         first_tail = blocks // sms * sms
+    stream = None  # schedule = stream_k: each tile's runs (the tiles in the order along n)
+    if knobs.get("schedule") == "stream_k":
+        blocks = sum(1 for _ in _axis_blocks(info.m_axes, ext, bm)) * sum(1 for _ in _axis_blocks(info.n_axes, ext, bn))
+        stream = stream_k_runs(blocks, len(steps), _target_sms(k.op))
     tile_index = 0
     split_prologue: dict[SSAValue, np.ndarray] = {}
     if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows
@@ -268,6 +275,8 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
             over = dict(row_over)
             in_tail = first_tail is not None and tile_index >= first_tail
             tile_parts = _split_steps(len(steps), tail) if in_tail else parts
+            if stream is not None:
+                tile_parts = stream[tile_index]
             tile_index += 1
             if others:  # reductions over other axes, per output block
                 for r in others:

@@ -37,7 +37,12 @@ Meanings (what the kernel stage does with each value):
 - `schedule`: how blocks meet tiles: one block per output tile (`grid`), or one block per
   multiprocessor looping over the tiles (`persistent`, `wgmma_ws` only, sm_90a): its producer
   warpgroup stages the next tile's first k-steps while the consumers run the epilogue of the
-  last one, so the pipeline never drains between tiles.
+  last one, so the pipeline never drains between tiles; or one block per multiprocessor taking
+  an equal run of all tiles' k-steps (`stream_k`, `wgmma_ws` only, sm_90a): the k-steps of the
+  tiles, one tile after the other, are cut into as many equal runs as there are blocks, so no
+  multiprocessor idles in a last, partial wave. A tile whose steps fall to two or more blocks
+  is stored by the last of them to finish, after adding the others' float32 parts from a
+  workspace in block order (as `combine = last_block`).
 - `copy`: how the producer warpgroup of `wgmma_ws` fills the pipeline slots: every thread
   issuing 16-byte `cp.async` copies (`cp_async`), or one thread issuing one tensor-memory-
   accelerator copy per operand tile and slab (`tma`, sm_90+), the hardware writing the swizzled
@@ -88,7 +93,7 @@ WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma", "wgmma_ws")
 # The workers values that multiply with wgmma warpgroups (64-row slices, staged operands).
 WGMMA_WORKERS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 FUSION: tuple[str, ...] = ("fused", "split")
-SCHEDULES: tuple[str, ...] = ("grid", "persistent")
+SCHEDULES: tuple[str, ...] = ("grid", "persistent", "stream_k")
 COPIES: tuple[str, ...] = ("cp_async", "tma")
 EPILOGUES: tuple[str, ...] = ("together", "staggered")
 COMBINES: tuple[str, ...] = ("kernel", "last_block")
@@ -149,6 +154,7 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
     ("workers", "wgmma"): "wgmma",
     ("workers", "wgmma_ws"): "wgmma",
     ("schedule", "persistent"): "wgmma",
+    ("schedule", "stream_k"): "wgmma",
     ("copy", "tma"): "wgmma",
     ("cluster", 2): "wgmma",
     ("epilogue", "staggered"): "wgmma",
@@ -179,6 +185,23 @@ def grouped_tile(ops, t, mb: int, nb: int, group: int):
     size = group if mb % group == 0 else ops.min(ops.sub(mb, first), group)
     local = ops.rem(t, per)
     return ops.add(first, ops.rem(local, size)), ops.div(local, size)
+
+
+def stream_k_runs(tiles: int, steps: int, sms: int) -> list[list[tuple[int, int]]]:
+    """`schedule = stream_k`: per tile, the [lo, hi) k-steps each block computes, in block
+    order. The tiles' steps in tile order are one run of tiles * steps iterations, and block b
+    of min(sms, iterations) takes [b * I // blocks, (b + 1) * I // blocks)."""
+    total = tiles * steps
+    blocks = min(sms, total)
+    bounds = [b * total // blocks for b in range(blocks + 1)]
+    runs: list[list[tuple[int, int]]] = [[] for _ in range(tiles)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        while lo < hi:
+            t = lo // steps
+            cut = min(hi, (t + 1) * steps)
+            runs[t].append((lo - t * steps, cut - t * steps))
+            lo = cut
+    return runs
 
 
 def tile_at(t: int, mb: int, nb: int, group_m: int = 1, cluster: int = 1) -> tuple[int, int]:

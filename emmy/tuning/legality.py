@@ -18,7 +18,9 @@ warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multip
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
 bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps; `combine =
 last_block` only with split_k > 1); schedule
-(`persistent` only with `wgmma_ws`, split_k = 1, and row statistics not needed before the k loop); copy
+(`persistent` and `stream_k` only with `wgmma_ws`, split_k = 1, and row statistics not needed
+before the k loop; `stream_k` also without clusters, groups or a staggered epilogue, and with
+whole-row statistics from a kernel of their own); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
 of row tiles); group_m (a multiple of cluster, at most the row tiles rounded up to a power of
 two); split_tail (a partial wave behind a full one, split_k = 1, schedule = grid, no clusters
@@ -237,20 +239,46 @@ def _c_workers(info, v, t, reasons):
 
 
 def _c_schedule(info, v, t, reasons):
-    if not v.has("schedule") or v["schedule"] != "persistent":
+    if not v.has("schedule") or v["schedule"] == "grid":
         return
+    s = v["schedule"]
     if v.has("workers") and v["workers"] != "wgmma_ws":
         reasons.append(
-            f"schedule=persistent needs workers=wgmma_ws (a producer warpgroup that stages the next "
+            f"schedule={s} needs workers=wgmma_ws (a producer warpgroup that stages the next "
             f"tile during the epilogue), not workers={v['workers']}"
         )
     if v.has("split_k") and v["split_k"] != 1:
-        reasons.append(f"schedule=persistent needs split_k=1 (split_k={v['split_k']})")
-    if info.a_reads_prologue and v.has("fusion") and v["fusion"] == "fused":
+        reasons.append(f"schedule={s} needs split_k=1 (split_k={v['split_k']})")
+    if s == "stream_k":
+        _c_stream_k(info, v, t, reasons)
+    elif info.a_reads_prologue and v.has("fusion") and v["fusion"] == "fused":
         reasons.append(
             "schedule=persistent: the A side uses row statistics that a fused kernel computes "
             "before its k loop, once per tile; use schedule=grid or fusion=split"
         )
+
+
+# index arithmetic of the kernel stage is 32-bit: stream_k's block * iterations must fit
+STREAM_K_MAX_PRODUCT = 2**31 - 1
+
+
+def _c_stream_k(info, v, t, reasons):
+    for knob, want in (("cluster", 1), ("group_m", 1), ("epilogue", "together")):
+        if v.has(knob) and v[knob] != want:
+            reasons.append(f"schedule=stream_k needs {knob}={want} ({knob}={v[knob]})")
+    if info.prologue and v.has("fusion") and v["fusion"] != "split":
+        reasons.append(
+            f"schedule=stream_k: a block's run of k-steps covers part of a row; the row statistics "
+            f"must come from a kernel of their own (fusion=split, not {v['fusion']})"
+        )
+    if v.has("block_m", "block_n", "block_k"):
+        tiles = info.batch * ceil(info.M / v["block_m"]) * ceil(info.gemm_n_nc[0] / v["block_n"])
+        total = tiles * ceil(info.K / v["block_k"])
+        if total * t.sms > STREAM_K_MAX_PRODUCT:
+            reasons.append(
+                f"schedule=stream_k: {tiles} tiles x {ceil(info.K / v['block_k'])} k-steps x {t.sms} blocks "
+                f"overflow the kernel's 32-bit index arithmetic"
+            )
 
 
 def _c_copy(info, v, t, reasons):

@@ -118,6 +118,9 @@ def test_compile_illegal_pins_name_the_reason():
     proc = emmy("compile", MODEL, "--layer", "0", "--target", "sm_90a", "--knob", "rms_norm_gate_up_proj_silu.cluster=2",
                 "--knob", "rms_norm_gate_up_proj_silu.group_m=1")
     assert_user_error(proc, "group_m=1 is not a multiple of cluster=2")
+    proc = emmy("compile", MODEL, "--layer", "0", "--target", "sm_90a", "--knob", "rms_norm_qkv_proj.schedule=stream_k",
+                "--knob", "rms_norm_qkv_proj.fusion=fused")
+    assert_user_error(proc, "schedule=stream_k: a block's run of k-steps covers part of a row")
 
 
 def test_compile_unknown_knob():

@@ -33,7 +33,7 @@ def _knobs(values: dict) -> str:
         "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5]",
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
-        "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent"]',
+        "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent", "stream_k"]',
         "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered"]',
         "combine": '["kernel", "last_block"]', "group_m": "[1, 2, 4, 8, 16, 32]",
         "split_tail": "[1, 2, 3, 4, 8]",
@@ -640,6 +640,46 @@ def test_split_tail_is_a_second_launch_for_the_last_tiles():
         lower(weighted_norm_matmul(M=1100, N=2048, K=1024, split_tail=2, split_k=2), "convert-tile-to-kernel")
     with pytest.raises(EmmyError, match="split_tail=2 needs fusion=split"):
         lower(weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, split_tail=2), "convert-tile-to-kernel")
+
+
+def test_stream_k_shares_tiles_among_one_block_per_sm():
+    """schedule=stream_k on 9 x 8 = 72 tiles of 128x128 with 16 k-steps: 1152 steps on 132
+    blocks (8 or 9 each), so every tile falls to two or three consecutive blocks. One launch of
+    132 blocks, zeroed counters (2 per tile), a workspace of two slots per block (the run's
+    first tile and its last), and the last block of a shared tile adding at most 3 parts."""
+    from emmy.tuning.knobs import stream_k_runs
+
+    runs = stream_k_runs(72, 16, 132)
+    assert [len(r) for r in runs[:4]] == [2, 3, 3, 3] and max(map(len, runs)) == 3
+    assert all(r[0][0] == 0 and r[-1][1] == 16 for r in runs)  # each tile's steps, in order
+    assert all(a[1] == b[0] for r in runs for a, b in zip(r, r[1:]))
+    assert stream_k_runs(2, 4, 132) == [[(i, i + 1) for i in range(4)]] * 2  # fewer steps than SMs
+    text = weighted_norm_matmul(M=1100, N=1024, K=1024, copy="tma", schedule="stream_k", fusion="split")
+    module = lower(text, "convert-tile-to-kernel")
+    funcs = kernel_funcs(module)
+    assert list(funcs) == ["norm_proj_stats", "norm_proj"]
+    f = funcs["norm_proj"]
+    assert f.grid_dims == (132, 1, 1)
+    assert callees(f).count("emmy::split_ticket") == 1
+    empties = {op.result.name_hint: op.result.type for op in module.walk() if isinstance(op, K.EmptyOp) and op.zeroed}
+    assert [t.get_shape() for t in empties.values()] == [(144,)]
+    ws = [op.result.type.get_shape() for op in module.walk() if isinstance(op, K.EmptyOp) and not op.zeroed
+          and op.result.type.element_type == f32]
+    assert (264, 1, 128 * 128) in ws
+    # both roles loop over the block's tiles; the consumers' loads of up to 3 parts
+    loads = [op for op in f.walk() if isinstance(op, K.CallOp) and op.callee.data.startswith("emmy::load_cg")]
+    assert len(loads) == 3
+
+
+def test_stream_k_errors():
+    with pytest.raises(EmmyError, match="schedule=stream_k needs workers=wgmma_ws"):
+        lower(rmsnorm_matmul(M=256, workers="wgmma", warps=4, schedule="stream_k", fusion="split"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="schedule=stream_k needs split_k=1"):
+        lower(weighted_norm_matmul(schedule="stream_k", split_k=2, fusion="split"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="schedule=stream_k needs fusion=split"):
+        lower(weighted_norm_matmul(schedule="stream_k"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="schedule=stream_k needs cluster=1, group_m=1 and epilogue=together"):
+        lower(weighted_norm_matmul(M=1000, copy="tma", schedule="stream_k", fusion="split", group_m=4), "convert-tile-to-kernel")
 
 
 def test_cluster_errors():

@@ -95,11 +95,21 @@ LAST_BLOCK_LAYER_CASES = [
             "down_proj_residual.block_n=64", "down_proj_residual.split_k=1", "down_proj_residual.split_tail=4")),
     (1100, ("*.workers=mma_sync", "o_proj_residual.block_m=64", "o_proj_residual.block_n=64",
             "o_proj_residual.split_k=1", "o_proj_residual.split_tail=2")),
+    # schedule = stream_k: o and down (72 tiles of 128 x 128, 32 and 48 k-steps, on 132 blocks:
+    # every tile shared by two or three blocks), and q/k/v and gate/up with the row statistics
+    # in a kernel of their own (tensor-map and cp.async producers)
+    (1100, ("o_proj_residual.schedule=stream_k", "o_proj_residual.block_n=128",
+            "down_proj_residual.schedule=stream_k", "down_proj_residual.block_n=128")),
+    (1100, ("rms_norm_qkv_proj.schedule=stream_k", "rms_norm_qkv_proj.fusion=split",
+            "rms_norm_gate_up_proj_silu.schedule=stream_k", "rms_norm_gate_up_proj_silu.fusion=split",
+            "rms_norm_gate_up_proj_silu.copy=cp_async")),
 ]
 LAST_BLOCK_EXAMPLE_CASES = [
     (300, ("*.workers=wgmma", "*.split_k=2", "*.combine=last_block")),
     (5, ("*.workers=mma_sync", "*.split_k=4", "*.combine=last_block")),
     (300, ("*.workers=wgmma_ws", "*.copy=tma", "*.split_k=4", "*.combine=last_block")),
+    (130, ("*.workers=wgmma_ws", "*.schedule=stream_k", "*.fusion=split")),
+    (4000, ("*.workers=wgmma_ws", "*.schedule=stream_k", "*.fusion=split", "*.copy=cp_async")),
 ]
 # The layer's contraction kernels (attention has no wgmma_ws).
 LAYER_CONTRACTIONS = ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu", "down_proj_residual"]

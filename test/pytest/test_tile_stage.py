@@ -84,6 +84,10 @@ CASES = [
     (L.matmul(150, 224, 256), "block_m=16;block_n=16;block_k=16;workers=mma_sync;split_tail=4"),
     (L.gate_up(150, 224, 128), "block_m=16;block_n=16;block_k=16;workers=mma_sync;split_tail=2"),
     (L.matmul_two_k(33, 24, 2, 48), ""),
+    # stream_k: 3 x 2 tiles of 64 rows x 128 k-steps of 16 on 132 SMs (blocks of 4 or 5 steps)
+    (L.matmul(150, 200, 2048, target="sm_90a"), "block_m=64;block_n=128;block_k=16;workers=wgmma_ws;schedule=stream_k"),
+    (L.rmsnorm_matmul(130, 80, 512, target="sm_90a"),
+     "block_m=64;block_n=64;block_k=16;workers=wgmma_ws;schedule=stream_k;fusion=split"),
     # attention: causal with grouped heads, and unmasked with the sum divided in the epilogue
     (L.attention(1, 4, 2, 7, 16), ""),
     (L.attention(2, 4, 2, 33, 16), "block_q=16;block_kv=16"),
@@ -136,6 +140,26 @@ def test_split_tail_actually_used(monkeypatch):
     with pytest.raises(AssertionError):
         compare(example, pin)
     assert calls.count(4) == 8 and calls.count(1) == 1  # the 8 tail tiles; the rest share one list
+
+
+def test_stream_k_runs_actually_used(monkeypatch):
+    """Dropping the last block's run of every tile changes the result: the interpreter adds
+    the blocks' parts of each tile."""
+    example = L.matmul(150, 200, 2048, target="sm_90a")
+    pin = "block_m=64;block_n=128;block_k=16;workers=wgmma_ws;schedule=stream_k"
+    compare(example, pin)
+    real = tile_stage.stream_k_runs
+    seen = []
+
+    def drop_last(tiles, steps, sms):
+        runs = real(tiles, steps, sms)
+        seen.append((tiles, steps, sms, max(map(len, runs))))
+        return [r[:-1] for r in runs]
+
+    monkeypatch.setattr(tile_stage, "stream_k_runs", drop_last)
+    with pytest.raises(AssertionError):
+        compare(example, pin)
+    assert seen == [(6, 128, 132, 22)]  # 768 steps, 5 or 6 per block
 
 
 def test_online_softmax_rescaling_used(monkeypatch):

@@ -78,7 +78,7 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("contraction", SM90)["workers"] == ("thread", "mma_sync")
     assert knob_space("attention", SM80)["workers"] == ("mma_sync",)
     assert knob_space("attention", SM90A)["workers"] == ("mma_sync", "wgmma")
-    assert knob_space("contraction", SM90A)["schedule"] == ("grid", "persistent")
+    assert knob_space("contraction", SM90A)["schedule"] == ("grid", "persistent", "stream_k")
     assert knob_space("contraction", SM90)["schedule"] == ("grid",)  # persistent blocks need wgmma_ws
     # tensor-map copies and block pairs feed wgmma_ws warpgroups: sm_90a only
     assert knob_space("contraction", SM90A)["copy"] == ("cp_async", "tma")
@@ -335,6 +335,34 @@ def test_persistent_schedule_legality():
         "k loop, once per tile; use schedule=grid or fusion=split"
     ]
     assert check(reading, dict(base, fusion="split"), SM90A) == []
+
+
+def test_stream_k_schedule_legality_and_rule():
+    info = info_of(L.matmul(1100, 1024, 2048))
+    base = dict(GOOD, workers="wgmma_ws", schedule="stream_k")
+    assert check(info, base, SM90A) == []
+    assert check(info, dict(base, workers="wgmma"), SM90A)[0].startswith("schedule=stream_k needs workers=wgmma_ws")
+    assert check(info, dict(base, split_k=2), SM90A) == ["schedule=stream_k needs split_k=1 (split_k=2)"]
+    reasons = check(info, dict(base, cluster=2, group_m=2, epilogue="staggered"), SM90A)
+    for r in ("schedule=stream_k needs cluster=1 (cluster=2)", "schedule=stream_k needs group_m=1 (group_m=2)",
+              "schedule=stream_k needs epilogue=together (epilogue=staggered)",
+              "epilogue=staggered takes turns between tiles of a persistent block: it needs schedule=persistent "
+              "(schedule=stream_k)"):
+        assert r in reasons
+    norm = info_of(L.rmsnorm_matmul(1100, 1024, 2048))
+    assert check(norm, dict(base, fusion="fused"), SM90A) == [
+        "schedule=stream_k: a block's run of k-steps covers part of a row; the row statistics must come "
+        "from a kernel of their own (fusion=split, not fused)"
+    ]
+    assert check(norm, dict(base, fusion="split"), SM90A) == []
+    huge = info_of(L.matmul(262144, 65536, 8192))
+    assert check(huge, dict(base, block_k=16), SM90A) == [
+        "schedule=stream_k: 1048576 tiles x 512 k-steps x 132 blocks overflow the kernel's 32-bit index arithmetic"
+    ]
+    # the rules never take it (H200, docs/bench/h200-stream-k.log: slower at 1100 tokens)
+    for M in (1100, 4096):
+        mi = info_of(L.matmul(M, 1024, 2048, target="sm_90a"))
+        assert rules.decide(mi, SM90A, knob_space_for(mi, SM90A))["schedule"].value != "stream_k"
 
 
 def test_tma_copies_legality_and_rule():

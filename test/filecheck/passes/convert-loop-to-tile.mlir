@@ -13,7 +13,7 @@
 // CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>,
 // CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma", "wgmma_ws"]>,
 // CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>,
-// CHECK-NEXT:   schedule = #tile.knob<"schedule", ["grid", "persistent"]>,
+// CHECK-NEXT:   schedule = #tile.knob<"schedule", ["grid", "persistent", "stream_k"]>,
 // CHECK-NEXT:   copy = #tile.knob<"copy", ["cp_async", "tma"]>,
 // CHECK-NEXT:   cluster = #tile.knob<"cluster", [1, 2]>,
 // CHECK-NEXT:   group_m = #tile.knob<"group_m", [1, 2, 4, 8, 16, 32]>,
