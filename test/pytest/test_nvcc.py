@@ -64,6 +64,8 @@ CASES = {
         rmsnorm_matmul(M=200, N=96, K=448, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64, warps=8,
                        stages=4, copy="tma"),
         weighted_norm_matmul(M=200, N=256, K=1024, copy="tma", split_k=4, combine="last_block"),
+        weighted_norm_matmul(M=1100, N=1024, K=1024, copy="tma", schedule="stream_k", fusion="split"),
+        weighted_norm_matmul(M=300, N=200, K=512, schedule="stream_k", fusion="split"),
     ],
 }
 
