@@ -402,9 +402,16 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
         why = (f"M={info.M}, {tiles} tiles: one block per SM takes up to {per}, staging the next tile while "
                f"it stores the last (H200: 2-5% faster from M=4096 when the epilogue reads no tensor)")
         return [("persistent", why), ("grid", "one block per output tile")]
+    split_stats = info.prologue and chosen.get("fusion") == "split"
+    if split_stats and info.M >= PERSISTENT_SPLIT_MIN_ROWS and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4:
+        why = (f"M={info.M}, {tiles} tiles, row statistics from a kernel of their own: one block per SM takes up "
+               f"to {per}, staging the next tile while it stores the last (H200: layers 0.3-4% faster from 1100 tokens)")
+        return [("persistent", why), ("grid", "one block per output tile")]
     why = "one block per output tile"
     if info.epilogue_loads:
         why += " (H200: faster than persistent blocks where the epilogue adds a tensor)"
+    elif split_stats and info.M < PERSISTENT_SPLIT_MIN_ROWS:
+        why += f" (H200: with split row statistics persistent blocks pay from M={PERSISTENT_SPLIT_MIN_ROWS})"
     elif info.M < PERSISTENT_MIN_ROWS:
         why += f" (H200: persistent blocks pay from M={PERSISTENT_MIN_ROWS})"
     return [("grid", why), persistent]
@@ -595,20 +602,33 @@ def _c_final(info, target, chosen, reasons) -> None:
             reasons[k] = e.describe(info, target)
 
 
-# From this many rows on, wgmma_ws contractions take their row statistics from a kernel of their
-# own (H200, Qwen3 layer at T=4096: q/k/v projection 68.4 -> 62.4 us plus 4.1 us of statistics,
-# gate/up 127.8 -> 116.6 us plus 2.5 us; running example at M=32768: 595 -> 583 us with the
-# statistics computed twice, once per output group). Summed from the A tiles in the kernel, the
-# reads compete with the wgmmas for shared memory on every k-step.
-SPLIT_STATS_MIN_ROWS = 4096
+# wgmma_ws contractions take their row statistics from a kernel of their own: summed from the A
+# tiles in the kernel, the reads compete with the wgmmas for shared memory on every k-step. First
+# measured from 4096 rows (H200, Qwen3 layer at T=4096: q/k/v 68.4 -> 62.4 us plus 4.1 us of
+# statistics, gate/up 127.8 -> 116.6 plus 2.5; running example at M=32768: 595 -> 583 us with
+# the statistics computed twice, once per output group), then at every size from 128 tokens
+# (same rounds, docs/bench/h200-split-stats.log, the layers with split statistics against fused):
+# Qwen3 at 128/256/512/1100/2048 tokens 43.2/56.3/72.7/139.3/197.5 -> 42.6/54.5/70.6/130.1/188.4
+# us, Llama-3.2-1B at 256/512/1100/2048 99.6/148.4/324.1/510.6 -> 94.4/139.3/303.2/478.3,
+# Mistral-7B at 512/1100 453.7/963.0 -> 396.7/900.1.
+SPLIT_STATS_MIN_ROWS = 128
+# ... but where sibling products are built as parts (the running example's q next to k and v),
+# each part sums the statistics again: there only from the first measurement's 4096 rows
+SPLIT_STATS_PARTS_MIN_ROWS = 4096
 PERSISTENT_MIN_ROWS = 4096  # from here persistent blocks pay (_c_schedule)
+# ... and from this many rows where the row statistics come from a kernel of their own (same
+# rounds as above, split statistics with persistent blocks against one block per tile: Qwen3 at
+# 1100/2048 tokens 130.1/188.4 -> 129.7/183.9 us, Llama-3.2-1B 303.2/478.3 -> 298.3/461.0,
+# Mistral-7B at 1100 900.1 -> 895.2; level from 128 to 512 tokens)
+PERSISTENT_SPLIT_MIN_ROWS = 1024
 
 
 def _c_fusion(knob, info, target, chosen, memo) -> Prefs:
-    if info.prologue and chosen.get("workers") == "wgmma_ws" and info.M >= SPLIT_STATS_MIN_ROWS:
+    from_rows = SPLIT_STATS_PARTS_MIN_ROWS if info.other_reductions else SPLIT_STATS_MIN_ROWS
+    if info.prologue and chosen.get("workers") == "wgmma_ws" and info.M >= from_rows:
         return [
             ("split", f"M={info.M}: the row statistics in a kernel of their own, so the k loop's shared "
-                      f"memory serves only the wgmmas (H200: 9% faster from M=4096)"),
+                      f"memory serves only the wgmmas (H200: 1-14% faster from M={from_rows})"),
             ("fused", "the row statistics are computed from the rows each block loads anyway"),
         ]
     if _streams_after_stats(info, str(chosen.get("workers"))):

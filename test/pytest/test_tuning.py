@@ -464,8 +464,8 @@ def test_few_rows_over_a_long_k_take_their_statistics_first():
     qwen = info_of(L.rmsnorm_matmul(32, 4096, 1024, target="sm_90a"))
     q = rules.decide(qwen, SM90A, knob_space_for(qwen, SM90A))
     assert (q["fusion"].value, q["split_k"].value, q["block_n"].value) == ("fused", 1, 32)
-    wide = info_of(L.rmsnorm_matmul(512, 6144, 4096, target="sm_90a"))
-    assert rules.decide(wide, SM90A, knob_space_for(wide, SM90A))["fusion"].value == "fused"
+    wide = info_of(L.rmsnorm_matmul(512, 6144, 4096, target="sm_90a"))  # wgmma_ws: split for its shared memory
+    assert "wgmmas" in rules.decide(wide, SM90A, knob_space_for(wide, SM90A))["fusion"].reason
 
 
 def test_cluster_legality():
@@ -592,15 +592,19 @@ def test_staggered_epilogue_legality():
     )
 
 
-def test_rules_split_the_row_statistics_from_4096_rows_on():
-    def fusion(M):
+def test_rules_split_the_row_statistics_of_warp_specialized_products():
+    """From 128 rows on (from 4096 where sibling products are built as parts, each summing the
+    statistics again), with persistent blocks from 1024 rows."""
+    def decide(M):
         info = info_of(L.rmsnorm_matmul(M, 4096, 1024, target="sm_90a"))
         return rules.decide(info, SM90A, knob_space_for(info, SM90A))
 
-    big = fusion(4096)
+    big = decide(4096)
     assert big["workers"].value == "wgmma_ws" and big["fusion"].value == "split"
     assert "kernel of their own" in big["fusion"].reason
-    assert fusion(512)["fusion"].value == "fused"
+    assert [(decide(M)["fusion"].value, decide(M)["schedule"].value) for M in (64, 128, 512, 1100)] == [
+        ("fused", "grid"), ("split", "grid"), ("split", "grid"), ("split", "persistent")]
+    assert "with split row statistics persistent blocks pay from M=1024" in decide(512)["schedule"].reason
 
 
 def test_rules_respect_fixed_values_and_report_impossible():
