@@ -81,6 +81,7 @@ from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.tuning.knobs import WGMMA_WORKERS, grouped_tile, stream_k_runs
+from emmy.tuning.legality import STREAM_K_MAX_PARTS
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
 RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
@@ -429,6 +430,11 @@ class ContractionBuilder:
         total = tiles * steps
         blocks = min(self.target.sms, total)
         most = max(len(runs) for runs in stream_k_runs(tiles, steps, self.target.sms))
+        if most > STREAM_K_MAX_PARTS:
+            raise EmmyError(
+                f"tile.kernel @{self.info.name}: schedule=stream_k: up to {most} blocks share a tile "
+                f"(at most {STREAM_K_MAX_PARTS}); use larger tiles or a larger block_k"
+            )
         return tiles, steps, blocks, most
 
     def tiles(self) -> int:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from math import ceil
 from typing import TYPE_CHECKING
 
-from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for
+from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_runs
 from emmy.tuning.targets import Target
 
 if TYPE_CHECKING:
@@ -260,6 +260,8 @@ def _c_schedule(info, v, t, reasons):
 
 # index arithmetic of the kernel stage is 32-bit: stream_k's block * iterations must fit
 STREAM_K_MAX_PRODUCT = 2**31 - 1
+# the last block of a shared tile adds the others' parts in an unrolled loop over them
+STREAM_K_MAX_PARTS = 8
 
 
 def _c_stream_k(info, v, t, reasons):
@@ -274,11 +276,23 @@ def _c_stream_k(info, v, t, reasons):
     if v.has("block_m", "block_n", "block_k"):
         tiles = info.batch * ceil(info.M / v["block_m"]) * ceil(info.gemm_n_nc[0] / v["block_n"])
         total = tiles * ceil(info.K / v["block_k"])
+        steps = ceil(info.K / v["block_k"])
         if total * t.sms > STREAM_K_MAX_PRODUCT:
             reasons.append(
-                f"schedule=stream_k: {tiles} tiles x {ceil(info.K / v['block_k'])} k-steps x {t.sms} blocks "
+                f"schedule=stream_k: {tiles} tiles x {steps} k-steps x {t.sms} blocks "
                 f"overflow the kernel's 32-bit index arithmetic"
             )
+        else:
+            most = max(len(runs) for runs in stream_k_runs(tiles, steps, t.sms))
+            if most > STREAM_K_MAX_PARTS:
+                blocks = min(t.sms, total)
+                lo, hi = total // blocks, -(-total // blocks)
+                run = f"{lo} step" + ("s" if lo > 1 else "") if lo == hi else f"{lo} or {hi} steps"
+                reasons.append(
+                    f"schedule=stream_k: {tiles} tiles x {steps} k-steps on {blocks} blocks give runs of "
+                    f"{run}, so up to {most} blocks share a tile (at most {STREAM_K_MAX_PARTS}); use larger "
+                    f"tiles or a larger block_k"
+                )
 
 
 def _c_copy(info, v, t, reasons):

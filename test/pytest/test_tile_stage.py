@@ -84,10 +84,10 @@ CASES = [
     (L.matmul(150, 224, 256), "block_m=16;block_n=16;block_k=16;workers=mma_sync;split_tail=4"),
     (L.gate_up(150, 224, 128), "block_m=16;block_n=16;block_k=16;workers=mma_sync;split_tail=2"),
     (L.matmul_two_k(33, 24, 2, 48), ""),
-    # stream_k: 3 x 2 tiles of 64 rows x 128 k-steps of 16 on 132 SMs (blocks of 4 or 5 steps)
-    (L.matmul(150, 200, 2048, target="sm_90a"), "block_m=64;block_n=128;block_k=16;workers=wgmma_ws;schedule=stream_k"),
+    # stream_k: 5 x 8 tiles of 64 x 64 with 8 k-steps of 64 on 132 SMs (runs of 2 or 3 steps)
+    (L.matmul(300, 500, 512, target="sm_90a"), "block_m=64;block_n=64;block_k=64;workers=wgmma_ws;warps=4;schedule=stream_k"),
     (L.rmsnorm_matmul(130, 80, 512, target="sm_90a"),
-     "block_m=64;block_n=64;block_k=16;workers=wgmma_ws;schedule=stream_k;fusion=split"),
+     "block_m=64;block_n=64;block_k=64;workers=wgmma_ws;warps=4;schedule=stream_k;fusion=split"),  # 48 one-step runs
     # attention: causal with grouped heads, and unmasked with the sum divided in the epilogue
     (L.attention(1, 4, 2, 7, 16), ""),
     (L.attention(2, 4, 2, 33, 16), "block_q=16;block_kv=16"),
@@ -145,8 +145,8 @@ def test_split_tail_actually_used(monkeypatch):
 def test_stream_k_runs_actually_used(monkeypatch):
     """Dropping the last block's run of every tile changes the result: the interpreter adds
     the blocks' parts of each tile."""
-    example = L.matmul(150, 200, 2048, target="sm_90a")
-    pin = "block_m=64;block_n=128;block_k=16;workers=wgmma_ws;schedule=stream_k"
+    example = L.matmul(300, 500, 512, target="sm_90a")
+    pin = "block_m=64;block_n=64;block_k=64;workers=wgmma_ws;warps=4;schedule=stream_k"
     compare(example, pin)
     real = tile_stage.stream_k_runs
     seen = []
@@ -159,7 +159,7 @@ def test_stream_k_runs_actually_used(monkeypatch):
     monkeypatch.setattr(tile_stage, "stream_k_runs", drop_last)
     with pytest.raises(AssertionError):
         compare(example, pin)
-    assert seen == [(6, 128, 132, 22)]  # 768 steps, 5 or 6 per block
+    assert seen == [(40, 8, 132, 4)]  # 320 steps, 2 or 3 per block
 
 
 def test_online_softmax_rescaling_used(monkeypatch):

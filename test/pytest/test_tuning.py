@@ -359,6 +359,11 @@ def test_stream_k_schedule_legality_and_rule():
     assert check(huge, dict(base, block_k=16), SM90A) == [
         "schedule=stream_k: 1048576 tiles x 512 k-steps x 132 blocks overflow the kernel's 32-bit index arithmetic"
     ]
+    thin = info_of(L.matmul(150, 200, 2048))  # 6 tiles x 128 k-steps: runs of 5 or 6 steps
+    assert check(thin, dict(base, block_m=64, block_n=128, block_k=16, warps=4), SM90A) == [
+        "schedule=stream_k: 6 tiles x 128 k-steps on 132 blocks give runs of 5 or 6 steps, so up to 22 blocks "
+        "share a tile (at most 8); use larger tiles or a larger block_k"
+    ]
     # the rules never take it (H200, docs/bench/h200-stream-k.log: slower at 1100 tokens)
     for M in (1100, 4096):
         mi = info_of(L.matmul(M, 1024, 2048, target="sm_90a"))
