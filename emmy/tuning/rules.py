@@ -612,9 +612,6 @@ def _c_final(info, target, chosen, reasons) -> None:
 # us, Llama-3.2-1B at 256/512/1100/2048 99.6/148.4/324.1/510.6 -> 94.4/139.3/303.2/478.3,
 # Mistral-7B at 512/1100 453.7/963.0 -> 396.7/900.1.
 SPLIT_STATS_MIN_ROWS = 128
-# ... but where sibling products are built as parts (the running example's q next to k and v),
-# each part sums the statistics again: there only from the first measurement's 4096 rows
-SPLIT_STATS_PARTS_MIN_ROWS = 4096
 PERSISTENT_MIN_ROWS = 4096  # from here persistent blocks pay (_c_schedule)
 # ... and from this many rows where the row statistics come from a kernel of their own (same
 # rounds as above, split statistics with persistent blocks against one block per tile: Qwen3 at
@@ -624,11 +621,10 @@ PERSISTENT_SPLIT_MIN_ROWS = 1024
 
 
 def _c_fusion(knob, info, target, chosen, memo) -> Prefs:
-    from_rows = SPLIT_STATS_PARTS_MIN_ROWS if info.other_reductions else SPLIT_STATS_MIN_ROWS
-    if info.prologue and chosen.get("workers") == "wgmma_ws" and info.M >= from_rows:
+    if info.prologue and chosen.get("workers") == "wgmma_ws" and info.M >= SPLIT_STATS_MIN_ROWS:
         return [
             ("split", f"M={info.M}: the row statistics in a kernel of their own, so the k loop's shared "
-                      f"memory serves only the wgmmas (H200: 1-14% faster from M={from_rows})"),
+                      f"memory serves only the wgmmas (H200: 1-14% faster from M={SPLIT_STATS_MIN_ROWS})"),
             ("fused", "the row statistics are computed from the rows each block loads anyway"),
         ]
     if _streams_after_stats(info, str(chosen.get("workers"))):

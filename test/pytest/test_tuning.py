@@ -598,8 +598,7 @@ def test_staggered_epilogue_legality():
 
 
 def test_rules_split_the_row_statistics_of_warp_specialized_products():
-    """From 128 rows on (from 4096 where sibling products are built as parts, each summing the
-    statistics again), with persistent blocks from 1024 rows."""
+    """From 128 rows on, with persistent blocks from 1024 rows."""
     def decide(M):
         info = info_of(L.rmsnorm_matmul(M, 4096, 1024, target="sm_90a"))
         return rules.decide(info, SM90A, knob_space_for(info, SM90A))
