@@ -45,7 +45,9 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and
    runs the epilogue (`combine = kernel`), or the last block of each output tile to finish adds
    the others' parts to its own and runs the epilogue itself (`combine = last_block`,
-   last_block_epilogue).
+   last_block_epilogue). With `schedule = stream_k` a block's k-steps run across tile
+   boundaries (stream_k_loop): a tile whose steps it shares with other blocks is finished
+   the same way by the last of them (stream_k_fixup), a tile wholly its own as usual.
 
 How operand tiles are filled (cp.async copies, computed A sides, the in-place A of wgmma_ws)
 lives in emmy/codegen/staging.py.
