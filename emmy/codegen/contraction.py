@@ -1230,7 +1230,6 @@ class ContractionBuilder:
         ticket = kb.call("emmy::split_ticket", [self.counters, tile, parts, kb.and_(leader, shared)], IndexType())
         last = kb.call(f"emmy::barrier_or<{T}>", [kb.idx(EPILOGUE_BARRIER), ticket], IndexType())
         last.name_hint = "last"
-        vt = VectorType(f32, [vec]) if vec > 1 else f32
 
         def part_at(b):  # block b's workspace slot for this tile: its run's first tile, or its last
             side = kb.select(kb.lt(run_start(b), at), kb.idx(1), kb.idx(0))
@@ -1239,40 +1238,59 @@ class ContractionBuilder:
         def slot(part, c: int, i):  # element index of the first of `vec` values
             return kb.add(kb.add(part, c * g.bm * g.bn), kb.add(kb.mul(kb.div(i, vec), T * vec), kb.mul(tid, vec)))
 
-        waiting = kb.cmp("eq", last, 0)
-        with kb.if_(kb.and_(shared, waiting)):
+        with kb.if_(kb.and_(shared, kb.cmp("eq", last, 0))):
             mine = part_at(bid)
-            for c, acc in enumerate(accs):
-                with kb.for_(0, A, vec, unroll=0, name="i") as i:
-                    vals = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
-                    kb.store(kb.pack(vals, vt) if vec > 1 else vals[0], ws_ptr, slot(mine, c, i))
-            kb.call("emmy::fence_gpu")
-            sync()
-            with kb.if_(leader):
-                kb.call("emmy::split_publish", [self.counters, tile])
+            self.publish_part(kb, accs, ws_ptr, lambda c, i: slot(mine, c, i), tile, leader, sync)
         with kb.if_(kb.and_(shared, kb.cmp("ne", last, 0))):
             with kb.if_(leader):
                 kb.call("emmy::split_wait", [self.counters, tile, parts])
             sync()
             own = kb.sub(bid, b0)
             parts_at = [part_at(kb.add(b0, p)) for p in range(most)]
-            for c, acc in enumerate(accs):
-                with kb.for_(0, A, vec, unroll=0, name="i") as i:
-                    mine = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
-                    sums = None
-                    for p in range(most):
-                        here = kb.cmp("eq", own, p)
-                        at_p = [kb.ptr_add(ws_ptr, slot(parts_at[p], c, i)), kb.and_(kb.cmp("ne", own, p), kb.lt(p, parts))]
-                        if vec > 1:
-                            other = kb.call(f"emmy::load_cg<{vec}>", at_p, vt)
-                            theirs = [kb.extract(other, j) for j in range(vec)]
-                        else:
-                            theirs = [kb.call("emmy::load_cg1", at_p, f32)]
-                        vals = [kb.select(here, mine[j], theirs[j]) for j in range(vec)]
-                        sums = vals if sums is None else [kb.addf(a, b_) for a, b_ in zip(sums, vals)]
-                    for j in range(vec):
-                        kb.store(sums[j], acc, kb.add(i, j))
+            self.add_parts(
+                kb, accs, ws_ptr, most, lambda p, c, i: slot(parts_at[p], c, i), own,
+                lambda p: kb.and_(kb.cmp("ne", own, p), kb.lt(p, parts)),
+            )
         return kb.or_(kb.cmp("eq", kb.sub(kt1, kt0), steps), kb.cmp("ne", last, 0))
+
+    def publish_part(self, kb: KB, accs, ws_ptr, slot, tile, leader, sync) -> None:
+        """A block that is not its tile's last: write its accumulators to its part of the
+        workspace (`slot(c, i)`: the element index of the first of the `vec` values of
+        contraction c's accumulators i.., each thread's interleaved with the others'), fence them
+        and publish the part on the tile's counters (emmy_core.cuh, split_publish)."""
+        vec = _pow2_dividing(self.g.acc_per_thread, 4)
+        vt = VectorType(f32, [vec]) if vec > 1 else f32
+        for c, acc in enumerate(accs):
+            with kb.for_(0, self.g.acc_per_thread, vec, unroll=0, name="i") as i:
+                vals = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
+                kb.store(kb.pack(vals, vt) if vec > 1 else vals[0], ws_ptr, slot(c, i))
+        kb.call("emmy::fence_gpu")
+        sync()
+        with kb.if_(leader):  # thread 0
+            kb.call("emmy::split_publish", [self.counters, tile])
+
+    def add_parts(self, kb: KB, accs, ws_ptr, count: int, slot, own, present) -> None:
+        """The tile's last block: its accumulators become the sum of the tile's `count` parts
+        in part order, whichever block came last: part `own` from its own registers, part p
+        from the workspace at `slot(p, c, i)` where `present(p)` (zero elsewhere)."""
+        vec = _pow2_dividing(self.g.acc_per_thread, 4)
+        vt = VectorType(f32, [vec]) if vec > 1 else f32
+        for c, acc in enumerate(accs):
+            with kb.for_(0, self.g.acc_per_thread, vec, unroll=0, name="i") as i:
+                mine = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
+                total = None
+                for p in range(count):
+                    here = kb.cmp("eq", own, p)
+                    at = [kb.ptr_add(ws_ptr, slot(p, c, i)), present(p)]
+                    if vec > 1:
+                        other = kb.call(f"emmy::load_cg<{vec}>", at, vt)
+                        theirs = [kb.extract(other, j) for j in range(vec)]
+                    else:
+                        theirs = [kb.call("emmy::load_cg1", at, f32)]
+                    vals = [kb.select(here, mine[j], theirs[j]) for j in range(vec)]
+                    total = vals if total is None else [kb.addf(a, b) for a, b in zip(total, vals)]
+                for j in range(vec):
+                    kb.store(total[j], acc, kb.add(i, j))
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator: as many as shared memory
@@ -1594,41 +1612,18 @@ class ContractionBuilder:
         else:
             last = kb.call("emmy::block_or", [ticket], IndexType())
         last.name_hint = "last"
-        vt = VectorType(f32, [vec]) if vec > 1 else f32
 
         def slot(p, c: int, i):  # element index of the first of `vec` values
             base = kb.mul(kb.add(kb.mul(kb.add(kb.mul(p, self.tiles()), tile), g.nc), c), g.bm * g.bn)
             return kb.add(base, kb.add(kb.mul(kb.div(i, vec), T * vec), kb.mul(tid, vec)))
 
         with kb.if_(kb.cmp("eq", last, 0)):
-            for c, acc in enumerate(accs):
-                with kb.for_(0, A, vec, unroll=0, name="i") as i:
-                    vals = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
-                    kb.store(kb.pack(vals, vt) if vec > 1 else vals[0], ws_ptr, slot(part, c, i))
-            kb.call("emmy::fence_gpu")
-            sync()
-            with kb.if_(leader):
-                kb.call("emmy::split_publish", [self.counters, tile])
+            self.publish_part(kb, accs, ws_ptr, lambda c, i: slot(part, c, i), tile, leader, sync)
         with kb.if_(kb.cmp("ne", last, 0)):
             with kb.if_(leader):
                 kb.call("emmy::split_wait", [self.counters, tile, kb.idx(g.split)])
             sync()
-            for c, acc in enumerate(accs):
-                with kb.for_(0, A, vec, unroll=0, name="i") as i:
-                    own = [kb.load(acc, kb.add(i, j)) for j in range(vec)]
-                    total = None
-                    for p in range(g.split):
-                        mine = kb.cmp("eq", part, p)
-                        at = [kb.ptr_add(ws_ptr, slot(p, c, i)), kb.cmp("ne", part, p)]
-                        if vec > 1:
-                            other = kb.call(f"emmy::load_cg<{vec}>", at, vt)
-                            theirs = [kb.extract(other, j) for j in range(vec)]
-                        else:
-                            theirs = [kb.call("emmy::load_cg1", at, f32)]
-                        vals = [kb.select(mine, own[j], theirs[j]) for j in range(vec)]
-                        total = vals if total is None else [kb.addf(a, b) for a, b in zip(total, vals)]
-                    for j in range(vec):
-                        kb.store(total[j], acc, kb.add(i, j))
+            self.add_parts(kb, accs, ws_ptr, g.split, slot, part, lambda p: kb.cmp("ne", part, p))
             self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
 
     def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
