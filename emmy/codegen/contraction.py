@@ -82,7 +82,7 @@ from emmy.codegen.tma import MapOperand, tensor_view
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
-from emmy.tuning.knobs import WGMMA_WORKERS, grouped_tile, stream_k_runs
+from emmy.tuning.knobs import WGMMA_WORKERS, grouped_tile, stream_k_blocks, stream_k_runs, stream_k_whole
 from emmy.tuning.legality import STREAM_K_MAX_PARTS
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
@@ -117,7 +117,7 @@ class Geometry:
     mi: int = 1
     producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
     persistent: bool = False  # schedule = persistent or stream_k: one block per SM loops over the tiles
-    stream_k: bool = False  # schedule = stream_k: each block takes an equal run of all tiles' k-steps
+    stream_k: bool = False  # schedule = stream_k: whole tiles, then an equal run of the other tiles' k-steps per block
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
     cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
     group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
@@ -423,21 +423,21 @@ class ContractionBuilder:
         """Output tiles of the whole grid (every batch index)."""
         return self.B * -(-self.M // self.g.bm) * -(-self.N // self.g.bn)
 
-    def stream_k_plan(self) -> tuple[int, int, int, int]:
-        """schedule = stream_k: (tiles, k-steps per tile, blocks, most blocks sharing a tile).
-        The tiles' k-steps in tile order form one run of tiles * steps iterations; block b takes
-        iterations [b * I // blocks, (b + 1) * I // blocks), so a tile's steps fall to one block
-        or to a few consecutive ones."""
-        tiles, steps = self.all_tiles(), -(-self.K // self.g.bk)
-        total = tiles * steps
-        blocks = min(self.target.sms, total)
-        most = max(len(runs) for runs in stream_k_runs(tiles, steps, self.target.sms))
+    def stream_k_plan(self) -> tuple[int, int, int, int, int]:
+        """schedule = stream_k: (tiles, k-steps per tile, blocks, most blocks sharing a tile,
+        whole tiles). The first `whole` tiles (whole waves but the last, knobs.stream_k_whole)
+        take a block each; the k-steps of the rest, in tile order, form one run of I
+        iterations of which block b takes [b * I // blocks, (b + 1) * I // blocks), so such a
+        tile's steps fall to one block or to a few consecutive ones (knobs.stream_k_runs)."""
+        tiles, steps, sms = self.all_tiles(), -(-self.K // self.g.bk), self.target.sms
+        blocks = stream_k_blocks(tiles, steps, sms)
+        most = max(len(runs) for runs in stream_k_runs(tiles, steps, sms))
         if most > STREAM_K_MAX_PARTS:
             raise EmmyError(
                 f"tile.kernel @{self.info.name}: schedule=stream_k: up to {most} blocks share a tile "
                 f"(at most {STREAM_K_MAX_PARTS}); use larger tiles or a larger block_k"
             )
-        return tiles, steps, blocks, most
+        return tiles, steps, blocks, most, stream_k_whole(tiles, sms)
 
     def tiles(self) -> int:
         """Output tiles this launch computes (its tile range, or all), one counter pair each with
@@ -1092,8 +1092,10 @@ class ContractionBuilder:
                         staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
                         if staged:  # sC is read before the next tile writes it
                             sync()
-                else:
-                    staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
+                else:  # (stream_k's whole tiles: its workspace is not split_k's)
+                    staged = self.epilogue(
+                        kb, em, tid, m0, n0, batch, part, accs, stat, None if g.stream_k else ws_ptr, room, sync,
+                    )
                     if g.persistent and staged:  # sC is read before the next tile writes it
                         sync()
                 if staggered:
@@ -1165,34 +1167,46 @@ class ContractionBuilder:
             body(m0, n0, batch, 0, 0, steps, base, later, more)
 
     def stream_k_loop(self, kb: KB, body) -> None:
-        """schedule = stream_k (stream_k_plan): the block's run of iterations [start, end) over
-        the tiles it touches; per tile, the k-steps [kt0, kt1) inside the run. `base` counts the
-        run's earlier k-steps (pipeline slots and mbarrier phases go on from there); `run` is
-        (tile index t, start) for the epilogue (stream_k_fixup)."""
+        """schedule = stream_k (stream_k_plan): first the block's whole tiles (blockIdx.x,
+        blockIdx.x + gridDim.x, ... below `whole`), then its run of iterations [start, end)
+        over the shared-out tiles it touches, per tile the k-steps [kt0, kt1) inside the run.
+        `base` counts the block's earlier k-steps (pipeline slots and mbarrier phases go on from
+        there); `run` is (tile index t, start) for the epilogue of a shared-out tile
+        (stream_k_fixup), None for a whole one."""
         g = self.g
-        tiles, steps, blocks, _ = self.stream_k_plan()
-        total = tiles * steps
+        tiles, steps, blocks, _, whole = self.stream_k_plan()
+        total = (tiles - whole) * steps
         nb, mb = -(-self.N // g.bn), -(-self.M // g.bm)
         bid = kb.block_id("x")
+
+        def tile_origin(t):
+            rest = kb.div(t, nb)
+            n0 = kb.mul(kb.rem(t, nb), g.bn)
+            m0 = kb.mul(kb.rem(rest, mb), g.bm)
+            n0.name_hint, m0.name_hint = "n0", "m0"
+            return m0, n0, kb.div(rest, mb) if self.b_axes else 0
+
         start = kb.div(kb.mul(bid, total), blocks)
+        start.name_hint = "run_start"
+        if whole:
+            with kb.for_(bid, whole, blocks, name="t") as t:
+                base = kb.mul(kb.div(kb.sub(t, bid), blocks), steps)
+                body(*tile_origin(t), 0, 0, steps, base, kb.cmp("sgt", t, bid), kb.true(), None)
         end = kb.div(kb.mul(kb.add(bid, 1), total), blocks)
-        start.name_hint, end.name_hint = "run_start", "run_end"
+        end.name_hint = "run_end"
         t_first = kb.div(start, steps)
         t_end = kb.add(kb.div(kb.sub(end, 1), steps), 1)
+        done = whole // blocks * steps  # the k-steps of the block's whole tiles
         with kb.for_(t_first, t_end, 1, name="t") as t:
             at = kb.mul(t, steps)
             kt0 = kb.sub(kb.max(start, at), at)
             kt1 = kb.sub(kb.min(end, kb.add(at, steps)), at)
             kt0.name_hint, kt1.name_hint = "kt0", "kt1"
-            rest = kb.div(t, nb)
-            n0 = kb.mul(kb.rem(t, nb), g.bn)
-            m0 = kb.mul(kb.rem(rest, mb), g.bm)
-            batch = kb.div(rest, mb) if self.b_axes else 0
-            n0.name_hint, m0.name_hint = "n0", "m0"
-            base = kb.sub(kb.add(at, kt0), start)
-            later = kb.cmp("sgt", t, t_first)
+            base = kb.add(kb.sub(kb.add(at, kt0), start), done)
+            later = kb.cmp("sgt", t, t_first) if not whole else kb.true()
             more = kb.lt(kb.add(t, 1), t_end)
-            body(m0, n0, batch, 0, kt0, kt1, base, later, more, (t, start))
+            t_all = kb.add(t, whole)
+            body(*tile_origin(t_all), 0, kt0, kt1, base, later, more, (t_all, start))
 
     def stream_k_fixup(self, kb: KB, tid, m0, n0, batch, kt0, kt1, run, accs, ws_ptr, sync) -> SSAValue:
         """schedule = stream_k, after a tile's k-steps [kt0, kt1) of this block: a tile whose
@@ -1207,8 +1221,8 @@ class ContractionBuilder:
         T = g.consumers
         A = g.acc_per_thread
         vec = _pow2_dividing(A, 4)
-        tiles, steps, blocks, most = self.stream_k_plan()
-        total = tiles * steps
+        tiles, steps, blocks, most, whole = self.stream_k_plan()
+        total = (tiles - whole) * steps
         t, start = run
         bid = kb.block_id("x")
 
@@ -1218,7 +1232,7 @@ class ContractionBuilder:
         def run_start(b):
             return kb.div(kb.mul(b, total), blocks)
 
-        at = kb.mul(t, steps)
+        at = kb.mul(kb.sub(t, whole), steps)  # (the iteration of its first k-step, for a shared tile)
         b0 = first_block(at)
         parts = kb.add(kb.sub(first_block(kb.add(at, steps - 1)), b0), 1)
         parts.name_hint = "parts"

@@ -14,8 +14,8 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   first when `fusion` is `split`; the k-steps (block_k tiles of the innermost k axis, for every
   index of outer k axes: `legality.k_steps`) cut into split_k contiguous parts (split_tail parts
   for the tiles past the last full wave of the target's SMs; with `schedule = stream_k` the
-  runs of the blocks, the k-steps of all tiles in tile order cut into one equal run per
-  block, as many blocks as the target has SMs), each part
+  runs of the blocks, `knobs.stream_k_runs`: whole tiles for the first waves, then the other
+  tiles' k-steps in tile order cut into one equal run per block), each part
   accumulating its steps' partial sums in float32; the parts added; then the epilogue and
   stores evaluated on the block with the contraction and prologue results overridden.
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running

@@ -37,12 +37,13 @@ Meanings (what the kernel stage does with each value):
 - `schedule`: how blocks meet tiles: one block per output tile (`grid`), or one block per
   multiprocessor looping over the tiles (`persistent`, `wgmma_ws` only, sm_90a): its producer
   warpgroup stages the next tile's first k-steps while the consumers run the epilogue of the
-  last one, so the pipeline never drains between tiles; or one block per multiprocessor taking
-  an equal run of all tiles' k-steps (`stream_k`, `wgmma_ws` only, sm_90a): the k-steps of the
-  tiles, one tile after the other, are cut into as many equal runs as there are blocks, so no
-  multiprocessor idles in a last, partial wave. A tile whose steps fall to two or more blocks
-  is stored by the last of them to finish, after adding the others' float32 parts from a
-  workspace in block order (as `combine = last_block`).
+  last one, so the pipeline never drains between tiles; or one block per multiprocessor,
+  stream-K (`stream_k`, `wgmma_ws` only, sm_90a): the tiles of every whole wave but the last
+  go one to a block, and the k-steps of the others, one tile after the other, are cut into as
+  many equal runs as there are blocks, so no multiprocessor idles in a last, partial wave. A
+  tile whose steps fall to two or more blocks is stored by the last of them to finish, after
+  adding the others' float32 parts from a workspace in block order (as `combine =
+  last_block`).
 - `copy`: how the producer warpgroup of `wgmma_ws` fills the pipeline slots: every thread
   issuing 16-byte `cp.async` copies (`cp_async`), or one thread issuing one tensor-memory-
   accelerator copy per operand tile and slab (`tma`, sm_90+), the hardware writing the swizzled
@@ -187,19 +188,33 @@ def grouped_tile(ops, t, mb: int, nb: int, group: int):
     return ops.add(first, ops.rem(local, size)), ops.div(local, size)
 
 
+def stream_k_whole(tiles: int, sms: int) -> int:
+    """`schedule = stream_k`: how many tiles, from the first, go one to a block in whole waves
+    (every whole wave but the last); the rest are shared out as runs of k-steps."""
+    return max(0, tiles // sms - 1) * sms
+
+
+def stream_k_blocks(tiles: int, steps: int, sms: int) -> int:
+    """`schedule = stream_k`: the blocks of the launch (one per SM, or one per k-step of a
+    product with fewer)."""
+    return min(sms, tiles * steps)
+
+
 def stream_k_runs(tiles: int, steps: int, sms: int) -> list[list[tuple[int, int]]]:
     """`schedule = stream_k`: per tile, the [lo, hi) k-steps each block computes, in block
-    order. The tiles' steps in tile order are one run of tiles * steps iterations, and block b
-    of min(sms, iterations) takes [b * I // blocks, (b + 1) * I // blocks)."""
-    total = tiles * steps
-    blocks = min(sms, total)
+    order. The tiles of whole waves but the last (stream_k_whole) take a block each, in turns
+    as with persistent blocks; the k-steps of the rest, tile after tile, are one run of I
+    iterations that block b of B = stream_k_blocks takes [b * I // B, (b + 1) * I // B) of."""
+    whole = stream_k_whole(tiles, sms)
+    total = (tiles - whole) * steps
+    blocks = stream_k_blocks(tiles, steps, sms)
     bounds = [b * total // blocks for b in range(blocks + 1)]
-    runs: list[list[tuple[int, int]]] = [[] for _ in range(tiles)]
+    runs: list[list[tuple[int, int]]] = [[(0, steps)] for _ in range(whole)] + [[] for _ in range(tiles - whole)]
     for lo, hi in zip(bounds, bounds[1:]):
         while lo < hi:
             t = lo // steps
             cut = min(hi, (t + 1) * steps)
-            runs[t].append((lo - t * steps, cut - t * steps))
+            runs[whole + t].append((lo - t * steps, cut - t * steps))
             lo = cut
     return runs
 

@@ -372,12 +372,14 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     # and gate/up 108.1 -> 100.5. Where the epilogue adds a residual (its f32 tiles staged a
     # column slice per round) persistent blocks lost: down 53.3 -> 56.5, o 29.7 -> 31.1; and
     # with 3 stages (room for one round) everything lost (example 495 -> 501).
-    # stream_k (an equal run of all tiles' k-steps per SM) is never chosen: on the H200 (same
+    # stream_k (runs of k-steps shared out among one block per SM) is never chosen: on the H200 (same
     # run, docs/bench/h200-stream-k.log) Qwen3's o and down at 1100 tokens took 20.6 and 24.3 us
     # as 128x128 stream-K tiles against 19.3 and 21.2 as 72 whole tiles on 72 SMs and 18.0 and
     # 16.8 + 3.7 with the rules' tiles; the products were bound by what all blocks read
     # together, so more busy SMs did not make them faster (Llama-3.2-1B and Qwen3's q/k/v and
-    # gate/up alike; 128x256 tiles, 3-4 blocks per tile, were 2-3x slower).
+    # gate/up alike; 128x256 tiles, 3-4 blocks per tile, were 2-3x slower). With whole waves
+    # first and only the rest shared out, q/k/v and gate/up at 1100 and 2048 tokens were 19-84%
+    # slower than the rules' persistent blocks (the Llama-3.2-1B layer 343.8 against 300.8 us).
     workers, sk = chosen.get("workers"), chosen.get("split_k", 1)
     if workers != "wgmma_ws" or sk != 1 or info.a_reads_prologue:
         return [("grid", "one block per output tile")]

@@ -654,6 +654,11 @@ def test_stream_k_shares_tiles_among_one_block_per_sm():
     assert all(r[0][0] == 0 and r[-1][1] == 16 for r in runs)  # each tile's steps, in order
     assert all(a[1] == b[0] for r in runs for a, b in zip(r, r[1:]))
     assert stream_k_runs(2, 4, 132) == [[(i, i + 1) for i in range(4)]] * 2  # fewer steps than SMs
+    # 300 tiles: the first wave's 132 whole, one to a block; the other 168 tiles' 16 steps shared
+    # out (20 or 21 steps per block), at most two blocks to a tile
+    hybrid = stream_k_runs(300, 16, 132)
+    assert hybrid[:132] == [[(0, 16)]] * 132 and hybrid[132] == [(0, 16)] and hybrid[133] == [(0, 4), (4, 16)]
+    assert max(map(len, hybrid)) == 2 and sum(hi - lo for r in hybrid for lo, hi in r) == 300 * 16
     text = weighted_norm_matmul(M=1100, N=1024, K=1024, copy="tma", schedule="stream_k", fusion="split")
     module = lower(text, "convert-tile-to-kernel")
     funcs = kernel_funcs(module)
@@ -669,6 +674,20 @@ def test_stream_k_shares_tiles_among_one_block_per_sm():
     # both roles loop over the block's tiles; the consumers' loads of up to 3 parts
     loads = [op for op in f.walk() if isinstance(op, K.CallOp) and op.callee.data.startswith("emmy::load_cg")]
     assert len(loads) == 3
+
+
+def test_stream_k_whole_waves_first():
+    """300 tiles of 128x128 over 16 k-steps: each block takes its whole tile of the first wave
+    (a loop from blockIdx.x below 132, stored as usual), then its run of the other 168 tiles'
+    steps; the tickets only in the second loop."""
+    text = weighted_norm_matmul(M=2400, N=2048, K=1024, copy="tma", schedule="stream_k", fusion="split")
+    f = kernel_funcs(lower(text, "convert-tile-to-kernel"))["norm_proj"]
+    assert f.grid_dims == (132, 1, 1)
+    loops = [op for op in f.walk() if isinstance(op, K.ForOp) and op.body.block.args[0].name_hint == "t"]
+    assert len(loops) == 4  # whole tiles, then runs: the producer's and the consumers'
+    tickets = [op for op in loops[3].walk() if isinstance(op, K.CallOp) and op.callee.data == "emmy::split_ticket"]
+    assert len(tickets) == 1
+    assert not any(isinstance(op, K.CallOp) and op.callee.data == "emmy::split_ticket" for op in loops[2].walk())
 
 
 def test_stream_k_errors():

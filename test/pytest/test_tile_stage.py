@@ -86,6 +86,8 @@ CASES = [
     (L.matmul_two_k(33, 24, 2, 48), ""),
     # stream_k: 5 x 8 tiles of 64 x 64 with 8 k-steps of 64 on 132 SMs (runs of 2 or 3 steps)
     (L.matmul(300, 500, 512, target="sm_90a"), "block_m=64;block_n=64;block_k=64;workers=wgmma_ws;warps=4;schedule=stream_k"),
+    # ... and 10 x 29 tiles: the first wave's 132 whole, the other 158 tiles' 4 steps shared out
+    (L.matmul(600, 1800, 256, target="sm_90a"), "block_m=64;block_n=64;block_k=64;workers=wgmma_ws;warps=4;schedule=stream_k"),
     (L.rmsnorm_matmul(130, 80, 512, target="sm_90a"),
      "block_m=64;block_n=64;block_k=64;workers=wgmma_ws;warps=4;schedule=stream_k;fusion=split"),  # 48 one-step runs
     # attention: causal with grouped heads, and unmasked with the sum divided in the epilogue
