@@ -1219,8 +1219,7 @@ class ContractionBuilder:
         thread)."""
         g = self.g
         T = g.consumers
-        A = g.acc_per_thread
-        vec = _pow2_dividing(A, 4)
+        vec = _pow2_dividing(g.acc_per_thread, 4)
         tiles, steps, blocks, most, whole = self.stream_k_plan()
         total = (tiles - whole) * steps
         t, start = run
