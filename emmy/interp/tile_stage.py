@@ -251,14 +251,14 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
     # split_tail: the tiles past the last full wave (in the order along n) split along k
     tail = int(knobs.get("split_tail", 1))
     first_tail = None  # the index of the first tail tile, with split_tail > 1
-    if tail > 1:
+    stream = None  # schedule = stream_k: each tile's runs (the tiles in the order along n)
+    if tail > 1 or knobs.get("schedule") == "stream_k":
         blocks = sum(1 for _ in _axis_blocks(info.m_axes, ext, bm)) * sum(1 for _ in _axis_blocks(info.n_axes, ext, bn))
         sms = _target_sms(k.op)
-        first_tail = blocks // sms * sms
-    stream = None  # schedule = stream_k: each tile's runs (the tiles in the order along n)
-    if knobs.get("schedule") == "stream_k":
-        blocks = sum(1 for _ in _axis_blocks(info.m_axes, ext, bm)) * sum(1 for _ in _axis_blocks(info.n_axes, ext, bn))
-        stream = stream_k_runs(blocks, len(steps), _target_sms(k.op))
+        if tail > 1:
+            first_tail = blocks // sms * sms
+        else:
+            stream = stream_k_runs(blocks, len(steps), sms)
     tile_index = 0
     split_prologue: dict[SSAValue, np.ndarray] = {}
     if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows

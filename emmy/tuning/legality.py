@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from math import ceil
 from typing import TYPE_CHECKING
 
-from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_runs
+from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
 from emmy.tuning.targets import Target
 
 if TYPE_CHECKING:
@@ -258,6 +258,11 @@ def _c_schedule(info, v, t, reasons):
         )
 
 
+def output_tiles(info: KernelInfo, block_m: int, block_n: int) -> int:
+    """Output tiles of a contraction (every batch index) in block_m x block_n tiles."""
+    return info.batch * ceil(info.M / block_m) * ceil(info.gemm_n_nc[0] / block_n)
+
+
 # index arithmetic of the kernel stage is 32-bit: stream_k's block * iterations must fit
 STREAM_K_MAX_PRODUCT = 2**31 - 1
 # the last block of a shared tile adds the others' parts in an unrolled loop over them
@@ -274,10 +279,9 @@ def _c_stream_k(info, v, t, reasons):
             f"must come from a kernel of their own (fusion=split, not {v['fusion']})"
         )
     if v.has("block_m", "block_n", "block_k"):
-        tiles = info.batch * ceil(info.M / v["block_m"]) * ceil(info.gemm_n_nc[0] / v["block_n"])
-        total = tiles * ceil(info.K / v["block_k"])
-        steps = ceil(info.K / v["block_k"])
-        if total * t.sms > STREAM_K_MAX_PRODUCT:
+        tiles = output_tiles(info, v["block_m"], v["block_n"])
+        steps = ceil(info.K / v["block_k"])  # (as the kernel stage counts them)
+        if tiles * steps * t.sms > STREAM_K_MAX_PRODUCT:
             reasons.append(
                 f"schedule=stream_k: {tiles} tiles x {steps} k-steps x {t.sms} blocks "
                 f"overflow the kernel's 32-bit index arithmetic"
@@ -285,7 +289,8 @@ def _c_stream_k(info, v, t, reasons):
         else:
             most = max(len(runs) for runs in stream_k_runs(tiles, steps, t.sms))
             if most > STREAM_K_MAX_PARTS:
-                blocks = min(t.sms, total)
+                blocks = stream_k_blocks(tiles, steps, t.sms)
+                total = (tiles - stream_k_whole(tiles, t.sms)) * steps  # the k-steps shared out
                 lo, hi = total // blocks, -(-total // blocks)
                 run = f"{lo} step" + ("s" if lo > 1 else "") if lo == hi else f"{lo} or {hi} steps"
                 reasons.append(
@@ -355,7 +360,7 @@ def _c_split_tail(info, v, t, reasons):
     if v.has("fusion") and v["fusion"] != "split":
         reasons.append(f"split_tail={s}: the tail's parts need whole-row statistics from a kernel of their own (fusion=split, not {v['fusion']})")
     if v.has("block_m", "block_n"):
-        tiles = info.batch * ceil(info.M / v["block_m"]) * ceil(info.gemm_n_nc[0] / v["block_n"])
+        tiles = output_tiles(info, v["block_m"], v["block_n"])
         if tiles <= t.sms or tiles % t.sms == 0:
             reasons.append(f"split_tail={s}: {tiles} tiles on {t.sms} SMs leave no partial wave behind a full one")
     if v.has("block_k"):
