@@ -65,6 +65,7 @@ block's run: the only ones it may share).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
 
 from xdsl.dialects import arith
@@ -352,7 +353,7 @@ class ContractionBuilder:
         if self.g.ticketed:
             # last_block: per (part, tile, contraction); stream_k: per (block, first or last run,
             # contraction); each thread's accumulators, interleaved (last_block_epilogue)
-            slots = [2 * self.stream_k_plan()[2]] if self.g.stream_k else [self.g.split, self.tiles()]
+            slots = [2 * self.stream_k_plan[2]] if self.g.stream_k else [self.g.split, self.tiles()]
             built.temps.append(TensorType(f32, [*slots, self.g.nc, self.g.bm * self.g.bn]))
             ws_ref = Tmp(len(built.temps) - 1)
             built.temps.append(TensorType(i32, [2 * self.tiles()]))
@@ -423,6 +424,7 @@ class ContractionBuilder:
         """Output tiles of the whole grid (every batch index)."""
         return self.B * -(-self.M // self.g.bm) * -(-self.N // self.g.bn)
 
+    @cached_property
     def stream_k_plan(self) -> tuple[int, int, int, int, int]:
         """schedule = stream_k: (tiles, k-steps per tile, blocks, most blocks sharing a tile,
         whole tiles). The first `whole` tiles (whole waves but the last, knobs.stream_k_whole)
@@ -593,7 +595,7 @@ class ContractionBuilder:
         if self.tile_range is not None:  # (no batch axes: legality)
             grid = (self.tiles(), 1, g.split)
         if g.stream_k:
-            grid = (self.stream_k_plan()[2], 1, 1)
+            grid = (self.stream_k_plan[2], 1, 1)
         elif g.persistent:  # (with clusters: clusters of blocks, each block one row of the cluster's tiles)
             c = g.cluster
             grid = (min(prod(grid) // c, self.target.sms // c), c, 1)
@@ -1087,7 +1089,7 @@ class ContractionBuilder:
                 else:
                     sync = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(EPILOGUE_BARRIER)])  # noqa: E731
                 if run is not None:  # stream_k: a tile shared with other blocks is finished by the last
-                    go = self.stream_k_fixup(kb, tid, m0, n0, batch, kt0, kt1, run, accs, ws_ptr, sync)
+                    go = self.stream_k_fixup(kb, tid, kt0, kt1, run, accs, ws_ptr, sync)
                     with kb.if_(go):
                         staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
                         if staged:  # sC is read before the next tile writes it
@@ -1154,17 +1156,24 @@ class ContractionBuilder:
                     m_tile = kb.add(kb.mul(m_tile, c), kb.block_id("y"))
                 n0, m0 = kb.mul(n_tile, g.bn), kb.mul(m_tile, g.bm)
                 batch = kb.div(t, units) if self.b_axes else 0
+                n0.name_hint, m0.name_hint = "n0", "m0"
             else:
-                rest = kb.div(t, nb)
-                n0 = kb.mul(kb.rem(t, nb), g.bn)
-                m0 = kb.mul(kb.rem(rest, mb), g.bm)
-                batch = kb.div(rest, mb) if self.b_axes else 0
-            n0.name_hint, m0.name_hint = "n0", "m0"
+                m0, n0, batch = self.tile_origin(kb, t)
             done = kb.div(kb.sub(t, bid), blocks)  # tiles this block finished before
             base = kb.mul(done, steps)
             later = kb.cmp("sgt", t, bid)
             more = kb.lt(kb.add(t, blocks), tiles)
             body(m0, n0, batch, 0, 0, steps, base, later, more)
+
+    def tile_origin(self, kb: KB, t) -> tuple[SSAValue, SSAValue, SSAValue | int]:
+        """(m0, n0, batch) of tile t of the order along n (batch after batch, row after row)."""
+        g = self.g
+        nb, mb = -(-self.N // g.bn), -(-self.M // g.bm)
+        rest = kb.div(t, nb)
+        n0 = kb.mul(kb.rem(t, nb), g.bn)
+        m0 = kb.mul(kb.rem(rest, mb), g.bm)
+        n0.name_hint, m0.name_hint = "n0", "m0"
+        return m0, n0, kb.div(rest, mb) if self.b_axes else 0
 
     def stream_k_loop(self, kb: KB, body) -> None:
         """schedule = stream_k (stream_k_plan): first the block's whole tiles (blockIdx.x,
@@ -1173,19 +1182,10 @@ class ContractionBuilder:
         `base` counts the block's earlier k-steps (pipeline slots and mbarrier phases go on from
         there); `run` is (tile index t, start) for the epilogue of a shared-out tile
         (stream_k_fixup), None for a whole one."""
-        g = self.g
-        tiles, steps, blocks, _, whole = self.stream_k_plan()
+        tiles, steps, blocks, _, whole = self.stream_k_plan
         total = (tiles - whole) * steps
-        nb, mb = -(-self.N // g.bn), -(-self.M // g.bm)
         bid = kb.block_id("x")
-
-        def tile_origin(t):
-            rest = kb.div(t, nb)
-            n0 = kb.mul(kb.rem(t, nb), g.bn)
-            m0 = kb.mul(kb.rem(rest, mb), g.bm)
-            n0.name_hint, m0.name_hint = "n0", "m0"
-            return m0, n0, kb.div(rest, mb) if self.b_axes else 0
-
+        tile_origin = lambda t: self.tile_origin(kb, t)  # noqa: E731
         start = kb.div(kb.mul(bid, total), blocks)
         start.name_hint = "run_start"
         if whole:
@@ -1208,7 +1208,7 @@ class ContractionBuilder:
             t_all = kb.add(t, whole)
             body(*tile_origin(t_all), 0, kt0, kt1, base, later, more, (t_all, start))
 
-    def stream_k_fixup(self, kb: KB, tid, m0, n0, batch, kt0, kt1, run, accs, ws_ptr, sync) -> SSAValue:
+    def stream_k_fixup(self, kb: KB, tid, kt0, kt1, run, accs, ws_ptr, sync) -> SSAValue:
         """schedule = stream_k, after a tile's k-steps [kt0, kt1) of this block: a tile whose
         steps all fell to this block is stored as usual. A shared one: thread 0 takes a ticket
         on the tile's counters (emmy_core.cuh, split_ticket); every block but the last writes
@@ -1220,7 +1220,7 @@ class ContractionBuilder:
         g = self.g
         T = g.consumers
         vec = _pow2_dividing(g.acc_per_thread, 4)
-        tiles, steps, blocks, most, whole = self.stream_k_plan()
+        tiles, steps, blocks, most, whole = self.stream_k_plan
         total = (tiles - whole) * steps
         t, start = run
         bid = kb.block_id("x")
@@ -1236,9 +1236,7 @@ class ContractionBuilder:
         parts = kb.add(kb.sub(first_block(kb.add(at, steps - 1)), b0), 1)
         parts.name_hint = "parts"
         shared = kb.cmp("ne", kb.sub(kt1, kt0), steps)
-        mb, nb = -(-self.M // g.bm), -(-self.N // g.bn)
-        tile = kb.add(kb.mul(kb.add(kb.mul(batch, mb), kb.div(m0, g.bm)), nb), kb.div(n0, g.bn))
-        tile.name_hint = "tile"
+        tile = t  # (the tile's counters: tile t of the order along n is also its row-major index)
         leader = kb.cmp("eq", tid, 0)
         ticket = kb.call("emmy::split_ticket", [self.counters, tile, parts, kb.and_(leader, shared)], IndexType())
         last = kb.call(f"emmy::barrier_or<{T}>", [kb.idx(EPILOGUE_BARRIER), ticket], IndexType())
