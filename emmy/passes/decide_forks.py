@@ -27,6 +27,15 @@ Invariants: bodies, kinds and domains unchanged; same inputs and evidence give t
     // after
     block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = 128, "rule", "M=512 N=4096: 128 tiles of 128x128, 1 wave on 132 SMs (97% busy)">
 
+Option `max-launches` (int, default 8; 0: no budget): the launches one call of a function may
+make. Some knob values buy speed with a helper launch (a `_combine` kernel adding split_k's
+parts). Where a function's forward-phase kernels, as `convert-tile-to-kernel` builds them, take
+more launches than this, the rule-tier answers are traded for ones without the helper, kernel by
+kernel in IR order, until the function fits or nothing is left to trade (`combine = kernel` ->
+`last_block`; the other knobs re-decided around it). Each traded knob's reason says so. Pinned and
+recorded answers are never traded; prepare-phase kernels (run once) do not count. Fewer launches
+matter where nothing replays a CUDA graph: every launch then costs the host microseconds.
+
 `decisions(module)` lists every knob as a `Decision` (kernel, knob, value, tier, reason) for
 `emmy compile --explain` and the dump's decisions file.
 """
@@ -39,17 +48,21 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
-    PatternRewriter,
-    PatternRewriteWalker,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
 
 from emmy.analysis.classify import classify
+from emmy.diagnostics import EmmyError
 from emmy.dialects.tile import KernelOp, KnobValue
-from emmy.tuning.deciders import Answer, Decider, Problem, decide_kernel, default_deciders
+from emmy.passes.convert_tile_to_kernel import build_kernel
+from emmy.phase import is_prepare
+from emmy.tuning.deciders import (
+    Answer,
+    Decider,
+    FixedDecider,
+    Problem,
+    decide_kernel,
+    default_deciders,
+    trade_for_launches,
+)
 from emmy.tuning.pins import check_pins_used, parse_pins
 from emmy.tuning.targets import Target, module_target
 
@@ -91,53 +104,80 @@ def problem_of(kernel: KernelOp, target: Target) -> Problem:
     )
 
 
-@dataclass
-class DecideKernel(RewritePattern):
-    """Decide every knob of one tile.kernel with the given deciders."""
+def _write(op: KernelOp, answers: dict[str, Answer]) -> None:
+    knobs = op.knob_dict()
+    new = {name: knobs[name].decided(a.value, a.tier, a.reason) for name, a in answers.items()}
+    if new != knobs:
+        op.with_knobs(new)
 
-    target: Target
-    deciders: list[Decider]
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: KernelOp, rewriter: PatternRewriter) -> None:
-        problem = problem_of(op, self.target)
-        answers = decide_kernel(problem, self.deciders)
-        knobs = op.knob_dict()
-        new = {
-            name: knobs[name].decided(a.value, a.tier, a.reason) for name, a in answers.items()
-        }
-        if new != knobs:
-            op.with_knobs(new)
-            rewriter.notify_op_modified(op)
+MAX_LAUNCHES = 8
 
 
 @dataclass(frozen=True)
 class DecideForksPass(ModulePass):
-    """Decide every knob: pins first, then recorded values, then the default rules."""
+    """Decide every knob: pins first, then recorded values, then the default rules; then trade
+    helper launches for the launch budget."""
 
     name = "decide-forks"
     pin: str = ""
+    max_launches: int = MAX_LAUNCHES
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.max_launches < 0:
+            raise EmmyError(f"decide-forks: max-launches={self.max_launches}: give 0 (no budget) or more")
         target = module_target(op)
         recorded = op.attributes.get("emmy.pins")
         spec = ";".join(
             s for s in (self.pin, recorded.data if isinstance(recorded, StringAttr) else "") if s
         )
         pins = parse_pins(spec)
+        kernels = [k for k in op.walk() if isinstance(k, KernelOp)]
         if pins:
-            kernels = {
-                k.kernel_name: {n: kn.values for n, kn in k.knob_dict().items()}
-                for k in op.walk()
-                if isinstance(k, KernelOp)
-            }
-            check_pins_used(pins, kernels)
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier(
-                [DecideKernel(target, default_deciders(pins))], dce_enabled=False
-            ),
-            apply_recursively=False,
-        ).rewrite_module(op)
+            check_pins_used(pins, {k.kernel_name: {n: kn.values for n, kn in k.knob_dict().items()} for k in kernels})
+        deciders = default_deciders(pins)
+        problems = {k: problem_of(k, target) for k in kernels}
+        answers = {k: decide_kernel(problems[k], deciders) for k in kernels}
+        for k in kernels:
+            _write(k, answers[k])
+        if self.max_launches:
+            for func in op.body.block.ops:
+                _fit_launch_budget(func, problems, answers, deciders, target, self.max_launches)
 
 
-__all__ = ["Decision", "DecideForksPass", "decisions", "problem_of"]
+def _fit_launch_budget(
+    func: Operation,
+    problems: dict[KernelOp, Problem],
+    answers: dict[KernelOp, dict[str, Answer]],
+    deciders: list[Decider],
+    target: Target,
+    budget: int,
+) -> None:
+    """Trade rule-decided helper launches of one function's forward-phase kernels (module
+    docstring) until it makes at most `budget` launches per call."""
+    kernels = [k for k in func.walk() if isinstance(k, KernelOp) and not is_prepare(k)]
+    tradable = [k for k in kernels if trade_for_launches(problems[k].space, answers[k])]
+    if not tradable or len(kernels) > budget:
+        return  # nothing to trade, or one launch per kernel is already past the budget
+    launches = {k: len(build_kernel(k, target).launches) for k in kernels}
+    for k in tradable:
+        total = sum(launches.values())
+        if total <= budget:
+            return
+        knob, value, what = trade_for_launches(problems[k].space, answers[k])  # type: ignore[misc]
+        reason = f"launch budget: {func_name(func)} would make {total} launches per call, {budget} allowed: {what}"
+        traded = [*deciders[:-1], FixedDecider({knob: Answer(value, "rule", reason)}), deciders[-1]]
+        new = decide_kernel(problems[k], traded)
+        if new[knob].value != value:
+            continue  # not legal with the rest of this kernel's answers
+        answers[k] = new
+        _write(k, new)
+        launches[k] = len(build_kernel(k, target).launches)
+
+
+def func_name(func: Operation) -> str:
+    name = func.properties.get("sym_name") or func.attributes.get("sym_name")
+    return f"@{name.data}" if isinstance(name, StringAttr) else f"'{func.name}'"
+
+
+__all__ = ["MAX_LAUNCHES", "Decision", "DecideForksPass", "decisions", "problem_of"]

@@ -101,6 +101,32 @@ class RuleDecider:
         return {k: Answer(c.value, "rule", c.reason) for k, c in choices.items()}
 
 
+@dataclass(frozen=True)
+class FixedDecider:
+    """Given answers, as they are (decide-forks' launch budget puts its trades here, between the
+    recorded values and the rules)."""
+
+    answers: Mapping[str, Answer]
+    name: str = "fixed"
+
+    def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
+        return {k: a for k, a in self.answers.items() if k in problem.space and k not in fixed}
+
+
+def trade_for_launches(
+    space: Mapping[str, tuple[KnobValue, ...]], answers: Mapping[str, Answer]
+) -> tuple[str, KnobValue, str] | None:
+    """(knob, value, what it does) that would save a kernel one helper launch, where its current
+    answer came from the rules and takes one: split_k's parts added by the last block of each
+    tile instead of a `_combine` kernel. None where there is nothing to trade."""
+    combine, split = answers.get("combine"), answers.get("split_k")
+    if combine is None or split is None or combine.tier != "rule" or combine.value != "kernel":
+        return None
+    if int(split.value) <= 1 or "last_block" not in space.get("combine", ()):
+        return None
+    return ("combine", "last_block", f"the last of each tile's {split.value} blocks adds the parts, no _combine kernel")
+
+
 def default_deciders(pins: Pins) -> list[Decider]:
     """The evidence hierarchy as it exists today."""
     return [PinnedDecider(pins), KeptDecider(), RuleDecider()]

@@ -798,3 +798,74 @@ def test_rules_take_wide_k_steps_for_few_rows_without_a_prologue():
     assert check(info_of(matmul_residual(512, 1024, 3072)), {"split_k": 1, "combine": "last_block"}, SM90A) == [
         "combine=last_block adds the partial sums of split_k's parts: it needs split_k > 1"
     ]
+
+
+# ------------------------------------------------------------------------------ launch budget
+
+
+def _layer_before_decisions(model: str, tokens: int, target: str = "sm_90a"):
+    """(ctx, module) of a model's layer 0 at the tile stage, no knob decided yet."""
+    from emmy.driver import CompileOptions, compile_model
+
+    seen = {}
+
+    def keep(name, module):
+        if name == "convert-loop-to-tile":
+            seen["tile"] = module.clone()
+
+    compile_model(CompileOptions(model=model, layer=0, tokens=tokens, target=target, stop_after="tile"), keep)
+    return make_context(), seen["tile"]
+
+
+def _forward_launches(ctx, module) -> int:
+    from emmy.dialects.kernel import LaunchOp
+    from emmy.phase import is_prepare
+
+    run_passes(ctx, module, parse_pipeline("convert-tile-to-kernel"))
+    return sum(1 for op in module.walk() if isinstance(op, LaunchOp) and not is_prepare(op))
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-Embedding-0.6B", "mistral-7b", "llama-3.2-1b"])
+@pytest.mark.parametrize("tokens", [32, 128, 512, 1100])
+def test_launch_budget_keeps_a_layer_within_eight_launches(model, tokens, tmp_path):
+    """On sm_90a the rules' answers alone take up to 11 launches per layer call (statistics and
+    combine helpers); the budget trades combine kernels for last-block combines until 8 fit,
+    and says so in the traded knobs' reasons."""
+    from tiny_models import write_real_sized_model
+
+    if model != "Qwen/Qwen3-Embedding-0.6B":
+        write_real_sized_model(tmp_path / model, model)
+        model = str(tmp_path / model)
+    ctx, before = _layer_before_decisions(model, tokens)
+    free = before.clone()
+    run_passes(ctx, free, parse_pipeline("decide-forks{max-launches=0}"))
+    assert not any("launch budget" in d.reason for d in decisions(free))
+    run_passes(ctx, before, parse_pipeline("decide-forks"))
+    traded = [d for d in decisions(before) if "launch budget" in d.reason]
+    assert all(d.knob == "combine" and d.value == "last_block" and d.tier == "rule" for d in traded)
+    unbudgeted, budgeted = _forward_launches(ctx, free), _forward_launches(ctx, before)
+    assert budgeted <= 8
+    assert budgeted == unbudgeted - len(traded)
+    assert (unbudgeted > 8) == bool(traded)
+
+
+def test_launch_budget_trades_only_rule_answers():
+    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 512)
+    pinned = module.clone()
+    run_passes(ctx, module, parse_pipeline("decide-forks{max-launches=9}"))
+    traded = [d for d in decisions(module) if "launch budget" in d.reason]
+    assert [d.kernel for d in traded] == ["o_proj_residual"]
+    assert "@layer0 would make 10 launches per call, 9 allowed" in traded[0].reason
+    assert "the last of each tile's 2 blocks adds the parts, no _combine kernel" in traded[0].reason
+    run_passes(ctx, pinned, parse_pipeline('decide-forks{pin="*.combine=kernel"}'))
+    assert not any("launch budget" in d.reason for d in decisions(pinned))
+    assert _forward_launches(ctx, pinned) == 10
+    again = module.clone()  # decided answers are kept, traded ones too
+    run_passes(ctx, again, parse_pipeline("decide-forks"))
+    assert str(again) == str(module)
+
+
+def test_launch_budget_must_not_be_negative():
+    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 32)
+    with pytest.raises(EmmyError, match=r"decide-forks: max-launches=-1: give 0 \(no budget\) or more"):
+        run_passes(ctx, module, parse_pipeline("decide-forks{max-launches=-1}"))
