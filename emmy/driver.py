@@ -10,12 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from emmy.context import STAGES, make_context
 from emmy.diagnostics import EmmyError
 from emmy.ir_io import parse_pipeline, run_passes, verify
+from emmy.passes.decide_forks import MAX_LAUNCHES_ATTR
 from emmy.passes.pipeline import PIPELINE
 
 
@@ -26,6 +27,7 @@ class CompileOptions:
     tokens: int = 512
     target: str = "sm_90"
     pins: tuple[str, ...] = ()
+    max_launches: int = 0  # decide-forks' launch budget per function call (0: none)
     stop_after: str = "cuda"  # a stage name
     seed: int = 0
     tracer: str = "capture"  # or "export" (torch.export); both give the same torch-stage IR
@@ -98,6 +100,8 @@ def compile_traced(
     module.attributes["emmy.target"] = StringAttr(options.target)
     if options.pins:  # read by decide-forks; kept in the module so dumps replay exactly
         module.attributes["emmy.pins"] = StringAttr(";".join(options.pins))
+    if options.max_launches:  # read by decide-forks, kept like the pins
+        module.attributes[MAX_LAUNCHES_ATTR] = IntegerAttr(options.max_launches, 64)
     verify(module, "imported module")
     if after_each is not None:
         after_each("torch-import", module)

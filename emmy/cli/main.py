@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target", default=None, help="sm_80|sm_86|sm_89|sm_90|sm_90a (default: the GPU's, else sm_90)")
         p.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                        help="pin a schedule knob (repeatable; KERNEL may be '*')")
+        p.add_argument("--max-launches", type=int, default=0, metavar="N",
+                       help="trade helper launches (combine kernels) until each function makes at most N per call "
+                            "(default: no budget; helpers are faster under CUDA-graph replay)")
         p.add_argument("--seed", type=int, default=0, help="seed for random weights and inputs")
         p.add_argument("--tracer", default="capture", metavar="capture|export",
                        help="how the model is traced: capture (default, fast) or torch.export; same IR")
@@ -86,6 +89,8 @@ def _options(args, stop_after: str):
     target = args.target or default_target()
     if target not in TARGETS:
         raise EmmyError(f"unknown target '{target}'", hint="valid targets: " + ", ".join(TARGETS))
+    if args.max_launches < 0:
+        raise EmmyError(f"--max-launches {args.max_launches}: give a number of launches, or 0 for no budget")
     if args.tracer not in ("capture", "export"):
         raise EmmyError(f"unknown tracer '{args.tracer}'", hint="valid tracers: capture, export")
     # Dump files must each be valid IR; otherwise the module is verified after import and after
@@ -93,7 +98,7 @@ def _options(args, stop_after: str):
     verify_each = bool(os.environ.get("EMMY_DUMP_DIR"))
     return CompileOptions(
         model=args.model, layer=args.layer, tokens=args.tokens, target=target,
-        pins=tuple(args.knob), stop_after=stop_after, seed=args.seed, tracer=args.tracer,
+        pins=tuple(args.knob), max_launches=args.max_launches, stop_after=stop_after, seed=args.seed, tracer=args.tracer,
         verify_each=verify_each,
     )
 

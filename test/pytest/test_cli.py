@@ -123,6 +123,17 @@ def test_compile_illegal_pins_name_the_reason():
     assert_user_error(proc, "schedule=stream_k: a block's run of k-steps covers part of a row")
 
 
+def test_compile_max_launches():
+    """--max-launches trades helper launches until the layer fits, and is recorded in the dump."""
+    proc = emmy("compile", MODEL, "--layer", "0", "--target", "sm_90a", "--max-launches", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].endswith("target sm_90a: 8 kernel launches")
+    free = emmy("compile", MODEL, "--layer", "0", "--target", "sm_90a")
+    assert free.stdout.splitlines()[0].endswith("target sm_90a: 10 kernel launches")
+    assert_user_error(emmy("compile", MODEL, "--layer", "0", "--max-launches", "-1"),
+                      "--max-launches -1: give a number of launches, or 0 for no budget")
+
+
 def test_compile_unknown_knob():
     proc = emmy("compile", MODEL, "--layer", "0", "--knob", "*.no_such_knob=1")
     assert_user_error(proc, "no_such_knob")

@@ -829,24 +829,24 @@ def _forward_launches(ctx, module) -> int:
 @pytest.mark.parametrize("tokens", [32, 128, 512, 1100])
 def test_launch_budget_keeps_a_layer_within_eight_launches(model, tokens, tmp_path):
     """On sm_90a the rules' answers alone take up to 11 launches per layer call (statistics and
-    combine helpers); the budget trades combine kernels for last-block combines until 8 fit,
-    and says so in the traded knobs' reasons."""
+    combine helpers); a budget of 8 trades combine kernels for last-block combines until 8 fit,
+    and says so in the traded knobs' reasons. Without a budget (the default) nothing is traded."""
     from tiny_models import write_real_sized_model
 
     if model != "Qwen/Qwen3-Embedding-0.6B":
         write_real_sized_model(tmp_path / model, model)
         model = str(tmp_path / model)
-    ctx, before = _layer_before_decisions(model, tokens)
-    free = before.clone()
-    run_passes(ctx, free, parse_pipeline("decide-forks{max-launches=0}"))
+    ctx, free = _layer_before_decisions(model, tokens)
+    budgeted = free.clone()
+    run_passes(ctx, free, parse_pipeline("decide-forks"))
     assert not any("launch budget" in d.reason for d in decisions(free))
-    run_passes(ctx, before, parse_pipeline("decide-forks"))
-    traded = [d for d in decisions(before) if "launch budget" in d.reason]
+    run_passes(ctx, budgeted, parse_pipeline("decide-forks{max-launches=8}"))
+    traded = [d for d in decisions(budgeted) if "launch budget" in d.reason]
     assert all(d.knob == "combine" and d.value == "last_block" and d.tier == "rule" for d in traded)
-    unbudgeted, budgeted = _forward_launches(ctx, free), _forward_launches(ctx, before)
-    assert budgeted <= 8
-    assert budgeted == unbudgeted - len(traded)
-    assert (unbudgeted > 8) == bool(traded)
+    without, within = _forward_launches(ctx, free), _forward_launches(ctx, budgeted)
+    assert within <= 8
+    assert within == without - len(traded)
+    assert (without > 8) == bool(traded)
 
 
 def test_launch_budget_trades_only_rule_answers():
@@ -857,12 +857,33 @@ def test_launch_budget_trades_only_rule_answers():
     assert [d.kernel for d in traded] == ["o_proj_residual"]
     assert "@layer0 would make 10 launches per call, 9 allowed" in traded[0].reason
     assert "the last of each tile's 2 blocks adds the parts, no _combine kernel" in traded[0].reason
-    run_passes(ctx, pinned, parse_pipeline('decide-forks{pin="*.combine=kernel"}'))
+    run_passes(ctx, pinned, parse_pipeline('decide-forks{pin="*.combine=kernel" max-launches=8}'))
     assert not any("launch budget" in d.reason for d in decisions(pinned))
     assert _forward_launches(ctx, pinned) == 10
     again = module.clone()  # decided answers are kept, traded ones too
-    run_passes(ctx, again, parse_pipeline("decide-forks"))
+    run_passes(ctx, again, parse_pipeline("decide-forks{max-launches=8}"))
     assert str(again) == str(module)
+
+
+def test_launch_budget_from_the_module():
+    """`emmy compile --max-launches` records the budget in the module (emmy.max_launches), so a
+    dump replays with it; the pass option wins over it."""
+    from xdsl.dialects.builtin import IntegerAttr, StringAttr
+
+    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 512)
+    option = module.clone()
+    module.attributes["emmy.max_launches"] = IntegerAttr(8, 64)
+    recorded = module.clone()
+    run_passes(ctx, module, parse_pipeline("decide-forks"))
+    assert len([d for d in decisions(module) if "launch budget" in d.reason]) == 2
+    run_passes(ctx, option, parse_pipeline("decide-forks{max-launches=8}"))
+    assert [d.value for d in decisions(option)] == [d.value for d in decisions(module)]
+    run_passes(ctx, recorded, parse_pipeline("decide-forks{max-launches=9}"))
+    assert len([d for d in decisions(recorded) if "launch budget" in d.reason]) == 1
+    bad = option.clone()
+    bad.attributes["emmy.max_launches"] = StringAttr("eight")
+    with pytest.raises(EmmyError, match='the module\'s emmy.max_launches must be an integer, not "eight"'):
+        run_passes(ctx, bad, parse_pipeline("decide-forks"))
 
 
 def test_launch_budget_must_not_be_negative():
