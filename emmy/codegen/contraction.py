@@ -125,7 +125,6 @@ class Geometry:
     tail: int = 1  # split_tail: the tiles past the last full wave, split along k into this many parts
     staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
     last_block: bool = False  # combine = last_block: the tile's last block adds the split_k parts
-    cluster_combine: bool = False  # combine = cluster: the tile's split_k blocks, one cluster, add them
     # thread
     tx: int = 1
     ty: int = 1
@@ -142,7 +141,7 @@ class Geometry:
     @property
     def combine_kernel(self) -> bool:
         """split_k's parts go to a workspace that `<name>_combine` adds up (combine = kernel)."""
-        return self.split > 1 and not self.last_block and not self.cluster_combine
+        return self.split > 1 and not self.last_block
 
     @property
     def wgmma(self) -> bool:
@@ -267,13 +266,6 @@ def geometry(info, knobs, op, target) -> Geometry:
         if g.split == 1:
             raise EmmyError(f"{where}: combine=last_block adds split_k's parts: it needs split_k > 1")
         g.last_block = True
-    elif combine == "cluster":
-        if not 2 <= g.split <= K.MAX_CLUSTER_BLOCKS or not g.producer or g.persistent or g.cluster > 1 or g.tail > 1:
-            raise EmmyError(
-                f"{where}: combine=cluster needs 2 to {K.MAX_CLUSTER_BLOCKS} parts (split_k), workers=wgmma_ws, "
-                "schedule=grid, cluster=1 and split_tail=1"
-            )
-        g.cluster_combine = True
     elif combine != "kernel":
         raise EmmyError(f"{where}: unknown combine '{combine}'")
     if g.stream_k:
@@ -367,7 +359,7 @@ class ContractionBuilder:
             built.temps.append(TensorType(i32, [2 * self.tiles()]))
             counters_ref = Tmp(len(built.temps) - 1)
             built.zeroed.add(counters_ref.index)
-        elif self.g.combine_kernel:
+        elif self.g.split > 1:
             built.temps.append(TensorType(f32, [self.g.split, self.g.nc, self.B, self.M, self.N]))
             ws_ref = Tmp(len(built.temps) - 1)
         main = self.build_main(types, names, stats=stats_ref is not None, workspace=ws_ref is not None)
@@ -615,7 +607,7 @@ class ContractionBuilder:
             )
         kb = KB.new_func(
             self.name, arg_types, grid, (g.threads, 1, 1), smem, self.min_blocks(smem), arg_names=arg_names,
-            cluster=(1, g.cluster, 1) if g.cluster > 1 else (1, 1, g.split) if g.cluster_combine else None,
+            cluster=(1, g.cluster, 1) if g.cluster > 1 else None,
         )
         args = kb.func.body.block.args
         block = self.op.regions[0].block
@@ -1118,10 +1110,6 @@ class ContractionBuilder:
             self.tile_loop(kb, origin, consume)
         if g.cluster > 1:  # no block leaves while its peers may still arrive on its barriers
             kb.call("emmy::cluster_sync")
-        if g.cluster_combine:  # the producers' side of the consumers' two cluster barriers (cluster_epilogue)
-            with kb.if_(kb.cmp("sge", tid, consumers)):
-                kb.call("emmy::cluster_sync")
-                kb.call("emmy::cluster_sync")
 
     def grid_tile(self, kb: KB) -> tuple[SSAValue, SSAValue]:
         """(row tile, column tile) of this block with schedule = grid: blockIdx.y and blockIdx.x,
@@ -1601,9 +1589,6 @@ class ContractionBuilder:
         if ws_ptr is not None and self.g.last_block:
             self.last_block_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
             return False
-        if self.g.cluster_combine:
-            self.cluster_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, room)
-            return False
         offset, free_bytes = room
         width = self.staging_width(free_bytes, ws_ptr)
         if width is not None:
@@ -1652,61 +1637,12 @@ class ContractionBuilder:
             self.add_parts(kb, accs, ws_ptr, g.split, slot, part, lambda p: kb.cmp("ne", part, p))
             self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
 
-    def cluster_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, room) -> None:
-        """split_k with `combine = cluster`: the tile's split_k blocks are one thread block
-        cluster (`part` is the block's rank in it). Each writes its accumulators into its own
-        k-loop buffers (each thread's values interleaved with the others', 4 floats per
-        access); after a cluster barrier, block `part` takes every split_k-th group of 4
-        accumulators, adds that group's values from all the blocks' shared memory in part order
-        (emmy::dsmem_load: distributed shared memory), and runs the epilogue on them; a second
-        cluster barrier keeps every block's shared memory alive until its peers have read it."""
-        g = self.g
-        T, A, vec = g.consumers, g.acc_per_thread, 4
-        if A % vec or g.nc * g.bm * g.bn * 4 > room[1]:
-            raise EmmyError(
-                f"tile.kernel @{self.info.name}: combine=cluster needs the tile's float32 accumulators in the "
-                f"k loop's buffers ({g.nc * g.bm * g.bn * 4} bytes, {room[1]} there)"
-            )
-        vt = VectorType(f32, [vec])
-        parts = kb.shared(f32, g.nc * g.bm * g.bn, room[0], 16, "sParts")
-
-        def slot(c: int, i):
-            return kb.add(c * g.bm * g.bn, kb.add(kb.mul(kb.div(i, vec), T * vec), kb.mul(tid, vec)))
-
-        def mine(i):  # this block's share: every split_k-th group of 4 accumulators
-            return kb.cmp("eq", kb.rem(kb.div(i, vec), g.split), part)
-
-        for c, acc in enumerate(accs):
-            with kb.for_(0, A, vec, unroll=0, name="i") as i:
-                kb.store(kb.pack([kb.load(acc, kb.add(i, j)) for j in range(vec)], vt), parts, slot(c, i))
-        kb.call("emmy::cluster_sync")
-        for c, acc in enumerate(accs):
-            with kb.for_(0, A, vec, unroll=0, name="i") as i:
-                with kb.if_(mine(i)):
-                    total = None
-                    for p in range(g.split):
-                        v = kb.call(f"emmy::dsmem_load<{vec}>", [kb.ptr_add(parts, slot(c, i)), kb.idx(p)], vt)
-                        vals = [kb.extract(v, j) for j in range(vec)]
-                        total = vals if total is None else [kb.addf(a, b) for a, b in zip(total, vals)]
-                    for j in range(vec):
-                        kb.store(total[j], acc, kb.add(i, j))
-        self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, only=mine)
-        kb.call("emmy::cluster_sync")
-
-    def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, only=None) -> None:
+    def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
         """The epilogue straight from each thread's accumulator fragments (two columns per
-        access), or the partial sums into the split-k workspace. `only(acc_index)`: a condition
-        that keeps some of the fragments (combine = cluster's share)."""
+        access), or the partial sums into the split-k workspace."""
         n_last = self.n_axes[-1] if self.n_axes else None
 
         def body(r_local, c_local, idx, lanes):
-            if only is None:
-                point(r_local, c_local, idx, lanes)
-                return
-            with kb.if_(only(idx)):
-                point(r_local, c_local, idx, lanes)
-
-        def point(r_local, c_local, idx, lanes):
             row = kb.add(m0, r_local)
             col = kb.add(n0, c_local)
             if lanes == 2 and (n_last is None or self.ext[n_last] % 2):

@@ -21,11 +21,8 @@ Meanings (what the kernel stage does with each value):
 - `combine`: who adds split_k's partial sums and runs the epilogue: a kernel of its own launched
   after the parts (`kernel`), or, per output tile, the last of its blocks to finish its k loop
   (`last_block`): the others write their parts to the workspace and count themselves on the
-  tile's counter, the last one adds them to its own, in part order, and stores the tile; or the
-  tile's split_k blocks as one thread block cluster (`cluster`, `wgmma_ws` only, sm_90a): each
-  writes its accumulators into its own shared memory, and after a cluster barrier each adds up
-  a share of the tile from all of them (distributed shared memory, in part order) and stores
-  it. No workspace, no extra launch. Meaningless (and `kernel`) with split_k = 1.
+  tile's counter, the last one adds them to its own, in part order, and stores the tile.
+  Meaningless (and `kernel`) with split_k = 1.
 - `split_tail`: the tiles of the last, partial wave (the tiles past the last multiple of the
   SM count) split along k into that many parts: the whole waves run as one launch with a tile
   per block, the tail as a second launch (`<name>_tail`) whose last block per tile adds the
@@ -100,7 +97,7 @@ FUSION: tuple[str, ...] = ("fused", "split")
 SCHEDULES: tuple[str, ...] = ("grid", "persistent", "stream_k")
 COPIES: tuple[str, ...] = ("cp_async", "tma")
 EPILOGUES: tuple[str, ...] = ("together", "staggered")
-COMBINES: tuple[str, ...] = ("kernel", "last_block", "cluster")
+COMBINES: tuple[str, ...] = ("kernel", "last_block")
 SIBLINGS: tuple[str, ...] = ("paired", "apart")
 GROUP_M: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
@@ -161,7 +158,6 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
     ("schedule", "stream_k"): "wgmma",
     ("copy", "tma"): "wgmma",
     ("cluster", 2): "wgmma",
-    ("combine", "cluster"): "wgmma",
     ("epilogue", "staggered"): "wgmma",
 }
 

@@ -17,9 +17,7 @@ accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling
 warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
 bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps; `combine =
-last_block` only with split_k > 1; `combine = cluster` only with 2 to 8 parts, `wgmma_ws`,
-schedule = grid, no block pairs or split tail, and the k loop's buffers holding the tile's
-float32 accumulators); schedule
+last_block` only with split_k > 1); schedule
 (`persistent` and `stream_k` only with `wgmma_ws`, split_k = 1, and row statistics not needed
 before the k loop; `stream_k` also without clusters, groups or a staggered epilogue, and with
 whole-row statistics from a kernel of their own); copy
@@ -37,7 +35,6 @@ from collections.abc import Callable, Mapping
 from math import ceil
 from typing import TYPE_CHECKING
 
-from emmy.dialects.kernel import MAX_CLUSTER_BLOCKS
 from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
 from emmy.tuning.targets import Target
 
@@ -386,21 +383,6 @@ def _c_split(info, v, t, reasons):
 def _c_combine(info, v, t, reasons):
     if v.has("combine", "split_k") and v["combine"] == "last_block" and v["split_k"] == 1:
         reasons.append("combine=last_block adds the partial sums of split_k's parts: it needs split_k > 1")
-    if not v.has("combine") or v["combine"] != "cluster":
-        return
-    if v.has("split_k") and not 2 <= v["split_k"] <= MAX_CLUSTER_BLOCKS:
-        reasons.append(f"combine=cluster makes split_k's parts one thread block cluster: it needs 2 to "
-                       f"{MAX_CLUSTER_BLOCKS} parts (split_k={v['split_k']})")
-    for knob, want in (("workers", "wgmma_ws"), ("schedule", "grid"), ("cluster", 1), ("split_tail", 1)):
-        if v.has(knob) and v[knob] != want:
-            reasons.append(f"combine=cluster needs {knob}={want} ({knob}={v[knob]})")
-    if v.has("stages", "block_m", "block_n", "block_k"):
-        nc = info.n_contractions
-        parts = nc * v["block_m"] * v["block_n"] * 4
-        room = v["stages"] * (v["block_m"] + nc * v["block_n"]) * v["block_k"] * info.element_bytes
-        if parts > room:
-            reasons.append(f"combine=cluster: the tile's float32 accumulators ({_kb(parts)}) do not fit in the "
-                           f"k loop's {_kb(room)} of staging buffers")
 
 
 def k_steps(info: KernelInfo, block_k: int) -> tuple[int, str]:

@@ -35,7 +35,7 @@ def _knobs(values: dict) -> str:
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent", "stream_k"]',
         "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered"]',
-        "combine": '["kernel", "last_block", "cluster"]', "group_m": "[1, 2, 4, 8, 16, 32]",
+        "combine": '["kernel", "last_block"]', "group_m": "[1, 2, 4, 8, 16, 32]",
         "split_tail": "[1, 2, 3, 4, 8]",
     }
     parts = []
@@ -902,39 +902,11 @@ def test_last_block_counters_of_every_part_are_zeroed(workers):
     assert not any(k.name.endswith("_combine") for k in plan.kernels)
 
 
-def test_split_k_cluster_combine():
-    """combine = cluster: the tile's split_k blocks are one thread block cluster along z that
-    add their parts through distributed shared memory: no combine launch, no workspace, no
-    counters; two cluster barriers, one distributed load per part and group of 4 accumulators,
-    and the producer warpgroup meets both barriers too."""
-    module = lower(weighted_norm_matmul(M=200, N=256, K=1024, copy="tma", split_k=4, combine="cluster"),
-                   "convert-tile-to-kernel")
-    funcs = kernel_funcs(module)
-    assert list(funcs) == ["norm_proj_stats", "norm_proj"]
-    main = print_module(funcs["norm_proj"])
-    assert "cluster [1, 1, 4]" in main and "grid [2, 2, 4]" in main
-    assert main.count('"emmy::cluster_sync"') == 4  # the consumers' two, the producers' two
-    assert main.count('"emmy::dsmem_load<4>"') == 4  # per part, in an unrolled loop over the groups
-    assert "ws" not in [a.name_hint for a in funcs["norm_proj"].body.block.args]
-    plan = launch_plan(lower(weighted_norm_matmul(M=200, N=256, K=1024, copy="tma", split_k=4, combine="cluster")))
-    assert not any(b.role == "zeroed" for b in plan.buffers)
-    assert "__cluster_dims__(1, 1, 4)" in plan.source
-
-
-@pytest.mark.parametrize("knobs,message", [
-    (dict(split_k=16), "combine=cluster needs 2 to 8 parts (split_k)"),
-    (dict(split_k=2, workers="wgmma", warps=4), "combine=cluster needs 2 to 8 parts (split_k), workers=wgmma_ws"),
-])
-def test_cluster_combine_limits(knobs, message):
-    with pytest.raises(EmmyError, match=re.escape(message)):
-        lower(weighted_norm_matmul(M=200, N=256, K=1024, combine="cluster", **knobs), "convert-tile-to-kernel")
-
-
 def test_last_block_combine_needs_split_k():
     with pytest.raises(EmmyError, match="combine=last_block adds split_k's parts: it needs split_k > 1"):
         lower(rmsnorm_matmul(combine="last_block"), "convert-tile-to-kernel")
     with pytest.raises(EmmyError, match="unknown combine 'later'"):
-        lower(rmsnorm_matmul(split_k=2, combine="later").replace('["kernel", "last_block", "cluster"]', '["kernel", "later"]'),
+        lower(rmsnorm_matmul(split_k=2, combine="later").replace('["kernel", "last_block"]', '["kernel", "later"]'),
               "convert-tile-to-kernel")
 
 

@@ -886,19 +886,6 @@ def test_launch_budget_from_the_module():
         run_passes(ctx, bad, parse_pipeline("decide-forks"))
 
 
-def test_cluster_combine_legality():
-    info = info_of(matmul_residual(512, 1024, 3072))
-    ok = {"split_k": 4, "combine": "cluster", "workers": "wgmma_ws", "warps": 8, "schedule": "grid", "cluster": 1,
-          "split_tail": 1, "block_m": 128, "block_n": 128, "block_k": 64, "stages": 4}
-    assert check(info, ok, SM90A) == []
-    assert "cluster" not in knob_space_for(info, SM90)["combine"]
-    assert check(info, ok | {"split_k": 16, "block_k": 32}, SM90A) == [
-        "combine=cluster makes split_k's parts one thread block cluster: it needs 2 to 8 parts (split_k=16)"]
-    assert check(info, ok | {"workers": "wgmma"}, SM90A)[-1] == "combine=cluster needs workers=wgmma_ws (workers=wgmma)"
-    assert check(info, ok | {"block_n": 256, "stages": 2}, SM90A) == [
-        "combine=cluster: the tile's float32 accumulators (128.0 KB) do not fit in the k loop's 96.0 KB of staging buffers"]
-
-
 def test_launch_budget_must_not_be_negative():
     ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 32)
     with pytest.raises(EmmyError, match=r"decide-forks: max-launches=-1: give 0 \(no budget\) or more"):

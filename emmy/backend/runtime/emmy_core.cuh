@@ -349,26 +349,6 @@ __device__ __forceinline__ Vec<float, N> load_cg(const float* p, bool pred) {
 
 __device__ __forceinline__ float load_cg1(const float* p, bool pred) { return pred ? __ldcg(p) : 0.0f; }
 
-// N floats (N = 4) at the same shared-memory address as `p` (a pointer into this block's shared
-// memory) in the block of rank `rank` of this thread block cluster: distributed shared memory
-// (sm_90+). The combine = cluster epilogue reads its peers' partial sums with it, between two
-// cluster barriers.
-template <int N>
-__device__ __forceinline__ Vec<float, N> dsmem_load(const float* p, int rank) {
-  static_assert(N == 4, "emmy::dsmem_load moves 4 floats");
-  Vec<float, N> r = zero<Vec<float, N>>();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3])
-               : "r"(remote)
-               : "memory");
-#endif
-  return r;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Scalar helpers used by generated code.
 // ---------------------------------------------------------------------------------------------
