@@ -180,7 +180,8 @@ def _fit_launch_budget(
         if total <= budget:
             return
         knob, value, what = trade_for_launches(problems[k].space, answers[k])  # type: ignore[misc]
-        reason = f"launch budget: {func_name(func)} would make {total} launches per call, {budget} allowed: {what}"
+        reason = f"launch budget: {_func_name(func)} would make {total} launches per call, {budget} allowed: {what}"
+        # the trade sits between the recorded answers and the rules (the last decider)
         traded = [*deciders[:-1], FixedDecider({knob: Answer(value, "rule", reason)}), deciders[-1]]
         new = decide_kernel(problems[k], traded)
         if new[knob].value != value:
@@ -190,7 +191,7 @@ def _fit_launch_budget(
         launches[k] = len(build_kernel(k, target).launches)
 
 
-def func_name(func: Operation) -> str:
+def _func_name(func: Operation) -> str:
     name = func.properties.get("sym_name") or func.attributes.get("sym_name")
     return f"@{name.data}" if isinstance(name, StringAttr) else f"'{func.name}'"
 
