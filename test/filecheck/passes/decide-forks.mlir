@@ -9,6 +9,18 @@
 // RUN: emmy-opt %s -p 'decide-forks{pin="block_m"}' --verify-diagnostics | filecheck %s --check-prefix=SYNTAX
 // RUN: emmy-opt %s -p 'decide-forks{pin="workers=wgmma;block_m=16"}' --verify-diagnostics | filecheck %s --check-prefix=WGMMA
 // RUN: emmy-opt %s -p 'decide-forks{pin="block_k=128;stages=5;block_m=256;block_n=256"}' --verify-diagnostics | filecheck %s --check-prefix=SMEM
+// RUN: emmy-opt %S/../inputs/torch-layer.mlir -p 'convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,loop-hoist-params,convert-loop-to-tile,decide-forks{max-launches=6}' | filecheck %s --check-prefix=BUDGET
+// RUN: emmy-opt %S/../inputs/torch-layer.mlir -p 'convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,loop-hoist-params,convert-loop-to-tile,decide-forks' | filecheck %s --check-prefix=NOBUDGET
+
+// The launch budget (max-launches): Qwen3's layer at 32 tokens on sm_90 takes 7 launches per call
+// with the rules' answers (the down projection's parts added by a combine kernel); a budget of 6
+// trades that combine kernel for the last block of each tile, and says so. No budget: no trade.
+// BUDGET:     tile.kernel @down_proj_residual
+// BUDGET:     combine = #tile.knob<"combine", ["kernel", "last_block"] = "last_block", "rule", "launch budget: @layer0 would make 7 launches per call, 6 allowed: the last of each tile's {{[0-9]+}} blocks adds the parts, no _combine kernel">
+// NOBUDGET-NOT: launch budget
+// NOBUDGET:     tile.kernel @down_proj_residual
+// NOBUDGET:     combine = #tile.knob<"combine", ["kernel", "last_block"] = "kernel", "rule", "a kernel of its own adds the {{[0-9]+}} parts and runs the epilogue">
+// NOBUDGET-NOT: launch budget
 
 // Every knob is decided by the default rules (tier "rule") with a reason; a value recorded in the
 // IR (the golden threads of @g) is kept with its tier; domains are unchanged.
