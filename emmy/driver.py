@@ -16,7 +16,6 @@ from xdsl.passes import ModulePass
 from emmy.context import STAGES, make_context
 from emmy.diagnostics import EmmyError
 from emmy.ir_io import parse_pipeline, run_passes, verify
-from emmy.passes.decide_forks import MAX_LAUNCHES_ATTR
 from emmy.passes.pipeline import PIPELINE
 
 
@@ -101,6 +100,8 @@ def compile_traced(
     if options.pins:  # read by decide-forks; kept in the module so dumps replay exactly
         module.attributes["emmy.pins"] = StringAttr(";".join(options.pins))
     if options.max_launches:  # read by decide-forks, kept like the pins
+        from emmy.passes.decide_forks import MAX_LAUNCHES_ATTR  # (the pass pulls in the kernel stage)
+
         module.attributes[MAX_LAUNCHES_ATTR] = IntegerAttr(options.max_launches, 64)
     verify(module, "imported module")
     if after_each is not None:
