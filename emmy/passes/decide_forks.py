@@ -171,15 +171,14 @@ def _fit_launch_budget(
     """Trade rule-decided helper launches of one function's forward-phase kernels (module
     docstring) until it makes at most `budget` launches per call."""
     kernels = [k for k in func.walk() if isinstance(k, KernelOp) and not is_prepare(k)]
-    tradable = [k for k in kernels if trade_for_launches(problems[k].space, answers[k])]
-    if not tradable or len(kernels) > budget:
+    trades = [(k, trade) for k in kernels if (trade := trade_for_launches(problems[k].space, answers[k]))]
+    if not trades or len(kernels) > budget:
         return  # nothing to trade, or one launch per kernel is already past the budget
     launches = {k: len(build_kernel(k, target).launches) for k in kernels}
-    for k in tradable:
+    for k, (knob, value, what) in trades:
         total = sum(launches.values())
         if total <= budget:
             return
-        knob, value, what = trade_for_launches(problems[k].space, answers[k])  # type: ignore[misc]
         reason = f"launch budget: {_func_name(func)} would make {total} launches per call, {budget} allowed: {what}"
         # the trade sits between the recorded answers and the rules (the last decider)
         traded = [*deciders[:-1], FixedDecider({knob: Answer(value, "rule", reason)}), deciders[-1]]
