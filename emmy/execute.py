@@ -106,7 +106,7 @@ def run_model_interpreted(result, input_ids=None) -> RunReport:
         (out,) = tile_stage.run_function(part.result.module, bind_arguments(fn, {**np_values, **params}))
         return np.asarray(out, dtype=np.float32)
 
-    ids_t = traced.input_ids if input_ids is None else input_ids
+    ids_t = traced.ids(input_ids)
     ids = ids_t.numpy()
     hidden = run(parts["embed_tokens"], traced.embedding, {"input_ids": ids})
     cos, sin = to_numpy(traced.cos), to_numpy(traced.sin)

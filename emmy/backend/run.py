@@ -333,7 +333,7 @@ class GpuModel:
         from emmy.backend.plan import launch_plan
 
         traced = result.traced
-        ids = traced.input_ids if input_ids is None else input_ids
+        ids = traced.ids(input_ids)
         modules = {p.name: GpuModule(launch_plan(p.result.module), target, cache_dir) for p in result.parts}
         by_layer = {i: p.name for p in result.parts for i in p.layers}
 
@@ -375,7 +375,7 @@ def run_model_on_gpu(options, cache_dir: Path, input_ids=None):
     traced = result.traced
     if traced is None:
         return run_on_gpu(options, cache_dir)
-    ids = traced.input_ids if input_ids is None else input_ids
+    ids = traced.ids(input_ids)
     model = GpuModel(result, options.target, cache_dir, ids)
     model.launch()
     torch.cuda.synchronize()

@@ -286,6 +286,8 @@ def cmd_run(args) -> int:
     backend = args.backend
     if backend not in (None, "cuda", "interpret"):
         raise EmmyError(f"unknown backend '{backend}'", hint="valid backends: cuda, interpret")
+    if not args.tolerance > 0:
+        raise EmmyError(f"--tolerance {args.tolerance}: give the relative error allowed, a positive number such as 1e-2")
     if backend is None:
         backend = "cuda" if _has_gpu() else None
         if backend is None:

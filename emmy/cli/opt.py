@@ -40,12 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _read(path: str | None) -> tuple[str, str]:
     if path in (None, "-"):
-        return sys.stdin.read(), "<stdin>"
+        data, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        try:
+            with open(path, "rb") as f:
+                data, name = f.read(), path
+        except OSError as e:
+            raise EmmyError(f"cannot read '{path}': {e.strerror}") from None
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
-    except OSError as e:
-        raise EmmyError(f"cannot read '{path}': {e.strerror}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise EmmyError(
+            f"cannot read '{name}': not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); "
+            "IR files are UTF-8"
+        ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n"), name  # as text-mode reading does
 
 
 def _chunks(text: str, split: bool) -> list[str]:

@@ -102,6 +102,19 @@ def sliding_window(config: Mapping[str, Any], layer: int) -> int | None:
     return int(window)
 
 
+def check_positions(config: Mapping[str, Any], model: str, tokens: int) -> None:
+    """Refuse a sequence longer than the model's positions (`max_position_embeddings`): past
+    it the rotary embedding leaves what the model was trained for, and a sequence of millions
+    of tokens would only fail later for want of memory."""
+    limit = config.get("max_position_embeddings")
+    if isinstance(limit, int) and limit > 0 and tokens > limit:
+        raise EmmyError(
+            f"--tokens {tokens} is more than {model} has positions for: its config sets "
+            f"max_position_embeddings to {limit}",
+            hint=f"use --tokens {limit} or fewer",
+        )
+
+
 def check_window(config: Mapping[str, Any], model: str, layers: range, tokens: int) -> None:
     """Refuse a sequence longer than a layer's attention window: Emmy's attention lets every
     query see every earlier key, which is only the model's attention while the sequence fits the

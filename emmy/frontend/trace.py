@@ -120,6 +120,7 @@ def trace_layer(
             f"layer {layer} is out of range for {source.model_id}: it has {n_layers} layers, "
             f"valid layers are 0..{n_layers - 1}"
         )
+    decoder.check_positions(config, source.model_id, tokens)
     decoder.check_window(config, source.model_id, range(layer, layer + 1), tokens)
     use_emmy = implementation == "emmy" or (
         implementation == "auto" and decoder.LayerConfig.supports(config)

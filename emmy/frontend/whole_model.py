@@ -66,6 +66,7 @@ class TracedModel:
     model_id: str
     tokens: int
     config: decoder.LayerConfig
+    vocab_size: int
     input_ids: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor
@@ -84,12 +85,25 @@ class TracedModel:
             groups.setdefault(layer_key(layer), []).append(i)
         return groups
 
+    def ids(self, input_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The token ids to run: `input_ids` checked against the model (shape [1, T], every id
+        in the vocabulary), or the seeded example ids when None."""
+        if input_ids is None:
+            return self.input_ids
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+            raise EmmyError(f"input_ids must have shape [1, T], got {list(input_ids.shape)}")
+        bad = input_ids[(input_ids < 0) | (input_ids >= self.vocab_size)]
+        if bad.numel():
+            raise EmmyError(
+                f"token id {int(bad[0])} is outside the vocabulary of {self.model_id}: ids run "
+                f"from 0 to {self.vocab_size - 1}"
+            )
+        return input_ids
+
     def reference(self, input_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Run the PyTorch model: embedding, every layer (with rotary), final norm. Returns the
         last hidden state [1, T, H] in the model dtype. T may differ from `tokens`."""
-        ids = self.input_ids if input_ids is None else input_ids
-        if ids.dim() != 2 or ids.shape[0] != 1:
-            raise EmmyError(f"input_ids must have shape [1, T], got {list(ids.shape)}")
+        ids = self.ids(input_ids)
         c = self.config
         if ids.shape[1] == self.tokens:
             cos, sin = self.cos, self.sin
@@ -117,7 +131,7 @@ class TracedModel:
         reference both Emmy's and PyTorch's bf16 results are measured against."""
         import copy
 
-        ids = self.input_ids if input_ids is None else input_ids
+        ids = self.ids(input_ids)
         c = self.config
         cos, sin = decoder.rotary_cos_sin(c.head_dim, c.rope_theta, int(ids.shape[1]), torch.float32)
         model = copy.deepcopy(self.torch_module()).float()
@@ -162,6 +176,7 @@ def trace_model(
             hint="compile one decoder layer with --layer N",
         )
     c = decoder.LayerConfig.from_hf(config)
+    decoder.check_positions(config, source.model_id, tokens)
     decoder.check_window(config, source.model_id, range(c.num_layers), tokens)
     vocab = int(config.get("vocab_size", 0))
     if vocab < 1:
@@ -175,7 +190,7 @@ def trace_model(
     embedding = _embedding(c, vocab, tokens, input_ids, weights, attrs)
     layers = _layers(c, tokens, seed, cos, sin, weights, attrs, tracer)
     norm = _final_norm(c, tokens, seed, weights, attrs, tracer)
-    return TracedModel(source.model_id, tokens, c, input_ids, cos, sin, embedding, layers, norm)
+    return TracedModel(source.model_id, tokens, c, vocab, input_ids, cos, sin, embedding, layers, norm)
 
 
 class _Weights:

@@ -74,6 +74,20 @@ def test_opt_unreadable_file(tmp_path):
     assert_user_error(proc, "cannot read", "missing.mlir")
 
 
+def test_opt_file_not_utf8(tmp_path):
+    bad = tmp_path / "latin1.mlir"
+    bad.write_bytes(b"builtin.module {\n  // caf\xe9\n}\n")
+    proc = emmy_opt(str(bad))
+    assert_user_error(proc, "cannot read", "latin1.mlir", "not UTF-8 text (byte 0xe9 on line 2)")
+    stdin = subprocess.run([sys.executable, "-m", "emmy.cli.opt"], capture_output=True, input=b"\xff")
+    assert stdin.returncode == 1 and b"cannot read '<stdin>': not UTF-8" in stdin.stderr
+
+
+def test_opt_reads_windows_line_ends():
+    proc = emmy_opt(stdin="builtin.module {\r\n}\r\n")
+    assert proc.returncode == 0 and proc.stdout == "builtin.module {\n}\n", proc
+
+
 def test_opt_mlir_pipeline_equals_xdsl_syntax():
     src = (INPUTS / "torch-running-example.mlir").read_text()
     a = emmy_opt("-p", "convert-torch-to-tensor", stdin=src)

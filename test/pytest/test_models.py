@@ -201,6 +201,11 @@ def test_run_report_allowance():
         (["--text", "hello"], "tokenizer"),
         (["--text", "hi", "--input-ids", "1"], "either --input-ids or --text"),
         (["--layer", "0", "--input-ids", "1"], "whole-model runs"),
+        (["--input-ids", "5,99999"], "token id 99999 is outside the vocabulary"),
+        (["--input-ids", "-1"], "token id -1 is outside the vocabulary"),
+        (["--tokens", "513"], "max_position_embeddings to 512"),
+        (["--layer", "0", "--tokens", "513"], "max_position_embeddings to 512"),
+        (["--tolerance", "0"], "--tolerance 0.0: give the relative error allowed"),
     ],
 )
 def test_token_input_errors(tmp_path, extra, message):
