@@ -61,27 +61,47 @@ class LayerConfig:
         return _rope_type(config) == "default"
 
     @classmethod
-    def from_hf(cls, config: Mapping[str, Any]) -> LayerConfig:
+    def from_hf(cls, config: Mapping[str, Any], model: str = "the model") -> LayerConfig:
+        """The layer of a Hugging Face config; a missing or malformed size is an EmmyError
+        naming `model` and the field."""
         mt = config["model_type"]
-        heads = int(config["num_attention_heads"])
-        hidden = int(config["hidden_size"])
+        heads = config_int(config, "num_attention_heads", model)
+        hidden = config_int(config, "hidden_size", model)
         attention_bias = bool(config.get("attention_bias", False))
         return cls(
             model_type=mt,
             hidden_size=hidden,
-            intermediate_size=int(config["intermediate_size"]),
+            intermediate_size=config_int(config, "intermediate_size", model),
             num_heads=heads,
-            num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_dim") or hidden // heads),
-            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(_rope_theta(config)),
+            num_kv_heads=config_int(config, "num_key_value_heads", model, default=heads),
+            head_dim=config_int(config, "head_dim", model, default=hidden // heads),
+            rms_norm_eps=positive_float(config.get("rms_norm_eps", 1e-6), "rms_norm_eps", model),
+            rope_theta=positive_float(_rope_theta(config), "rope_theta", model),
             qkv_bias=True if mt == "qwen2" else attention_bias,
             o_bias=False if mt == "qwen2" else attention_bias,
             mlp_bias=bool(config.get("mlp_bias", False)) if mt == "llama" else False,
             qk_norm=mt == "qwen3",
-            num_layers=int(config["num_hidden_layers"]),
+            num_layers=config_int(config, "num_hidden_layers", model),
             dtype=config_dtype(config),
         )
+
+
+def config_int(config: Mapping[str, Any], key: str, model: str, default: int | None = None) -> int:
+    """`config[key]` as a positive integer (`default` when absent or null)."""
+    value = config.get(key)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        what = "is missing" if value is None else f"is {value!r}"
+        raise EmmyError(f"{model}: the config's {key} {what}; it must be a positive integer")
+    return value
+
+
+def positive_float(value: Any, key: str, model: str) -> float:
+    """A config's `key`, already read, as a positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise EmmyError(f"{model}: the config's {key} is {value!r}; it must be a positive number")
+    return float(value)
 
 
 def sliding_window(config: Mapping[str, Any], layer: int) -> int | None:

@@ -114,7 +114,7 @@ def trace_layer(
         return _trace_factory(source, tracer, tokens)
     assert source.config is not None
     config = dict(source.config)
-    n_layers = int(config.get("num_hidden_layers", 0))
+    n_layers = decoder.config_int(config, "num_hidden_layers", source.model_id)
     if not 0 <= layer < n_layers:
         raise EmmyError(
             f"layer {layer} is out of range for {source.model_id}: it has {n_layers} layers, "
@@ -128,7 +128,7 @@ def trace_layer(
     if use_emmy:
         if not decoder.LayerConfig.supports(config):
             raise EmmyError(f"Emmy's own decoder layer does not cover model type '{config.get('model_type')}'")
-        module, call, cos, sin, dtype = _build_emmy(config, tokens)
+        module, call, cos, sin, dtype = _build_emmy(config, tokens, source.model_id)
     else:
         module, call, cos, sin, dtype = _build_transformers(config, layer, tokens)
 
@@ -137,7 +137,7 @@ def trace_layer(
     else:
         random_weights(module, seed, layer)
 
-    hidden = int(config["hidden_size"])
+    hidden = decoder.config_int(config, "hidden_size", source.model_id)
     gen = torch.Generator().manual_seed(_seed(seed, layer, "hidden_states"))
     hidden_states = torch.randn(1, tokens, hidden, generator=gen).to(dtype)
     inputs = {"hidden_states": hidden_states, "cos": cos, "sin": sin}
@@ -183,8 +183,8 @@ def trace_graph(
 
 
 # ------------------------------------------------------------------------------------ builders
-def _build_emmy(config: dict[str, Any], tokens: int):
-    c = decoder.LayerConfig.from_hf(config)
+def _build_emmy(config: dict[str, Any], tokens: int, model: str):
+    c = decoder.LayerConfig.from_hf(config, model)
     module = materialize(decoder.DecoderLayer(c), c.dtype).eval()
     cos, sin = decoder.rotary_cos_sin(c.head_dim, c.rope_theta, tokens, c.dtype)
     return module, module, cos, sin, c.dtype
@@ -281,30 +281,25 @@ def bind_params(module: nn.Module, params: Mapping[str, torch.Tensor]) -> nn.Mod
 
 def _load_weights(module: nn.Module, weights_dir: Path, layer: int) -> None:
     """Load this layer's tensors from *.safetensors (keys `model.layers.N.` or `layers.N.`)."""
-    from safetensors import safe_open
+    from emmy.frontend.weights import SafetensorsIndex
 
-    wanted = dict(module.named_parameters())
-    found: set[str] = set()
+    index = SafetensorsIndex(weights_dir)  # a broken file is an EmmyError naming it
     prefixes = (f"model.layers.{layer}.", f"layers.{layer}.", f"model.language_model.layers.{layer}.")
-    for path in sorted(weights_dir.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():
-                for prefix in prefixes:
-                    if key.startswith(prefix) and key[len(prefix) :] in wanted:
-                        name = key[len(prefix) :]
-                        t = f.get_tensor(key)
-                        p = wanted[name]
-                        if tuple(t.shape) != tuple(p.shape):
-                            raise EmmyError(
-                                f"{path.name}: {key} has shape {list(t.shape)}, expected {list(p.shape)}"
-                            )
-                        with torch.no_grad():
-                            p.copy_(t.to(p.dtype))
-                        found.add(name)
-    missing = sorted(set(wanted) - found)
+    missing = []
+    for name, p in module.named_parameters():
+        key = index.find(tuple(prefix + name for prefix in prefixes))
+        if key is None:
+            missing.append(name)
+            continue
+        if index.shapes[key] != tuple(p.shape):
+            raise EmmyError(
+                f"{index.files[key].name}: {key} has shape {list(index.shapes[key])}, expected {list(p.shape)}"
+            )
+        with torch.no_grad():
+            p.copy_(index.load(key, p.dtype))
     if missing:
         raise EmmyError(
-            f"{weights_dir}: the safetensors files lack weights of layer {layer}: {', '.join(missing)}"
+            f"{weights_dir}: the safetensors files lack weights of layer {layer}: {', '.join(sorted(missing))}"
         )
 
 

@@ -175,7 +175,7 @@ def trace_model(
             f"SiLU, default RoPE); {source.model_id} is model type '{config.get('model_type')}'",
             hint="compile one decoder layer with --layer N",
         )
-    c = decoder.LayerConfig.from_hf(config)
+    c = decoder.LayerConfig.from_hf(config, source.model_id)
     decoder.check_positions(config, source.model_id, tokens)
     decoder.check_window(config, source.model_id, range(c.num_layers), tokens)
     vocab = int(config.get("vocab_size", 0))

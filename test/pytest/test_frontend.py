@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import resource
@@ -329,6 +330,30 @@ def test_local_directory_weights_from_safetensors(tmp_path):
     assert all((v == 0.5).all() for v in loaded.params.values())
     with pytest.raises(EmmyError, match="lack weights of layer 0"):
         trace_layer(src, 0, 4)
+    tensors["model.layers.1.mlp.up_proj.weight"] = torch.ones(3, 3, dtype=torch.bfloat16)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(EmmyError, match=r"model.layers.1.mlp.up_proj.weight has shape \[3, 3\], expected"):
+        trace_layer(src, 1, 4)
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(EmmyError, match=r"cannot read .*model.safetensors: SafetensorError"):
+        trace_layer(src, 1, 4)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"hidden_size": "big"}, "the config's hidden_size is 'big'; it must be a positive integer"),
+        ({"num_attention_heads": 0}, "the config's num_attention_heads is 0; it must be a positive integer"),
+        ({"num_hidden_layers": None}, "the config's num_hidden_layers is missing"),
+        ({"intermediate_size": 2.5}, "the config's intermediate_size is 2.5"),
+        ({"rms_norm_eps": "tiny"}, "the config's rms_norm_eps is 'tiny'; it must be a positive number"),
+        ({"rope_theta": -1}, "the config's rope_theta is -1"),
+    ],
+)
+def test_malformed_config_fields(tmp_path, change, message):
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "model_type": "qwen3", "head_dim": 16, **change}))
+    with pytest.raises(EmmyError, match=re.escape(f"{tmp_path}: {message}")):
+        trace_layer(resolve_model(str(tmp_path)), 0, 4)
 
 
 # ------------------------------------------------------------------------------ factories
