@@ -52,6 +52,13 @@ class RunReport:
     reference: np.ndarray
     rel_error: float
     baseline_error: float | None = None
+    shapes: tuple[tuple[int, ...], ...] = ()  # every output's shape, where there are several
+
+    def describe(self) -> str:
+        """"shape (4, 16)", or "shapes (4, 16), (4, 16)" for a function with several results."""
+        if len(self.shapes) > 1:
+            return "shapes " + ", ".join(str(s) for s in self.shapes)
+        return f"shape {tuple(self.output.shape)}"
 
     def allowed(self, tolerance: float) -> float:
         """The error a --check accepts: the tolerance, or 1.5x PyTorch's own bf16 error."""
@@ -77,16 +84,36 @@ def run_interpreted(module: ModuleOp, traced, stage: str = "tile") -> RunReport:
     and compare with the PyTorch layer on the same values."""
     import importlib
 
-    from emmy.interp.numeric import rel_error, to_numpy
+    from emmy.interp.numeric import to_numpy
 
     interp = importlib.import_module(f"emmy.interp.{stage}_stage")
     fn = entry_function(module)
     values = {name: to_numpy(t) for name, t in {**traced.inputs, **traced.params}.items()}
     args = bind_arguments(fn, values)
-    (out,) = interp.run_function(module, args)
-    ref = to_numpy(traced.reference(traced.inputs))
-    out = np.asarray(out, dtype=np.float32).reshape(ref.shape)
-    return RunReport(output=out, reference=ref, rel_error=rel_error(out, ref))
+    outs = interp.run_function(module, args)
+    return compare(outs, traced.reference(traced.inputs))
+
+
+def compare(outs, reference) -> RunReport:
+    """A report on a function's results `outs` (arrays or tensors, in order) against what
+    PyTorch returned (a tensor, or a tuple of them): one relative error over all of them."""
+    from emmy.interp.numeric import rel_error, to_numpy
+
+    refs = list(reference) if isinstance(reference, (tuple, list)) else [reference]
+    if len(outs) != len(refs):
+        raise EmmyError(f"the compiled function returns {len(outs)} values where PyTorch's module returns {len(refs)}")
+    def as_np(x) -> np.ndarray:
+        return np.asarray(x if isinstance(x, np.ndarray) else to_numpy(x), dtype=np.float32)
+
+    ref_np = [as_np(r) for r in refs]
+    out_np = [as_np(o).reshape(r.shape) for o, r in zip(outs, ref_np)]
+    if len(out_np) == 1:
+        out, ref = out_np[0], ref_np[0]
+    else:
+        out = np.concatenate([o.ravel() for o in out_np])
+        ref = np.concatenate([r.ravel() for r in ref_np])
+    return RunReport(output=out, reference=ref, rel_error=rel_error(out, ref),
+                     shapes=tuple(tuple(r.shape) for r in ref_np))
 
 
 def run_model_interpreted(result, input_ids=None) -> RunReport:

@@ -307,8 +307,7 @@ def run_on_gpu(options, cache_dir: Path):
 
     from emmy.backend.plan import launch_plan
     from emmy.driver import compile_model
-    from emmy.execute import RunReport
-    from emmy.interp.numeric import rel_error
+    from emmy.execute import compare
 
     result = compile_model(options)
     traced = result.traced
@@ -317,11 +316,8 @@ def run_on_gpu(options, cache_dir: Path):
     layer.bind(values)
     layer.launch()
     torch.cuda.synchronize()
-    (out,) = layer.outputs()
-    ref = traced.reference({k: v for k, v in traced.inputs.items()})  # PyTorch on the CPU
-    out_np = out.float().cpu().numpy()
-    ref_np = ref.float().cpu().numpy().reshape(out_np.shape)
-    return RunReport(output=out_np, reference=ref_np, rel_error=rel_error(out_np, ref_np))
+    outs = [out.float().cpu() for out in layer.outputs()]
+    return compare(outs, traced.reference(dict(traced.inputs)))  # PyTorch on the CPU
 
 
 class GpuModel:

@@ -319,9 +319,9 @@ def cmd_run(args) -> int:
         report = run_interpreted(result.module, result.traced)
     what = "pooled embedding" if whole else "output"
     if report.baseline_error is None:
-        print(f"{what} shape {tuple(report.output.shape)}; relative error vs PyTorch {report.rel_error:.3e}")
+        print(f"{what} {report.describe()}; relative error vs PyTorch {report.rel_error:.3e}")
     else:
-        print(f"{what} shape {tuple(report.output.shape)}; relative error vs PyTorch float32 "
+        print(f"{what} {report.describe()}; relative error vs PyTorch float32 "
               f"{report.rel_error:.3e} (PyTorch bf16: {report.baseline_error:.3e})")
     allowed = report.allowed(args.tolerance)
     if args.check and not report.rel_error <= allowed:

@@ -325,6 +325,12 @@ def _trace_factory(source: ModelSource, tracer: Tracer, tokens: int) -> TracedLa
     example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     if not example or not all(isinstance(t, torch.Tensor) for t in example):
         raise EmmyError(f"model factory '{source.spec}': example_inputs must be tensors")
+    for i, t in enumerate(example):
+        if t.numel() == 0:
+            raise EmmyError(
+                f"model factory '{source.spec}': example input {i} has shape {list(t.shape)}; "
+                "Emmy compiles static shapes with at least one element along every axis"
+            )
     module = module.eval()
     inputs = {f"input{i}": t for i, t in enumerate(example)}
     params = dict(module.named_parameters()) | dict(module.named_buffers())  # buffers are params too

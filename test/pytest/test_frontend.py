@@ -505,6 +505,20 @@ def test_factory_constant_tensors_are_errors():
         trace_layer(ModelSource(spec="t.py:f", kind="factory", model_id="t", factory=lambda: 3), 0, 1)
 
 
+@pytest.mark.parametrize(
+    "example, message",
+    [
+        ((3.0,), "example_inputs must be tensors"),
+        ((), "example_inputs must be tensors"),
+        ((torch.ones(0, 16),), r"example input 0 has shape \[0, 16\]; Emmy compiles static shapes with at least one"),
+    ],
+)
+def test_factory_example_inputs_errors(example, message):
+    made = (torch.nn.Identity(), example)
+    with pytest.raises(EmmyError, match=message):
+        trace_layer(ModelSource(spec="t.py:f", kind="factory", model_id="t", factory=lambda: made), 0, 1)
+
+
 class MyRMSNorm(torch.nn.Module):
     """HF-style RMSNorm under another class name: recognized."""
 

@@ -344,6 +344,12 @@ def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):
     assert "relative error" in capsys.readouterr().out
 
 
+def test_two_results_on_gpu(tmp_path, monkeypatch, capsys):
+    """A function returning two tensors: both compared with PyTorch's."""
+    assert _run_test_model("two_outputs", tmp_path, monkeypatch) == 0
+    assert "output shapes (1, 13, 80), (1, 13, 80); relative error" in capsys.readouterr().out
+
+
 def test_relu_sigmoid_pow_chunk_softmax_mean_block_on_gpu(tmp_path, monkeypatch, capsys):
     """ReLU, sigmoid, maximum/minimum, x ** 3, chunk, softmax over the last axis and mean."""
     assert _run_test_model("activations", tmp_path, monkeypatch) == 0

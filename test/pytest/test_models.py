@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from emmy.cli.main import run
+from emmy.diagnostics import EmmyError
 from tiny_models import FAMILIES, REAL, write_real_sized_model, write_tiny_model
 
 HERE = Path(__file__).resolve().parent
@@ -180,6 +181,22 @@ def test_whole_model_check_failure_names_the_allowance(tiny_model, capsys, monke
     err = capsys.readouterr().err
     assert "error: relative error 4.9" in err or "error: relative error 5.0" in err
     assert "(1.5x PyTorch's own bf16 error)" in err or "exceeds the tolerance 1.0e-02" in err
+
+
+def test_run_compares_every_result(capsys, monkeypatch):
+    """A function with two results: `emmy run` compares both, and a wrong second one fails."""
+    two = str(HERE / "models" / "two_outputs.py") + ":make"
+    assert run(["run", two, "--backend", "interpret", "--check"]) == 0
+    assert "output shapes (1, 13, 80), (1, 13, 80); relative error" in capsys.readouterr().out
+
+    import emmy.interp.tile_stage as tile_stage
+
+    real = tile_stage.run_function
+    monkeypatch.setattr(tile_stage, "run_function", lambda *a: [r if i == 0 else r * 1.1 for i, r in enumerate(real(*a))])
+    assert run(["run", two, "--backend", "interpret", "--check"]) == 1
+    monkeypatch.setattr(tile_stage, "run_function", lambda *a: real(*a)[:1])
+    with pytest.raises(EmmyError, match="returns 1 values where PyTorch's module returns 2"):
+        run(["run", two, "--backend", "interpret"])
 
 
 def test_run_report_allowance():
