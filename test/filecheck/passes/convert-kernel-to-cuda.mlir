@@ -166,3 +166,54 @@ builtin.module attributes {emmy.target = "sm_90a"} {
 }
 // CHECK:      cuda.kernel @copy(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>, !cuda.ptr<bf16>) grid [1, 2, 1] block [128, 1, 1] smem 4096 source "extern \22C\22 __global__ void __launch_bounds__(128) __cluster_dims__(1, 2, 1) copy(const __grid_constant__ CUtensorMap
 // CHECK:      cuda.launch @copy(@x, @y) grid [1, 2, 1] block [128, 1, 1] smem 4096
+
+// -----
+// The pass's own errors, one case each.
+builtin.module {
+  func.func @f(%n: i32) -> tensor<8xf32> {
+    %y = kernel.empty : tensor<8xf32>
+    func.return %y : tensor<8xf32>
+  }
+}
+// CHECK: error: convert-kernel-to-cuda: @f argument #0 is not a tensor (i32)
+
+// -----
+builtin.module {
+  func.func @f(%x: tensor<8xf32> {emmy.role = "output"}) -> tensor<8xf32> {
+    %y = kernel.empty : tensor<8xf32>
+    func.return %y : tensor<8xf32>
+  }
+}
+// CHECK: error: convert-kernel-to-cuda: @f argument #0 has emmy.role 'output' (input or param expected)
+
+// -----
+builtin.module {
+  func.func @f() -> tensor<8xf32> {
+    %y = kernel.empty zeroed : tensor<8xf32>
+    func.return %y : tensor<8xf32>
+  }
+}
+// CHECK: error: convert-kernel-to-cuda: @f result #0 is a zeroed buffer (counters); results are plain buffers
+
+// -----
+builtin.module {
+  func.func @f() -> tensor<8xf32> {
+    %y = kernel.empty : tensor<8xf32>
+    %z = arith.constant 1.0 : f32
+    %w = arith.addf %z, %z : f32
+    func.return %y : tensor<8xf32>
+  }
+}
+// CHECK: error: convert-kernel-to-cuda: @f holds 'arith.addf'; the kernel stage's host code has only kernel.empty and kernel.launch
+
+// -----
+builtin.module {
+  kernel.func @"k-1"(%y: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  }
+  func.func @f() -> tensor<8xf32> {
+    %y = kernel.empty : tensor<8xf32>
+    kernel.launch @"k-1"(%y) : tensor<8xf32>
+    func.return %y : tensor<8xf32>
+  }
+}
+// CHECK: error: convert-kernel-to-cuda: kernel name 'k-1' is not a C identifier

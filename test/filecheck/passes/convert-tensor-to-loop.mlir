@@ -1,4 +1,5 @@
 // RUN: emmy-opt %s -p convert-tensor-to-loop | filecheck %s
+// RUN: emmy-opt %inputs/tensor-to-loop-errors.mlir --split-input-file --verify-diagnostics -p convert-tensor-to-loop | filecheck %s --check-prefix=ERR
 
 // Elementwise ops: one axis per dim, loads, the scalar op in the element type, a store.
 // Loops are named after emmy.origin (else the op name), unique in the function.
@@ -193,3 +194,8 @@ func.func @misc(%s: tensor<2x4x6xf32>, %table: tensor<10x8xbf16>, %ids: tensor<1
   %c = tensor.splat 9.765625e-04 : tensor<1x4xf32>
   func.return %m, %e, %c : tensor<2x4x6xf32>, tensor<1x3x8xbf16>, tensor<1x4xf32>
 }
+
+// The pass's errors (inputs in test/filecheck/inputs/tensor-to-loop-errors.mlir).
+// ERR: error: convert-tensor-to-loop: tensor.add on element type i64 is not supported (floats only)
+// ERR: error: convert-tensor-to-loop: cannot convert f32 to index
+// ERR: error: convert-tensor-to-loop: @left still holds torch.relu (no loop lowering for it)

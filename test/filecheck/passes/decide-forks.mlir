@@ -11,6 +11,7 @@
 // RUN: emmy-opt %s -p 'decide-forks{pin="block_k=128;stages=5;block_m=256;block_n=256"}' --verify-diagnostics | filecheck %s --check-prefix=SMEM
 // RUN: emmy-opt %S/../inputs/torch-layer.mlir -p 'convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,loop-hoist-params,convert-loop-to-tile,decide-forks{max-launches=6}' | filecheck %s --check-prefix=BUDGET
 // RUN: emmy-opt %S/../inputs/torch-layer.mlir -p 'convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,loop-hoist-params,convert-loop-to-tile,decide-forks' | filecheck %s --check-prefix=NOBUDGET
+// RUN: emmy-opt %inputs/decide-forks-bad-budget.mlir -p decide-forks --verify-diagnostics | filecheck %s --check-prefix=BADATTR
 
 // The launch budget (max-launches): Qwen3's layer at 32 tokens on sm_90 takes 7 launches per call
 // with the rules' answers (the down projection's parts added by a combine kernel); a budget of 6
@@ -119,3 +120,6 @@ builtin.module attributes {emmy.target = "sm_90a"} {
     func.return %out : tensor<7x3072xbf16>
   }
 }
+
+// A recorded budget that is not an integer.
+// BADATTR: error: decide-forks: the module's emmy.max_launches must be an integer, not "eight"

@@ -131,3 +131,25 @@ cuda.module @m {
   cuda.kernel @k(!cuda.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 40>) grid [1, 1, 1] block [32, 1, 1] smem 0 source "extern \"C\" __global__ void k(const __grid_constant__ CUtensorMap a) {}"
 }
 // CHECK: !cuda.tensor_map: box rows must be 32, 64 or 128 bytes (16, 32 or 64 bf16), got 40 elements
+
+// -----
+cuda.module @m {
+  cuda.kernel @k() grid [1, 1, 1] block [32, 1, 1] smem -1 source " k("
+}
+// CHECK: cuda.kernel @k: smem must not be negative
+
+// -----
+cuda.module @m {
+  cuda.kernel @"k-1"() grid [1, 1, 1] block [32, 1, 1] smem 0 source " k-1("
+}
+// CHECK: cuda.kernel @k-1: the name must be a C identifier
+
+// -----
+cuda.module @m {
+  cuda.buffer @"x-1" : tensor<4xf32> temp
+}
+// CHECK: cuda.buffer @x-1: the name must be a C identifier
+
+// -----
+cuda.launch @k() grid [1, 1, 1] block [32, 1, 1] smem 0
+// CHECK: cuda.launch @k: must be inside a cuda.module

@@ -362,3 +362,120 @@ kernel.func @k() grid [4, 3, 1] block [32, 1, 1] smem 0 cluster [1, 2, 1] {
 kernel.func @k() grid [16, 1, 1] block [32, 1, 1] smem 0 cluster [16, 1, 1] {
 }
 // CHECK: kernel.func @k: cluster must be three positive integers of at most 8 blocks in all, got [16, 1, 1]
+
+// -----
+func.func @f(%p: !kernel.ptr<tensor<4xf32>>) {
+  func.return
+}
+// CHECK: !kernel.ptr: element type must be a scalar type, got tensor<4xf32>
+
+// -----
+func.func @f() {
+  "kernel.return"() : () -> ()
+}
+// CHECK: kernel.return: must end a kernel.func body
+
+// -----
+func.func @f() {
+  %s = kernel.shared [4] offset 0 align 16 : !kernel.ptr<f32, shared>
+  func.return
+}
+// CHECK: kernel.shared: must be inside a kernel.func
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %c0 = arith.constant 0 : index
+  "kernel.for"(%c0, %c0, %c0) ({
+  ^bb0(%i: i32):
+    "kernel.yield"() : () -> ()
+  }) : (index, index, index) -> ()
+}
+// CHECK: kernel.for: the body's first argument must be the index induction variable
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %c0 = arith.constant 0 : index
+  %r = "kernel.for"(%c0, %c0, %c0, %a) ({
+  ^bb0(%i: index, %x: i32):
+    "kernel.yield"(%a) : (f32) -> ()
+  }) : (index, index, index, f32) -> f32
+}
+// CHECK: kernel.for: body arguments must match the iter_args types
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %c0 = arith.constant 0 : index
+  %r = "kernel.for"(%c0, %c0, %c0, %a) ({
+  ^bb0(%i: index, %x: f32):
+    "kernel.yield"(%x) : (f32) -> ()
+  }) : (index, index, index, f32) -> i32
+}
+// CHECK: kernel.for: results must match the iter_args types
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %c0 = arith.constant 0 : index
+  kernel.for %i = %c0 to %c0 step %c0 unroll -1 {
+  }
+}
+// CHECK: kernel.for: unroll must be 'full' or a positive count
+
+// -----
+kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.thread_id x
+  %q = "kernel.ptr_add"(%p, %t) : (!kernel.ptr<f32>, index) -> !kernel.ptr<f32, shared>
+}
+// CHECK: kernel.ptr_add: result type must equal the pointer type
+
+// -----
+kernel.func @k(%v: vector<4xf32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %e = "kernel.extract"(%v) <{lane = 0 : i64}> : (vector<4xf32>) -> i32
+}
+// CHECK: kernel.extract: result type must be the vector's element type
+
+// -----
+kernel.func @k(%a: f32, %b: i32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %v = "kernel.pack"(%a, %b) : (f32, i32) -> vector<2xf32>
+}
+// CHECK: kernel.pack: every element must be f32
+
+// -----
+func.func @f(%a: f32) {
+  %r = kernel.call "emmy::warp_sum"(%a) : (f32) -> f32
+  func.return
+}
+// CHECK: kernel.call: must be inside a kernel.func
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %f = "kernel.lambda"() <{ret_types = [f32, f32]}> ({
+  ^bb0:
+    "kernel.yield"() : () -> ()
+  }) : () -> !kernel.fn
+}
+// CHECK: kernel.lambda: at most one result
+
+// -----
+kernel.func @k(%a: f32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %f = kernel.lambda (%x: f32) -> f32 {
+    kernel.yield %x : f32
+  }
+  %y:2 = "kernel.invoke"(%f, %a) : (!kernel.fn, f32) -> (f32, f32)
+}
+// CHECK: kernel.invoke: at most one result
+
+// -----
+kernel.func @k(%a: i32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+}
+kernel.func @h(%x: i32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  kernel.launch @k(%x) : i32
+}
+// CHECK: kernel.launch: is host code; it cannot be inside a kernel.func
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  "kernel.func"() <{sym_name = "inner", grid = array<i64: 1, 1, 1>, block = array<i64: 32, 1, 1>, smem = 0 : i64}> ({
+    "kernel.return"() : () -> ()
+  }) : () -> ()
+}
+// CHECK: kernel.func @inner: kernels cannot be nested

@@ -320,3 +320,72 @@ func.func @f() -> index {
   func.return %i : index
 }
 // CHECK: loop.axis: must be inside a loop.fused body (or another op that owns named axes)
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = loop.fused @l axes [i.j = 4] ins(%x : tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%xa: tensor<4xf32>):
+    %i = loop.axis "i.j" : index
+    %v = loop.load %xa[%i] : tensor<4xf32> -> f32
+    loop.store %v, 0 [%i] : f32
+    loop.yield
+  }
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: loop.axes: axis name 'i.j' is not an identifier
+
+// -----
+
+func.func @f(%x: tensor<4x4xf32>) -> tensor<4xf32> {
+  %0 = loop.fused @l axes [i = 4, k = 4] ins(%x : tensor<4x4xf32>) -> tensor<4xf32> {
+  ^bb0(%xa: tensor<4x4xf32>):
+    %i = loop.axis "i" : index
+    %s = loop.reduce sum [] : f32 {
+      %k = loop.axis "k" : index
+      %v = loop.load %xa[%i, %k] : tensor<4x4xf32> -> f32
+      loop.yield %v : f32
+    }
+    loop.store %s, 0 [%i] : f32
+    loop.yield
+  }
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: loop.reduce: needs at least one axis
+
+// -----
+
+func.func @f(%x: tensor<4x4xf32>) -> tensor<4xf32> {
+  %0 = loop.fused @l axes [i = 4, k = 4] ins(%x : tensor<4x4xf32>) -> tensor<4xf32> {
+  ^bb0(%xa: tensor<4x4xf32>):
+    %i = loop.axis "i" : index
+    %s = loop.reduce sum ["k", "k"] : f32 {
+      %k = loop.axis "k" : index
+      %v = loop.load %xa[%i, %k] : tensor<4x4xf32> -> f32
+      loop.yield %v : f32
+    }
+    loop.store %s, 0 [%i] : f32
+    loop.yield
+  }
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: loop.reduce: axes must be distinct, got ['k', 'k']
+
+// -----
+
+func.func @f(%x: tensor<4x4xf32>) -> tensor<4xf32> {
+  %0 = loop.fused @l axes [i = 4, k = 4] ins(%x : tensor<4x4xf32>) -> tensor<4xf32> {
+  ^bb0(%xa: tensor<4x4xf32>):
+    %i = loop.axis "i" : index
+    %s = loop.reduce sum ["k"] : f32 {
+    ^bb0(%a: f32):
+      %k = loop.axis "k" : index
+      %v = loop.load %xa[%i, %k] : tensor<4x4xf32> -> f32
+      loop.yield %v : f32
+    }
+    loop.store %s, 0 [%i] : f32
+    loop.yield
+  }
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: loop.reduce: the region takes no block arguments

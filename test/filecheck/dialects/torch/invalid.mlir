@@ -447,3 +447,11 @@ func.func @f(%a: tensor<4x8xbf16>, %b: tensor<8x5xf32>) {
   func.return
 }
 // CHECK: torch.matmul: operands and result must share one element type
+
+// -----
+
+func.func @f(%a: tensor<8xbf16>, %b: tensor<8x5xbf16>) {
+  %r = torch.matmul %a, %b : (tensor<8xbf16>, tensor<8x5xbf16>) -> tensor<5xbf16>
+  func.return
+}
+// CHECK: torch.matmul: operands must have rank >= 2, got [8] and [8, 5]

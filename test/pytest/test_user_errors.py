@@ -1,0 +1,140 @@
+"""User-facing error messages not covered elsewhere, one case each: each ends the command with
+`error: ...` and exit code 1 (no traceback), and names what is wrong and where."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from emmy.cli.main import run
+from emmy.cli.opt import run as run_opt
+from emmy.cli.report import run_guarded
+from tiny_models import TINY, write_tiny_model
+
+
+def _error(capsys, fn, argv) -> str:
+    assert run_guarded(fn, argv) == 1
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # transformers may warn before it
+    assert last.startswith("error: ") and "Traceback (most recent call last)" not in last, err
+    return err
+
+
+def _model_dir(tmp_path: Path, **change) -> str:
+    config = {**TINY, "model_type": "qwen3", "head_dim": 16, **change}
+    config = {k: v for k, v in config.items() if v is not None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
+
+
+def test_pin_of_a_knob_no_kernel_has(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(DOUBLES)
+    err = _error(capsys, run, ["compile", f"{tmp_path}/m.py:make", "--knob", "*.block_q=64"])
+    assert "pin '*.block_q=64': no kernel in the module has a knob 'block_q'" in err
+
+
+def test_module_target_that_is_not_a_string(tmp_path, capsys):
+    f = tmp_path / "m.mlir"
+    f.write_text('builtin.module attributes {emmy.target = 90 : i64} {\n}\n')
+    err = _error(capsys, run_opt, [str(f), "-p", "decide-forks"])
+    assert 'module attribute emmy.target must be a string such as "sm_90", got 90 : i64' in err
+
+
+def test_whole_model_without_vocab_size(tmp_path, capsys):
+    err = _error(capsys, run, ["compile", _model_dir(tmp_path, vocab_size=None), "--tokens", "4"])
+    assert f"{tmp_path}: the config has no vocab_size" in err
+
+
+def test_unsupported_dtype(tmp_path, capsys):
+    err = _error(capsys, run, ["compile", _model_dir(tmp_path, torch_dtype="int8"), "--layer", "0", "--tokens", "4"])
+    assert "model dtype 'int8' is not supported (use one of bfloat16, float16, float32)" in err
+
+
+def test_model_type_transformers_does_not_know(tmp_path, capsys):
+    err = _error(capsys, run, ["compile", _model_dir(tmp_path, model_type="no_such_model"), "--layer", "0",
+                               "--tokens", "4"])
+    assert "model type 'no_such_model' is not supported: " in err
+
+
+def test_model_type_without_a_decoder_layer_class(tmp_path, capsys):
+    config = {"model_type": "gpt2", "num_hidden_layers": 2, "hidden_size": 64, "vocab_size": 100,
+              "max_position_embeddings": 64}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    err = _error(capsys, run, ["compile", str(tmp_path), "--layer", "0", "--tokens", "4"])
+    assert "model type 'gpt2' has no DecoderLayer class in transformers" in err
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("model.py", "model 'model.py': a Python factory needs its function name, as 'path/to/file.py:fn'"),
+        ("{dir}/m.py:1make", "model factory '{dir}/m.py:1make': '1make' is not a Python function name"),
+    ],
+)
+def test_factory_spec_errors(tmp_path, capsys, spec, message):
+    (tmp_path / "m.py").write_text("def make(): pass\n")
+    err = _error(capsys, run, ["compile", spec.format(dir=tmp_path)])
+    assert message.format(dir=tmp_path) in err
+
+
+DOUBLES = """
+import torch
+from torch import nn
+
+class Double(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+def make():
+    return Double(), (torch.randn(4, 8),)
+"""
+
+MUTATES = """
+import torch
+from torch import nn
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return x * 2
+
+def make():
+    return Counter(), (torch.randn(4, 8),)
+"""
+
+
+@pytest.mark.parametrize("tracer", ["capture", "export"])
+def test_factory_that_mutates_a_buffer(tmp_path, capsys, tracer):
+    (tmp_path / "m.py").write_text(MUTATES)
+    err = _error(capsys, run, ["compile", f"{tmp_path}/m.py:make", "--tracer", tracer])
+    assert "unsupported torch op 'aten.add_' at <root> (Counter) (stage: torch import)" in err
+
+
+def _with_word_tokenizer(directory: Path) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    d = write_tiny_model(directory)
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "emmy": 7}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(d)
+    return d
+
+
+def test_text_with_no_tokens(tmp_path, capsys):
+    d = _with_word_tokenizer(tmp_path / "m")
+    err = _error(capsys, run, ["run", d, "--backend", "interpret", "--text", "   "])
+    assert "--text: the text has no tokens" in err
+
+
+def test_broken_tokenizer_file(tmp_path, capsys):
+    d = _with_word_tokenizer(tmp_path / "m")
+    (Path(d) / "tokenizer.json").write_text("{not json")
+    err = _error(capsys, run, ["run", d, "--backend", "interpret", "--text", "emmy"])
+    assert f"cannot tokenize with the tokenizer in '{d}': " in err
