@@ -88,17 +88,20 @@ def compile_traced(
     options: CompileOptions,
     after_each: Callable[[str, ModuleOp], None] | None = None,
     trace_seconds: float = 0.0,
+    pins_attr: str = "emmy.pins",
 ) -> CompileResult:
     """Lower an already traced model (`emmy.frontend.TracedLayer`) to `options.stop_after`.
 
     The lowering works on a copy: `traced.module` stays at the torch stage, so one trace can be
-    compiled again with other options (another target, other pins)."""
+    compiled again with other options (another target, other pins). The pins are recorded in
+    the module attribute `pins_attr`: `emmy.pins` (each must apply to this module) or, for a
+    part of a whole model, `emmy.model_pins` (see decide-forks)."""
     ctx = make_context()
     timings: list[tuple[str, float]] = [("trace + import", trace_seconds)]
     module = traced.module.clone()
     module.attributes["emmy.target"] = StringAttr(options.target)
     if options.pins:  # read by decide-forks; kept in the module so dumps replay exactly
-        module.attributes["emmy.pins"] = StringAttr(";".join(options.pins))
+        module.attributes[pins_attr] = StringAttr(";".join(options.pins))
     if options.max_launches:  # read by decide-forks, kept like the pins
         from emmy.passes.decide_forks import MAX_LAUNCHES_ATTR  # (the pass pulls in the kernel stage)
 
@@ -164,12 +167,51 @@ def compile_whole_model(
     plan = [("embed_tokens", traced.embedding, [])]
     plan += [(f"layer{idx[0]}", traced.layers[idx[0]], idx) for idx in groups.values()]
     plan += [("norm", traced.norm, [])]
+    pins = _ModelPins(options.pins)
     parts = []
     for name, part, layers in plan:
-        result = compile_traced(part, options, _part_hook(name, after_each), trace_seconds=trace_s)
+        hook = pins.watch(_part_hook(name, after_each))
+        result = compile_traced(part, options, hook, trace_seconds=trace_s, pins_attr=pins.attr)
         trace_s = 0.0
         parts.append(ModelPart(name, result, layers))
+    pins.check()
     return ModelCompileResult(traced, parts)
+
+
+class _ModelPins:
+    """`--knob` pins for a whole model: each part takes those that fit it (`emmy.model_pins`),
+    and every pin must fit some part: the kernels of all parts are gathered right after
+    decide-forks (later stages no longer hold the knobs) and checked at the end."""
+
+    def __init__(self, pins: tuple[str, ...]):
+        self.pins = pins
+        self.spaces: dict[str, dict] | None = None
+        self.attr = "emmy.pins"
+        if pins:
+            from emmy.passes.decide_forks import MODEL_PINS_ATTR  # (the pass pulls in the kernel stage)
+
+            self.attr = MODEL_PINS_ATTR
+
+    def watch(self, hook: Callable[[str, ModuleOp], None] | None) -> Callable[[str, ModuleOp], None] | None:
+        if not self.pins:
+            return hook
+
+        def watched(name: str, module: ModuleOp) -> None:
+            if name == "decide-forks":
+                from emmy.dialects.tile import KernelOp
+                from emmy.passes.decide_forks import knob_spaces
+
+                self.spaces = {**(self.spaces or {}), **knob_spaces([k for k in module.walk() if isinstance(k, KernelOp)])}
+            if hook is not None:
+                hook(name, module)
+
+        return watched
+
+    def check(self) -> None:
+        if self.pins and self.spaces is not None:  # None: the pipeline stopped before decide-forks
+            from emmy.tuning.pins import check_pins_used, parse_pins
+
+            check_pins_used(parse_pins(";".join(self.pins)), self.spaces)
 
 
 def _part_hook(part: str, hook):

@@ -9,7 +9,10 @@ pipeline the spec is one quoted string (xDSL's option grammar accepts any charac
 
 Pins may also be recorded in the module, as the string attribute `emmy.pins` (same syntax):
 `emmy compile --knob` puts them there, so replaying this pass on a dump file with `emmy-opt`
-gives the same answers. The option's items come first, then the module's.
+gives the same answers. The option's items come first, then the module's. A part of a whole
+model records the model's pins as `emmy.model_pins` instead: they apply where this part has the
+kernel or knob they name, and need not apply here at all (the driver checks that each applies
+in some part of the model).
 
 Each kernel's knobs are answered by the deciders of `emmy.tuning.deciders`, strongest first:
 pinned (tier `pinned`), values already decided in the IR (kept with their tier), then the
@@ -116,6 +119,7 @@ def _write(op: KernelOp, answers: dict[str, Answer]) -> None:
 
 
 MAX_LAUNCHES_ATTR = "emmy.max_launches"
+MODEL_PINS_ATTR = "emmy.model_pins"
 
 
 @dataclass(frozen=True)
@@ -130,14 +134,11 @@ class DecideForksPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         budget = launch_budget(op, self.max_launches)
         target = module_target(op)
-        recorded = op.attributes.get("emmy.pins")
-        spec = ";".join(
-            s for s in (self.pin, recorded.data if isinstance(recorded, StringAttr) else "") if s
-        )
-        pins = parse_pins(spec)
+        strict = ";".join(s for s in (self.pin, _recorded(op, "emmy.pins")) if s)
         kernels = [k for k in op.walk() if isinstance(k, KernelOp)]
-        if pins:
-            check_pins_used(pins, {k.kernel_name: {n: kn.values for n, kn in k.knob_dict().items()} for k in kernels})
+        if strict:
+            check_pins_used(parse_pins(strict), knob_spaces(kernels))
+        pins = parse_pins(";".join(s for s in (strict, _recorded(op, MODEL_PINS_ATTR)) if s))
         deciders = default_deciders(pins)
         problems = {k: problem_of(k, target) for k in kernels}
         answers = {k: decide_kernel(problems[k], deciders) for k in kernels}
@@ -146,6 +147,20 @@ class DecideForksPass(ModulePass):
         if budget:
             for func in op.body.block.ops:
                 _fit_launch_budget(func, problems, answers, deciders, target, budget)
+
+
+def knob_spaces(kernels: list[KernelOp]) -> dict[str, dict[str, tuple]]:
+    """Kernel name -> knob name -> domain, as `check_pins_used` takes them."""
+    return {k.kernel_name: {n: kn.values for n, kn in k.knob_dict().items()} for k in kernels}
+
+
+def _recorded(module: ModuleOp, attr: str) -> str:
+    value = module.attributes.get(attr)
+    if value is None:
+        return ""
+    if not isinstance(value, StringAttr):
+        raise EmmyError(f"decide-forks: the module's {attr} must be a string of pins, not {value}")
+    return value.data
 
 
 def launch_budget(module: ModuleOp, option: int) -> int:

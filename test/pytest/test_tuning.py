@@ -890,3 +890,22 @@ def test_launch_budget_must_not_be_negative():
     ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 32)
     with pytest.raises(EmmyError, match=r"decide-forks: max-launches=-1: give 0 \(no budget\) or more"):
         run_passes(ctx, module, parse_pipeline("decide-forks{max-launches=-1}"))
+
+
+def test_model_pins_apply_where_they_fit():
+    """`emmy.model_pins` (a part of a whole model): a pin naming a kernel or knob this module
+    lacks is skipped, not an error; `emmy.pins` keeps the strict check; either must be a string."""
+    from xdsl.dialects.builtin import IntegerAttr, StringAttr
+
+    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 32)
+    strict, lenient, bad = module.clone(), module.clone(), module.clone()
+    lenient.attributes["emmy.model_pins"] = StringAttr("embedding.threads=128;attention.block_q=32")
+    run_passes(ctx, lenient, parse_pipeline("decide-forks"))
+    picked = {(d.kernel, d.knob): (d.value, d.tier) for d in decisions(lenient)}
+    assert picked[("attention", "block_q")] == (32, "pinned")
+    strict.attributes["emmy.pins"] = StringAttr("embedding.threads=128")
+    with pytest.raises(EmmyError, match="pin 'embedding.threads=128': no kernel named 'embedding'"):
+        run_passes(ctx, strict, parse_pipeline("decide-forks"))
+    bad.attributes["emmy.model_pins"] = IntegerAttr(3, 64)
+    with pytest.raises(EmmyError, match="decide-forks: the module's emmy.model_pins must be a string of pins"):
+        run_passes(ctx, bad, parse_pipeline("decide-forks"))

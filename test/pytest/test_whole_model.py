@@ -285,3 +285,32 @@ def test_torch_module_runs_the_whole_model(tmp_path):
     with torch.no_grad():
         out = traced.torch_module()(traced.input_ids, traced.cos, traced.sin)
     assert torch.equal(out, traced.reference())
+
+
+def test_pins_for_a_whole_model_apply_where_they_fit(tmp_path, capsys):
+    """`--knob` on a whole model: a pin naming a layer's kernel pins it in the layer part and
+    is no error in the embedding and norm parts, which lack that kernel; a pin that fits no part
+    is an error listing the kernels of every part."""
+    from emmy.driver import CompileOptions, compile_whole_model
+    from emmy.passes.decide_forks import decisions
+
+    seen = {}
+
+    def keep(part, name, module):
+        if name == "decide-forks":
+            seen[part] = {(d.kernel, d.knob): (d.value, d.tier) for d in decisions(module)}
+
+    opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=None, tokens=16, stop_after="tile",
+                          pins=("attention.block_q=32", "*.threads=128"))
+    compile_whole_model(opts, keep)
+    assert seen["layer0"][("attention", "block_q")] == (32, "pinned")
+    assert seen["embed_tokens"][("embedding", "threads")] == (128, "pinned")
+    assert seen["norm"][("rms_norm", "threads")] == (128, "pinned")
+    assert run(["compile", "Qwen/Qwen3-Embedding-0.6B", "--tokens", "16", "--knob", "attention.block_q=32"]) == 0
+    capsys.readouterr()
+    with pytest.raises(EmmyError, match=r"pin 'atention.block_q=32': no kernel named 'atention'; kernels: embedding, .*attention.*, rms_norm"):
+        compile_whole_model(CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=None, tokens=16,
+                                           pins=("atention.block_q=32",)))
+    with pytest.raises(EmmyError, match=r"pin '\*.blockq=32': unknown knob 'blockq'"):
+        compile_whole_model(CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=None, tokens=16,
+                                           pins=("*.blockq=32",)))
