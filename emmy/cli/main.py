@@ -251,10 +251,13 @@ def _print_summary(module, options, writer) -> None:
     from emmy.backend.plan import launch_plan
 
     plan = launch_plan(module)
-    where = f" layer {options.layer}" if options.layer is not None else ""
-    tokens = module.attributes.get("emmy.tokens")  # a factory brings its own inputs
-    tokens = tokens.value.data if tokens is not None else options.tokens
-    print(f"{options.model}{where}, {tokens} tokens, target {options.target}: "
+    if _is_factory(options.model):  # a factory brings its own inputs: show their shapes
+        inputs = sorted((b.position, list(b.shape)) for b in plan.buffers if b.role == "input")
+        what = "inputs " + ", ".join(str(shape) for _, shape in inputs)
+    else:
+        what = f"{options.tokens} tokens"
+    where = f" layer {options.layer}" if options.layer is not None and not _is_factory(options.model) else ""
+    print(f"{options.model}{where}, {what}, target {options.target}: "
           f"{len(plan.forward_launches)} kernel launches")
     for launch in plan.forward_launches:
         print(f"  {launch.kernel:<40} grid {tuple(launch.grid)} block {tuple(launch.block)} smem {launch.smem}")

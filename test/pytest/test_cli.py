@@ -108,6 +108,12 @@ def test_compile_layer_out_of_range():
     assert_user_error(proc, "layer", "27")
 
 
+def test_compile_summary_of_a_factory_shows_its_inputs():
+    proc = emmy("compile", f"{ROOT}/tools/running_example.py:make", "--tokens", "64")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].endswith("running_example.py:make, inputs [1, 64, 1024], target sm_90: 1 kernel launches")
+
+
 def test_compile_unknown_target():
     proc = emmy("compile", MODEL, "--layer", "0", "--target", "sm_99")
     assert_user_error(proc, "unknown target 'sm_99'", "sm_90a")
