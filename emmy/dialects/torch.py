@@ -547,6 +547,44 @@ class ReluOp(_Unary):
     name = "torch.relu"
 
 
+@irdl_op_definition
+class AbsOp(_Unary):
+    """`|x|`.
+
+    %a = torch.abs %x : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    """
+
+    name = "torch.abs"
+
+
+@irdl_op_definition
+class ClampOp(_Unary):
+    """`x` limited to `[min, max]` (`torch.clamp`); either bound may be absent, not both. The
+    result keeps x's type.
+
+    %c = torch.clamp %x {min = -1.000000e+00 : f64, max = 1.000000e+00 : f64} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+    """
+
+    name = "torch.clamp"
+    min = opt_prop_def(FloatAttr)
+    max = opt_prop_def(FloatAttr)
+
+    def __init__(self, x: SSAValue, low: float | None, high: float | None):
+        props = {k: f64_attr(v) for k, v in (("min", low), ("max", high)) if v is not None}
+        IRDLOperation.__init__(self, operands=[x], result_types=[x.type], properties=props)
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        return tuple(None if a is None else a.value.data for a in (self.min, self.max))  # type: ignore[return-value]
+
+    def verify_(self) -> None:
+        super().verify_()
+        low, high = self.bounds()
+        if low is None and high is None:
+            self._fail("needs a min or a max bound")
+        if low is not None and high is not None and not low <= high:
+            self._fail(f"min {low} must not exceed max {high}")
+
+
 POW_EXPONENTS = (-1.0, -0.5, 0.5, 1.0, 2.0, 3.0)
 POW_EXPONENTS_TEXT = ", ".join(f"{e:g}" for e in POW_EXPONENTS)
 
@@ -593,15 +631,10 @@ class SoftmaxOp(TorchOp):
             self._fail(f"dim must be the last axis ({rank - 1}), got {self.dim.value.data}")
 
 
-@irdl_op_definition
-class MeanOp(TorchOp):
-    """Mean over `dims` (strictly increasing), accumulated in float32 and rounded once to x's
-    type; `keepdim` keeps the reduced axes with extent 1.
+class _Reduction(TorchOp):
+    """A reduction over `dims` (strictly increasing); `keepdim` keeps the reduced axes with
+    extent 1. The result keeps x's element type."""
 
-    %m = torch.mean %x {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
-    """
-
-    name = "torch.mean"
     x = operand_def(AnyTensor)
     dims = prop_def(DenseArrayBase)
     keepdim = prop_def(BoolAttr)
@@ -628,6 +661,36 @@ class MeanOp(TorchOp):
         expected = self.shape_for(shape, dims, keep)
         if list(shape_of(self.result)) != expected or dtype_of(self.result) != dtype_of(self.x):
             self._fail(f"result must be {fmt_shape(expected)} of {dtype_of(self.x)}, got {self.result.type}")
+
+
+@irdl_op_definition
+class MeanOp(_Reduction):
+    """Mean over `dims`, accumulated in float32 and rounded once to x's type.
+
+    %m = torch.mean %x {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
+    """
+
+    name = "torch.mean"
+
+
+@irdl_op_definition
+class SumOp(_Reduction):
+    """Sum over `dims` (`torch.sum`), accumulated in float32 and rounded once to x's type.
+
+    %s = torch.sum %x {dims = array<i64: 1, 2>, keepdim = false} : (tensor<2x3x4xf32>) -> tensor<2xf32>
+    """
+
+    name = "torch.sum"
+
+
+@irdl_op_definition
+class AmaxOp(_Reduction):
+    """Largest element over `dims` (`torch.amax`); exact in x's type.
+
+    %m = torch.amax %x {dims = array<i64: 1>, keepdim = true} : (tensor<4x16xbf16>) -> tensor<4x1xbf16>
+    """
+
+    name = "torch.amax"
 
 
 @irdl_op_definition
@@ -975,8 +1038,12 @@ Torch = Dialect(
         TanhOp,
         SigmoidOp,
         ReluOp,
+        AbsOp,
+        ClampOp,
         SoftmaxOp,
         MeanOp,
+        SumOp,
+        AmaxOp,
         ToOp,
         ViewOp,
         TransposeOp,

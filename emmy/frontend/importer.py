@@ -196,15 +196,43 @@ def _softmax(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [b.add(T.SoftmaxOp(x, dim))]
 
 
-def _mean(b: _Builder, node: Node) -> Sequence[SSAValue]:
-    x = b.value(node.args[0])
-    if node.kwargs.get("dtype") is not None:
-        raise Unsupported("mean with a dtype argument")
-    rank = len(T.shape_of(x))
-    dim = _arg(node, 1, "dim")
-    dims = range(rank) if dim is None else [dim] if isinstance(dim, int) else list(dim)
-    dims = sorted({_dim(int(d), rank) for d in dims})
-    return [b.add(T.MeanOp(x, dims, bool(_arg(node, 2, "keepdim", False))))]
+def _reduction(cls: type[T._Reduction], what: str) -> Builder:
+    """mean / sum / amax over `dim` (an int, a list, or none: every axis), `keepdim`."""
+
+    def build(b: _Builder, node: Node) -> Sequence[SSAValue]:
+        x = b.value(node.args[0])
+        if node.kwargs.get("dtype") is not None or (len(node.args) > 3 and node.args[3] is not None):
+            raise Unsupported(f"{what} with a dtype argument")
+        rank = len(T.shape_of(x))
+        if rank == 0:
+            raise Unsupported(f"{what} of a 0-d tensor")
+        dim = _arg(node, 1, "dim")
+        dims = range(rank) if dim is None or dim == [] or dim == () else [dim] if isinstance(dim, int) else list(dim)
+        dims = sorted({_dim(int(d), rank) for d in dims})
+        return [b.add(cls(x, dims, bool(_arg(node, 2, "keepdim", False))))]
+
+    return build
+
+
+def _clamp(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    """clamp / clip (min, max), clamp_min, clamp_max, with numbers as bounds."""
+    name = node.op.rsplit(".", 1)[-1]
+    x = node.args[0]
+    if name == "clamp_min":
+        low, high = _arg(node, 1, "min"), None
+    elif name == "clamp_max":
+        low, high = None, _arg(node, 1, "max")
+    else:
+        low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
+    if _is_tensor(low) or _is_tensor(high):
+        raise Unsupported("clamp with tensor bounds (numbers are supported)")
+    if low is None and high is None:
+        raise Unsupported("clamp without a min or a max")
+    low = None if low is None else _scalar(low)
+    high = None if high is None else _scalar(high)
+    if low is not None and high is not None and low > high:
+        raise Unsupported(f"clamp with min {low:g} above max {high:g}")
+    return [b.add(T.ClampOp(b.value(x), low, high))]
 
 
 def _matmul(b: _Builder, node: Node) -> Sequence[SSAValue]:
@@ -454,7 +482,15 @@ OP_TABLE: dict[str, Builder] = {
     "aten.pow": _pow,
     "aten.softmax": _softmax,
     "aten._softmax": _softmax,
-    "aten.mean": _mean,
+    "aten.mean": _reduction(T.MeanOp, "mean"),
+    "aten.sum": _reduction(T.SumOp, "sum"),
+    "aten.amax": _reduction(T.AmaxOp, "amax"),
+    "aten.abs": _unary(T.AbsOp),
+    "aten.absolute": _unary(T.AbsOp),
+    "aten.clamp": _clamp,
+    "aten.clip": _clamp,
+    "aten.clamp_min": _clamp,
+    "aten.clamp_max": _clamp,
     "aten.matmul": _matmul,
     "aten.bmm": _matmul,
     "aten.maximum": _elementwise_pair(T.MaximumOp),

@@ -171,6 +171,15 @@ class TorchFunctions(InterpreterFunctions):
     def run_relu(self, interp, op, args):
         return _out(op, np.maximum(args[0], 0))
 
+    @impl(P.AbsOp)
+    def run_abs(self, interp, op, args):
+        return _out(op, np.abs(args[0]))
+
+    @impl(P.ClampOp)
+    def run_clamp(self, interp, op: P.ClampOp, args):
+        low, high = op.bounds()
+        return _out(op, np.clip(_f32(args[0]), low, high))
+
     @impl(P.PowScalarOp)
     def run_pow_scalar(self, interp, op: P.PowScalarOp, args):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -187,6 +196,16 @@ class TorchFunctions(InterpreterFunctions):
     def run_mean(self, interp, op: P.MeanOp, args):
         dims = tuple(int(d) for d in op.dims.get_values())
         return _out(op, _f32(args[0]).mean(axis=dims, keepdims=bool(op.keepdim.value.data)))
+
+    @impl(P.SumOp)
+    def run_sum(self, interp, op: P.SumOp, args):
+        dims = tuple(int(d) for d in op.dims.get_values())
+        return _out(op, _f32(args[0]).sum(axis=dims, keepdims=bool(op.keepdim.value.data)))
+
+    @impl(P.AmaxOp)
+    def run_amax(self, interp, op: P.AmaxOp, args):
+        dims = tuple(int(d) for d in op.dims.get_values())
+        return _out(op, np.asarray(args[0]).max(axis=dims, keepdims=bool(op.keepdim.value.data)))
 
     @impl(P.MatmulOp)
     def run_matmul(self, interp, op, args):

@@ -440,6 +440,31 @@ class LowerRelu(TorchLowering):
         rewriter.replace(op, [], [e.emit(T.MaxOp(op.x, e.splat(0.0, op.x)))])
 
 
+class LowerAbs(TorchLowering):
+    """max(x, -x): exact in x's own type."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.AbsOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        rewriter.replace(op, [], [e.emit(T.MaxOp(op.x, e.emit(T.NegOp(op.x))))])
+
+
+class LowerClamp(TorchLowering):
+    """min(max(x, lo), hi) with the bounds in x's type: exact, as each result is x or a bound
+    (a bound rounds to x's type as PyTorch's result does)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.ClampOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        low, high = op.bounds()
+        y: SSAValue = op.x
+        if low is not None:
+            y = e.emit(T.MaxOp(y, e.splat(low, y)))
+        if high is not None:
+            y = e.emit(T.MinOp(y, e.splat(high, y)))
+        rewriter.replace(op, [], [y])
+
+
 class LowerPowScalar(TorchLowering):
     """x ** 2 and x ** 3 as products, 0.5 / -0.5 / -1 as sqrt / rsqrt / reciprocal, in f32 for
     low-precision x, rounded once."""
@@ -488,6 +513,28 @@ class LowerMean(TorchLowering):
         mean = e.emit(T.MulOp(s, e.splat(1.0 / count, s)), "mean")
         mean = e.reshape(mean, _shape(op.result))
         rewriter.replace(op, [], [e.cast(mean, _dtype(op.result))])
+
+
+class LowerSum(TorchLowering):
+    """sum over dims (in f32 for low-precision x), rounded once; keepdim reshapes the reduced
+    axes back in with extent 1."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.SumOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        x = e.cast(op.x, compute_dtype(_dtype(op.x)))
+        s = e.emit(T.SumOp(x, [int(d) for d in op.dims.get_values()]), "sum")
+        rewriter.replace(op, [], [e.cast(e.reshape(s, _shape(op.result)), _dtype(op.result))])
+
+
+class LowerAmax(TorchLowering):
+    """max over dims, exact in x's own type; keepdim as for sum."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.AmaxOp, rewriter: PatternRewriter):
+        e = self.emitter(op, rewriter)
+        m = e.emit(T.ReduceMaxOp(op.x, [int(d) for d in op.dims.get_values()]), "amax")
+        rewriter.replace(op, [], [e.reshape(m, _shape(op.result))])
 
 
 # ------------------------------------------------------------------------------------------
@@ -563,9 +610,13 @@ PATTERNS: tuple[type[TorchLowering], ...] = (
     LowerUnary,
     LowerMatmul,
     LowerRelu,
+    LowerAbs,
+    LowerClamp,
     LowerPowScalar,
     LowerSoftmax,
     LowerMean,
+    LowerSum,
+    LowerAmax,
     LowerTo,
     LowerView,
     LowerTranspose,

@@ -344,6 +344,12 @@ def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):
     assert "relative error" in capsys.readouterr().out
 
 
+def test_abs_clamp_sum_amax_block_on_gpu(tmp_path, monkeypatch, capsys):
+    """abs, clamp, clamp_min/clamp_max, a sum and amax over the last axis."""
+    assert _run_test_model("clamp_abs_sum", tmp_path, monkeypatch, "--tolerance", "5e-3") == 0
+    assert "relative error" in capsys.readouterr().out
+
+
 def test_two_results_on_gpu(tmp_path, monkeypatch, capsys):
     """A function returning two tensors: both compared with PyTorch's."""
     assert _run_test_model("two_outputs", tmp_path, monkeypatch) == 0

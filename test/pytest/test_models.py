@@ -68,6 +68,28 @@ def test_block_with_relu_sigmoid_pow_chunk_softmax_mean(capsys, tmp_path):
         assert compile_source(plan.source, "sm_90", tmp_path).exists()
 
 
+CLAMPS = str(HERE / "models" / "clamp_abs_sum.py") + ":make"
+
+
+@pytest.mark.parametrize("tracer", ["capture", "export"])
+def test_block_with_abs_clamp_sum_amax(tracer, capsys, tmp_path):
+    """abs, clamp (both bounds, clamp_min, clamp_max), sum and amax over the last axis go through
+    every stage with either tracer: interpreted against PyTorch, and the CUDA builds."""
+    assert run(["run", CLAMPS, "--backend", "interpret", "--check", "--tolerance", "5e-3", "--tracer", tracer]) == 0
+    assert run(["compile", CLAMPS, "--ir", "torch", "--tracer", tracer]) == 0
+    torch_ir = capsys.readouterr().out
+    for op in ("torch.abs", "torch.clamp", "torch.sum", "torch.amax"):
+        assert op in torch_ir, op
+    assert "max = 1.000000e+00 : f64}" in torch_ir and "{min = -1.500000e+00 : f64}" in torch_ir
+    if shutil.which("nvcc") and tracer == "capture":
+        from emmy.backend.nvcc import compile_source
+        from emmy.backend.plan import launch_plan
+        from emmy.driver import CompileOptions, compile_model
+
+        plan = launch_plan(compile_model(CompileOptions(model=CLAMPS, layer=None, target="sm_90")).module)
+        assert compile_source(plan.source, "sm_90", tmp_path).exists()
+
+
 HANDWRITTEN = str(HERE / "models" / "handwritten_attention.py") + ":make"
 
 

@@ -138,3 +138,41 @@ def test_broken_tokenizer_file(tmp_path, capsys):
     (Path(d) / "tokenizer.json").write_text("{not json")
     err = _error(capsys, run, ["run", d, "--backend", "interpret", "--text", "emmy"])
     assert f"cannot tokenize with the tokenizer in '{d}': " in err
+
+
+CLAMP_BY_TENSOR = """
+import torch
+from torch import nn
+
+class ClampByTensor(nn.Module):
+    def forward(self, x, lo):
+        return torch.clamp(x, min=lo)
+
+def make():
+    return ClampByTensor(), (torch.randn(4, 8), torch.zeros(4, 8))
+"""
+
+FAILS = """
+import torch
+from torch import nn
+
+class Mismatch(nn.Module):
+    def forward(self, x):
+        return x.sum(0) + x.sum(1)
+
+def make():
+    return Mismatch(), (torch.randn(4, 8),)
+"""
+
+
+def test_clamp_with_tensor_bounds(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(CLAMP_BY_TENSOR)
+    err = _error(capsys, run, ["compile", f"{tmp_path}/m.py:make"])
+    assert "unsupported torch op 'aten.clamp' at <root> (ClampByTensor) (stage: torch import): clamp with tensor bounds" in err
+
+
+def test_module_that_fails_on_its_example_inputs(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(FAILS)
+    err = _error(capsys, run, ["compile", f"{tmp_path}/m.py:make"])
+    assert ("running Mismatch on its example inputs to trace it failed: RuntimeError: The size of tensor a (8) "
+            "must match the size of tensor b (4)") in err

@@ -293,6 +293,32 @@ func.func @more_activations(%x: tensor<4x8xbf16>, %y: tensor<4x8xbf16>) -> (tens
 
 // -----
 
+// abs is max(x, -x) and clamp a max and/or a min with the bounds, exact in x's type; sum is an
+// f32 reduction rounded once, amax a max reduction in x's type (keepdim reshapes back).
+func.func @abs_clamp_sum_amax(%x: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>, tensor<8xbf16>) {
+  %a = torch.abs %x : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %c = torch.clamp %x {min = -5.000000e-01 : f64, max = 2.500000e-01 : f64} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  %s = torch.sum %x {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xbf16>) -> tensor<4x1xbf16>
+  %m = torch.amax %x {dims = array<i64: 0>, keepdim = false} : (tensor<4x8xbf16>) -> tensor<8xbf16>
+  func.return %a, %c, %s, %m : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>, tensor<8xbf16>
+}
+
+// CHECK-LABEL: func.func @abs_clamp_sum_amax
+// CHECK-NEXT:    %[[N:.*]] = tensor.neg %x {emmy.origin = "abs"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %a = tensor.max %x, %[[N]] {emmy.origin = "abs"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %[[LO:.*]] = tensor.splat -5.000000e-01 {emmy.origin = "clamp"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %[[M:.*]] = tensor.max %x, %[[LO]] {emmy.origin = "clamp"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %[[HI:.*]] = tensor.splat 2.500000e-01 {emmy.origin = "clamp"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %c = tensor.min %[[M]], %[[HI]] {emmy.origin = "clamp"} : tensor<4x8xbf16>
+// CHECK-NEXT:    %[[XF:.*]] = tensor.cast %x {emmy.origin = "sum"} : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK-NEXT:    %sum = tensor.sum %[[XF]] {axes = array<i64: 1>, emmy.origin = "sum"} : tensor<4x8xf32> -> tensor<4xf32>
+// CHECK-NEXT:    %[[K:.*]] = tensor.reshape %sum {emmy.origin = "sum"} : tensor<4xf32> -> tensor<4x1xf32>
+// CHECK-NEXT:    %s = tensor.cast %[[K]] {emmy.origin = "sum"} : tensor<4x1xf32> -> tensor<4x1xbf16>
+// CHECK-NEXT:    %amax = tensor.reduce_max %x {axes = array<i64: 0>, emmy.origin = "amax"} : tensor<4x8xbf16> -> tensor<8xbf16>
+// CHECK-NEXT:    func.return %a, %c, %s, %amax
+
+// -----
+
 // a @ b: the batch dims broadcast (b's leading 1 to 2), then one tensor.matmul with b as [K, N].
 func.func @matmul(%a: tensor<2x4x8xbf16>, %b: tensor<1x8x5xbf16>) -> tensor<2x4x5xbf16> {
   %r = torch.matmul %a, %b : (tensor<2x4x8xbf16>, tensor<1x8x5xbf16>) -> tensor<2x4x5xbf16>

@@ -455,3 +455,44 @@ func.func @f(%a: tensor<8xbf16>, %b: tensor<8x5xbf16>) {
   func.return
 }
 // CHECK: torch.matmul: operands must have rank >= 2, got [8] and [8, 5]
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.clamp %x : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: torch.clamp: needs a min or a max bound
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.clamp %x {min = 1.000000e+00 : f64, max = -1.000000e+00 : f64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: torch.clamp: min 1.0 must not exceed max -1.0
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.clamp %x {min = 0.000000e+00 : f64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  func.return
+}
+// CHECK: torch.clamp: result type tensor<4x8xbf16> must equal operand type tensor<4x8xf32>
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.sum %x {dims = array<i64>, keepdim = false} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: torch.sum: dims must be non-empty, strictly increasing axes of rank 2, got []
+
+// -----
+
+func.func @f(%x: tensor<4x8xbf16>) {
+  %r = torch.amax %x {dims = array<i64: 1>, keepdim = false} : (tensor<4x8xbf16>) -> tensor<4xf32>
+  func.return
+}
+// CHECK: torch.amax: result must be [4] of bf16, got tensor<4xf32>
+

@@ -49,6 +49,11 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
     %sm = torch.softmax %mn {dim = 2 : i64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
     %av = torch.mean %sm {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
     %al = torch.mean %sm {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
+    %ab = torch.abs %sm : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %cl = torch.clamp %ab {min = -1.000000e+00 : f64, max = 1.000000e+00 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %ch = torch.clamp %cl {max = 5.000000e-01 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %su = torch.sum %ch {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
+    %am = torch.amax %ch {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
     %e = torch.embedding %table, %ids : (tensor<100x1024xbf16>, tensor<1x32xi64>) -> tensor<1x32x1024xbf16>
     %r = torch.add %x, %e : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
     func.return %r : tensor<1x32x1024xbf16>
@@ -93,6 +98,11 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
 // CHECK-NEXT:     %sm = torch.softmax %mn {dim = 2 : i64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     %av = torch.mean %sm {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
 // CHECK-NEXT:     %al = torch.mean %sm {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
+// CHECK-NEXT:     %ab = torch.abs %sm : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %cl = torch.clamp %ab {min = -1.000000e+00 : f64, max = 1.000000e+00 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %ch = torch.clamp %cl {max = 5.000000e-01 : f64} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %su = torch.sum %ch {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
+// CHECK-NEXT:     %am = torch.amax %ch {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
 // CHECK-NEXT:     %e = torch.embedding %table, %ids : (tensor<100x1024xbf16>, tensor<1x32xi64>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     %r = torch.add %x, %e : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     func.return %r : tensor<1x32x1024xbf16>
