@@ -47,6 +47,10 @@ CONTRACT = {
     "torch.relu": "ReluOp",
     "torch.softmax": "SoftmaxOp",
     "torch.mean": "MeanOp",
+    "torch.abs": "AbsOp",
+    "torch.clamp": "ClampOp",
+    "torch.sum": "SumOp",
+    "torch.amax": "AmaxOp",
 }
 
 
@@ -70,7 +74,8 @@ def test_properties_per_contract():
     assert props["torch.slice"] == {"dim", "start", "end", "step"}
     assert props["torch.cat"] == {"dim"}
     assert props["torch.pow_scalar"] == {"value"} and props["torch.softmax"] == {"dim"}
-    assert props["torch.mean"] == {"dims", "keepdim"}
+    assert props["torch.mean"] == props["torch.sum"] == props["torch.amax"] == {"dims", "keepdim"}
+    assert props["torch.clamp"] == {"min", "max"}
 
 
 @pytest.mark.parametrize(
