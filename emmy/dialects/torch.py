@@ -508,6 +508,16 @@ class RsqrtOp(_Unary):
 
 
 @irdl_op_definition
+class SqrtOp(_Unary):
+    """`sqrt(x)`.
+
+    %r = torch.sqrt %x : (tensor<1x32x1xf32>) -> tensor<1x32x1xf32>
+    """
+
+    name = "torch.sqrt"
+
+
+@irdl_op_definition
 class ExpOp(_Unary):
     """`e^x`.
 
@@ -1034,6 +1044,7 @@ Torch = Dialect(
         PowScalarOp,
         NegOp,
         RsqrtOp,
+        SqrtOp,
         ExpOp,
         TanhOp,
         SigmoidOp,

@@ -475,6 +475,7 @@ OP_TABLE: dict[str, Builder] = {
     "aten.neg": _unary(T.NegOp),
     "aten.negative": _unary(T.NegOp),
     "aten.rsqrt": _unary(T.RsqrtOp),
+    "aten.sqrt": _unary(T.SqrtOp),
     "aten.exp": _unary(T.ExpOp),
     "aten.tanh": _unary(T.TanhOp),
     "aten.sigmoid": _unary(T.SigmoidOp),

@@ -153,6 +153,11 @@ class TorchFunctions(InterpreterFunctions):
         with np.errstate(divide="ignore", invalid="ignore"):
             return _out(op, 1 / np.sqrt(_f32(args[0])))
 
+    @impl(P.SqrtOp)
+    def run_sqrt(self, interp, op, args):
+        with np.errstate(invalid="ignore"):
+            return _out(op, np.sqrt(_f32(args[0])))
+
     @impl(P.ExpOp)
     def run_exp(self, interp, op, args):
         with np.errstate(over="ignore"):

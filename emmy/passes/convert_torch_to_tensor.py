@@ -400,11 +400,12 @@ class LowerScalar(TorchLowering):
 
 
 class LowerUnary(TorchLowering):
-    """neg, rsqrt, exp, tanh, sigmoid: one tensor op (computed exactly, rounded once, like PyTorch)."""
+    """neg, rsqrt, sqrt, exp, tanh, sigmoid: one tensor op (computed exactly, rounded once, like PyTorch)."""
 
     OPS: dict[type[Operation], type[T.UnaryOp]] = {
         P.NegOp: T.NegOp,
         P.RsqrtOp: T.RsqrtOp,
+        P.SqrtOp: T.SqrtOp,
         P.ExpOp: T.ExpOp,
         P.TanhOp: T.TanhOp,
         P.SigmoidOp: T.SigmoidOp,

@@ -73,12 +73,12 @@ CLAMPS = str(HERE / "models" / "clamp_abs_sum.py") + ":make"
 
 @pytest.mark.parametrize("tracer", ["capture", "export"])
 def test_block_with_abs_clamp_sum_amax(tracer, capsys, tmp_path):
-    """abs, clamp (both bounds, clamp_min, clamp_max), sum and amax over the last axis go through
+    """abs, clamp (both bounds, clamp_min, clamp_max), sum, sqrt and amax over the last axis go through
     every stage with either tracer: interpreted against PyTorch, and the CUDA builds."""
     assert run(["run", CLAMPS, "--backend", "interpret", "--check", "--tolerance", "5e-3", "--tracer", tracer]) == 0
     assert run(["compile", CLAMPS, "--ir", "torch", "--tracer", tracer]) == 0
     torch_ir = capsys.readouterr().out
-    for op in ("torch.abs", "torch.clamp", "torch.sum", "torch.amax"):
+    for op in ("torch.abs", "torch.clamp", "torch.sum", "torch.amax", "torch.sqrt"):
         assert op in torch_ir, op
     assert "max = 1.000000e+00 : f64}" in torch_ir and "{min = -1.500000e+00 : f64}" in torch_ir
     if shutil.which("nvcc") and tracer == "capture":

@@ -48,6 +48,7 @@ CONTRACT = {
     "torch.softmax": "SoftmaxOp",
     "torch.mean": "MeanOp",
     "torch.abs": "AbsOp",
+    "torch.sqrt": "SqrtOp",
     "torch.clamp": "ClampOp",
     "torch.sum": "SumOp",
     "torch.amax": "AmaxOp",

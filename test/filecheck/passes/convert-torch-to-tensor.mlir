@@ -294,16 +294,18 @@ func.func @more_activations(%x: tensor<4x8xbf16>, %y: tensor<4x8xbf16>) -> (tens
 // -----
 
 // abs is max(x, -x) and clamp a max and/or a min with the bounds, exact in x's type; sum is an
-// f32 reduction rounded once, amax a max reduction in x's type (keepdim reshapes back).
-func.func @abs_clamp_sum_amax(%x: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>, tensor<8xbf16>) {
+// f32 reduction rounded once, amax a max reduction in x's type (keepdim reshapes back); sqrt is
+// one tensor op.
+func.func @abs_clamp_sum_amax_sqrt(%x: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>, tensor<8xbf16>) {
   %a = torch.abs %x : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
   %c = torch.clamp %x {min = -5.000000e-01 : f64, max = 2.500000e-01 : f64} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
   %s = torch.sum %x {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xbf16>) -> tensor<4x1xbf16>
   %m = torch.amax %x {dims = array<i64: 0>, keepdim = false} : (tensor<4x8xbf16>) -> tensor<8xbf16>
-  func.return %a, %c, %s, %m : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>, tensor<8xbf16>
+  %r = torch.sqrt %a : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
+  func.return %r, %c, %s, %m : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x1xbf16>, tensor<8xbf16>
 }
 
-// CHECK-LABEL: func.func @abs_clamp_sum_amax
+// CHECK-LABEL: func.func @abs_clamp_sum_amax_sqrt
 // CHECK-NEXT:    %[[N:.*]] = tensor.neg %x {emmy.origin = "abs"} : tensor<4x8xbf16>
 // CHECK-NEXT:    %a = tensor.max %x, %[[N]] {emmy.origin = "abs"} : tensor<4x8xbf16>
 // CHECK-NEXT:    %[[LO:.*]] = tensor.splat -5.000000e-01 {emmy.origin = "clamp"} : tensor<4x8xbf16>
@@ -315,7 +317,8 @@ func.func @abs_clamp_sum_amax(%x: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor
 // CHECK-NEXT:    %[[K:.*]] = tensor.reshape %sum {emmy.origin = "sum"} : tensor<4xf32> -> tensor<4x1xf32>
 // CHECK-NEXT:    %s = tensor.cast %[[K]] {emmy.origin = "sum"} : tensor<4x1xf32> -> tensor<4x1xbf16>
 // CHECK-NEXT:    %amax = tensor.reduce_max %x {axes = array<i64: 0>, emmy.origin = "amax"} : tensor<4x8xbf16> -> tensor<8xbf16>
-// CHECK-NEXT:    func.return %a, %c, %s, %amax
+// CHECK-NEXT:    %r = tensor.sqrt %a {emmy.origin = "sqrt"} : tensor<4x8xbf16>
+// CHECK-NEXT:    func.return %r, %c, %s, %amax
 
 // -----
 

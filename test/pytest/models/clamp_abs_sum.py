@@ -1,5 +1,5 @@
 """A block with the clamping and reduction ops of common models: abs, clamp (both bounds, and
-clamp_min / clamp_max), a sum over the last axis (an L1 norm) and amax (a max-shifted
+clamp_min / clamp_max), a sum over the last axis (an L1 norm, then its square root) and amax (a max-shifted
 exponential). Used as a `path.py:fn` factory in tests."""
 
 import torch
@@ -16,7 +16,7 @@ class Block(nn.Module):
         h = self.up(x).clamp(-2.0, 2.0)
         h = torch.clamp_min(h, -1.5) + torch.clamp_max(h.abs(), 1.0)
         l1 = h.abs().sum(-1, keepdim=True)
-        h = h / (l1 + 1.0)
+        h = h / (l1.sqrt() + 1.0)
         shifted = torch.exp(h - h.amax(dim=-1, keepdim=True))
         return x + self.down(shifted)
 
