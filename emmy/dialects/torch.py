@@ -835,6 +835,29 @@ class ViewOp(TorchOp):
             self._fail("result element type must equal operand element type")
 
 
+@irdl_op_definition
+class ExpandOp(TorchOp):
+    """x repeated along axes of extent 1 and new leading axes (`expand`, `expand_as`), by
+    PyTorch's right-aligned broadcasting: the result type carries the shape.
+
+    %k = torch.expand %kv : (tensor<1x8x1x32x128xbf16>) -> tensor<1x8x2x32x128xbf16>
+    """
+
+    name = "torch.expand"
+    x = operand_def(AnyTensor)
+    result = result_def(AnyTensor)
+
+    def __init__(self, x: SSAValue, shape: Sequence[int]):
+        super().__init__(operands=[x], result_types=[TensorType(dtype_of(x), list(shape))])
+
+    def verify_(self) -> None:
+        xs, rs = shape_of(self.x), shape_of(self.result)
+        lead = len(rs) - len(xs)
+        if lead < 0 or any(d not in (1, r) for d, r in zip(xs, rs[lead:])):
+            self._fail(f"{fmt_shape(xs)} does not broadcast to {fmt_shape(rs)}")
+        _check_layout_dtype(self, self.x, self.result)
+
+
 def _check_layout_dtype(op: TorchOp, x: SSAValue, result: SSAValue) -> None:
     if dtype_of(x) != dtype_of(result):
         op._fail("result element type must equal operand element type")
@@ -1057,6 +1080,7 @@ Torch = Dialect(
         AmaxOp,
         ToOp,
         ViewOp,
+        ExpandOp,
         TransposeOp,
         PermuteOp,
         SliceOp,

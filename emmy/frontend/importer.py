@@ -321,6 +321,14 @@ def _view(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [b.add(T.ViewOp(x, out.shape))]
 
 
+def _expand(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    """expand / expand_as / broadcast_to: the captured output's shape."""
+    x, out = b.value(node.args[0]), _out(node)
+    if T.shape_of(x) == out.shape:
+        return [x]
+    return [b.add(T.ExpandOp(x, out.shape))]
+
+
 def _transpose(b: _Builder, node: Node) -> Sequence[SSAValue]:
     x = b.value(node.args[0])
     rank = len(T.shape_of(x))
@@ -521,6 +529,9 @@ OP_TABLE: dict[str, Builder] = {
     "aten.unflatten": _view,
     "aten.view_as": _view,
     "aten.reshape_as": _view,
+    "aten.expand": _expand,
+    "aten.expand_as": _expand,
+    "aten.broadcast_to": _expand,
     "aten.transpose": _transpose,
     "aten.swapaxes": _transpose,
     "aten.swapdims": _transpose,

@@ -232,6 +232,10 @@ class TorchFunctions(InterpreterFunctions):
     def run_view(self, interp, op: P.ViewOp, args):
         return (np.reshape(args[0], tuple(op.result.type.get_shape())),)
 
+    @impl(P.ExpandOp)
+    def run_expand(self, interp, op: P.ExpandOp, args):
+        return (np.broadcast_to(args[0], tuple(op.result.type.get_shape())).copy(),)
+
     @impl(P.TransposeOp)
     def run_transpose(self, interp, op: P.TransposeOp, args):
         a, b = (int(d) for d in op.dims.get_values())

@@ -555,6 +555,14 @@ class LowerView(TorchLowering):
         rewriter.replace(op, [], [self.emitter(op, rewriter).reshape(op.x, _shape(op.result))])
 
 
+class LowerExpand(TorchLowering):
+    """One `tensor.broadcast`, right-aligned as PyTorch broadcasts."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: P.ExpandOp, rewriter: PatternRewriter):
+        rewriter.replace(op, [], [self.emitter(op, rewriter).broadcast(op.x, _shape(op.result))])
+
+
 class LowerTranspose(TorchLowering):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: P.TransposeOp, rewriter: PatternRewriter):
@@ -620,6 +628,7 @@ PATTERNS: tuple[type[TorchLowering], ...] = (
     LowerAmax,
     LowerTo,
     LowerView,
+    LowerExpand,
     LowerTranspose,
     LowerPermute,
     LowerSlice,

@@ -350,6 +350,13 @@ def test_abs_clamp_sum_amax_block_on_gpu(tmp_path, monkeypatch, capsys):
     assert "relative error" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("tokens", [37, 300])
+def test_repeat_kv_attention_on_gpu(tokens, tmp_path, monkeypatch, capsys):
+    """Grouped-query attention written with repeat_kv (expand + reshape): one flash kernel."""
+    assert _run_test_model("repeat_kv_attention", tmp_path, monkeypatch, "--tokens", str(tokens)) == 0
+    assert "relative error" in capsys.readouterr().out
+
+
 def test_two_results_on_gpu(tmp_path, monkeypatch, capsys):
     """A function returning two tensors: both compared with PyTorch's."""
     assert _run_test_model("two_outputs", tmp_path, monkeypatch) == 0

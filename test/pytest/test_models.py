@@ -111,6 +111,29 @@ def test_handwritten_attention_is_one_flash_kernel(tokens, tmp_path):
         assert compile_source(plan.source, "sm_90a", tmp_path).exists()
 
 
+REPEAT_KV = str(HERE / "models" / "repeat_kv_attention.py") + ":make"
+
+
+@pytest.mark.parametrize("tracer", ["capture", "export"])
+def test_repeat_kv_attention_is_one_flash_kernel(tracer, tmp_path):
+    """Grouped-query attention with Hugging Face's repeat_kv (expand + reshape of K and V)
+    becomes one attention kernel (300 tokens), interpreted against PyTorch."""
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_model
+
+    opts = CompileOptions(model=REPEAT_KV, layer=None, tokens=300, target="sm_90a", tracer=tracer)
+    plan = launch_plan(compile_model(opts).module)
+    assert [launch.kernel for launch in plan.launches] == ["attention"]
+    assert plan.source.count("emmy::attention::run<") == 1
+    # at 37 tokens the scores' 32-long sum counts as long next to the 37 keys (loop-fuse's
+    # short_limit), so the scores get a kernel of their own; the result is the same
+    assert run(["run", REPEAT_KV, "--tokens", "37", "--backend", "interpret", "--check", "--tracer", tracer]) == 0
+    if shutil.which("nvcc") and tracer == "capture":
+        from emmy.backend.nvcc import compile_source
+
+        assert compile_source(plan.source, "sm_90a", tmp_path).exists()
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_block_cuda_compiles_with_nvcc(tmp_path):
     from emmy.backend.nvcc import compile_source

@@ -49,6 +49,7 @@ CONTRACT = {
     "torch.mean": "MeanOp",
     "torch.abs": "AbsOp",
     "torch.sqrt": "SqrtOp",
+    "torch.expand": "ExpandOp",
     "torch.clamp": "ClampOp",
     "torch.sum": "SumOp",
     "torch.amax": "AmaxOp",

@@ -322,6 +322,18 @@ func.func @abs_clamp_sum_amax_sqrt(%x: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, t
 
 // -----
 
+// expand is one tensor.broadcast, right-aligned (new leading axes and axes of extent 1).
+func.func @expand(%x: tensor<2x1x8xbf16>) -> tensor<3x2x4x8xbf16> {
+  %e = torch.expand %x : (tensor<2x1x8xbf16>) -> tensor<3x2x4x8xbf16>
+  func.return %e : tensor<3x2x4x8xbf16>
+}
+
+// CHECK-LABEL: func.func @expand
+// CHECK-NEXT:    %e = tensor.broadcast %x {{.*}}emmy.origin = "expand"{{.*}} : tensor<2x1x8xbf16> -> tensor<3x2x4x8xbf16>
+// CHECK-NEXT:    func.return %e
+
+// -----
+
 // a @ b: the batch dims broadcast (b's leading 1 to 2), then one tensor.matmul with b as [K, N].
 func.func @matmul(%a: tensor<2x4x8xbf16>, %b: tensor<1x8x5xbf16>) -> tensor<2x4x5xbf16> {
   %r = torch.matmul %a, %b : (tensor<2x4x8xbf16>, tensor<1x8x5xbf16>) -> tensor<2x4x5xbf16>

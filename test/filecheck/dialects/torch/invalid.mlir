@@ -496,3 +496,19 @@ func.func @f(%x: tensor<4x8xbf16>) {
 }
 // CHECK: torch.amax: result must be [4] of bf16, got tensor<4xf32>
 
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) {
+  %r = torch.expand %x : (tensor<4x8xf32>) -> tensor<2x8x8xf32>
+  func.return
+}
+// CHECK: torch.expand: [4, 8] does not broadcast to [2, 8, 8]
+
+// -----
+
+func.func @f(%x: tensor<1x8xf32>) {
+  %r = torch.expand %x : (tensor<1x8xf32>) -> tensor<4x8xbf16>
+  func.return
+}
+// CHECK: torch.expand: result element type must equal operand element type
+

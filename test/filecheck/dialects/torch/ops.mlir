@@ -55,6 +55,7 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
     %su = torch.sum %ch {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
     %am = torch.amax %ch {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
     %sq = torch.sqrt %ab : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+    %ex = torch.expand %row : (tensor<1024xf32>) -> tensor<1x32x1024xf32>
     %e = torch.embedding %table, %ids : (tensor<100x1024xbf16>, tensor<1x32xi64>) -> tensor<1x32x1024xbf16>
     %r = torch.add %x, %e : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
     func.return %r : tensor<1x32x1024xbf16>
@@ -105,6 +106,7 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
 // CHECK-NEXT:     %su = torch.sum %ch {dims = array<i64: 1, 2>, keepdim = false} : (tensor<1x32x1024xbf16>) -> tensor<1xbf16>
 // CHECK-NEXT:     %am = torch.amax %ch {dims = array<i64: 2>, keepdim = true} : (tensor<1x32x1024xbf16>) -> tensor<1x32x1xbf16>
 // CHECK-NEXT:     %sq = torch.sqrt %ab : (tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
+// CHECK-NEXT:     %ex = torch.expand %row : (tensor<1024xf32>) -> tensor<1x32x1024xf32>
 // CHECK-NEXT:     %e = torch.embedding %table, %ids : (tensor<100x1024xbf16>, tensor<1x32xi64>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     %r = torch.add %x, %e : (tensor<1x32x1024xbf16>, tensor<1x32x1024xbf16>) -> tensor<1x32x1024xbf16>
 // CHECK-NEXT:     func.return %r : tensor<1x32x1024xbf16>
