@@ -17,3 +17,10 @@ class EmmyError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n{self.hint}"
+
+
+def first_line(e: BaseException) -> str:
+    """`TypeName: first line of the message` of an exception from code Emmy calls (PyTorch,
+    a user's module): enough to say what went wrong without its traceback."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"

@@ -185,7 +185,7 @@ class _ModelPins:
 
     def __init__(self, pins: tuple[str, ...]):
         self.pins = pins
-        self.spaces: dict[str, dict] | None = None
+        self.spaces: dict[str, dict] | None = None  # kernel -> knob -> domain, over all parts
         self.attr = "emmy.pins"
         if pins:
             from emmy.passes.decide_forks import MODEL_PINS_ATTR  # (the pass pulls in the kernel stage)
@@ -201,7 +201,10 @@ class _ModelPins:
                 from emmy.dialects.tile import KernelOp
                 from emmy.passes.decide_forks import knob_spaces
 
-                self.spaces = {**(self.spaces or {}), **knob_spaces([k for k in module.walk() if isinstance(k, KernelOp)])}
+                self.spaces = self.spaces or {}
+                # two parts may hold kernels of one name (two layer structures): keep every knob
+                for kernel, space in knob_spaces([k for k in module.walk() if isinstance(k, KernelOp)]).items():
+                    self.spaces.setdefault(kernel, {}).update(space)
             if hook is not None:
                 hook(name, module)
 

@@ -102,6 +102,7 @@ def compare(outs, reference) -> RunReport:
     refs = list(reference) if isinstance(reference, (tuple, list)) else [reference]
     if len(outs) != len(refs):
         raise EmmyError(f"the compiled function returns {len(outs)} values where PyTorch's module returns {len(refs)}")
+
     def as_np(x) -> np.ndarray:
         return np.asarray(x if isinstance(x, np.ndarray) else to_numpy(x), dtype=np.float32)
 

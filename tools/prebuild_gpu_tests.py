@@ -77,8 +77,9 @@ def main() -> None:
             opts = CompileOptions(model=write_tiny_model(Path(tmp) / family, family), layer=None, tokens=29,
                                   target=args.target)
             sources += [launch_plan(p.result.module).source for p in compile_whole_model(opts).parts]
-    for name, tokens in (("mlp_block", 512), ("two_outputs", 512), ("clamp_abs_sum", 512), ("activations", 512), ("handwritten_attention", 21),
-                         ("handwritten_attention", 300), ("repeat_kv_attention", 37), ("repeat_kv_attention", 300)):
+    for name, tokens in (("mlp_block", 512), ("two_outputs", 512), ("clamp_abs_sum", 512), ("activations", 512),
+                         ("handwritten_attention", 21), ("handwritten_attention", 300),
+                         ("repeat_kv_attention", 37), ("repeat_kv_attention", 300)):
         block = str(ROOT / "test" / "pytest" / "models" / f"{name}.py") + ":make"
         opts = CompileOptions(model=block, layer=None, tokens=tokens, target=args.target)
         sources.append(launch_plan(compile_model(opts).module).source)

@@ -251,12 +251,13 @@ def _print_summary(module, options, writer) -> None:
     from emmy.backend.plan import launch_plan
 
     plan = launch_plan(module)
-    if _is_factory(options.model):  # a factory brings its own inputs: show their shapes
+    factory = _is_factory(options.model)
+    if factory:  # a factory brings its own inputs: show their shapes
         inputs = sorted((b.position, list(b.shape)) for b in plan.buffers if b.role == "input")
         what = "inputs " + ", ".join(str(shape) for _, shape in inputs)
     else:
         what = f"{options.tokens} tokens"
-    where = f" layer {options.layer}" if options.layer is not None and not _is_factory(options.model) else ""
+    where = f" layer {options.layer}" if options.layer is not None and not factory else ""
     print(f"{options.model}{where}, {what}, target {options.target}: "
           f"{len(plan.forward_launches)} kernel launches")
     for launch in plan.forward_launches:

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from emmy.diagnostics import EmmyError
+from emmy.diagnostics import EmmyError, first_line
 from emmy.frontend.graph import Constant, Graph, Node, Value
 
 # RMSNorm modules are recognized by class name (`...RMSNorm`), a 1-D `weight`, a float
@@ -222,10 +222,9 @@ def capture(
     except EmmyError:
         raise
     except Exception as e:  # noqa: BLE001 - the model failing on its example inputs is a user error
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise EmmyError(
             f"running {type(root).__name__} on its example inputs to trace it failed: "
-            f"{type(e).__name__}: {first} (stage: capture)"
+            f"{first_line(e)} (stage: capture)"
         ) from None
     finally:
         for h in handles:

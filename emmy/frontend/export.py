@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from emmy.diagnostics import EmmyError
+from emmy.diagnostics import EmmyError, first_line
 from emmy.frontend.graph import Constant, Graph, Node, Value
 
 _ROOT = "root"  # the attribute under which the wrapper holds the traced module
@@ -68,9 +68,8 @@ def export_graph(
     except EmmyError:
         raise
     except Exception as e:  # noqa: BLE001 - any tracing failure is a user-facing error
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise EmmyError(
-            f"torch.export could not trace {type(root).__name__}: {type(e).__name__}: {first} "
+            f"torch.export could not trace {type(root).__name__}: {first_line(e)} "
             "(stage: torch.export)"
         ) from None
     return _Converter(ep, wrapper, inputs, params if params is not None else list(root.named_parameters())).run()

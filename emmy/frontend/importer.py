@@ -314,19 +314,21 @@ def _to(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [b.add(T.ToOp(x, element_type(out.dtype)))]
 
 
-def _view(b: _Builder, node: Node) -> Sequence[SSAValue]:
-    x, out = b.value(node.args[0]), _out(node)
-    if T.shape_of(x) == out.shape:
-        return [x]
-    return [b.add(T.ViewOp(x, out.shape))]
+def _to_captured_shape(cls: type[T.ViewOp] | type[T.ExpandOp]) -> Builder:
+    """An op whose result type carries the captured output's shape (view / reshape / ...:
+    `ViewOp`; expand / expand_as / broadcast_to: `ExpandOp`); none when the shape is x's."""
+
+    def build(b: _Builder, node: Node) -> Sequence[SSAValue]:
+        x, out = b.value(node.args[0]), _out(node)
+        if T.shape_of(x) == out.shape:
+            return [x]
+        return [b.add(cls(x, out.shape))]
+
+    return build
 
 
-def _expand(b: _Builder, node: Node) -> Sequence[SSAValue]:
-    """expand / expand_as / broadcast_to: the captured output's shape."""
-    x, out = b.value(node.args[0]), _out(node)
-    if T.shape_of(x) == out.shape:
-        return [x]
-    return [b.add(T.ExpandOp(x, out.shape))]
+_view = _to_captured_shape(T.ViewOp)
+_expand = _to_captured_shape(T.ExpandOp)
 
 
 def _transpose(b: _Builder, node: Node) -> Sequence[SSAValue]:

@@ -36,6 +36,11 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == np.float64 else x.astype(np.float32, copy=False)
 
 
+def _reduced(op: P._Reduction) -> dict:
+    """numpy's `axis` and `keepdims` for a torch reduction (mean, sum, amax)."""
+    return {"axis": tuple(int(d) for d in op.dims.get_values()), "keepdims": bool(op.keepdim.value.data)}
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-x))
 
@@ -199,18 +204,15 @@ class TorchFunctions(InterpreterFunctions):
 
     @impl(P.MeanOp)
     def run_mean(self, interp, op: P.MeanOp, args):
-        dims = tuple(int(d) for d in op.dims.get_values())
-        return _out(op, _f32(args[0]).mean(axis=dims, keepdims=bool(op.keepdim.value.data)))
+        return _out(op, _f32(args[0]).mean(**_reduced(op)))
 
     @impl(P.SumOp)
     def run_sum(self, interp, op: P.SumOp, args):
-        dims = tuple(int(d) for d in op.dims.get_values())
-        return _out(op, _f32(args[0]).sum(axis=dims, keepdims=bool(op.keepdim.value.data)))
+        return _out(op, _f32(args[0]).sum(**_reduced(op)))
 
     @impl(P.AmaxOp)
     def run_amax(self, interp, op: P.AmaxOp, args):
-        dims = tuple(int(d) for d in op.dims.get_values())
-        return _out(op, np.asarray(args[0]).max(axis=dims, keepdims=bool(op.keepdim.value.data)))
+        return _out(op, np.asarray(args[0]).max(**_reduced(op)))
 
     @impl(P.MatmulOp)
     def run_matmul(self, interp, op, args):
