@@ -75,7 +75,7 @@ def compile_model(
 
     `after_each(name, module)` is called with the imported torch module (name "torch-import")
     and after every pass (the pass name)."""
-    from emmy.tuning.targets import get_target
+    from emmy.targets import get_target
 
     get_target(options.target)  # validates the name with a clear error
     t0 = time.perf_counter()
@@ -154,7 +154,7 @@ def compile_whole_model(
     `after_each(part, name, module)` is called like `compile_model`'s hook, per part."""
     from emmy.frontend import resolve_model
     from emmy.frontend.whole_model import trace_model
-    from emmy.tuning.targets import get_target
+    from emmy.targets import get_target
 
     get_target(options.target)
     source = resolve_model(options.model)

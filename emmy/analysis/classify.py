@@ -225,7 +225,7 @@ class KernelInfo:
     def gemm_n_nc(self) -> tuple[int, int]:
         """(N, contractions per tile) of the matrix product the kernel amounts to. Contractions
         over different column axes (q over 2048 columns, k and v over 1024) are built as parts
-        side by side in one launch (codegen.split): together one product over all their
+        side by side in one launch (lowering.split): together one product over all their
         columns, one contraction per tile."""
         if not self.other_reductions:
             return self.N, self.n_contractions

@@ -48,7 +48,7 @@ from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
 from emmy.interp.tensor_stage import find_function, prepare_args
 from emmy.tuning.knobs import stream_k_runs
-from emmy.tuning.targets import module_target
+from emmy.targets import module_target
 
 Ranges = dict[str, tuple[int, int]]
 

@@ -2,7 +2,7 @@
 
 For every function (`func.func` holding `kernel.empty` / `kernel.launch`), one `cuda.module`
 named after it holds: a `cuda.kernel` per `kernel.func` it launches (the `extern "C"
-__global__` definition written by `emmy.codegen.cxx`), a `cuda.buffer` per tensor (function
+__global__` definition written by `emmy.backend.cxx`), a `cuda.buffer` per tensor (function
 arguments as `input`/`param` with their PyTorch name, returned buffers as `output`, `kernel.empty
 zeroed` ones as `zeroed`, the rest as `temp`), and a `cuda.launch` per `kernel.launch`, in order. `kernel.func`s and the functions are
 removed; module attributes stay. `emmy.backend.plan` reads the result.
@@ -46,8 +46,8 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 
-from emmy.codegen.common import c_ident
-from emmy.codegen.cxx import emit_kernel
+from emmy.lowering.common import c_ident
+from emmy.backend.cxx import emit_kernel
 from emmy.diagnostics import EmmyError
 from emmy.dialects import cuda as C
 from emmy.dialects import kernel as K
@@ -96,7 +96,7 @@ def _cuda_type(t: Attribute) -> Attribute:
 
 
 def kernel_op(kf: K.KernelFuncOp) -> C.KernelOp:
-    """The cuda.kernel of one kernel.func (its source written by emmy.codegen.cxx)."""
+    """The cuda.kernel of one kernel.func (its source written by emmy.backend.cxx)."""
     types: list[Attribute] = [_cuda_type(t) for t in kf.arg_types]
     name = kf.sym_name.data
     if not name.isidentifier():

@@ -41,7 +41,7 @@ from emmy.analysis.classify import classify
 from emmy.dialects.loop import FusedOp
 from emmy.dialects.tile import KernelOp, KnobAttr
 from emmy.tuning.knobs import knob_space_for
-from emmy.tuning.targets import Target, module_target
+from emmy.targets import Target, module_target
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """convert-tile-to-kernel: every decided `tile.kernel` becomes explicit GPU code.
 
-Each `tile.kernel` is handed to the builder of its kind, `emmy.codegen.<kind>.build(op, info,
+Each `tile.kernel` is handed to the builder of its kind, `emmy.lowering.<kind>.build(op, info,
 knobs, target)` (`info` from `emmy.analysis.classify`, `knobs` the decided values, `target` the
 module's `emmy.target`). The builder returns `kernel.func` ops plus the launches computing the
 tile op's results (and the temporary buffers they need). The pass puts the `kernel.func`s at
@@ -44,30 +44,30 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from emmy.analysis.classify import classify
-from emmy.codegen import Built, In, Out, Scalar, Tmp
-from emmy.codegen.common import c_ident
+from emmy.lowering import Built, In, Out, Scalar, Tmp
+from emmy.lowering.common import c_ident
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
 from emmy.phase import is_prepare, mark_prepare
-from emmy.tuning.targets import Target, module_target
+from emmy.targets import Target, module_target
 
 
 def builder_for(kind: str):
-    """The `build` function of `emmy.codegen.<kind>`."""
+    """The `build` function of `emmy.lowering.<kind>`."""
     try:
-        module = importlib.import_module(f"emmy.codegen.{kind}")
+        module = importlib.import_module(f"emmy.lowering.{kind}")
     except ModuleNotFoundError as e:
-        if kind == "attention" and e.name in ("emmy.codegen.attention",):
+        if kind == "attention" and e.name in ("emmy.lowering.attention",):
             raise EmmyError("attention kernels are not lowered yet") from None
-        if e.name == f"emmy.codegen.{kind}":
+        if e.name == f"emmy.lowering.{kind}":
             raise EmmyError(f"convert-tile-to-kernel: no kernel builder for kind '{kind}'") from None
         raise
     build = getattr(module, "build", None)
     if build is None:
         if kind == "attention":
             raise EmmyError("attention kernels are not lowered yet")
-        raise EmmyError(f"convert-tile-to-kernel: emmy.codegen.{kind} has no build()")
+        raise EmmyError(f"convert-tile-to-kernel: emmy.lowering.{kind} has no build()")
     return build
 
 
@@ -78,7 +78,7 @@ def build_kernel(op: KernelOp, target: Target) -> Built:
         raise EmmyError(
             f"tile.kernel @{op.kernel_name}: knobs {', '.join(undecided)} are undecided (run decide-forks first)"
         )
-    from emmy.codegen.split import build_parts, split_by_outputs
+    from emmy.lowering.split import build_parts, split_by_outputs
 
     builder = builder_for(op.kind.data)
     knobs = op.knob_values()

@@ -71,7 +71,7 @@ from emmy.tuning.deciders import (
     trade_for_launches,
 )
 from emmy.tuning.pins import check_pins_used, parse_pins
-from emmy.tuning.targets import Target, module_target
+from emmy.targets import Target, module_target
 
 
 @dataclass(frozen=True)

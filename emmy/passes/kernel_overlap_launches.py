@@ -53,7 +53,7 @@ from xdsl.passes import ModulePass
 
 from emmy.dialects import kernel as K
 from emmy.phase import is_prepare, mark_overlapped
-from emmy.tuning.targets import module_target
+from emmy.targets import module_target
 
 WAIT = "emmy::grid_dependency_wait"
 ALLOW = "emmy::allow_dependents"

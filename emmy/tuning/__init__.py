@@ -1,6 +1,6 @@
-"""Schedule tuning: targets, knob spaces, legality, the default rules, pins and deciders.
+"""Schedule tuning: knob spaces, legality, the default rules, pins and deciders (the target table
+is `emmy.targets`, which every layer may import).
 
-- `targets`: `Target`, `get_target(name)`, `module_target(module)`.
 - `knobs`: the knob space per kernel kind, filtered by the target.
 - `legality`: `check(info, values, target) -> list[str]`, the one legality check.
 - `rules`: `decide(info, target, space, fixed)`, the default rule-based decider.

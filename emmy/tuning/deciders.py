@@ -24,7 +24,7 @@ from emmy.tuning import rules
 from emmy.tuning.knobs import KnobValue
 from emmy.tuning.legality import check
 from emmy.tuning.pins import Pins, pins_for
-from emmy.tuning.targets import Target
+from emmy.targets import Target
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ import operator
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
-from emmy.tuning.targets import Target
+from emmy.targets import Target
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo

@@ -36,7 +36,7 @@ from math import ceil
 from typing import TYPE_CHECKING
 
 from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
-from emmy.tuning.targets import Target
+from emmy.targets import Target
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo

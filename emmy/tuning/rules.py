@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from emmy.tuning.knobs import GROUP_M, WGMMA_WORKERS, KnobValue, tile_at
 from emmy.tuning.legality import check, output_tiles, warp_grid
-from emmy.tuning.targets import MB, Target
+from emmy.targets import MB, Target
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo

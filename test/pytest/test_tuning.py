@@ -17,7 +17,7 @@ from emmy.tuning import rules
 from emmy.tuning.knobs import knob_names, knob_space, knob_space_for, tile_at
 from emmy.tuning.legality import check, warp_grid
 from emmy.tuning.pins import Pins, parse_pins, pins_for
-from emmy.tuning.targets import TARGETS, get_target
+from emmy.targets import TARGETS, get_target
 
 # ------------------------------------------------------------------------------------ helpers
 

@@ -7,7 +7,7 @@
 //   qwen:  Qwen3's fused prologue: one [B*T, (Hq+2*Hkv)*D] qkv buffer; Q and K computed by
 //          element functors (RMSNorm over the head dim with q_norm/k_norm weights, bf16
 //          roundings, rotary embedding with rotate_half), V a direct row. This is the shape of
-//          the code emmy/codegen/attention.py generates.
+//          the code emmy/lowering/attention.py generates.
 //
 // Build and run (from the repository root):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
@@ -21,7 +21,7 @@
 // Measured on an H200 (sm_90a build, 2026-11-29): every case passes (rel. L2 error ~2e-3 against
 // the f32 reference, bf16 outputs); plain causal B=4 H=16 S=4096: 1.15-1.25 ms (220-240
 // TFLOP/s, mma.sync); Qwen3 fused prologue T=4096: 1.4-2.5 ms, T=512: 60-80 us (the per-block
-// K prologue dominates: see emmy/codegen/attention.py, "split" variant).
+// K prologue dominates: see emmy/lowering/attention.py, "split" variant).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -66,7 +66,7 @@ struct Params {
 };
 
 // ------------------------------------------------------------------------------------------
-// The kernel under test: lambdas as emmy/codegen/attention.py generates them.
+// The kernel under test: lambdas as emmy/lowering/attention.py generates them.
 
 __device__ __forceinline__ float bf(float x) { return emmy::attention::round_bf16(x); }
 __device__ __forceinline__ float ldf(const bf16* p) { return __bfloat162float(*p); }

@@ -1,6 +1,6 @@
 // Emmy's flash-attention device code (one pass over the keys, online softmax).
 //
-// The generated kernel (emmy/codegen/attention.py) computes, as small device lambdas made from
+// The generated kernel (emmy/lowering/attention.py) computes, as small device lambdas made from
 // the fused loop body, one element of Q, K or V (index arithmetic, loads and scalar code such as
 // RMSNorm and rotary embedding), the score of one (query, key) pair from the QK dot product
 // (scale and causal mask) and the store of one output element, and calls

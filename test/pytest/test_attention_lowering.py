@@ -1,4 +1,4 @@
-"""The attention kernel builder (emmy/codegen/attention.py) and its device code (attention.cuh).
+"""The attention kernel builder (emmy/lowering/attention.py) and its device code (attention.cuh).
 
 Inputs: hand-written attention `tile.kernel`s shaped like the fused Qwen3 attention loop (q/k
 RMSNorm over the head dimension + rotary embedding on a fused qkv buffer, grouped-query heads,
@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from emmy.analysis.classify import classify
-from emmy.codegen import attention as A
-from emmy.codegen.cxx import emit_kernel
+from emmy.lowering import attention as A
+from emmy.backend.cxx import emit_kernel
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
-from emmy.tuning.targets import get_target
+from emmy.targets import get_target
 from xdsl.parser import Parser
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from math import prod
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from emmy.codegen import In, Out
-from emmy.codegen.kb import KB
+from emmy.lowering import In, Out
+from emmy.lowering.kb import KB
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 

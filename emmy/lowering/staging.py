@@ -10,7 +10,7 @@ fills the pipeline slots with it.
 - `InPlaceA` (wgmma_ws): each consumer warpgroup computes its rows of the A tile in place from
   the raw copy the producer made; `RowStats` sums the row statistics on the way.
 
-The `ContractionBuilder` of emmy/codegen/contraction.py owns the geometry and the kernels; these
+The `ContractionBuilder` of emmy/lowering/contraction.py owns the geometry and the kernels; these
 classes read its fields (`cb.g`, `cb.cs`, extents, axes).
 """
 
@@ -23,14 +23,14 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32
 from xdsl.ir import Operation, SSAValue
 
-from emmy.codegen.common import decompose
-from emmy.codegen.kb import KB
-from emmy.codegen.scalar import BodyEmitter, Scope
+from emmy.lowering.common import decompose
+from emmy.lowering.kb import KB
+from emmy.lowering.scalar import BodyEmitter, Scope
 from emmy.diagnostics import EmmyError
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp
 
 if TYPE_CHECKING:
-    from emmy.codegen.contraction import ContractionBuilder
+    from emmy.lowering.contraction import ContractionBuilder
 
 # ---------------------------------------------------------------------------------------------
 # Operand analysis

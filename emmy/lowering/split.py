@@ -14,7 +14,7 @@ over their part's tiles) `merge_built` joins the launches.
 
 from __future__ import annotations
 
-from emmy.codegen import Built, Launch, Out, Tmp
+from emmy.lowering import Built, Launch, Out, Tmp
 from emmy.dialects.loop import StoreOp
 
 
@@ -126,7 +126,7 @@ def one_launch(builts: list[Built], name: str, target) -> Built | None:
     blockIdx.x counted from the part's first block. Tensor maps (the trailing arguments of
     kernels that copy with the tensor memory accelerator) may differ: the kernel takes each
     distinct one once."""
-    from emmy.codegen.kb import KB
+    from emmy.lowering.kb import KB
     from emmy.dialects import kernel as K
 
     if len(builts) < 2 or any(len(b.funcs) != 1 or len(b.launches) != 1 or b.temps for b in builts):

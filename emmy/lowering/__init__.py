@@ -3,12 +3,12 @@ kernel-stage ops (`emmy/dialects/kernel.py`).
 
 `convert-tile-to-kernel` calls, for a `tile.kernel` of kind K,
 
-    emmy.codegen.K.build(kernel_op, info, knobs, target) -> Built
+    emmy.lowering.K.build(kernel_op, info, knobs, target) -> Built
 
 - `kernel_op`: the `tile.kernel` op (its body: loop.axis/load/reduce/store + arith/math);
 - `info`: `emmy.analysis.classify.classify(kernel_op)` (a `KernelInfo`);
 - `knobs`: the decided knob values, `{"block_m": 64, "workers": "wgmma", ...}`;
-- `target`: `emmy.tuning.targets.get_target(module's emmy.target)`.
+- `target`: `emmy.targets.get_target(module's emmy.target)`.
 
 A builder returns a `Built`: the `kernel.func` ops it made (not yet inserted anywhere), the
 launches that compute the tile op's results, in order, and the temporary buffers (workspaces,

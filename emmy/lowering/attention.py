@@ -69,14 +69,14 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from emmy.analysis.body import value_tree
 from emmy.analysis.classify import AttentionInfo, Domains, KernelInfo
 from emmy.analysis.indexing import constant_int
-from emmy.codegen import Built, In, Launch, LaunchArg, Tmp
-from emmy.codegen.common import bind_pointers, c_ident, decompose, io_args, knob
-from emmy.codegen.kb import KB
-from emmy.codegen.scalar import BodyEmitter, Scope, row_major_strides
+from emmy.lowering import Built, In, Launch, LaunchArg, Tmp
+from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args, knob
+from emmy.lowering.kb import KB
+from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
-from emmy.tuning.targets import Target
+from emmy.targets import Target
 
 # Producer modes, as emmy::attention::kDirect / kElem / kRowSum / kTma.
 DIRECT, ELEM, ROWSUM, TMA = 0, 1, 2, 3

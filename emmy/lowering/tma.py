@@ -1,6 +1,6 @@
 """Operand tiles copied by the tensor memory accelerator (contraction knob `copy = tma`).
 
-An operand whose tile is a plain bf16 load (a `Leaf` of emmy/codegen/staging.py) addressed as
+An operand whose tile is a plain bf16 load (a `Leaf` of emmy/lowering/staging.py) addressed as
 `offset + row * stride + k` — one row axis of the operand's side, the one k axis with unit
 stride — is a 2-D view of its tensor, and a tensor map over that view copies a whole
 `rows x slab` piece of the tile per instruction, in the swizzled layout the tensor cores read
@@ -18,7 +18,7 @@ from math import prod
 from xdsl.dialects.builtin import BFloat16Type, IntAttr, TensorType, bf16
 
 from emmy.analysis.indexing import affine_form
-from emmy.codegen.scalar import row_major_strides
+from emmy.lowering.scalar import row_major_strides
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import LoadOp
 from emmy.dialects.tensor_map import MAX_BOX_ROWS

@@ -25,7 +25,7 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    `workers = wgmma_ws` (warp-specialized, `specialized_loop`): one more warpgroup only stages
    (cp.async, arriving on a `full` mbarrier per slot when its copies land), the wgmma
    warpgroups only multiply and free slots through `empty` mbarriers. With `copy = tma` the
-   operand tiles that are plain 2-D views of a tensor (emmy/codegen/tma.py) are copied by one
+   operand tiles that are plain 2-D views of a tensor (emmy/lowering/tma.py) are copied by one
    producer thread, one tensor-map copy per tile and 64-element slab, the bytes counted on the
    slot's `full` barrier; with `cluster = 2` block pairs along m each copy half of their common
    B tile and multicast it to both. A computed A side that
@@ -50,7 +50,7 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    the same way by the last of them (stream_k_fixup), a tile wholly its own as usual.
 
 How operand tiles are filled (cp.async copies, computed A sides, the in-place A of wgmma_ws)
-lives in emmy/codegen/staging.py.
+lives in emmy/lowering/staging.py.
 
 Kernels and buffers: `<name>_stats` (optional) -> temp `[prologue reductions, batch * M]` f32;
 `<name>` -> outputs (or temp workspace `[split_k, contractions, batch, M, N]` f32), its tensor
@@ -73,13 +73,13 @@ from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorTyp
 from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import value_tree
-from emmy.codegen import Built, In, Launch, Out, Tmp
-from emmy.codegen.common import c_ident, decompose, io_args, knob, largest_divisor_pow2
-from emmy.codegen.kb import KB
-from emmy.codegen.reduction import reduce_rows
-from emmy.codegen.scalar import BodyEmitter
-from emmy.codegen.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source, round_up, same_expr
-from emmy.codegen.tma import MapOperand, tensor_view
+from emmy.lowering import Built, In, Launch, Out, Tmp
+from emmy.lowering.common import c_ident, decompose, io_args, knob, largest_divisor_pow2
+from emmy.lowering.kb import KB
+from emmy.lowering.reduction import reduce_rows
+from emmy.lowering.scalar import BodyEmitter
+from emmy.lowering.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source, round_up, same_expr
+from emmy.lowering.tma import MapOperand, tensor_view
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
@@ -815,7 +815,7 @@ class ContractionBuilder:
 
     def tma_operands(self) -> list[MapOperand]:
         """copy = tma: the operand tiles the producer copies with tensor maps (see
-        emmy/codegen/tma.py): the A tile when A is a plain copy or the raw tile of an in-place
+        emmy/lowering/tma.py): the A tile when A is a plain copy or the raw tile of an in-place
         A, and each plain B tile; the others stay on cp.async. Empty otherwise."""
         if self._maps is None:
             self._maps = self._find_tma_operands()

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from math import prod
 
-from emmy.codegen import Built, Launch
-from emmy.codegen.common import bind_pointers, c_ident, decompose, io_args, knob, largest_divisor_pow2
-from emmy.codegen.kb import KB
-from emmy.codegen.scalar import BodyEmitter
+from emmy.lowering import Built, Launch
+from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args, knob, largest_divisor_pow2
+from emmy.lowering.kb import KB
+from emmy.lowering.scalar import BodyEmitter
 from emmy.dialects.loop import StoreOp
 
 

@@ -1,4 +1,4 @@
-"""Kernel builders (emmy/codegen), convert-tile-to-kernel, convert-kernel-to-cuda and the launch
+"""Kernel builders (emmy/lowering), convert-tile-to-kernel, convert-kernel-to-cuda and the launch
 plan, on hand-written tile IR (no GPU, no nvcc: see test_nvcc.py for compiling the output)."""
 
 from __future__ import annotations
@@ -1105,7 +1105,7 @@ def test_launch_plan_errors():
 def test_cxx_constants_and_types():
     from xdsl.dialects.builtin import BFloat16Type, Float32Type, Float64Type
 
-    from emmy.codegen.cxx import c_float
+    from emmy.backend.cxx import c_float
 
     assert c_float(1.0, Float32Type()) == "1.0f"
     assert c_float(float("-inf"), Float32Type()) == "-INFINITY"
@@ -1119,8 +1119,8 @@ def test_rounded_pairs_pack_with_one_conversion_each():
     """A bf16 vector of f32 values rounded one by one is emitted as packed conversions, two
     values per instruction (the staged epilogue's results, the folded weights); a vector of
     anything else keeps its element list."""
-    from emmy.codegen.cxx import emit_kernel
-    from emmy.codegen.kb import KB
+    from emmy.backend.cxx import emit_kernel
+    from emmy.lowering.kb import KB
 
     kb = KB.new_func("pairs", [K.PtrType(bf16), K.PtrType(f32)], (1, 1, 1), (32, 1, 1), 0, arg_names=["out", "x"])
     out, x = kb.func.body.block.args
@@ -1142,8 +1142,8 @@ def test_approximate_math_uses_fast_intrinsics():
     from xdsl.dialects import arith, math
     from xdsl.dialects.builtin import f64
 
-    from emmy.codegen.cxx import emit_kernel
-    from emmy.codegen.kb import KB
+    from emmy.backend.cxx import emit_kernel
+    from emmy.lowering.kb import KB
 
     afn = arith.FastMathFlagsAttr([arith.FastMathFlag.APPROX_FUNC])
     kb = KB.new_func("m", [K.PtrType(f32), K.PtrType(f64)], (1, 1, 1), (32, 1, 1), 0, arg_names=["x", "y"])

@@ -21,10 +21,10 @@ from math import prod
 
 from xdsl.dialects.builtin import f32
 
-from emmy.codegen import Built, Launch
-from emmy.codegen.common import bind_pointers, c_ident, decompose, io_args, knob, largest_divisor_pow2, pow2_floor
-from emmy.codegen.kb import KB
-from emmy.codegen.scalar import BodyEmitter, Scope
+from emmy.lowering import Built, Launch
+from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args, knob, largest_divisor_pow2, pow2_floor
+from emmy.lowering.kb import KB
+from emmy.lowering.scalar import BodyEmitter, Scope
 from emmy.dialects.loop import ReduceOp, StoreOp
 
 
