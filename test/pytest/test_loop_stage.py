@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import os
-import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -346,8 +346,8 @@ func.func @f(%x: tensor<3xf32>) -> (tensor<3xbf16>, tensor<3xf32>) {
 
 
 def test_contraction_is_evaluated_with_einsum():
-    """A 512^3 bf16 matmul (with an RMSNorm-style prologue) evaluates in well under a second:
-    the (m, n, k) product is never materialized."""
+    """A 512^3 bf16 matmul: the (m, n, k) product (512 MiB in f32) is never materialized; the
+    interpreter's peak allocation stays near a few 512x512 arrays (1 MiB each)."""
     text = """
 func.func @f(%x: tensor<512x512xbf16>, %w: tensor<512x512xbf16>) -> tensor<512x512xbf16> {
   %0 = tensor.matmul %x, %w {transpose_rhs} : (tensor<512x512xbf16>, tensor<512x512xbf16>) -> tensor<512x512xbf16>
@@ -357,9 +357,13 @@ func.func @f(%x: tensor<512x512xbf16>, %w: tensor<512x512xbf16>) -> tensor<512x5
     rng = np.random.default_rng(0)
     x = round_to(rng.standard_normal((512, 512)).astype(np.float32), "bf16")
     w = round_to(rng.standard_normal((512, 512)).astype(np.float32), "bf16")
-    t = time.perf_counter()
-    (y,) = loop_stage.run_function(module, [x, w])
-    assert time.perf_counter() - t < 2.0
+    tracemalloc.start()
+    try:
+        (y,) = loop_stage.run_function(module, [x, w])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"peak allocation {peak / 2**20:.0f} MiB"
     assert rel_error(y, x @ w.T) < 4e-3
 
 
@@ -497,9 +501,7 @@ def test_running_example_is_one_loop():
 
 def test_layer_sample_fuses_into_five_loops():
     module = sample("torch-layer.mlir")
-    t = time.perf_counter()
     fused = check_stages(module, after_convert=1e-3, after_fuse=2e-2)
-    assert time.perf_counter() - t < 20
     names = {op.sym_name.data for op in loops(fused)}
     assert names == EXPECTED_LAYER_LOOPS
     for op in loops(fused):
@@ -508,21 +510,9 @@ def test_layer_sample_fuses_into_five_loops():
         assert op.attributes["emmy.origin"] == StringAttr(op.sym_name.data)
 
 
-def test_layer_interprets_fast_at_32_tokens():
+def test_layer_passes_are_deterministic():
     module = sample("torch-layer.mlir")
-    args = random_args(module)
-    fused = passes(module, "convert-tensor-to-loop,loop-fuse")
-    t = time.perf_counter()
-    loop_stage.run_function(fused, args)
-    assert time.perf_counter() - t < 5.0
-
-
-def test_layer_passes_are_fast_and_deterministic():
-    module = sample("torch-layer.mlir")
-    a = module.clone()
-    t = time.perf_counter()
-    passes(a, "convert-tensor-to-loop,loop-fuse")
-    assert time.perf_counter() - t < 3.0
+    a = passes(module.clone(), "convert-tensor-to-loop,loop-fuse")
     b = passes(module.clone(), "convert-tensor-to-loop,loop-fuse")
     assert print_module(a) == print_module(b)
     # a second loop-fuse changes nothing; the text re-parses to itself

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 
 import numpy as np
 import pytest
@@ -267,20 +266,10 @@ def test_gqa_is_broadcast_of_kv_heads():
     assert all(op.dims_list == (0, 1, 3, 4) for op in bcasts)
 
 
-def test_conversion_is_fast():
-    big = qwen3_layer(s=32, hidden=1024, heads=16, kv_heads=8, head_dim=128, inter=3072)
-    start = time.perf_counter()
-    lower(big, merge=True)
-    assert time.perf_counter() - start < 1.0
-
-
-def test_layer_interpreter_is_fast_at_32_tokens():
-    big = qwen3_layer(s=32, hidden=1024, heads=16, kv_heads=8, head_dim=128, inter=3072)
-    m = lower(big, merge=True)
-    args = random_args(m)
-    start = time.perf_counter()
-    tensor_stage.run_function(m, args)
-    assert time.perf_counter() - start < 3.0
+def test_layer_at_qwen3_size_stages_agree():
+    """A layer of Qwen3-Embedding-0.6B's size at 32 tokens lowers and interprets like the
+    torch stage (how long that takes is measured by hand, not asserted)."""
+    assert_stages_agree(qwen3_layer(s=32, hidden=1024, heads=16, kv_heads=8, head_dim=128, inter=3072))
 
 
 # ------------------------------------------------------------------------------------------

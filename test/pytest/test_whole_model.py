@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -249,29 +248,21 @@ def test_sliding_window_longer_than_the_sequence_is_refused(tmp_path, capsys):
         assert torch.equal(model.reference(model.input_ids), hf(input_ids=model.input_ids).last_hidden_state)
 
 
-# ------------------------------------------------------------------------------ time
-def test_trace_model_time():
-    """Tracing all of Qwen3-Embedding-0.6B (28 layers) costs little more than one layer: the
-    weights are lazy and one layer is traced (idle machine: ~0.3 s after imports)."""
+# ------------------------------------------------------------------------------ imports
+def test_tracing_the_whole_model_traces_one_layer_structure():
+    """Tracing all of Qwen3-Embedding-0.6B (28 layers) in a fresh process: the 28 layers share
+    one structure (one layer is traced and compiled) and transformers is never imported. How
+    long it takes is measured by hand, not asserted."""
     code = textwrap.dedent(
         """
-        import time
+        import sys
         from emmy.frontend import resolve_model, trace_model
-        src = resolve_model("Qwen/Qwen3-Embedding-0.6B")
-        t0 = time.process_time()
-        model = trace_model(src, 512)
-        keys = model.distinct_layers()
-        print(time.process_time() - t0)
+        model = trace_model(resolve_model("Qwen/Qwen3-Embedding-0.6B"), 512)
+        print([len(v) for v in model.distinct_layers().values()], "transformers" in sys.modules)
         """
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = []
-    for _ in range(3):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO, env=env)
-        runs.append(float(out.stdout))
-        if runs[-1] < 1.0:
-            break
-    assert min(runs) < 1.0, f"trace_model took {min(runs):.2f} CPU s; runs {runs}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.split() == ["[28]", "False"]
 
 
 def test_torch_module_runs_the_whole_model(tmp_path):
