@@ -3,19 +3,23 @@
     path = compile_source(source, "sm_90a", out_dir)              # out_dir/emmy.cubin
     lib = compile_source(source, "sm_90", out_dir, cubin=False)   # out_dir/emmy.so (ctypes-loadable)
     report = ptxas_report(source, "sm_90a", out_dir)              # {kernel: PtxasInfo}
+    path, report = compile_with_report(source, "sm_90a", out_dir, timeout=60)  # both from one run
     text = sass(path)                                              # cuobjdump --dump-sass, or None
 
 Architectures: `sm_80`, `sm_86`, `sm_89`, `sm_90` (`-arch=sm_XX`) and `sm_90a`
 (`-gencode=arch=compute_90a,code=sm_90a`, which wgmma needs). Flags: `-std=c++17 -O3
 -I <emmy/backend/runtime>`. A failed build raises EmmyError with nvcc's message, the kernels the
-errors point into, and the path of the saved source.
+errors point into, and the path of the saved source; one past its time limit raises BuildTimeout
+(an EmmyError), nvcc and the compilers it started stopped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -92,22 +96,31 @@ def _kernels_in_errors(source: str, stderr: str, src_name: str) -> list[str]:
     return names
 
 
+class BuildTimeout(EmmyError):
+    """nvcc ran past its time limit (it and the compilers it started were stopped)."""
+
+
 def _run(cmd: list[str], source: str, src: Path, timeout: float) -> subprocess.CompletedProcess:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:  # a session of its own, so that a timeout stops cicc and ptxas too, not only nvcc
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     except FileNotFoundError:
         raise EmmyError("nvcc is not on PATH; install the CUDA toolkit or add it to PATH") from None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise EmmyError(f"nvcc: compiling {src} took more than {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise BuildTimeout(f"nvcc: compiling {src} took more than {timeout:g} s") from None
+    done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    if done.returncode != 0:
+        msg = (done.stderr or done.stdout).strip()
         lines = msg.splitlines()
         if len(lines) > 40:
             msg = "\n".join(lines[:40] + [f"... ({len(lines) - 40} more lines)"])
-        kernels = _kernels_in_errors(source, proc.stderr + proc.stdout, src.name)
+        kernels = _kernels_in_errors(source, done.stderr + done.stdout, src.name)
         where = f" in kernel {', '.join(kernels)}" if kernels else ""
         raise EmmyError(f"nvcc failed{where} (source saved at {src}):\n{msg}")
-    return proc
+    return done
 
 
 def compile_source(
@@ -193,6 +206,14 @@ def _fill(f: dict[str, int]) -> dict[str, int]:
 def ptxas_report(source: str, arch: str, out_dir: str | Path, *, name: str = "emmy_ptxas") -> dict[str, PtxasInfo]:
     """Registers, static shared memory, stack, spills and serialized wgmmas of every kernel
     (nvcc -Xptxas -v)."""
+    return compile_with_report(source, arch, out_dir, name=name)[1]
+
+
+def compile_with_report(
+    source: str, arch: str, out_dir: str | Path, *, name: str = "emmy", timeout: float = 600.0
+) -> tuple[Path, dict[str, PtxasInfo]]:
+    """A cubin (`out_dir/<name>.cubin`) and ptxas's report on each of its kernels, from one nvcc
+    run (-Xptxas -v). A run past `timeout` seconds raises BuildTimeout."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     src = out / f"{name}.cu"
@@ -202,8 +223,8 @@ def ptxas_report(source: str, arch: str, out_dir: str | Path, *, name: str = "em
         raise EmmyError(f"nvcc is not on PATH (source saved at {src})")
     target = out / f"{name}.cubin"
     cmd = [nvcc, *base_flags(arch), "-cubin", "-Xptxas", "-v", "-o", str(target), str(src)]
-    proc = _run(cmd, source, src, 600.0)
-    return parse_ptxas(proc.stderr + proc.stdout)
+    proc = _run(cmd, source, src, timeout)
+    return target, parse_ptxas(proc.stderr + proc.stdout)
 
 
 def sass(binary: str | Path) -> str | None:
@@ -219,9 +240,11 @@ def sass(binary: str | Path) -> str | None:
 
 __all__ = [
     "ARCHES",
+    "BuildTimeout",
     "PtxasInfo",
     "arch_flags",
     "compile_source",
+    "compile_with_report",
     "cuobjdump_path",
     "nvcc_path",
     "parse_ptxas",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,25 +42,48 @@ def _check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
-def build_cubin(source: str, arch: str, cache_dir: Path) -> bytes:
-    """nvcc once per (source, arch, device library); later calls read the cached cubin."""
-    from emmy.backend.nvcc import compile_source, runtime_digest
+def cubin_path(source: str, arch: str, cache_dir: Path) -> Path:
+    """Where the kernel cache keeps the cubin of (source, arch, device library)."""
+    from emmy.backend.nvcc import runtime_digest
 
     digest = hashlib.sha256((arch + "\0" + runtime_digest() + "\0" + source).encode()).hexdigest()[:24]
-    kdir = cache_dir / "kernels"
-    cubin = kdir / f"{digest}-{arch}.cubin"
+    return cache_dir / "kernels" / f"{digest}-{arch}.cubin"
+
+
+def store_atomically(path: Path, data: bytes) -> None:
+    """Write a cache file so that a concurrent reader never sees half of it."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def build_cubin(source: str, arch: str, cache_dir: Path) -> bytes:
+    """nvcc once per (source, arch, device library); later calls read the cached cubin."""
+    from emmy.backend.nvcc import compile_source
+
+    cubin = cubin_path(source, arch, cache_dir)
     if cubin.exists():
         return cubin.read_bytes()
+    kdir = cubin.parent
     try:
         kdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise EmmyError(f"cannot create the kernel cache '{kdir}': {e.strerror}") from None
-    built = Path(compile_source(source, arch, kdir / digest, cubin=True))
+    built = Path(compile_source(source, arch, kdir / cubin.stem.rsplit("-", 1)[0], cubin=True))
     data = built.read_bytes()
-    tmp = cubin.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(cubin)  # atomic: a concurrent reader never sees half a file
+    store_atomically(cubin, data)
     return data
+
+
+def poisoned(shape: tuple[int, ...], dtype):
+    """A CUDA tensor that no kernel result can be mistaken for: NaN (floats) or the largest
+    value (integers). Outputs and temporaries start so, so that an element a kernel never
+    writes shows up in the comparison instead of passing with whatever memory held."""
+    import torch
+
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+    return torch.full(shape, torch.iinfo(dtype).max, dtype=dtype, device="cuda")
 
 
 @dataclass
@@ -145,7 +169,8 @@ class GpuModule:
 
     def bind(self, values: dict[str, object], outputs: dict[str, object] | None = None) -> "Binding":
         """Tensors for every input and parameter (by PyTorch name); outputs, temporaries and
-        prepared buffers are allocated here unless `outputs` (by buffer name) supplies them. The
+        prepared buffers are allocated here, filled with NaN (see `poisoned`), unless `outputs`
+        (by buffer name) supplies them. The
         prepare-phase kernels (parameters folded together, see loop-hoist-params) run here, once."""
         import torch
 
@@ -166,8 +191,8 @@ class GpuModule:
                 tensors[buf.name] = outputs[buf.name]
             elif buf.role == "zeroed":  # counters: zero now, and every call leaves them zero
                 tensors[buf.name] = torch.zeros(tuple(buf.shape), dtype=dtype, device="cuda")
-            else:
-                tensors[buf.name] = torch.empty(tuple(buf.shape), dtype=dtype, device="cuda")
+            else:  # outputs, temporaries, prepared buffers: poisoned until a kernel writes them
+                tensors[buf.name] = poisoned(tuple(buf.shape), dtype)
         packed = []
         for launch in self.launches:
             values = []
