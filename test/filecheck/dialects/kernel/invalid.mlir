@@ -30,11 +30,16 @@ kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 min_blocks 0 {
 // CHECK: kernel.func @k: min_blocks must be positive
 
 // -----
-func.func @f() {
-  %p = "kernel.thread_id"() <{dim = "w"}> : () -> index
-  func.return
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %p = kernel.thread_id w
 }
-// CHECK: kernel.thread_id: dimension must be x, y or z, got 'w'
+// CHECK: Expected `x`, `y`, or `z`.
+
+// -----
+kernel.func @k() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %p = "kernel.thread_id"() <{dim = "w"}> : () -> index
+}
+// CHECK: "w" should be of base attribute kernel.dim
 
 // -----
 func.func @f() {
@@ -425,19 +430,22 @@ kernel.func @k(%p: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
   %t = kernel.thread_id x
   %q = "kernel.ptr_add"(%p, %t) : (!kernel.ptr<f32>, index) -> !kernel.ptr<f32, shared>
 }
-// CHECK: kernel.ptr_add: result type must equal the pointer type
+// CHECK:      result 'result' at position 0 does not verify:
+// CHECK-NEXT: attribute !kernel.ptr<f32> expected from variable 'POINTER', but got !kernel.ptr<f32, shared>
 
 // -----
 kernel.func @k(%v: vector<4xf32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
   %e = "kernel.extract"(%v) <{lane = 0 : i64}> : (vector<4xf32>) -> i32
 }
-// CHECK: kernel.extract: result type must be the vector's element type
+// CHECK:      result 'result' at position 0 does not verify:
+// CHECK-NEXT: attribute f32 expected from variable 'ELEMENT', but got i32
 
 // -----
 kernel.func @k(%a: f32, %b: i32) grid [1, 1, 1] block [32, 1, 1] smem 0 {
   %v = "kernel.pack"(%a, %b) : (f32, i32) -> vector<2xf32>
 }
-// CHECK: kernel.pack: every element must be f32
+// CHECK:      operand 'elements' at positions 0 to 1 does not verify:
+// CHECK-NEXT: attribute f32 expected from variable 'ELEMENT', but got i32
 
 // -----
 func.func @f(%a: f32) {

@@ -139,3 +139,20 @@ kernel.func @pair() grid [4, 2, 1] block [128, 1, 1] smem 0 cluster [1, 2, 1] {
 }
 // CHECK:      kernel.func @pair() grid [4, 2, 1] block [128, 1, 1] smem 0 cluster [1, 2, 1] {
 // CHECK-NEXT:   kernel.call "emmy::cluster_sync"() : () -> ()
+
+// A launch without arguments prints no type list; discardable attributes sit before the types.
+kernel.func @none() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+  %t = kernel.thread_id z {note = 1 : i64}
+}
+func.func @h(%x: tensor<4xf32>) {
+  kernel.launch @none()
+  kernel.launch @none() {emmy.overlap}
+  func.return
+}
+// CHECK:      kernel.func @none() grid [1, 1, 1] block [32, 1, 1] smem 0 {
+// CHECK-NEXT:   %t = kernel.thread_id z {note = 1 : i64}
+// CHECK-NEXT: }
+// CHECK-NEXT: func.func @h(%x: tensor<4xf32>) {
+// CHECK-NEXT:   kernel.launch @none()
+// CHECK-NEXT:   kernel.launch @none() {emmy.overlap}
+// CHECK-NEXT:   func.return
