@@ -1,0 +1,122 @@
+"""Moving records between stores: schema-versioned JSON.
+
+    data = export_records(store)             # {"format": "emmy-records", "schema": 1, "studies": [...]}
+    added = import_records(store, data)      # trials added (those already there are skipped)
+
+A study in the file: `name` (the key id), `attrs` (the study's Emmy attributes: key, kernel,
+description, best) and `trials`: each with `number` (in the exporting store), `state`,
+`value`, `params` and their `distributions` (Optuna's JSON form) and `user_attrs` (values,
+status, time, spread, error, reason, env, date, uid). Importing adds the trials whose `uid` the
+store does not have yet (importing a file twice adds nothing), creates missing studies, and
+takes the file's recorded best only for a study that has none. Running and waiting trials are
+not exported. A file of a newer schema, or one that is not an export, is refused before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from emmy.diagnostics import EmmyError, first_line
+from emmy.records.record import SCHEMA
+from emmy.records.store import BEST_ATTR, Store
+
+FORMAT = "emmy-records"
+
+
+def export_records(store: Store, names: list[str] | None = None) -> dict:
+    """The store's studies (all, or those named) as JSON-ready data."""
+    import optuna
+    from optuna.distributions import distribution_to_json
+
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+    studies = []
+    for name in names if names is not None else store.study_names():
+        study = store.load(name)
+        trials = [
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": t.value,
+                "params": t.params,
+                "distributions": {k: distribution_to_json(d) for k, d in t.distributions.items()},
+                "user_attrs": t.user_attrs,
+            }
+            for t in study.get_trials(deepcopy=False, states=finished)
+        ]
+        studies.append({"name": name, "attrs": study.user_attrs, "trials": trials})
+    return {"format": FORMAT, "schema": SCHEMA, "studies": studies}
+
+
+def read_export(text: str, where: str) -> dict:
+    """Parse and check an export file's text (EmmyError naming `where` when it is not one)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise EmmyError(f"{where}:{e.lineno}:{e.colno}: not JSON ({e.msg})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise EmmyError(f"{where}: not an Emmy records export (no \"format\": \"{FORMAT}\")")
+    schema = data.get("schema")
+    if not isinstance(schema, int):
+        raise EmmyError(f"{where}: its \"schema\" must be an integer, not {schema!r}")
+    if schema > SCHEMA:
+        raise EmmyError(f"{where} was written by a newer Emmy (records schema {schema}; this Emmy "
+                        f"reads schema {SCHEMA} and older)", hint="upgrade Emmy to import it")
+    studies = data.get("studies")
+    if not isinstance(studies, list):
+        raise EmmyError(f"{where}: \"studies\" must be a list")
+    for i, s in enumerate(studies):
+        if not (isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("attrs"), dict)
+                and isinstance(s.get("trials"), list)):
+            raise EmmyError(f"{where}: study {i}: needs \"name\" (text), \"attrs\" (object) and \"trials\" (list)")
+    return data
+
+
+def import_records(store: Store, data: Mapping, where: str = "<data>") -> int:
+    """Add an export's studies and trials to `store` (see the module docstring); returns the
+    number of trials added. Every trial is checked before the first one is written."""
+    import optuna
+
+    prepared = [(s, [_trial(t, f"{where}: study {s['name']}: trial {j}") for j, t in enumerate(s["trials"])])
+                for s in data["studies"]]
+    added = 0
+    for study_data, trials in prepared:
+        name = study_data["name"]
+        try:
+            study = optuna.create_study(study_name=name, storage=store.storage, direction="minimize")
+        except optuna.exceptions.DuplicatedStudyError:
+            study = store.load(name)
+        attrs = study.user_attrs
+        for k, v in study_data["attrs"].items():
+            if k not in attrs:  # never replaces what the store has (its best included)
+                study.set_user_attr(k, v)
+        have = {t.user_attrs.get("uid") for t in study.get_trials(deepcopy=False)}
+        for trial in trials:
+            if trial.user_attrs.get("uid") in have:
+                continue
+            study.add_trial(trial)
+            added += 1
+        if BEST_ATTR not in attrs and BEST_ATTR in study_data["attrs"]:
+            study.set_user_attr(BEST_ATTR, study_data["attrs"][BEST_ATTR])
+    return added
+
+
+def _trial(t: Mapping, where: str):
+    import optuna
+    from optuna.distributions import json_to_distribution
+
+    try:
+        state = optuna.trial.TrialState[t["state"]]
+        return optuna.trial.create_trial(
+            state=state,
+            value=t["value"] if state == optuna.trial.TrialState.COMPLETE else None,
+            params=t["params"],
+            distributions={k: json_to_distribution(d) for k, d in t["distributions"].items()},
+            user_attrs=t["user_attrs"],
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise EmmyError(f"{where}: malformed ({first_line(e)}); nothing was imported") from None
+
+
+__all__ = ["FORMAT", "export_records", "import_records", "read_export"]
