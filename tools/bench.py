@@ -7,8 +7,10 @@
     python tools/bench.py --cases layer --model path/to/hf-dir # another Llama-family model's layer
 
 For every case: correctness first (relative error against a float32 PyTorch reference on the same
-weights and inputs), then each contender is captured in a CUDA graph and timed by replay with CUDA
-events (median of many replays), next to the floor: max(bytes / measured copy bandwidth,
+weights and inputs; a contender over `--tolerance`, or 1.5x PyTorch's own bf16 error where that is
+larger, is reported with its error and not timed), then each contender is captured in a CUDA graph
+and timed by replay with CUDA events (median of many replays; `emmy.measure.timing`, the tuner's
+timing too), next to the floor: max(bytes / measured copy bandwidth,
 FLOPs / measured bf16 matrix rate). The contenders are timed round-robin, so the card's warming
 (its clocks under the power limit) does not favour the one timed first. Contenders: Emmy, eager,
 torch.compile (default), and torch.compile(mode="max-autotune-no-cudagraphs"), plus any number of
@@ -21,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
+
+from emmy.measure.timing import replayable, time_fn, time_replays  # noqa: E402  (the tuner times alike)
 
 
 QWEN3 = "Qwen/Qwen3-Embedding-0.6B"
@@ -49,53 +52,6 @@ def measure_ceilings() -> dict:
     t = time_fn(lambda: x @ y, graph=False, reps=10)
     rate = 2 * m**3 / t
     return {"bandwidth_Bps": bandwidth, "bf16_flops": rate}
-
-
-def time_fn(fn, graph: bool = True, reps: int = 50, inner: int = 10) -> float:
-    """Median seconds per call; with graph=True the call is captured once and replayed."""
-    return time_replays({"fn": replayable(fn, graph)}, reps=reps, inner=inner)["fn"]
-
-
-def replayable(fn, graph: bool = True):
-    """`fn` warmed up and, with graph=True, captured in a CUDA graph: returns what replays it."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    if not graph:
-        return fn
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    return g.replay
-
-
-def time_replays(runs: dict, reps: int = 50, inner: int = 10) -> dict[str, float]:
-    """Median seconds per call of each warmed-up function (see replayable), timed round-robin:
-    every repetition times `inner` calls of each in turn (the order rotating), so a card that
-    slows down as it warms (clocks under its power limit) slows every contender alike instead of
-    the ones timed last."""
-    keys = list(runs)
-    times: dict[str, list[float]] = {key: [] for key in keys}
-    for rep in range(reps):
-        for j in range(len(keys)):
-            key = keys[(rep + j) % len(keys)]
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                runs[key]()
-            end.record()
-            end.synchronize()
-            times[key].append(start.elapsed_time(end) / 1e3 / inner)
-    return {key: statistics.median(ts) for key, ts in times.items()}
 
 
 def rel_err(out, ref) -> float:
@@ -183,7 +139,17 @@ def kernel_times(fn, reps: int = 20) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, profile=False):
+def results_error(outs, refs) -> float:
+    """The largest relative error of a contender's results against the reference's; a contender
+    returning another number of results than the reference is an error (not a shorter zip)."""
+    torch.cuda.synchronize()
+    if len(outs) != len(refs):
+        raise ValueError(f"{len(outs)} results where the reference has {len(refs)}")
+    return max(rel_err(o.reshape(r.shape), r) for o, r in zip(outs, refs))
+
+
+def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, profile=False,
+             tolerance=1e-2):
     """Time every contender on one traced module; returns a result row. `builds` (see
     emmy_builds) are Emmy's contenders and their pins, timed in the same rounds as the others."""
     module = traced.layer_module.cuda()
@@ -215,12 +181,18 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, b
                 fns[key] = emmy_fn
             except Exception as e:  # report and carry on with the others
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+        # correctness first: a contender that fails, or whose error is over the allowed one, is
+        # reported with its error and not timed. Allowed: the tolerance, or 1.5x PyTorch's own
+        # bf16 error where that is larger (a whole model's many layers of rounding)
+        row["allowed_err"] = max(tolerance, 1.5 * results_error(_all(eager()), refs))
         timed = {}
-        for key, fn in fns.items():  # correctness first; a contender that fails is reported, not timed
+        for key, fn in fns.items():
             try:
-                outs = _all(fn())
-                torch.cuda.synchronize()
-                row[f"{key}_err"] = max(rel_err(o.reshape(r.shape), r) for o, r in zip(outs, refs))
+                row[f"{key}_err"] = results_error(_all(fn()), refs)
+                if not row[f"{key}_err"] <= row["allowed_err"]:
+                    row[f"{key}_error"] = (f"relative error {row[f'{key}_err']:.2e} over the allowed "
+                                           f"{row['allowed_err']:.1e}: not timed")
+                    continue
                 timed[key] = replayable(fn)  # a contender that cannot be captured fails here, alone
             except Exception as e:
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
@@ -312,6 +284,8 @@ def model_case(tokens: int, model: str = QWEN3):
 
 
 def main() -> None:
+    from emmy.diagnostics import EmmyError
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="example,layer")
     ap.add_argument("--example-sizes", default="1,32,512,4096,32768")
@@ -330,6 +304,9 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=KERNEL.KNOB=VALUE[,...]",
                     help="one more Emmy contender, 'emmy:NAME', with these pins (added to --knob's), "
                          "timed in the same rounds as the others (repeatable)")
+    ap.add_argument("--tolerance", type=float, default=1e-2,
+                    help="largest relative error against float32 PyTorch a contender may have to be timed "
+                         "(or 1.5x PyTorch's own bf16 error, where larger)")
     ap.add_argument("--build-only", action="store_true",
                     help="compile every case and build its cubin into EMMY_HOME (no GPU needed)")
     args = ap.parse_args()
@@ -338,6 +315,10 @@ def main() -> None:
     variants = parse_variants(args.variant)
     if args.build_only:
         return build_only(args, cache, emmy_builds(["emmy"], args.knob, variants))
+    if not torch.cuda.is_available():
+        raise EmmyError("tools/bench.py times on a CUDA GPU and PyTorch finds none here "
+                        f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'}); "
+                        "--build-only builds the kernels without one")
     builds = emmy_builds(contenders, args.knob, variants)
     shown = contenders + [key for key in builds if key != "emmy"]
     ceilings = measure_ceilings()
@@ -347,7 +328,7 @@ def main() -> None:
     for name, make in _cases(args):
         traced, flops, bytes_ = make()
         row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
-                       args.profile)
+                       args.profile, args.tolerance)
         if args.knob:
             row["pins"] = list(args.knob)
         rows.append(row)
@@ -446,12 +427,15 @@ def format_row(row, contenders) -> str:
 
 
 def format_table(rows, contenders) -> str:
-    head = ["case", "floor us"] + [f"{c} us" for c in contenders] + ["emmy/eager", "emmy/compile", "emmy/floor"]
+    """Times in microseconds, each with its relative error; a contender not timed shows why in
+    short ("fail", or its error when that was over the allowed one)."""
+    head = ["case", "floor us"] + [f"{c} us (err)" for c in contenders] + ["emmy/eager", "emmy/compile", "emmy/floor"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["case"], f"{r['floor_s'] * 1e6:.1f}"]
         for c in contenders:
-            cells.append(f"{r[f'{c}_s'] * 1e6:.1f}" if f"{c}_s" in r else "fail")
+            err = f" ({r[f'{c}_err']:.1e})" if f"{c}_err" in r else ""
+            cells.append(f"{r[f'{c}_s'] * 1e6:.1f}{err}" if f"{c}_s" in r else f"fail{err}")
         for other in ("eager", "compile"):
             cells.append(f"{r['emmy_s'] / r[f'{other}_s']:.2f}" if "emmy_s" in r and f"{other}_s" in r else "-")
         cells.append(f"{r['emmy_s'] / r['floor_s']:.2f}" if "emmy_s" in r else "-")

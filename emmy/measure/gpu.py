@@ -1,0 +1,395 @@
+"""The GPU measurer: candidates of one kernel built ahead, checked, then timed one by one.
+
+    measurer = GpuMeasurer(cache_dir=home)          # EMMY_HOME's kernel cache, shared with emmy run
+    measurer.measure(task, [{"block_m": 128}, {"block_m": 64, "warps": 4}])   # -> [Measurement, ...]
+    measurer.remeasure(task, [best, second, third], rounds=20)             # interleaved A B C A B C
+
+For each task (`emmy.search.task.TuneTask`: kernel name, target, the isolated module's text):
+fresh random inputs of the kernel's shapes (seeded: bf16/f16/f32 standard normal, integers 0 or
+1 so that any index is in range), and the reference computed once from them by the loop-stage
+evaluator on the kernel's body (`emmy.analysis.body.evaluate`: vectorized numpy, einsum for the
+products, the schedule playing no part). For each candidate: its build (`builds.py`, in worker
+processes, all submitted before the first is timed), the module loaded, the inputs bound with
+outputs and temporaries filled with NaN (`emmy.backend.run.poisoned`), one call checked against
+the reference (over `tolerance`, or a NaN left in an output, is status "wrong" with the error),
+then timed (`timing.py`): the call captured in a CUDA graph over as many copies of its buffers as
+`rotation_count` says, so that no call finds its data in L2, and replayed `reps` times.
+
+A launch that fails is status "launch_error". A CUDA error that poisons the context (an illegal
+address) leaves the process unable to use the GPU: every later candidate of the same measurer is
+then "launch_error" too, with the first error as its reason (run the measurer in a process of
+its own when candidates may fault).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from emmy.diagnostics import EmmyError
+from emmy.measure import Measurement
+from emmy.measure.builds import DEFAULT_SPILL_LIMIT, DEFAULT_TIMEOUT, Builder, BuildJob, Built
+from emmy.measure.timing import l2_bytes, replayable, rotation_count, sample_replays, summarize
+
+DEFAULT_TOLERANCE = 1e-2
+
+
+@dataclass
+class _Inputs:
+    """One task's inputs (by argument name, CUDA tensors) and reference results (numpy)."""
+
+    values: dict[str, object]
+    reference: list[np.ndarray]
+
+
+@dataclass
+class _Loaded:
+    """A candidate loaded and bound over copies of its buffers, ready to replay; once checked,
+    its error and facts."""
+
+    module: object  # emmy.backend.run.GpuModule
+    bindings: list
+    run: Callable[[], object]
+    error: float = 0.0
+    facts: Mapping[str, object] = field(default_factory=dict)
+
+
+class GpuMeasurer:
+    """Measures candidates on the current CUDA device (see the module docstring).
+
+    `check_hook(index, outputs)`, for tests: called after a candidate's checked call with its
+    output tensors, before they are compared (a test corrupts them to see "wrong" reported)."""
+
+    def __init__(self, cache_dir: Path, *, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 spill_limit: int = DEFAULT_SPILL_LIMIT, tolerance: float = DEFAULT_TOLERANCE, reps: int = 30,
+                 inner: int = 3, seed: int = 0,
+                 check_hook: Callable[[int, list], None] | None = None):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise EmmyError("measuring needs a CUDA GPU and PyTorch finds none here "
+                            f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'})")
+        self.cache_dir = Path(cache_dir)
+        self.workers = workers or max(1, (os.cpu_count() or 2) - 1)
+        self.timeout, self.spill_limit, self.tolerance = timeout, spill_limit, tolerance
+        self.reps, self.inner, self.seed = reps, inner, seed
+        self.check_hook = check_hook
+        self._builders: dict[str, Builder] = {}
+        self._inputs: dict[tuple[str, str], _Inputs] = {}
+        self._lost: str | None = None  # the error that left the CUDA context unusable
+
+    # Measurer protocol -------------------------------------------------------------------------
+
+    def environment(self) -> dict[str, str]:
+        """The card, its driver, CUDA (the driver's and nvcc's), PyTorch and Emmy versions, and a
+        hash of Emmy's source (Python and device library)."""
+        import torch
+
+        return {
+            "card": torch.cuda.get_device_name(),
+            "driver": _driver_version(),
+            "cuda": _cuda_versions(),
+            "torch": torch.__version__,
+            "emmy": _emmy_version(),
+            "source_hash": source_hash(),
+        }
+
+    def measure(self, task, candidates: Sequence[Mapping[str, object]]) -> list[Measurement]:
+        inputs = self._task_inputs(task)
+        futures = self._builder(task.target).submit_all([BuildJob(task.module, task.kernel, dict(c)) for c in candidates])
+        out = []
+        for i, future in enumerate(futures):
+            built = self._builder(task.target).result(future)
+            loaded, failed = self._prepare(i, built, inputs, task.target)
+            if failed is not None:
+                out.append(failed)
+                continue
+            try:
+                samples = sample_replays({"c": loaded.run}, reps=self.reps, inner=self.inner,
+                                         calls={"c": len(loaded.bindings)})["c"]
+                out.append(self._timed(loaded, samples))
+            except Exception as e:  # noqa: BLE001  (the GPU's errors come as many types)
+                out.append(self._launch_error(built, e))
+            finally:
+                _unload(loaded)
+        return out
+
+    def remeasure(self, task, candidates: Sequence[Mapping[str, object]], rounds: int) -> list[Measurement]:
+        inputs = self._task_inputs(task)
+        builder = self._builder(task.target)
+        futures = builder.submit_all([BuildJob(task.module, task.kernel, dict(c)) for c in candidates])
+        prepared: dict[int, tuple[Built, _Loaded]] = {}
+        out: list[Measurement | None] = [None] * len(candidates)
+        for i, future in enumerate(futures):
+            built = builder.result(future)
+            loaded, failed = self._prepare(i, built, inputs, task.target)
+            if failed is not None:
+                out[i] = failed
+            else:
+                prepared[i] = (built, loaded)
+        try:
+            runs = {str(i): loaded.run for i, (_, loaded) in prepared.items()}
+            calls = {str(i): len(loaded.bindings) for i, (_, loaded) in prepared.items()}
+            samples = sample_replays(runs, reps=max(1, rounds), inner=self.inner, calls=calls) if runs else {}
+            for i, (built, loaded) in prepared.items():
+                out[i] = self._timed(loaded, samples[str(i)])
+        except Exception as e:  # noqa: BLE001
+            for i, (built, _) in prepared.items():
+                out[i] = self._launch_error(built, e)
+        finally:
+            for _, loaded in prepared.values():
+                _unload(loaded)
+        return [m for m in out if m is not None]
+
+    def close(self) -> None:
+        """Stop the build workers."""
+        for builder in self._builders.values():
+            builder.close()
+        self._builders.clear()
+
+    def __enter__(self) -> "GpuMeasurer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # Steps -----------------------------------------------------------------------------------
+
+    def _builder(self, target: str) -> Builder:
+        if target not in self._builders:
+            self._builders[target] = Builder(target, self.cache_dir, self.workers, self.timeout, self.spill_limit)
+        return self._builders[target]
+
+    def _task_inputs(self, task) -> _Inputs:
+        key = (task.kernel, task.module)
+        if key not in self._inputs:
+            self._inputs.clear()  # one task at a time: the last task's tensors are let go
+            self._inputs[key] = task_inputs(task.module, task.kernel, self.seed)
+        return self._inputs[key]
+
+    def _prepare(self, index: int, built: Built, inputs: _Inputs, target: str) -> tuple[_Loaded | None, Measurement | None]:
+        """Load, bind and check one built candidate: (loaded, None), or (None, the failure)."""
+        if built.status != "ok":
+            return None, Measurement(built.status, reason=built.reason, facts=built.facts)
+        if self._lost is not None:
+            return None, Measurement("launch_error", reason=f"the CUDA context was lost earlier: {self._lost}",
+                                     facts=built.facts)
+        import torch
+
+        try:
+            loaded = load(built.plan, target, self.cache_dir, inputs.values)
+            first = loaded.bindings[0]
+            first.launch()
+            torch.cuda.synchronize()
+            outs = list(first.outputs)
+            if self.check_hook is not None:
+                self.check_hook(index, outs)
+            error, nans = check_outputs(outs, inputs.reference)
+        except Exception as e:  # noqa: BLE001
+            return None, self._launch_error(built, e)
+        facts = {**built.facts, "copies": len(loaded.bindings), "working_set": working_set(built.plan)}
+        if not error <= self.tolerance:
+            _unload(loaded)
+            why = f"{nans} output elements left NaN (never written)" if nans else f"relative error {error:.3g}"
+            return None, Measurement("wrong", error=error, reason=f"{why}; the tolerance is {self.tolerance:g}",
+                                     facts=facts)
+        loaded.error, loaded.facts = error, facts
+        return loaded, None
+
+    def _timed(self, loaded: _Loaded, samples: list[float]) -> Measurement:
+        median, spread = summarize(samples)
+        return Measurement("ok", time_s=median, spread=spread, error=loaded.error,
+                           facts={**loaded.facts, "samples": len(samples)})
+
+    def _launch_error(self, built: Built, e: Exception) -> Measurement:
+        import torch
+
+        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        try:  # is the context still usable?
+            torch.cuda.synchronize()
+            torch.zeros(1, device="cuda").add_(1).item()
+        except Exception as again:  # noqa: BLE001
+            self._lost = f"{reason} ({type(again).__name__})"
+        return Measurement("launch_error", reason=reason, facts=built.facts)
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs, reference, check
+# ------------------------------------------------------------------------------------------------
+
+
+def task_inputs(module_text: str, kernel_name: str, seed: int = 0, device: str = "cuda") -> _Inputs:
+    """Random inputs of the isolated function's argument shapes (tensors on `device` by argument
+    name) and the kernel's results on them by the loop-stage evaluator (float32 numpy)."""
+    import torch
+
+    from emmy.analysis.body import evaluate
+    from emmy.context import make_context
+    from emmy.dialects.tile import KernelOp
+    from emmy.execute import argument_names, entry_function
+    from emmy.interp.numeric import element_dtype
+    from emmy.ir_io import parse_module
+
+    module = parse_module(make_context(), module_text, f"<isolated {kernel_name}>")
+    fn = entry_function(module)
+    gen = torch.Generator().manual_seed(seed)
+    values: dict[str, object] = {}
+    host: list[np.ndarray] = []
+    for name, t in zip(argument_names(fn), fn.function_type.inputs.data):
+        dtype = _torch_dtype(element_dtype(t))
+        shape = tuple(t.get_shape())
+        if dtype.is_floating_point:
+            x = torch.randn(shape, generator=gen).to(dtype)
+            host.append(x.float().numpy())
+        else:
+            x = torch.randint(0, 2, shape, generator=gen).to(dtype)
+            host.append(x.numpy().astype(np.int64))
+        values[name] = x.to(device)
+    kernel = next(op for op in fn.walk() if isinstance(op, KernelOp))
+    index = {arg: i for i, arg in enumerate(fn.body.block.args)}
+    results = evaluate(kernel, [host[index[v]] for v in kernel.operands])
+    return _Inputs(values, [np.asarray(r, dtype=np.float32) for r in results])
+
+
+def check_outputs(outs: Sequence[object], reference: Sequence[np.ndarray]) -> tuple[float, int]:
+    """(the largest relative error over the results, NaN elements in them). Another number of
+    results than the reference's is an EmmyError."""
+    from emmy.interp.numeric import rel_error
+
+    if len(outs) != len(reference):
+        raise EmmyError(f"the kernel returns {len(outs)} results where the reference has {len(reference)}")
+    worst, nans = 0.0, 0
+    for out, ref in zip(outs, reference):
+        arr = out.float().cpu().numpy().reshape(ref.shape)
+        nans += int(np.isnan(arr).sum())
+        worst = max(worst, rel_error(arr, ref))
+    return worst, nans
+
+
+def working_set(plan) -> int:
+    """Bytes one call reads and writes: every buffer of the plan but the prepared ones."""
+    return sum(b.nbytes for b in plan.buffers if b.role != "prepared")
+
+
+def load(plan, target: str, cache_dir: Path, values: Mapping[str, object]) -> _Loaded:
+    """The plan's module loaded and bound to `values` and to as many copies of them (each with
+    its own outputs and temporaries) as it takes to keep a call's data out of L2 between calls."""
+    from emmy.backend.run import GpuModule
+
+    module = GpuModule(plan, target, cache_dir)
+    copies = rotation_count(working_set(plan), l2_bytes())
+    bindings = [module.bind(dict(values))]
+    for _ in range(copies - 1):
+        bindings.append(module.bind({k: v.clone() for k, v in values.items()}))
+
+    def call() -> None:
+        for b in bindings:
+            b.launch()
+
+    loaded = _Loaded(module, bindings, call)
+    loaded.run = _Replay(call)
+    return loaded
+
+
+class _Replay:
+    """Captures the call on its first use (after the check), so that a wrong candidate is never
+    captured."""
+
+    def __init__(self, call: Callable[[], None]):
+        self.call = call
+        self.replay: Callable[[], object] | None = None
+
+    def __call__(self) -> None:
+        if self.replay is None:
+            self.replay = replayable(self.call)
+        self.replay()
+
+
+def _unload(loaded: _Loaded | None) -> None:
+    if loaded is None:
+        return
+    module = loaded.module
+    loaded.bindings.clear()
+    loaded.run = None  # type: ignore[assignment]
+    try:
+        module.driver.cuModuleUnload(module.module)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001  (a lost context: nothing left to free)
+        pass
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "f64": torch.float64,
+            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
+            "i1": torch.bool}[name]
+
+
+# ------------------------------------------------------------------------------------------------
+# Environment
+# ------------------------------------------------------------------------------------------------
+
+
+def source_hash() -> str:
+    """sha256 (first 16 hex digits) over Emmy's Python sources and device library, by path."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".cuh", ".h", ".json")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _emmy_version() -> str:
+    try:
+        return importlib.metadata.version("emmy")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _driver_version() -> str:
+    """The NVIDIA kernel driver's version (/proc/driver/nvidia/version), else the CUDA driver
+    API's."""
+    try:
+        first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+        for word in first.split():
+            if word.count(".") >= 1 and word.replace(".", "").isdigit():
+                return word
+    except (OSError, IndexError):
+        pass
+    try:
+        from emmy.backend.run import _driver
+
+        err, version = _driver().cuDriverGetVersion()
+        if int(err) == 0:
+            return f"cuda-driver {version // 1000}.{version % 1000 // 10}"
+    except Exception:  # noqa: BLE001
+        pass
+    return "unknown"
+
+
+def _cuda_versions() -> str:
+    """PyTorch's CUDA and nvcc's release (the toolkit that builds the kernels)."""
+    import torch
+
+    from emmy.backend.nvcc import nvcc_path
+
+    nvcc = "none"
+    path = nvcc_path()
+    if path:
+        try:
+            text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+            nvcc = next((line.split("release")[1].split(",")[0].strip() for line in text.splitlines()
+                         if "release" in line), "unknown")
+        except (OSError, subprocess.TimeoutExpired):
+            nvcc = "unknown"
+    return f"torch {torch.version.cuda}, nvcc {nvcc}"
+
+
+__all__ = ["DEFAULT_TOLERANCE", "GpuMeasurer", "check_outputs", "load", "source_hash", "task_inputs", "working_set"]

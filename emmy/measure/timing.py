@@ -1,0 +1,122 @@
+"""The one way Emmy times GPU work (the tuner and tools/bench.py alike).
+
+    run = replayable(fn)                       # warmed up, captured in a CUDA graph: run() replays it
+    samples = sample_replays({"a": run_a, "b": run_b}, reps=50, inner=10)   # seconds per call
+    median, spread = summarize(samples["a"])   # spread: (p90 - p10) / median
+    time_replays({"a": run_a}) == {"a": median of a's samples}
+    copies = rotation_count(working_set, l2_bytes())   # input sets to rotate through
+
+Each repetition records CUDA events around `inner` replays of every function in turn, the order
+rotating from one repetition to the next, so that a card slowing as it warms (clocks under its
+power limit) slows every contender alike. A small kernel timed on the same inputs again and
+again finds them in L2 and looks faster than it runs in a model: the measurer rotates through
+enough copies of its inputs and outputs (`rotation_count`) that each call's data has left L2
+since its last use.
+
+The pure helpers (summarize, percentile, rotation_count) need no GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+
+DEFAULT_L2_BYTES = 50 * 1024 * 1024  # H100 / H200
+MAX_COPIES = 64
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of the values, linearly interpolated."""
+    if not values:
+        raise ValueError("percentile of no values")
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(samples: Sequence[float]) -> tuple[float, float]:
+    """(median, relative spread (p90 - p10) / median) of timing samples."""
+    median = statistics.median(samples)
+    spread = (percentile(samples, 90) - percentile(samples, 10)) / median if median > 0 else 0.0
+    return median, spread
+
+
+def rotation_count(working_set: int, l2: int = DEFAULT_L2_BYTES, cap: int = MAX_COPIES) -> int:
+    """How many copies of a call's inputs and outputs (`working_set` bytes) to rotate through so
+    that together they are at least twice the L2 cache: 1 for a large kernel, up to `cap`."""
+    if working_set <= 0:
+        return cap
+    return max(1, min(cap, math.ceil(2 * l2 / working_set)))
+
+
+def l2_bytes() -> int:
+    """The current CUDA device's L2 cache size."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 0) or DEFAULT_L2_BYTES)
+
+
+def replayable(fn: Callable[[], object], graph: bool = True) -> Callable[[], object]:
+    """`fn` warmed up and, with graph=True, captured in a CUDA graph: returns what replays it."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    if not graph:
+        return fn
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    return g.replay  # (the bound method keeps the graph alive)
+
+
+def sample_replays(runs: Mapping[str, Callable[[], object]], reps: int = 50, inner: int = 10,
+                   calls: Mapping[str, int] | None = None) -> dict[str, list[float]]:
+    """Seconds per call of each warmed-up function (see replayable), one sample per repetition,
+    timed round-robin with the order rotating. `calls[key]`: how many calls one run of `key`
+    makes (a graph replaying the kernel on several input copies), to divide by."""
+    import torch
+
+    keys = list(runs)
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    for rep in range(reps):
+        for j in range(len(keys)):
+            key = keys[(rep + j) % len(keys)]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                runs[key]()
+            end.record()
+            end.synchronize()
+            per = inner * (calls or {}).get(key, 1)
+            times[key].append(start.elapsed_time(end) / 1e3 / per)
+    return times
+
+
+def time_replays(runs: Mapping[str, Callable[[], object]], reps: int = 50, inner: int = 10) -> dict[str, float]:
+    """Median seconds per call of each warmed-up function, timed round-robin (sample_replays)."""
+    return {key: statistics.median(ts) for key, ts in sample_replays(runs, reps, inner).items()}
+
+
+def time_fn(fn: Callable[[], object], graph: bool = True, reps: int = 50, inner: int = 10) -> float:
+    """Median seconds per call; with graph=True the call is captured once and replayed."""
+    return time_replays({"fn": replayable(fn, graph)}, reps=reps, inner=inner)["fn"]
+
+
+__all__ = [
+    "DEFAULT_L2_BYTES", "MAX_COPIES", "l2_bytes", "percentile", "replayable", "rotation_count",
+    "sample_replays", "summarize", "time_fn", "time_replays",
+]

@@ -1,0 +1,95 @@
+"""The GPU measurer on a CUDA device: a right kernel measured "ok", a wrong one detected, an
+unwritten tile caught by the NaN fill, failed builds reported, interleaved remeasuring."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_measure import KERNEL, _isolated_text  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:  # the fields of emmy.search.task.TuneTask the measurer reads
+    kernel: str
+    module: str
+    target: str = "sm_90a"
+
+
+def _cache(tmp_path):
+    import os
+    from pathlib import Path
+
+    return Path(os.environ["EMMY_HOME"]) if os.environ.get("EMMY_HOME") else tmp_path
+
+
+def _measurer(tmp_path, **kw):
+    from emmy.measure.gpu import GpuMeasurer
+
+    return GpuMeasurer(_cache(tmp_path), workers=4, reps=10, **kw)
+
+
+def test_right_kernels_are_ok_and_failed_builds_reported(tmp_path):
+    task = _Task(KERNEL, _isolated_text())
+    with _measurer(tmp_path) as m:
+        env = m.environment()
+        results = m.measure(task, [{}, {"workers": "mma_sync"}, {"block_m": 7}, {"workers": "wgmma", "warps": 4}])
+    assert set(env) == {"card", "driver", "cuda", "torch", "emmy", "source_hash"} and "H" in env["card"] or env["card"]
+    ok = [results[i] for i in (0, 1, 3)]
+    for r in ok:
+        assert r.status == "ok", r.reason
+        assert r.time_s > 0 and r.spread >= 0 and r.error <= 1e-2
+        assert r.facts["copies"] >= 1 and r.facts["knobs"]
+    assert results[1].facts["knobs"]["workers"] == "mma_sync"
+    assert results[2].status == "build_failed" and "block_m" in results[2].reason
+
+
+def test_a_wrong_kernel_is_detected(tmp_path):
+    """A test hook corrupts one candidate's output after its call: that one is "wrong"."""
+
+    def corrupt(index, outputs):
+        if index == 1:
+            outputs[2][0, 3, :16] += 1.0
+
+    task = _Task(KERNEL, _isolated_text())
+    with _measurer(tmp_path, check_hook=corrupt) as m:
+        right, wrong = m.measure(task, [{}, {}])
+    assert right.status == "ok", right.reason
+    assert wrong.status == "wrong" and wrong.time_s is None
+    assert wrong.error > 1e-2 and "relative error" in wrong.reason
+
+
+def test_nan_fill_catches_an_unwritten_tile(tmp_path):
+    """The kernel launched on half its grid: the tiles never written stay NaN and fail the check."""
+    from emmy.measure.candidate import lower_candidate
+    from emmy.measure.gpu import check_outputs, load, task_inputs
+
+    text = _isolated_text()
+    lowered = lower_candidate(text, KERNEL, {"workers": "mma_sync", "schedule": "grid"})
+    plan = lowered.plan
+    half = [dataclasses.replace(la, grid=(max(1, la.grid[0] // 2), *la.grid[1:])) for la in plan.launches]
+    assert any(la.grid != h.grid for la, h in zip(plan.launches, half))
+    inputs = task_inputs(text, KERNEL)
+    for launches, broken in ((plan.launches, False), (half, True)):
+        plan.launches = launches
+        loaded = load(plan, "sm_90a", _cache(tmp_path), inputs.values)
+        loaded.bindings[0].launch()
+        torch.cuda.synchronize()
+        error, nans = check_outputs(loaded.bindings[0].outputs, inputs.reference)
+        assert (nans > 0) == broken and (error == float("inf")) == broken, (error, nans)
+
+
+def test_remeasure_interleaved(tmp_path):
+    task = _Task(KERNEL, _isolated_text())
+    with _measurer(tmp_path) as m:
+        a, b = m.remeasure(task, [{}, {"workers": "mma_sync"}], rounds=6)
+    assert a.status == b.status == "ok"
+    assert a.facts["samples"] == b.facts["samples"] == 6
