@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from emmy import dtypes
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 
@@ -33,19 +34,7 @@ _IDENT = re.compile(r"[^A-Za-z0-9_]")
 
 
 def c_scalar_type(t: Attribute) -> str:
-    if isinstance(t, BFloat16Type):
-        return "__nv_bfloat16"
-    if isinstance(t, Float16Type):
-        return "__half"
-    if isinstance(t, Float32Type):
-        return "float"
-    if isinstance(t, Float64Type):
-        return "double"
-    if isinstance(t, IndexType):
-        return "int"
-    if isinstance(t, IntegerType):
-        return {1: "bool", 8: "signed char", 16: "short", 32: "int", 64: "long long"}[t.width.data]
-    raise EmmyError(f"convert-kernel-to-cuda: no C++ type for {t}")
+    return dtypes.c_type(dtypes.element_dtype(t))
 
 
 def c_type(t: Attribute) -> str:

@@ -33,13 +33,8 @@ from dataclasses import dataclass, field
 from math import prod
 
 from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
     ModuleOp,
     StringAttr,
     SymbolRefAttr,
@@ -48,34 +43,11 @@ from xdsl.ir import Attribute
 
 from emmy.diagnostics import EmmyError
 from emmy.dialects import cuda as C
+from emmy.dtypes import c_type, dtype_bytes, element_dtype
 from emmy.phase import is_overlapped, is_prepare
 
 RUNTIME_INCLUDE = '#include "emmy.cuh"'
 DEFAULT_SMEM_LIMIT = 48 * 1024
-
-_DTYPES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "i1": 1, "i8": 1, "i16": 2}
-
-
-def dtype_name(t: Attribute) -> str:
-    if isinstance(t, BFloat16Type):
-        return "bf16"
-    if isinstance(t, Float16Type):
-        return "f16"
-    if isinstance(t, Float32Type):
-        return "f32"
-    if isinstance(t, Float64Type):
-        return "f64"
-    if isinstance(t, IntegerType):
-        return f"i{t.width.data}"
-    raise EmmyError(f"plan: unsupported element type {t}")
-
-
-def c_type(dtype: str) -> str:
-    return {
-        "bf16": "__nv_bfloat16", "f16": "__half", "f32": "float", "f64": "double",
-        "i64": "long long", "i32": "int", "i16": "short", "i8": "signed char", "i1": "bool",
-    }[dtype]
-
 
 @dataclass(frozen=True)
 class Buffer:
@@ -92,7 +64,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * _DTYPES[self.dtype]
+        return self.numel * dtype_bytes(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -173,8 +145,8 @@ def _arg_type(t: Attribute) -> str | MapView:
     if isinstance(t, C.TensorMapType):
         return MapView(*(p.data for p in t.parameters[1:]))
     if isinstance(t, C.PtrType):
-        return f"ptr<{dtype_name(t.element_type)}>"
-    return dtype_name(t)
+        return f"ptr<{element_dtype(t.element_type)}>"
+    return element_dtype(t)
 
 
 def _scalar(a: Attribute) -> int | float:
@@ -205,7 +177,7 @@ def _plan_of(cm: C.ModuleOp, target: str | None) -> LaunchPlan:
                 Buffer(
                     op.sym_name.data,
                     tuple(op.type.get_shape()),
-                    dtype_name(op.type.element_type),
+                    element_dtype(op.type.element_type),
                     op.role.data,
                     op.position.value.data if op.position is not None else None,
                     op.torch_name.data if op.torch_name is not None else None,

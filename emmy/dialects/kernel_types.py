@@ -31,6 +31,7 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 from emmy.dialects import tensor_map
+from emmy.dtypes import dtype_bytes, element_dtype
 
 # ---------------------------------------------------------------------------------------------
 # Constants and helpers
@@ -44,18 +45,8 @@ VECTOR_WIDTHS = (2, 4, 8)
 
 
 def element_bytes(t: Attribute) -> int:
-    """Size in bytes of a scalar element type used in kernels."""
-    if isinstance(t, (BFloat16Type, Float16Type)):
-        return 2
-    if isinstance(t, Float32Type):
-        return 4
-    if isinstance(t, Float64Type):
-        return 8
-    if isinstance(t, IndexType):
-        return 4
-    if isinstance(t, IntegerType):
-        return max(1, t.width.data // 8)
-    raise VerifyException(f"unsupported element type {t}")
+    """Size in bytes of a scalar element type used in kernels (`index` is a 32-bit `int`)."""
+    return dtype_bytes(element_dtype(t))
 
 
 def is_scalar_type(t: Attribute) -> bool:

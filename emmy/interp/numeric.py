@@ -9,16 +9,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    IndexType,
-    IntegerType,
-    ShapedType,
-)
-from xdsl.ir import Attribute, SSAValue
+
+from emmy.dtypes import element_dtype  # noqa: F401 (re-exported: the interpreters import it from here)
 
 LOW_PRECISION = ("bf16", "f16")
 
@@ -83,28 +75,6 @@ def _round_f64_to_bf16_precision(x: np.ndarray) -> np.ndarray:
         rounded = ((bits + bias) & ~((np.uint64(1) << drop) - np.uint64(1))).view(np.float64)
     out = np.where(np.isfinite(x.reshape(-1)), rounded, x.reshape(-1))
     return out.reshape(x.shape)
-
-
-def element_dtype(attr: Attribute | SSAValue) -> str:
-    """The dtype name ("bf16", "f16", "f32", "f64", "i64", "i1", "index") of an element type,
-    of a shaped type's element type, or of an SSA value's type."""
-    if isinstance(attr, SSAValue):
-        attr = attr.type
-    if isinstance(attr, ShapedType):
-        attr = attr.get_element_type()
-    if isinstance(attr, BFloat16Type):
-        return "bf16"
-    if isinstance(attr, Float16Type):
-        return "f16"
-    if isinstance(attr, Float32Type):
-        return "f32"
-    if isinstance(attr, Float64Type):
-        return "f64"
-    if isinstance(attr, IntegerType):
-        return f"i{attr.width.data}"
-    if isinstance(attr, IndexType):
-        return "index"
-    raise ValueError(f"element_dtype: unsupported element type {attr}")
 
 
 def rel_error(out: np.ndarray, ref: np.ndarray) -> float:

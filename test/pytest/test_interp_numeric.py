@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 
+from emmy.diagnostics import EmmyError
 from emmy.interp.numeric import element_dtype, erf, rel_error, round_to, to_numpy
 
 
@@ -101,7 +102,7 @@ def test_element_dtype():
     assert element_dtype(i1) == "i1"
     assert element_dtype(IndexType()) == "index"
     assert element_dtype(TensorType(BFloat16Type(), [2, 3])) == "bf16"
-    with pytest.raises(ValueError):
+    with pytest.raises(EmmyError, match="unsupported element type tensor<1xi64>"):
         element_dtype(TensorType(TensorType(i64, [1]), [1]))
 
 
