@@ -55,11 +55,7 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAVal
 
 from emmy.analysis.indexing import affine_form
 from emmy.dialects.loop import AxesAttr, AxisOp, LoadOp, ReduceOp, StoreOp, axes_owner, owner_axes
-
-try:  # the shared rounding helper; a private copy keeps this module usable without it
-    from emmy.interp.numeric import round_to as _round_to
-except ImportError:  # pragma: no cover
-    _round_to = None
+from emmy.interp.numeric import round_to
 
 Ranges = Mapping[str, tuple[int, int]]
 
@@ -211,20 +207,6 @@ def _round_fn(t: Attribute) -> Callable[[np.ndarray], np.ndarray] | None:
     if isinstance(t, Float16Type):
         return lambda x: round_to(x, "f16")
     return None
-
-
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round a float32 array to bf16/f16 (nearest even), kept in float32."""
-    if _round_to is not None:
-        return np.asarray(_round_to(x, dtype), dtype=np.float32)
-    x32 = np.ascontiguousarray(x, dtype=np.float32)  # pragma: no cover
-    if dtype == "f16":
-        with np.errstate(over="ignore"):
-            return x32.astype(np.float16).astype(np.float32)
-    bits = x32.view(np.uint32)
-    bias = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    rounded = ((bits + bias) & np.uint32(0xFFFF0000)).view(np.float32)
-    return np.where(np.isnan(x32), x32, rounded)
 
 
 def _np_dtype(t: Attribute) -> type:
