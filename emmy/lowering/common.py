@@ -11,6 +11,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from emmy.lowering import In, Out
 from emmy.lowering.kb import KB
+from emmy.schedule.reduction import largest_divisor_pow2, pow2_floor  # noqa: F401 (the builders' import)
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 
@@ -76,19 +77,6 @@ def decompose(kb: KB, linear: SSAValue | int, axes: Sequence[str], extents: Mapp
     return {a: out[a] for a in axes}
 
 
-def pow2_floor(x: int) -> int:
-    p = 1
-    while p * 2 <= x:
-        p *= 2
-    return p
-
-
-def largest_divisor_pow2(n: int, cap: int) -> int:
-    """The largest power of two <= cap dividing n."""
-    v = 1
-    while v * 2 <= cap and n % (v * 2) == 0:
-        v *= 2
-    return v
 
 
 def extent(extents: Mapping[str, int], axes: Sequence[str]) -> int:

@@ -36,16 +36,10 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from emmy.analysis.classify import Domains
 from emmy.lowering.kb import KB
+from emmy.schedule.reduction import row_major_strides
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
-
-
-def row_major_strides(shape: Sequence[int]) -> list[int]:
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = strides[i + 1] * shape[i + 1]
-    return strides
 
 
 def elt_bytes(t: Attribute) -> int:

@@ -35,16 +35,23 @@ from collections.abc import Callable, Mapping
 from math import ceil
 from typing import TYPE_CHECKING
 
-from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
+from emmy.schedule.attention import smem_bytes as attention_smem_bytes
+from emmy.schedule.contraction import (
+    MAX_ACC_PER_THREAD,
+    STREAM_K_MAX_PARTS,
+    accumulators_per_thread,
+    block_threads,
+    operand_smem_bytes,
+    output_tiles,
+    register_budget,
+    warp_grid,
+)
 from emmy.targets import Target
+from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
 
-# Accumulator values (fp32) one thread may hold before registers run out (255 per thread, minus
-# addresses, operand fragments and the epilogue).
-MAX_ACC_PER_THREAD = 192
-REGS_BESIDES_ACCUMULATORS = 40
 # Widest global access, in bytes (ld.global.v4.b32 / cp.async 16).
 MAX_VECTOR_BYTES = 16
 
@@ -141,27 +148,24 @@ def _vector(
 # --------------------------------------------------------------------------------------------
 
 
-def _producer_threads(v) -> int:
-    """`workers = wgmma_ws` adds a producer warpgroup to the block's computing warps."""
-    return 128 if v.has("workers") and v["workers"] == "wgmma_ws" else 0
+def _workers(v) -> str | None:
+    return v["workers"] if v.has("workers") else None
 
 
 def _c_threads(info, v, t, reasons):
     if v.has("warps"):
-        extra = _producer_threads(v)
-        what = f"warps={v['warps']} x 32" + (" + a producer warpgroup of 128" if extra else "")
-        _threads(v, t, reasons, 32 * v["warps"] + extra, what)
+        threads = block_threads(v["warps"], _workers(v))
+        extra = threads - 32 * v["warps"]
+        what = f"warps={v['warps']} x 32" + (f" + a producer warpgroup of {extra}" if extra else "")
+        _threads(v, t, reasons, threads, what)
 
 
 def _c_smem(info, v, t, reasons):
     if not v.has("stages", "block_m", "block_n", "block_k"):
         return
     st, bm, bn, bk = v["stages"], v["block_m"], v["block_n"], v["block_k"]
-    if st < 2:
-        return
     nc = info.n_contractions
-    rows = bm + nc * bn
-    nbytes = st * rows * bk * info.element_bytes
+    nbytes = operand_smem_bytes(info, st, bm, bn, bk)
     if nbytes > t.smem_per_block:
         bn_text = f"{nc} x block_n={bn}" if nc > 1 else f"block_n={bn}"
         reasons.append(
@@ -176,11 +180,8 @@ def _c_registers(info, v, t, reasons):
         return
     bm, bn, threads = v["block_m"], v["block_n"], 32 * v["warps"]
     nc = info.n_contractions
-    acc = nc * bm * bn / threads
-    # A block's threads share the SM's register file: 512 threads get at most 128 registers
-    # each, of which about 40 go to addresses, staging and the epilogue (ptxas, sm_90a).
-    regs = min(t.regs_per_thread, t.regs_per_sm // (threads + _producer_threads(v)))
-    budget = min(MAX_ACC_PER_THREAD, regs - REGS_BESIDES_ACCUMULATORS)
+    acc = accumulators_per_thread(info, bm, bn, v["warps"])
+    regs, budget = register_budget(t, block_threads(v["warps"], _workers(v)))
     if acc > budget:
         what = f"{nc} x " if nc > 1 else ""
         reasons.append(
@@ -258,15 +259,8 @@ def _c_schedule(info, v, t, reasons):
         )
 
 
-def output_tiles(info: KernelInfo, block_m: int, block_n: int) -> int:
-    """Output tiles of a contraction (every batch index) in block_m x block_n tiles."""
-    return info.batch * ceil(info.M / block_m) * ceil(info.gemm_n_nc[0] / block_n)
-
-
 # index arithmetic of the kernel stage is 32-bit: stream_k's block * iterations must fit
 STREAM_K_MAX_PRODUCT = 2**31 - 1
-# the last block of a shared tile adds the others' parts in an unrolled loop over them
-STREAM_K_MAX_PARTS = 8
 
 
 def _c_stream_k(info, v, t, reasons):
@@ -418,13 +412,14 @@ def _a_smem(info, v, t, reasons):
     d, dv = info.head_dim, info.value_dim
     if st < 2:
         return
-    nbytes = (bq * d + st * bkv * (d + dv)) * info.element_bytes
-    if v.has("workers") and v["workers"] == "wgmma":
-        nbytes += 1024  # the tiles' base is aligned to 1024 bytes
+    # the flash kernel's tiles (the plan's model): rows padded to 8 elements past a multiple of
+    # 64, the tiles' base aligned to 1024 bytes for wgmma
+    nbytes = attention_smem_bytes(d, bq, bkv, st, v.has("workers") and v["workers"] == "wgmma")
     if nbytes > t.smem_per_block:
+        pad = "" if d % 64 == 0 else " (rows padded by 8)"
         reasons.append(
             f"shared memory: block_q={bq} x {d} + stages={st} x block_kv={bkv} x ({d} + {dv}) "
-            f"x {info.element_bytes} bytes = {_kb(nbytes)} exceeds the "
+            f"x {info.element_bytes} bytes{pad} = {_kb(nbytes)} exceeds the "
             f"{_kb(t.smem_per_block)} a block may use on {t.name}"
         )
 
@@ -544,19 +539,4 @@ _RULES: dict[str, tuple[Rule, ...]] = {
 }
 
 
-def warp_grid(block_m: int, block_n: int, warps: int) -> tuple[int, int] | None:
-    """The warp arrangement (warps along m, warps along n) for `mma.sync` tiles: each warp
-    owns a (block_m / wm) x (block_n / wn) piece, a multiple of 16 x 8. Prefers square-ish
-    pieces; None when no arrangement fits."""
-    best = None
-    for wm in range(1, warps + 1):
-        if warps % wm:
-            continue
-        wn = warps // wm
-        if block_m % (16 * wm) or block_n % (8 * wn):
-            continue
-        pm, pn = block_m // wm, block_n // wn
-        score = abs(pm - pn)
-        if best is None or score < best[0]:
-            best = (score, (wm, wn))
-    return None if best is None else best[1]
+__all__ = ["check", "is_legal", "k_steps", "output_tiles", "warp_grid"]

@@ -1,0 +1,435 @@
+"""The plan of a contraction kernel: what its decided knobs mean on a target, computed once.
+
+    plan(info, values, target) -> ContractionPlan
+
+`info` is the kernel's (or one part's) `KernelInfo`, `values` its decided knobs (every knob of
+the contraction space; `fusion` only where the kernel has a prologue reduction, `siblings` is
+the whole kernel's and read by `emmy.schedule.plan`), `target` a `Target`. The plan holds the
+tile geometry (block_m x block_n x block_k, the warp grid of mma.sync, the warpgroups of wgmma),
+the pipeline depth, the tile order (group_m, clusters), the split of k (split_k with its combine,
+split_tail as a head and a tail plan, stream-K's runs), the launches with their grids and the
+facts every plan has (`smem_bytes`, `threads`, `blocks`, `waves`, `registers`, `launches`).
+
+The same functions give legality (`emmy.tuning.legality`) its numbers for partial assignments:
+`block_threads`, `operand_smem_bytes`, `accumulators_per_thread`, `register_budget`, `warp_grid`.
+Values the lowering cannot build are an EmmyError naming the kernel (legality keeps deciders
+from choosing them; hand-written IR may still hold them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import ceil, prod
+from typing import TYPE_CHECKING
+
+from emmy.diagnostics import EmmyError
+from emmy.targets import Target
+from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, stream_k_blocks, stream_k_runs, stream_k_whole
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from emmy.analysis.classify import KernelInfo
+
+# Accumulator values (fp32) one thread may hold before registers run out (255 per thread, minus
+# addresses, operand fragments and the epilogue).
+MAX_ACC_PER_THREAD = 192
+REGS_BESIDES_ACCUMULATORS = 40
+PRODUCER_THREADS = 128  # workers = wgmma_ws: one more warpgroup only stages operands
+# the last block of a shared tile adds the others' parts in an unrolled loop over them
+STREAM_K_MAX_PARTS = 8
+STATS_WARPS = 8  # the row-statistics kernel: one warp per row
+COMBINE_THREADS = 256  # the split_k combine kernel
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """One launch of a kernel's plan: the kernel's name and its geometry."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    role: str  # "main", "stats", "combine", "tail"
+
+
+# -- the numbers legality shares --------------------------------------------------------------
+
+
+def block_threads(warps: int, workers: str | None = None) -> int:
+    """Threads of a block: 32 per warp, plus the producer warpgroup of `wgmma_ws`."""
+    return 32 * warps + (PRODUCER_THREADS if workers == "wgmma_ws" else 0)
+
+
+def operand_smem_bytes(info: KernelInfo, stages: int, block_m: int, block_n: int, block_k: int) -> int:
+    """Shared memory of the staged operand tiles: stages x (block_m + contractions x block_n)
+    rows of block_k elements (none with stages = 1: operands go straight to registers)."""
+    if stages < 2:
+        return 0
+    return stages * (block_m + info.n_contractions * block_n) * block_k * info.element_bytes
+
+
+def accumulators_per_thread(info: KernelInfo, block_m: int, block_n: int, warps: int) -> float:
+    """fp32 accumulators each computing thread holds (all contractions of the tile)."""
+    return info.n_contractions * block_m * block_n / (32 * warps)
+
+
+def register_budget(target: Target, threads: int) -> tuple[int, int]:
+    """(registers a thread of a `threads`-thread block may use, of them for accumulators): a
+    block's threads share the SM's register file (512 threads get at most 128 each), of which
+    about 40 go to addresses, staging and the epilogue (ptxas, sm_90a)."""
+    regs = min(target.regs_per_thread, target.regs_per_sm // threads)
+    return regs, min(MAX_ACC_PER_THREAD, regs - REGS_BESIDES_ACCUMULATORS)
+
+
+def warp_grid(block_m: int, block_n: int, warps: int) -> tuple[int, int] | None:
+    """The warp arrangement (warps along m, warps along n) for `mma.sync` tiles: each warp
+    owns a (block_m / wm) x (block_n / wn) piece, a multiple of 16 x 8. Prefers square-ish
+    pieces; None when no arrangement fits."""
+    best = None
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if block_m % (16 * wm) or block_n % (8 * wn):
+            continue
+        pm, pn = block_m // wm, block_n // wn
+        score = abs(pm - pn)
+        if best is None or score < best[0]:
+            best = (score, (wm, wn))
+    return None if best is None else best[1]
+
+
+def output_tiles(info: KernelInfo, block_m: int, block_n: int) -> int:
+    """Output tiles of a contraction (every batch index) in block_m x block_n tiles."""
+    return info.batch * ceil(info.M / block_m) * ceil(info.gemm_n_nc[0] / block_n)
+
+
+# -- the plan -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContractionPlan:
+    name: str  # the kernel (or part) the plan is for, as the kernel stage names it
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    workers: str
+    warps: int
+    split: int
+    nc: int  # contractions sharing A
+    threads: int
+    M: int
+    N: int
+    K: int
+    B: int  # batch
+    fusion: str  # "fused" or "split" (row statistics in a kernel of their own); "fused" without a prologue
+    prologue: bool  # the kernel has a prologue reduction (row statistics)
+    element_bytes: int
+    combine_lanes: int  # outputs per thread of the split_k combine kernel along the last n axis
+    # mma_sync
+    wm: int = 1
+    wn: int = 1
+    # wgmma
+    groups: int = 1
+    mi: int = 1
+    producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
+    persistent: bool = False  # schedule = persistent or stream_k: one block per SM loops over the tiles
+    stream_k: bool = False  # schedule = stream_k: whole tiles, then an equal run of the other tiles' k-steps per block
+    tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
+    cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
+    group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
+    tail: int = 1  # split_tail: the tiles past the last full wave, split along k into this many parts
+    staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
+    last_block: bool = False  # combine = last_block: the tile's last block adds the split_k parts
+    # thread
+    tx: int = 1
+    ty: int = 1
+    # split_tail: this plan's tiles lo <= t < hi of the order along n, and its kernel's suffix
+    tile_range: tuple[int, int] | None = None
+    suffix: str = ""
+    target: Target | None = None
+
+    # -- geometry ---------------------------------------------------------------------------------
+    @property
+    def slab(self) -> int:
+        return self.bk if self.bk < 64 else 64
+
+    @property
+    def ticketed(self) -> bool:
+        """Tiles whose parts are added by the last block to finish one (per-tile counters)."""
+        return self.last_block or self.stream_k
+
+    @property
+    def combine_kernel(self) -> bool:
+        """split_k's parts go to a workspace that `<name>_combine` adds up (combine = kernel)."""
+        return self.split > 1 and not self.last_block
+
+    @property
+    def stats_kernel(self) -> bool:
+        """The row statistics come from a kernel of their own (fusion = split, or split_k's
+        parts, which each see only part of a row)."""
+        return self.prologue and (self.fusion == "split" or self.split > 1)
+
+    @property
+    def wgmma(self) -> bool:
+        return self.workers in WGMMA_WORKERS
+
+    @property
+    def joint(self) -> bool:
+        """wgmma with several contractions sharing A (gate and up) whose B tiles of a slot lie
+        side by side as one block_n * nc-row tile: one wgmma of N = nc * block_n per k16 reads
+        the A slice once for all of them, into one accumulator array (a 64-row slice per
+        warpgroup, one slab of k)."""
+        return self.wgmma and self.nc > 1 and self.mi == 1 and self.nc * self.bn <= 256 and self.bk <= 64
+
+    @property
+    def b_stride(self) -> int:
+        """Elements from one slot's B tile to the next slot's (all nc tiles of a slot with joint)."""
+        return self.bn * self.bk * (self.nc if self.joint else 1)
+
+    @property
+    def consumers(self) -> int:
+        """Threads that compute (all of them unless a producer warpgroup stages)."""
+        return self.threads - PRODUCER_THREADS if self.producer else self.threads
+
+    @property
+    def acc_per_thread(self) -> int:
+        if self.wgmma:
+            return self.mi * self.bn // 2
+        return self.bm * self.bn // self.threads
+
+    # -- tiles and launches ------------------------------------------------------------------------
+    @property
+    def all_tiles(self) -> int:
+        """Output tiles of the whole grid (every batch index)."""
+        return self.B * -(-self.M // self.bm) * -(-self.N // self.bn)
+
+    @property
+    def tiles(self) -> int:
+        """Output tiles this launch computes (its tile range, or all)."""
+        if self.tile_range is not None:
+            return self.tile_range[1] - self.tile_range[0]
+        return self.all_tiles
+
+    @property
+    def steps(self) -> int:
+        """k-steps of a tile."""
+        return -(-self.K // self.bk)
+
+    @property
+    def stream_k_runs(self) -> list[list[tuple[int, int]]]:
+        """schedule = stream_k: per tile, the [lo, hi) k-steps each block computes."""
+        return stream_k_runs(self.all_tiles, self.steps, self._target.sms)
+
+    @property
+    def stream_k_plan(self) -> tuple[int, int, int, int, int]:
+        """schedule = stream_k: (tiles, k-steps per tile, blocks, most blocks sharing a tile,
+        whole tiles). The first `whole` tiles (whole waves but the last, knobs.stream_k_whole)
+        take a block each; the k-steps of the rest, in tile order, form one run of I
+        iterations of which block b takes [b * I // blocks, (b + 1) * I // blocks), so such a
+        tile's steps fall to one block or to a few consecutive ones (knobs.stream_k_runs)."""
+        tiles, steps, sms = self.all_tiles, self.steps, self._target.sms
+        blocks = stream_k_blocks(tiles, steps, sms)
+        most = max(len(runs) for runs in self.stream_k_runs)
+        if most > STREAM_K_MAX_PARTS:
+            raise EmmyError(
+                f"tile.kernel @{self.name}: schedule=stream_k: up to {most} blocks share a tile "
+                f"(at most {STREAM_K_MAX_PARTS}); use larger tiles or a larger block_k"
+            )
+        return tiles, steps, blocks, most, stream_k_whole(tiles, sms)
+
+    @property
+    def _target(self) -> Target:
+        assert self.target is not None
+        return self.target
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """The main kernel's grid."""
+        grid = (-(-self.N // self.bn), -(-self.M // self.bm), self.B * self.split)
+        if self.tile_range is not None:  # (no batch axes: legality)
+            grid = (self.tiles, 1, self.split)
+        if self.stream_k:
+            grid = (self.stream_k_plan[2], 1, 1)
+        elif self.persistent:  # (with clusters: clusters of blocks, each block one row of the cluster's tiles)
+            c = self.cluster
+            grid = (min(prod(grid) // c, self._target.sms // c), c, 1)
+        return grid
+
+    @property
+    def split_tail(self) -> tuple[ContractionPlan, ContractionPlan] | None:
+        """split_tail = s: (the whole waves' plan, one tile per block; the last partial wave's
+        plan, `<name>_tail`, its k range split s ways and added by the last block of a tile)."""
+        if self.tail == 1 or self.tile_range is not None:
+            return None
+        total = self.all_tiles
+        full = total // self._target.sms * self._target.sms
+        if not 0 < full < total:
+            raise EmmyError(
+                f"tile.kernel @{self.name}: split_tail={self.tail}: {total} tiles on {self._target.sms} "
+                f"SMs leave no partial wave behind a full one"
+            )
+        head = replace(self, tail=1, tile_range=(0, full))
+        tail = replace(self, tail=1, tile_range=(full, total), suffix="_tail", split=self.tail, last_block=True)
+        return head, tail
+
+    @property
+    def launches(self) -> tuple[LaunchPlan, ...]:
+        """The launches of this plan, in order (as the kernel stage makes them)."""
+        parts = self.split_tail
+        if parts is not None:
+            head, tail = parts
+            shared = 1 if self.prologue else 0  # the tail reads the head's row statistics
+            return head.launches + tail.launches[shared:]
+        name = self.name + self.suffix
+        out = []
+        if self.stats_kernel:
+            rows = self.B * self.M
+            out.append(LaunchPlan(f"{name}_stats", (-(-rows // STATS_WARPS), 1, 1), (STATS_WARPS * 32, 1, 1), "stats"))
+        out.append(LaunchPlan(name, self.grid, (self.threads, 1, 1), "tail" if self.suffix else "main"))
+        if self.combine_kernel:
+            blocks = -(-(self.B * self.M * (self.N // self.combine_lanes)) // COMBINE_THREADS)
+            out.append(LaunchPlan(f"{name}_combine", (blocks, 1, 1), (COMBINE_THREADS, 1, 1), "combine"))
+        return tuple(out)
+
+    # -- the facts every plan has ------------------------------------------------------------------
+    @property
+    def blocks(self) -> int:
+        """Blocks of the main launch (all blocks of its grid)."""
+        return prod(self.grid)
+
+    @property
+    def waves(self) -> int:
+        """Rounds of one block per multiprocessor the main launch takes."""
+        return -(-self.blocks // self._target.sms)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of the staged operand tiles (the kernel adds row statistics, barriers and
+        the staged epilogue where it has room)."""
+        if self.stages < 2:
+            return 0
+        return self.stages * (self.bm + self.nc * self.bn) * self.bk * self.element_bytes
+
+    @property
+    def registers(self) -> int:
+        """Registers per thread, estimated: the accumulators plus what addresses, staging and the
+        epilogue take, at most what a thread may use."""
+        return min(self._target.regs_per_thread, self.acc_per_thread * self.nc + REGS_BESIDES_ACCUMULATORS)
+
+
+def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name: str | None = None) -> ContractionPlan:
+    """The plan of a contraction kernel (or part) `info` with decided `values` on `target`."""
+    where = f"tile.kernel @{info.name}"
+    v = Decided(values, where)
+    bm, bn, bk = int(v["block_m"]), int(v["block_n"]), int(v["block_k"])
+    stages, workers, warps, split = int(v["stages"]), str(v["workers"]), int(v["warps"]), int(v["split_k"])
+    if stages < 1 or split < 1 or warps < 1:
+        raise EmmyError(f"{where}: stages={stages}, split_k={split} and warps={warps} must be at least 1")
+    nc = info.n_contractions
+    g: dict = dict(
+        name=name or info.name, bm=bm, bn=bn, bk=bk, stages=stages, workers=workers, warps=warps, split=split,
+        nc=nc, threads=block_threads(warps, workers), M=info.M, N=info.extent(info.n_axes), K=info.K,
+        B=info.batch, prologue=bool(info.prologue), element_bytes=info.element_bytes,
+        combine_lanes=2 if info.n_axes and info.axes[info.n_axes[-1]] % 2 == 0 else 1, fusion=str(values.get("fusion", "fused")), target=target,
+    )
+    if bk % 16 or (bk > 64 and bk % 64):
+        raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")
+    if bm % 8 or bn % 8:
+        raise EmmyError(f"{where}: block_m={bm} and block_n={bn} must be multiples of 8")
+    if workers in WGMMA_WORKERS:
+        if not target.has("wgmma"):
+            raise EmmyError(f"{where}: workers={workers} needs sm_90a (target is {target.name})")
+        g["producer"] = workers == "wgmma_ws"
+        if warps % 4:
+            raise EmmyError(f"{where}: wgmma needs whole warpgroups (warps={warps})")
+        g["groups"] = warps // 4
+        if bm % (64 * g["groups"]):
+            raise EmmyError(f"{where}: wgmma: block_m={bm} must be a multiple of {64 * g['groups']}")
+        g["mi"] = bm // (64 * g["groups"])
+        if bn > 256:
+            raise EmmyError(f"{where}: wgmma: block_n={bn} is over 256")
+        if stages < 2:
+            raise EmmyError(f"{where}: {workers} reads its operands from shared memory: stages must be at least 2")
+    elif workers == "mma_sync":
+        if not target.has("mma_sync"):
+            raise EmmyError(f"{where}: workers=mma_sync needs sm_80 or newer")
+        grid = warp_grid(bm, bn, warps)
+        if grid is None:
+            raise EmmyError(f"{where}: mma_sync: block {bm}x{bn} cannot be split among {warps} warps")
+        g["wm"], g["wn"] = grid
+    elif workers == "thread":
+        threads = g["threads"]
+        tx = 1
+        while tx * 2 <= min(bn, 32) and bn % (tx * 2) == 0 and threads % (tx * 2) == 0:
+            tx *= 2
+        ty = threads // tx
+        if bm % ty:
+            raise EmmyError(f"{where}: thread workers: block_m={bm} is not a multiple of {ty} thread rows")
+        g["tx"], g["ty"] = tx, ty
+    else:
+        raise EmmyError(f"{where}: unknown workers '{workers}'")
+    schedule = str(v["schedule"])
+    if schedule in ("persistent", "stream_k"):
+        if workers != "wgmma_ws":
+            raise EmmyError(f"{where}: schedule={schedule} needs workers=wgmma_ws (workers={workers})")
+        if split > 1:
+            raise EmmyError(f"{where}: schedule={schedule} needs split_k=1 (split_k={split})")
+        g["persistent"] = True
+        g["stream_k"] = schedule == "stream_k"
+    elif schedule != "grid":
+        raise EmmyError(f"{where}: unknown schedule '{schedule}'")
+    copy = str(v["copy"])
+    if copy == "tma":
+        if workers != "wgmma_ws":  # (wgmma_ws already needs sm_90a, which has the TMA)
+            raise EmmyError(f"{where}: copy=tma needs workers=wgmma_ws (workers={workers})")
+        g["tma"] = True
+    elif copy != "cp_async":
+        raise EmmyError(f"{where}: unknown copy '{copy}'")
+    cluster = g["cluster"] = int(v["cluster"])
+    if cluster > 1 and not g["tma"]:
+        raise EmmyError(f"{where}: cluster={cluster} needs copy=tma")
+        # (every block_n of the domain splits into 8-row halves, as the swizzle needs)
+    tail = g["tail"] = int(v["split_tail"])
+    if tail > 1 and (split > 1 or g.get("persistent") or cluster > 1 or info.batch > 1):
+        raise EmmyError(f"{where}: split_tail={tail} needs split_k=1, schedule=grid, cluster=1 and no batch axes")
+    if tail > 1 and info.prologue and g["fusion"] != "split":
+        raise EmmyError(f"{where}: split_tail={tail} needs fusion=split (row statistics for the tail's parts)")
+    group_m = g["group_m"] = int(v["group_m"])
+    if tail > 1 and group_m > 1:
+        raise EmmyError(f"{where}: split_tail={tail} needs group_m=1")
+    if group_m % cluster:
+        raise EmmyError(f"{where}: group_m={group_m} is not a multiple of cluster={cluster}")
+    epilogue = str(v["epilogue"])
+    if epilogue == "staggered":
+        if not g.get("persistent") or g.get("groups") != 2:
+            raise EmmyError(f"{where}: epilogue=staggered needs schedule=persistent and two consumer warpgroups (warps=8)")
+        g["staggered"] = True
+    elif epilogue != "together":
+        raise EmmyError(f"{where}: unknown epilogue '{epilogue}'")
+    combine = str(v["combine"])
+    if combine == "last_block":
+        if split == 1:
+            raise EmmyError(f"{where}: combine=last_block adds split_k's parts: it needs split_k > 1")
+        g["last_block"] = True
+    elif combine != "kernel":
+        raise EmmyError(f"{where}: unknown combine '{combine}'")
+    if g.get("stream_k"):
+        if cluster > 1 or group_m > 1 or g.get("staggered"):
+            raise EmmyError(f"{where}: schedule=stream_k needs cluster=1, group_m=1 and epilogue=together")
+        if info.prologue and g["fusion"] != "split":
+            raise EmmyError(f"{where}: schedule=stream_k needs fusion=split (whole-row statistics for runs of k-steps)")
+    return ContractionPlan(**g)
+
+
+class Decided:
+    """Decided knob values; a missing one is an EmmyError naming the kernel and the knob."""
+
+    def __init__(self, values: Mapping[str, KnobValue], where: str):
+        self.values, self.where = values, where
+
+    def __getitem__(self, name: str) -> KnobValue:
+        if name not in self.values:
+            raise EmmyError(f"{self.where}: knob '{name}' is missing")
+        return self.values[name]
