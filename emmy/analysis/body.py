@@ -671,7 +671,8 @@ class Evaluator:
         value = self._get(st.value)
         dtype = _np_dtype(rtype.element_type)
         shape = tuple(rtype.get_shape())
-        plan = store_plan(st, rtype, self.pos, self.extents)
+        names = store_plan(st)
+        plan = None if names is None else [None if a is None else self.pos[a] for a in names]
         if plan is not None:
             # The usual case: result dim j is owner axis plan[j] (None: a size-1 dim).
             axes = [p for p in plan if p is not None]
@@ -699,20 +700,23 @@ class Evaluator:
         return out
 
 
-def store_plan(
-    st: StoreOp, rtype: TensorType, pos: Mapping[str, int], extents: Mapping[str, int]
-) -> list[int | None] | None:
-    """For each result dim, the owner axis position the store indexes it with (None for a
-    size-1 dim indexed by constant 0); None when the store is not of that plain form."""
+def store_plan(st: StoreOp) -> list[str | None] | None:
+    """For each dim of the result a store writes, the axis that indexes it (None: constant 0 on
+    a size-1 dim); None when the store is not of that plain form (an axis twice, an index
+    expression, an axis whose extent is not the dim's size)."""
+    owner = axes_owner(st)
+    assert owner is not None
+    extents = owner_axes(owner).as_dict()
+    rtype = owner.results[st.output_index].type
+    assert isinstance(rtype, TensorType)
     shape = tuple(rtype.get_shape())
-    plan: list[int | None] = []
+    plan: list[str | None] = []
     for j, i in enumerate(st.indices):
         o = i.owner if isinstance(i, OpResult) else None
         if isinstance(o, AxisOp):
-            p = pos[o.axis_name]
-            if p in plan or extents[o.axis_name] != shape[j]:
+            if o.axis_name in plan or extents[o.axis_name] != shape[j]:
                 return None
-            plan.append(p)
+            plan.append(o.axis_name)
         elif shape[j] == 1 and isinstance(o, arith.ConstantOp) and isinstance(
             o.value, IntegerAttr
         ) and o.value.value.data == 0:

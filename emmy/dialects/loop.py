@@ -74,8 +74,10 @@ from xdsl.irdl import (
     var_result_def,
 )
 from xdsl.parser import AttrParser, Parser
+from xdsl.pattern_rewriter import RewritePattern
 from xdsl.printer import Printer
 from xdsl.traits import (
+    HasCanonicalizationPatternsTrait,
     IsolatedFromAbove,
     IsTerminator,
     MemoryWriteEffect,
@@ -265,6 +267,27 @@ def _parse_index_list(parser: Parser) -> list[SSAValue]:
         parser.Delimiter.SQUARE, parser.parse_unresolved_operand
     )
     return [parser.resolve_operand(u, IndexType()) for u in unresolved]
+
+
+# --------------------------------------------------------------------------------------------
+# Canonicalization traits (the patterns live in emmy/dialects/loop_canonicalization.py)
+# --------------------------------------------------------------------------------------------
+
+
+class ReduceOpHasCanonicalizationPatterns(HasCanonicalizationPatternsTrait):
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        from emmy.dialects.loop_canonicalization import reduce_patterns
+
+        return reduce_patterns()
+
+
+class FusedOpHasCanonicalizationPatterns(HasCanonicalizationPatternsTrait):
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        from emmy.dialects.loop_canonicalization import fused_patterns
+
+        return fused_patterns()
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,7 +538,7 @@ class ReduceOp(IRDLOperation):
     axes = prop_def(ArrayAttr[StringAttr])
     result = result_def()
     body = region_def("single_block")
-    traits = traits_def(RecursiveMemoryEffect())
+    traits = traits_def(RecursiveMemoryEffect(), ReduceOpHasCanonicalizationPatterns())
 
     def __init__(self, kind: str, axes: Sequence[str], result_type: Attribute, body: Region):
         super().__init__(
@@ -631,7 +654,7 @@ class FusedOp(IRDLOperation):
     inputs = var_operand_def(base(TensorType))
     outputs = var_result_def(base(TensorType))
     body = region_def("single_block")
-    traits = traits_def(IsolatedFromAbove(), Pure())
+    traits = traits_def(IsolatedFromAbove(), Pure(), FusedOpHasCanonicalizationPatterns())
 
     def __init__(
         self,

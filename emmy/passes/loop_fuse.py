@@ -24,15 +24,11 @@ names). Rules (pattern `InlineProducer`, on the consumer):
 - (e) the layout-only loops that only feed `func.return` absorb the reducing producer they
   all read (slices of the q/k/v matmul in the running example), and are then merged into one
   loop with several results (`MergeSplitSiblings`).
-Clean-ups keep the bodies small: `HoistInvariantOps` (a value that does not depend on a
-`loop.reduce`'s axes moves out of its region), `FactorOutOfSum` (rule (d): in a `loop.reduce
-sum`, factors -- through mulf/extf/truncf, and divisors of divf -- that do not depend on the
-reduced axes move out of the sum; exact in real arithmetic, but it drops the rounding points
-the tensor stage had inside the sum, e.g. RMSNorm's bf16 normalized value before the matmul:
-results then differ from the tensor stage at bf16 rounding level), `MergeReductionAxes`
-(reduction axes of equal extent whose reductions do not nest get one name), `FoldIndexArith`
-(index arithmetic folded with the axes' bounds), `CseBody` (structural common subexpressions,
-including whole `loop.reduce` regions) and `DropUnusedInputs`.
+Between fusions the loop dialect's canonicalization patterns keep the bodies small
+(`emmy/dialects/loop_canonicalization.py`, runnable alone as `loop-canonicalize`): index
+arithmetic folding, hoisting out of reductions, rule (d) (`FactorOutOfSum`: factors that do not
+depend on the reduced axes move out of a sum), reduction axes merged, CSE, unused inputs dropped.
+The facts the rules decide by are in `emmy/analysis/loops.py`.
 
 Invariants: function arguments stay loads. A fused loop gets `emmy.fused_from` (the names of
 the loops merged into it) and `emmy.fusion = "fused"` when a producer holding reductions was
@@ -58,21 +54,13 @@ Before / after (the running example, abridged):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func
-from xdsl.dialects.builtin import (
-    AnyFloat,
-    ArrayAttr,
-    Float32Type,
-    IndexType,
-    IntegerAttr,
-    IntegerType,
-    StringAttr,
-)
-from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.dialects import builtin, func
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -84,272 +72,33 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
-from emmy.analysis.body import Domains
-from emmy.analysis.indexing import (
-    CMPI_PREDICATES,
-    AffineForm,
-    IndexBuilder,
-    affine_form,
-    compare_bounds,
-    constant_int,
-    index_bounds,
-    simplify_divrem_in,
+from emmy.analysis.body import Domains, store_plan
+from emmy.analysis.loops import (
+    SHORT_REDUCTION,
+    all_short,
+    backward_slice,
+    feeds_only_return,
+    has_reduce,
+    heavy_reduce_domains,
+    is_elementwise,
+    is_layout_only,
+    loads_of,
+    producers,
+    reduced_around,
+    reduces_weights,
+    short_limit,
+    stores_of,
+    users,
 )
-from emmy.dialects.loop import (
-    AxesAttr,
-    AxisOp,
-    FusedOp,
-    LoadOp,
-    ReduceOp,
-    StoreOp,
-    YieldOp,
-    axes_owner,
-)
+from emmy.dialects.loop import AxesAttr, AxisOp, FusedOp, LoadOp, ReduceOp, StoreOp, YieldOp
+from emmy.dialects.loop_canonicalization import CleanLoops, drop_unused_inputs, loop_canonicalization_patterns
 
-SHORT_REDUCTION = 256
-ORIGIN = "emmy.origin"
+from emmy.dialects.tensor import ORIGIN  # noqa: E402 (defined once, by the tensor dialect)
 FUSED_FROM = "emmy.fused_from"
 FUSION = "emmy.fusion"
-f32 = Float32Type()
 
 MODEL_LABELS = ("rms_norm", "layer_norm", "attention", "silu", "gelu", "rope", "residual", "embedding", "softmax")
 ATTENTION_ABSORBS = ("rope", "rms_norm", "layer_norm", "q_norm", "k_norm")
-
-
-# --------------------------------------------------------------------------------------------
-# Facts about loops
-# --------------------------------------------------------------------------------------------
-
-
-def has_reduce(loop: FusedOp) -> bool:
-    return any(isinstance(op, ReduceOp) for op in loop.block.walk())
-
-
-_LAYOUT_OPS = (
-    AxisOp,
-    LoadOp,
-    StoreOp,
-    YieldOp,
-    arith.ConstantOp,
-    arith.AddiOp,
-    arith.SubiOp,
-    arith.MuliOp,
-    arith.DivUIOp,
-    arith.RemUIOp,
-    arith.CmpiOp,
-    arith.SelectOp,
-    arith.IndexCastOp,
-)
-
-
-def is_layout_only(loop: FusedOp) -> bool:
-    """No arithmetic on the data: loads, index math, selects between loads, constants."""
-    return all(isinstance(op, _LAYOUT_OPS) for op in loop.block.walk())
-
-
-def is_elementwise(loop: FusedOp) -> bool:
-    return not has_reduce(loop)
-
-
-def users(loop: FusedOp) -> list[Operation]:
-    """The distinct ops using the loop's results, in no particular order."""
-    seen: dict[Operation, None] = {}
-    for r in loop.results:
-        for u in r.uses:
-            seen[u.operation] = None
-    return list(seen)
-
-
-def producers(loop: FusedOp) -> list[FusedOp]:
-    seen: dict[FusedOp, None] = {}
-    for v in loop.inputs:
-        if isinstance(v, OpResult) and isinstance(v.op, FusedOp):
-            seen[v.op] = None
-    return list(seen)
-
-
-def feeds_only_return(loop: FusedOp) -> bool:
-    us = users(loop)
-    return bool(us) and all(isinstance(u, func.ReturnOp) for u in us)
-
-
-def reduce_cost(r: ReduceOp, extents: dict[str, int]) -> int:
-    """Product of reduced extents along the deepest nesting of reductions inside `r`."""
-    own = 1
-    for a in r.axis_names:
-        own *= extents[a]
-    inner = 1
-    for op in r.body.block.ops:
-        if isinstance(op, ReduceOp):
-            inner = max(inner, reduce_cost(op, extents))
-    return own * inner
-
-
-def _top_reduces(loop: FusedOp) -> list[ReduceOp]:
-    return [op for op in loop.block.ops if isinstance(op, ReduceOp)]
-
-
-def store_plan(st: StoreOp) -> list[str | None] | None:
-    """The axis indexing each result dim (None: constant 0 on an extent-1 dim)."""
-    plan: list[str | None] = []
-    for i in st.indices:
-        o = i.owner if isinstance(i, OpResult) else None
-        if isinstance(o, AxisOp):
-            if o.axis_name in plan:
-                return None
-            plan.append(o.axis_name)
-        elif constant_int(i) == 0:
-            plan.append(None)
-        else:
-            return None
-    return plan
-
-
-def stores_of(loop: FusedOp, n: int) -> list[StoreOp]:
-    return [op for op in loop.block.ops if isinstance(op, StoreOp) and op.output_index == n]
-
-
-def external_values(op: Operation) -> list[SSAValue]:
-    """Values an op (with its regions) uses that are defined outside it."""
-    out: list[SSAValue] = list(op.operands)
-    if op.regions:
-        for inner in op.walk():
-            if inner is op:
-                continue
-            for v in inner.operands:
-                owner = v.owner if isinstance(v, OpResult) else v.block.parent_op()
-                if owner is not None and not op.is_ancestor(owner):
-                    out.append(v)
-    return out
-
-
-def backward_slice(loop: FusedOp, values: Iterable[SSAValue]) -> list[Operation]:
-    """Top-level ops of the loop body the values depend on, in body order."""
-    block = loop.block
-    needed: set[Operation] = set()
-    stack = list(values)
-    while stack:
-        v = stack.pop()
-        if not isinstance(v, OpResult):
-            continue
-        op = v.op
-        while op.parent_block() is not block:  # a value defined inside a region
-            parent = op.parent_op()
-            assert parent is not None
-            op = parent
-        if op in needed:
-            continue
-        needed.add(op)
-        stack.extend(external_values(op))
-    return [op for op in block.ops if op in needed]
-
-
-def short_limit(module: Operation) -> int:
-    """The largest reduction cost counted as short: SHORT_REDUCTION, or less than half the
-    longest reduction of the module when that is smaller (so that a small model's projections
-    are not 'short' while its head-dim reductions are: small models fuse like full-size ones)."""
-    longest = 0
-    for op in module.walk():
-        if isinstance(op, ReduceOp):
-            owner = axes_owner(op)
-            if isinstance(owner, FusedOp):
-                cost = 1
-                for a in op.axis_names:
-                    cost *= owner.extents[a]
-                longest = max(longest, cost)
-    return SHORT_REDUCTION if longest == 0 else max(1, min(SHORT_REDUCTION, (longest - 1) // 2))
-
-
-def heavy_reduce_domains(
-    loop: FusedOp, n: int, dom: Domains, limit: int = SHORT_REDUCTION
-) -> list[tuple[str, ...]]:
-    """The domains (producer axes) of the long top-level reductions result n depends on."""
-    extents = loop.extents
-    sts = stores_of(loop, n)
-    out = []
-    for op in backward_slice(loop, [v for st in sts for v in st.operands]):
-        if isinstance(op, ReduceOp) and reduce_cost(op, extents) > limit:
-            out.append(dom.of(op.result))
-    return out
-
-
-def all_short(loop: FusedOp, limit: int = SHORT_REDUCTION) -> bool:
-    extents = loop.extents
-    return all(reduce_cost(r, extents) <= limit for r in _top_reduces(loop))
-
-
-def weight_derived(value: SSAValue) -> bool:
-    """Whether a tensor is a model parameter (a function argument with `emmy.role = "param"`), or
-    computed from parameters alone by loops without reductions (a concatenation of weights)."""
-    from xdsl.dialects import func
-    from xdsl.ir import BlockArgument
-
-    if isinstance(value, BlockArgument):
-        fn = value.block.parent_op()
-        if not isinstance(fn, func.FuncOp) or fn.arg_attrs is None:
-            return False
-        attrs = fn.arg_attrs.data
-        role = attrs[value.index].data.get("emmy.role") if value.index < len(attrs) else None
-        return getattr(role, "data", None) == "param"
-    owner = value.owner
-    if isinstance(owner, FusedOp) and not any(isinstance(o, ReduceOp) for o in owner.walk()):
-        return bool(owner.inputs) and all(weight_derived(v) for v in owner.inputs)
-    return False
-
-
-def reduces_weights(loop: FusedOp) -> bool:
-    """Whether the loop contracts against a weight matrix: a reduction reads a model parameter
-    at indices that depend both on a reduced axis and on a kept axis that none of the
-    reduction's other operands depends on (W[n, k] against x[m, k]). Such a projection, however
-    short, is never recomputed per consumer element; rule (c) is for reductions over activations
-    (QK^T over the head dim, whose per-element scale q_norm.weight[d] depends on the reduced axis
-    alone, and whose bias q_proj.bias[h * D + d] depends on the head h that Q and K share)."""
-    from xdsl.ir import BlockArgument
-
-    from emmy.analysis.indexing import load_axes
-
-    weights = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
-    if not weights:
-        return False
-
-    def is_weight(load: LoadOp) -> bool:
-        arg = load.operands[0]
-        return isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in weights
-
-    # (reduced axes around it, axes it reads, whether it reads a weight) of every load, once
-    loads = [(reduced_around(op), load_axes(op), is_weight(op)) for op in loop.walk() if isinstance(op, LoadOp)]
-    for reduced, axes, weight in loads:
-        if not reduced or not weight:
-            continue
-        if axes is None:
-            return True
-        shared: set[str] = set()
-        for other_reduced, other_axes, other_weight in loads:
-            if other_reduced & reduced and not other_weight:
-                shared |= other_axes or set()
-        if axes & reduced and axes - reduced - shared:
-            return True
-    return False
-
-
-def reduced_around(op: Operation) -> set[str]:
-    out: set[str] = set()
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, FusedOp):
-        if isinstance(parent, ReduceOp):
-            out.update(parent.axis_names)
-        parent = parent.parent_op()
-    return out
-
-
-def loads_of(consumer: FusedOp, value: SSAValue) -> list[LoadOp]:
-    """The consumer's loads of a tensor it takes as an input."""
-    out = []
-    for i, v in enumerate(consumer.inputs):
-        if v == value:
-            arg = consumer.block.args[i]
-            out += [u.operation for u in arg.uses if isinstance(u.operation, LoadOp)]
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,9 +161,7 @@ class FuseState:
 
     labels: dict[Operation, list[str]] = field(default_factory=dict)
     split: set[str] = field(default_factory=set)
-    # loops whose body was cleaned (CSE, axis merging) and has not changed since
-    clean: set[Operation] = field(default_factory=set)
-    axes_clean: set[Operation] = field(default_factory=set)
+    clean: CleanLoops = field(default_factory=CleanLoops)  # loops the clean-ups need not revisit
 
     # facts about loops, valid while their version is unchanged
     versions: dict[Operation, int] = field(default_factory=dict)
@@ -438,12 +185,8 @@ class FuseState:
 
     def touched(self, op: Operation) -> None:
         """A rewrite touched `op`: its loop needs cleaning again, its facts are stale."""
-        loop: Operation | None = op
-        while loop is not None and not isinstance(loop, FusedOp):
-            loop = loop.parent_op()
+        loop = self.clean.touched(op)
         if loop is not None:
-            self.clean.discard(loop)
-            self.axes_clean.discard(loop)
             self.versions[loop] = self.versions.get(loop, 0) + 1
 
     def listener(self) -> PatternRewriterListener:
@@ -650,32 +393,6 @@ def _rename_axes(op: Operation, axis_map: dict[str, SSAValue], renames: dict[str
             inner.axes = ArrayAttr([StringAttr(renames.get(a, a)) for a in inner.axis_names])
 
 
-def drop_unused_inputs(loop: FusedOp, rewriter: PatternRewriter) -> bool:
-    """Remove block arguments without uses and merge duplicate inputs."""
-    block = loop.block
-    first: dict[SSAValue, BlockArgument] = {}
-    keep: list[int] = []
-    changed = False
-    for i, (v, arg) in enumerate(zip(loop.inputs, block.args)):
-        if v in first:
-            arg.replace_all_uses_with(first[v])
-            changed = True
-            continue
-        if not arg.uses:
-            changed = True
-            continue
-        first[v] = arg
-        keep.append(i)
-    if not changed:
-        return False
-    inputs = [loop.inputs[i] for i in keep]
-    for arg in [a for i, a in enumerate(block.args) if i not in keep][::-1]:
-        rewriter.erase_block_argument(arg)
-    loop.operands = inputs
-    rewriter.notify_op_modified(loop)
-    return True
-
-
 # --------------------------------------------------------------------------------------------
 # Fusion patterns
 # --------------------------------------------------------------------------------------------
@@ -861,410 +578,6 @@ def _store_mask(loop: FusedOp, dom: Domains | None = None) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Clean-up patterns
-# --------------------------------------------------------------------------------------------
-
-
-class HoistInvariantOps(RewritePattern):
-    """Move ops of a `loop.reduce` region that do not depend on its axes before it."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: ReduceOp, rewriter: PatternRewriter) -> None:
-        reduced = set(op.axis_names)
-        for inner in list(op.body.block.ops):
-            if isinstance(inner, YieldOp):
-                continue
-            if isinstance(inner, AxisOp) and inner.axis_name in reduced:
-                continue
-            if isinstance(inner, ReduceOp) and _mentions_axes(inner, reduced):
-                continue
-            if all(not _defined_inside(v, op) for v in external_values(inner)):
-                inner.detach()
-                rewriter.insert(inner, InsertPoint.before(op))
-
-
-def _mentions_axes(op: Operation, axes: set[str]) -> bool:
-    return any(isinstance(o, AxisOp) and o.axis_name in axes for o in op.walk())
-
-
-def _defined_inside(v: SSAValue, op: Operation) -> bool:
-    """Whether `v` is defined inside `op`'s regions."""
-    if isinstance(v, OpResult):
-        return v.op is not op and op.is_ancestor(v.op)
-    parent = v.block.parent_op()
-    return parent is not None and op.is_ancestor(parent)
-
-
-def _real_factors(v: SSAValue) -> list[tuple[SSAValue, bool]]:
-    """Leaves of a product through mulf/extf/truncf (and the divisors of divf, flagged True)."""
-    out: list[tuple[SSAValue, bool]] = []
-    stack: list[tuple[SSAValue, bool]] = [(v, False)]
-    while stack:
-        x, div = stack.pop()
-        op = x.owner if isinstance(x, OpResult) else None
-        if isinstance(op, arith.MulfOp):
-            stack += [(op.rhs, div), (op.lhs, div)]
-        elif isinstance(op, arith.ExtFOp | arith.TruncFOp):
-            stack.append((op.input, div))
-        elif isinstance(op, arith.DivfOp):
-            stack += [(op.rhs, not div), (op.lhs, div)]
-        else:
-            out.append((x, div))
-    return out
-
-
-class FactorOutOfSum(RewritePattern):
-    """Rule (d): `sum_k(a(k) * s) = s * sum_k(a(k))` for factors s that do not depend on k.
-
-    Looks through `arith.mulf`, `extf`, `truncf` and `divf` (exact in real arithmetic; the
-    rounding points inside the sum are dropped, see the module docstring)."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: ReduceOp, rewriter: PatternRewriter) -> None:
-        if op.kind_name != "sum" or op.result.type != f32:
-            return
-        leaves = _real_factors(op.yielded)
-        if len(leaves) < 2 or any(not isinstance(v.type, AnyFloat) for v, _ in leaves):
-            return
-        inside = [(v, d) for v, d in leaves if _defined_inside(v, op)]
-        outside = [(v, d) for v, d in leaves if not _defined_inside(v, op)]
-        if not inside or not outside:
-            return
-        owner = axes_owner(op)
-        assert owner is not None
-        dom = Domains(owner)
-        if any(dom.mask(v) & dom.mask_of(op.axis_names) for v, _ in outside):
-            return
-        term = op.body.block.last_op
-        assert isinstance(term, YieldOp)
-        inner_ops: list[Operation] = []
-        num, den = _product(inside, dom, inner_ops)
-        if num is None:
-            one = arith.ConstantOp(builtin.FloatAttr(1.0, f32))
-            inner_ops.append(one)
-            num = one.result
-        if den is not None:
-            inner_ops.append(arith.DivfOp(num, den))
-            num = inner_ops[-1].results[0]
-        rewriter.insert(inner_ops, InsertPoint.before(term))
-        rewriter.replace(term, YieldOp(num))
-        uses = list(op.result.uses)
-        outer_ops: list[Operation] = []
-        scale, div = _product(outside, dom, outer_ops)
-        result: SSAValue = op.result
-        if scale is not None:
-            outer_ops.append(arith.MulfOp(result, scale))
-            result = outer_ops[-1].results[0]
-        if div is not None:
-            outer_ops.append(arith.DivfOp(result, div))
-            result = outer_ops[-1].results[0]
-        rewriter.insert(outer_ops, InsertPoint.after(op))
-        for u in uses:
-            u.operation.operands = [
-                result if i == u.index else v for i, v in enumerate(u.operation.operands)
-            ]
-            rewriter.notify_op_modified(u.operation)
-
-
-def _to_f32(v: SSAValue, emit) -> SSAValue:
-    if v.type == f32:
-        return v
-    op = arith.ExtFOp(v, f32) if v.type.bitwidth < 32 else arith.TruncFOp(v, f32)
-    emit(op)
-    return op.result
-
-
-def _product(
-    leaves: list[tuple[SSAValue, bool]], dom: Domains, sink: list[Operation]
-) -> tuple[SSAValue | None, SSAValue | None]:
-    """(numerator, denominator) products in f32 of the leaves, appending the ops to `sink`.
-
-    Leaves whose domains nest are multiplied together first (the A-side and B-side operands
-    of a contraction stay apart until the last multiply)."""
-    emit = sink.append
-    groups: list[tuple[int, SSAValue]] = []
-    dens: list[SSAValue] = []
-    for v, is_div in leaves:
-        x = _to_f32(v, emit)
-        if is_div:
-            dens.append(x)
-            continue
-        m = dom.mask(v)
-        for i, (gm, gv) in enumerate(groups):
-            if gm & m == m or gm & m == gm:
-                mul = arith.MulfOp(gv, x)
-                emit(mul)
-                groups[i] = (gm | m, mul.result)
-                break
-        else:
-            groups.append((m, x))
-    return _chain([g for _, g in groups], emit), _chain(dens, emit)
-
-
-def _chain(values: list[SSAValue], emit) -> SSAValue | None:
-    acc: SSAValue | None = None
-    for v in values:
-        if acc is None:
-            acc = v
-        else:
-            mul = arith.MulfOp(acc, v)
-            emit(mul)
-            acc = mul.result
-    return acc
-
-
-@dataclass
-class MergeReductionAxes(RewritePattern):
-    """Reduction axes of equal extent whose reductions never nest share one name, unless one is
-    around a nested reduction and the other inside one (see _nesting); unused axes go."""
-
-    state: FuseState
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: FusedOp, rewriter: PatternRewriter) -> None:
-        if op in self.state.axes_clean:
-            return
-        self._merge(op, rewriter)
-        self.state.axes_clean.add(op)
-
-    def _merge(self, op: FusedOp, rewriter: PatternRewriter) -> None:
-        reduces = [r for r in op.block.walk() if isinstance(r, ReduceOp)]
-        axis_ops = [a for a in op.block.walk() if isinstance(a, AxisOp)]
-        used = {a.axis_name for a in axis_ops} | {x for r in reduces for x in r.axis_names}
-        axes = [(n, e) for n, e in op.axes.items() if n in used]
-        changed = len(axes) != len(op.axis_names)
-        # an axis is reduction-only when every loop.axis of it sits inside a reduce over it
-        red_only = {x for r in reduces for x in r.axis_names}
-        for a in axis_ops:
-            if a.axis_name not in reduced_around(a):
-                red_only.discard(a.axis_name)
-        by_axis: dict[str, list[ReduceOp]] = {}
-        for r in reduces:
-            for x in r.axis_names:
-                by_axis.setdefault(x, []).append(r)
-        names = [n for n, _ in axes]
-        extent = dict(axes)
-        merge: dict[str, str] = {}
-        nests = _nesting(reduces)
-
-        def role(x: str) -> tuple[bool, bool]:  # (around a nested reduction, inside one)
-            return any(o == x for o, _ in nests), any(i == x for _, i in nests)
-
-        # first axes of the same role, then any two that do not cross (a row statistic's axis
-        # taking an inner axis' name first: RMSNorm over the head dim with the head dim)
-        for same_role in (True, False):
-            for i, a in enumerate(names):
-                if a not in red_only or a in merge:
-                    continue
-                ra = role(a)
-                cands = [b for b in names[:i] if b not in merge and b in red_only and extent[b] == extent[a]]
-                if not same_role and ra == (False, False):
-                    cands.sort(key=lambda b: not role(b)[1])
-                for b in cands:
-                    rb = role(b)
-                    if (same_role and ra != rb) or (ra[0] and rb[1]) or (ra[1] and rb[0]):
-                        continue
-                    if _compatible(by_axis.get(a, []), by_axis.get(b, [])):
-                        merge[a] = b
-                        nests = {(b if x == a else x, b if y == a else y) for x, y in nests}
-                        by_axis.setdefault(b, []).extend(by_axis.pop(a, []))
-                        break
-        # a suffix left by fresh naming: `k_1` becomes `k` when no axis is named `k`
-        kept = [n for n in names if n not in merge]
-        relabel: dict[str, str] = {}
-        for a in kept:
-            base = re.sub(r"_\d+$", "", a)
-            if a in red_only and base != a and base not in kept and base not in relabel.values():
-                relabel[a] = base
-        rename = {a: relabel.get(merge.get(a, a), merge.get(a, a)) for a in [*merge, *relabel]}
-        if rename:
-            for r in reduces:
-                r.axes = ArrayAttr([StringAttr(rename.get(x, x)) for x in r.axis_names])
-            for a in axis_ops:
-                if a.axis_name in rename:
-                    a.axis = StringAttr(rename[a.axis_name])
-            axes = [(relabel.get(n, n), e) for n, e in axes if n not in merge]
-            changed = True
-        if changed:
-            op.properties["axes"] = AxesAttr.get(axes)
-            rewriter.notify_op_modified(op)
-
-
-def _nesting(reduces: list[ReduceOp]) -> set[tuple[str, str]]:
-    """(outer, inner) axis names of every reduction nested in another. An axis around a nested
-    reduction never merges with one inside a nested reduction: attention's key and head axes
-    both have 128 elements at 128 tokens, and the max (keys around the head-dim dot product)
-    and P x V (keys around the head dim, again) have to agree on which name is which."""
-    pairs = set()
-    for r in reduces:
-        for inner in r.body.walk():
-            if isinstance(inner, ReduceOp) and inner is not r:
-                pairs |= {(x, y) for x in r.axis_names for y in inner.axis_names}
-    return pairs
-
-
-def _compatible(ra: list[ReduceOp], rb: list[ReduceOp]) -> bool:
-    for x in ra:
-        for y in rb:
-            if x is y or x.is_ancestor(y) or y.is_ancestor(x):
-                return False
-    return True
-
-
-class DropUnusedInputs(RewritePattern):
-    """Inputs without loads go; a tensor passed twice is passed once."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: FusedOp, rewriter: PatternRewriter) -> None:
-        drop_unused_inputs(op, rewriter)
-
-
-@dataclass
-class CseBody(RewritePattern):
-    """Structural common subexpression elimination in a loop body (regions included), and
-    removal of unused scalar ops (index division included, which xDSL's DCE keeps)."""
-
-    state: FuseState
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: FusedOp, rewriter: PatternRewriter) -> None:
-        if op in self.state.clean:
-            return
-        _cse_block(op.block, {}, rewriter)
-        dce_block(op.block, rewriter)
-        self.state.clean.add(op)
-
-
-def dce_block(block: Block, rewriter: PatternRewriter) -> None:
-    for op in reversed(list(block.ops)):
-        if isinstance(op, StoreOp | YieldOp):
-            continue
-        if all(not r.uses for r in op.results):
-            rewriter.erase(op)
-            continue
-        for r in op.regions:
-            for b in r.blocks:
-                dce_block(b, rewriter)
-
-
-def _is_pure(op: Operation) -> bool:
-    return not isinstance(op, StoreOp | YieldOp) and not (
-        op.regions and not isinstance(op, ReduceOp)
-    )
-
-
-def _key(op: Operation, local: dict[SSAValue, tuple] | None = None) -> tuple:
-    local = {} if local is None else local
-    props = tuple(sorted(op.properties.items()))
-    operands = tuple(local.get(v, v) for v in op.operands)
-    types = tuple(r.type for r in op.results)
-    regions = []
-    for r in op.regions:
-        inner_keys = []
-        for b in r.blocks:
-            for k, arg in enumerate(b.args):
-                local[arg] = ("arg", k)
-            for inner in b.ops:
-                inner_keys.append(_key(inner, local))
-                for k, res in enumerate(inner.results):
-                    local[res] = ("local", len(local), k)
-        regions.append(tuple(inner_keys))
-    return (op.name, props, operands, types, tuple(regions))
-
-
-def _cse_block(block: Block, table: dict, rewriter: PatternRewriter) -> None:
-    for op in list(block.ops):
-        for r in op.regions:
-            for b in r.blocks:
-                _cse_block(b, dict(table), rewriter)
-        if not _is_pure(op) or not op.results:
-            continue
-        try:
-            key = _key(op)
-        except TypeError:  # an unhashable property
-            continue
-        prev = table.get(key)
-        if prev is not None:
-            rewriter.replace(op, [], list(prev.results))
-        else:
-            table[key] = op
-
-
-class FoldIndexArith(RewritePattern):
-    """Fold index arithmetic in loop bodies using the axes' bounds: `divui`/`remui` by
-    constants, `cmpi` decided by bounds, `select` on a constant, affine chains re-canonicalized."""
-
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(
-            op,
-            arith.DivUIOp | arith.RemUIOp | arith.CmpiOp | arith.SelectOp | arith.AddiOp | arith.SubiOp | arith.MuliOp,
-        ):
-            return
-        owner = axes_owner(op)
-        if owner is None:
-            return
-        extents = owner.properties["axes"].as_dict()
-        ib = IndexBuilder(
-            extents,
-            lambda new: rewriter.insert(new, InsertPoint.before(op)),
-            lambda name: _axis_before(op, name, rewriter),
-            list(extents),
-        )
-        if isinstance(op, arith.SelectOp):
-            c = constant_int(op.cond)
-            if c is not None:
-                rewriter.replace(op, [], [op.lhs if c else op.rhs])
-            return
-        if isinstance(op, arith.CmpiOp):
-            if op.lhs.type != IndexType():
-                return
-            pred = CMPI_PREDICATES[op.predicate.value.data]
-            known = compare_bounds(
-                pred, index_bounds(op.lhs, extents), index_bounds(op.rhs, extents)
-            )
-            if known is not None:
-                const = arith.ConstantOp(IntegerAttr(int(known), IntegerType(1)))
-                rewriter.replace(op, const)
-            return
-        if op.results[0].type != IndexType():
-            return
-        if isinstance(op, arith.DivUIOp | arith.RemUIOp):
-            c = constant_int(op.rhs)
-            if c is None:
-                return
-            form = simplify_divrem_in(isinstance(op, arith.DivUIOp), op.lhs, c, extents)
-            if form is not None:
-                rewriter.replace(op, [], [ib.of_form(form)])
-            return
-        form = affine_form(op.results[0])
-        if form is None or _tree_size(op.results[0]) <= _canonical_size(form):
-            return
-        if any(a not in extents for a in form.coeffs):
-            return
-        rewriter.replace(op, [], [ib.of_form(form)])
-
-
-def _axis_before(op: Operation, name: str, rewriter: PatternRewriter) -> SSAValue:
-    a = AxisOp(name)
-    rewriter.insert(a, InsertPoint.before(op))
-    return a.result
-
-
-def _tree_size(v: SSAValue) -> int:
-    op = v.owner if isinstance(v, OpResult) else None
-    if isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
-        return 1 + _tree_size(op.lhs) + _tree_size(op.rhs)
-    return 0
-
-
-def _canonical_size(form: AffineForm) -> int:
-    n = len(form.coeffs)
-    if n == 0:
-        return 0
-    return sum(1 for c in form.coeffs.values() if c != 1) + (n - 1) + (1 if form.constant else 0)
-
-
-# --------------------------------------------------------------------------------------------
 # The pass
 # --------------------------------------------------------------------------------------------
 
@@ -1296,14 +609,9 @@ class LoopFusePass(ModulePass):
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
         state = FuseState(limit=short_limit(op))
-        cleanups: list[RewritePattern] = [
-            FoldIndexArith(),
-            HoistInvariantOps(),
-            FactorOutOfSum(),
-            DropUnusedInputs(),
-            MergeReductionAxes(state),
-            CseBody(state),
-        ]
+        # the loop dialect's canonicalization, between fusions: each fused body is clean before
+        # the next decision looks at it
+        cleanups = loop_canonicalization_patterns(state.clean)
         for extra in (
             [InlineProducer(state)],
             [InlineProducer(state, views=True), MergeSplitSiblings(state)],

@@ -59,9 +59,11 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from emmy.analysis.body import Domains, product_factors
+from emmy.analysis.loops import weight_derived
 from emmy.dialects.loop import AxisOp, FusedOp, LoadOp, ReduceOp, StoreOp, YieldOp
+from emmy.dialects.loop_canonicalization import dce_block, drop_unused_inputs
 from emmy.phase import PHASE, PREPARE, is_prepare
-from emmy.passes.loop_fuse import ORIGIN, dce_block, drop_unused_inputs, weight_derived
+from emmy.passes.loop_fuse import ORIGIN
 
 f32 = Float32Type()
 

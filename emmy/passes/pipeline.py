@@ -28,7 +28,10 @@ PIPELINE: tuple[tuple[str, str, str, str], ...] = (
 )
 
 # Passes that are not part of the default pipeline but can be run with emmy-opt.
-EXTRA_PASSES: tuple[tuple[str, str, str], ...] = ()
+EXTRA_PASSES: tuple[tuple[str, str, str], ...] = (
+    # the loop dialect's canonicalization alone (loop-fuse applies it between fusions)
+    ("loop-canonicalize", "loop_canonicalize", "LoopCanonicalizePass"),
+)
 
 
 def _factory(module: str, cls: str) -> Callable[[], type[ModulePass]]:
