@@ -327,14 +327,18 @@ def cmd_run(args) -> int:
     else:
         print(f"{what} {report.describe()}; relative error vs PyTorch float32 "
               f"{report.rel_error:.3e} (PyTorch bf16: {report.baseline_error:.3e})")
+    if not args.check:
+        return 0
     allowed = report.allowed(args.tolerance)
-    if args.check and not report.rel_error <= allowed:
-        why = f"the tolerance {args.tolerance:.1e}"
-        if allowed > args.tolerance:
-            why = f"{allowed:.1e} (1.5x PyTorch's own bf16 error)"
-        print(f"error: relative error {report.rel_error:.3e} exceeds {why}", file=sys.stderr)
-        return 1
-    return 0
+    why = f"the tolerance {args.tolerance:.1e}"
+    if allowed > args.tolerance:
+        why = f"{allowed:.1e} (1.5x PyTorch's own bf16 error)"
+    if report.rel_error <= allowed:
+        print(f"ok: relative error {report.rel_error:.3e} within {why}")
+        return 0
+    print(f"FAILED: relative error {report.rel_error:.3e} over {why}")
+    print(f"error: relative error {report.rel_error:.3e} exceeds {why}", file=sys.stderr)
+    return 1
 
 
 def _input_ids(args):

@@ -176,3 +176,53 @@ def test_module_that_fails_on_its_example_inputs(tmp_path, capsys):
     err = _error(capsys, run, ["compile", f"{tmp_path}/m.py:make"])
     assert ("running Mismatch on its example inputs to trace it failed: RuntimeError: The size of tensor a (8) "
             "must match the size of tensor b (4)") in err
+
+
+# ------------------------------------------------------------------------------ the verdict of --check
+def test_check_prints_ok_within_the_tolerance(tmp_path, capsys):
+    model = write_tiny_model(tmp_path / "m")
+    assert run(["run", model, "--layer", "0", "--tokens", "4", "--backend", "interpret", "--check"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("ok: relative error ") and last.endswith(" within the tolerance 1.0e-02")
+
+
+def test_check_prints_failed_over_the_tolerance(tmp_path, capsys):
+    model = write_tiny_model(tmp_path / "m")
+    assert run_guarded(run, ["run", model, "--layer", "0", "--tokens", "4", "--backend", "interpret", "--check",
+                             "--tolerance", "1e-9"]) == 1
+    captured = capsys.readouterr()
+    last = captured.out.strip().splitlines()[-1]
+    assert last.startswith("FAILED: relative error ") and last.endswith(" over the tolerance 1.0e-09")
+    assert "error: relative error " in captured.err and "exceeds the tolerance 1.0e-09" in captured.err
+
+
+def test_run_without_check_prints_no_verdict(tmp_path, capsys):
+    model = write_tiny_model(tmp_path / "m")
+    assert run(["run", model, "--layer", "0", "--tokens", "4", "--backend", "interpret"]) == 0
+    out = capsys.readouterr().out
+    assert "relative error vs PyTorch" in out and not out.startswith(("ok", "FAILED")) and "\nok:" not in out
+
+
+@pytest.mark.parametrize("error, verdict", [(5e-3, "ok: relative error 5.000e-03 within the tolerance 1.0e-02"),
+                                            (2e-2, "FAILED: relative error 2.000e-02 over the tolerance 1.0e-02")])
+def test_check_on_the_gpu_path_prints_the_verdict(tmp_path, capsys, monkeypatch, error, verdict):
+    """`emmy run --backend cuda --check` ends with the same verdict as the interpreter (the GPU
+    run itself is replaced by a report with a known error: this machine may have no GPU)."""
+    import numpy as np
+
+    import emmy.backend.run as gpu_run
+    import emmy.cli.main as cli
+    from emmy.execute import RunReport
+
+    seen = []
+
+    def fake_run_on_gpu(options, cache_dir):
+        seen.append(options)
+        return RunReport(output=np.zeros((1, 4, 96)), reference=np.zeros((1, 4, 96)), rel_error=error)
+
+    monkeypatch.setattr(cli, "_has_gpu", lambda: True)
+    monkeypatch.setattr(gpu_run, "run_on_gpu", fake_run_on_gpu)
+    model = write_tiny_model(tmp_path / "m")
+    code = run(["run", model, "--layer", "0", "--tokens", "4", "--backend", "cuda", "--check"])
+    assert seen and code == (0 if verdict.startswith("ok") else 1)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == verdict
