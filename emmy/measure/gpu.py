@@ -13,7 +13,8 @@ processes, all submitted before the first is timed), the module loaded, the inpu
 outputs and temporaries filled with NaN (`emmy.backend.run.poisoned`), one call checked against
 the reference (over `tolerance`, or a NaN left in an output, is status "wrong" with the error),
 then timed (`timing.py`): the call captured in a CUDA graph over as many copies of its buffers as
-`rotation_count` says, so that no call finds its data in L2, and replayed `reps` times.
+`rotation_count` says, so that no call finds its data in L2, replayed for `warmup_s` seconds
+untimed (the card's clock up), then `reps` times `inner` replays, each repetition one sample.
 
 A launch that fails is status "launch_error". A CUDA error that poisons the context (an illegal
 address) leaves the process unable to use the GPU: every later candidate of the same measurer is
@@ -24,7 +25,6 @@ its own when candidates may fault).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +36,7 @@ import numpy as np
 from emmy.diagnostics import EmmyError
 from emmy.measure import Measurement
 from emmy.measure.builds import DEFAULT_SPILL_LIMIT, DEFAULT_TIMEOUT, Builder, BuildJob, Built
-from emmy.measure.timing import l2_bytes, replayable, rotation_count, sample_replays, summarize
+from emmy.measure.timing import l2_bytes, replayable, rotation_count, sample_replays, summarize, warm_up
 
 DEFAULT_TOLERANCE = 1e-2
 
@@ -69,7 +69,7 @@ class GpuMeasurer:
 
     def __init__(self, cache_dir: Path, *, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
                  spill_limit: int = DEFAULT_SPILL_LIMIT, tolerance: float = DEFAULT_TOLERANCE, reps: int = 30,
-                 inner: int = 3, seed: int = 0,
+                 inner: int = 3, warmup_s: float = 0.2, seed: int = 0,
                  check_hook: Callable[[int, list], None] | None = None):
         import torch
 
@@ -79,7 +79,7 @@ class GpuMeasurer:
         self.cache_dir = Path(cache_dir)
         self.workers = workers or max(1, (os.cpu_count() or 2) - 1)
         self.timeout, self.spill_limit, self.tolerance = timeout, spill_limit, tolerance
-        self.reps, self.inner, self.seed = reps, inner, seed
+        self.reps, self.inner, self.warmup_s, self.seed = reps, inner, warmup_s, seed
         self.check_hook = check_hook
         self._builders: dict[str, Builder] = {}
         self._inputs: dict[tuple[str, str], _Inputs] = {}
@@ -112,6 +112,7 @@ class GpuMeasurer:
                 out.append(failed)
                 continue
             try:
+                warm_up({"c": loaded.run}, self.warmup_s)
                 samples = sample_replays({"c": loaded.run}, reps=self.reps, inner=self.inner,
                                          calls={"c": len(loaded.bindings)})["c"]
                 out.append(self._timed(loaded, samples))
@@ -137,6 +138,8 @@ class GpuMeasurer:
         try:
             runs = {str(i): loaded.run for i, (_, loaded) in prepared.items()}
             calls = {str(i): len(loaded.bindings) for i, (_, loaded) in prepared.items()}
+            if runs:
+                warm_up(runs, self.warmup_s)
             samples = sample_replays(runs, reps=max(1, rounds), inner=self.inner, calls=calls) if runs else {}
             for i, (built, loaded) in prepared.items():
                 out[i] = self._timed(loaded, samples[str(i)])
@@ -347,10 +350,9 @@ def source_hash() -> str:
 
 
 def _emmy_version() -> str:
-    try:
-        return importlib.metadata.version("emmy")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    import emmy
+
+    return emmy.__version__
 
 
 def _driver_version() -> str:

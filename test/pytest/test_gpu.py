@@ -1,4 +1,7 @@
-"""GPU tests: run generated kernels against PyTorch. Skipped on machines without a CUDA device."""
+"""GPU tests: run generated kernels against PyTorch. Skipped on machines without a CUDA device.
+
+Outputs and temporaries start filled with NaN (`emmy.backend.run.poisoned`, at every bind), so an
+element a kernel never writes fails the comparison."""
 
 from __future__ import annotations
 
@@ -244,6 +247,8 @@ def _check_running_example(tokens, pins, tmp_path, hidden=1024, calls=1):
         assert all(torch.equal(a, b) for a, b in zip(first, layer.outputs()))
     module = traced.layer_module.cuda().float()
     refs = module(*[t.cuda().float() for t in traced.inputs.values()])
+    refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    assert len(layer.outputs()) == len(refs), "the compiled function returns another number of results"
     for out, ref in zip(layer.outputs(), refs):
         err = ((out.float().reshape(ref.shape) - ref).norm() / ref.norm()).item()
         assert err <= 1e-2, err
@@ -373,3 +378,28 @@ def test_relu_sigmoid_pow_chunk_softmax_mean_block_on_gpu(tmp_path, monkeypatch,
 def test_handwritten_attention_on_gpu(tokens, tmp_path, monkeypatch, capsys):
     """q @ k^T * scale, softmax, @ v by hand: one flash-attention kernel."""
     assert _run_test_model("handwritten_attention", tmp_path, monkeypatch, "--tokens", str(tokens)) == 0
+
+
+def test_bound_outputs_start_as_nan(tmp_path):
+    """Before the first launch every output and temporary of a binding is NaN: an unwritten
+    tile cannot pass with what the memory held."""
+    import math
+
+    from emmy.backend.plan import launch_plan
+    from emmy.backend.run import GpuLayer
+    from emmy.driver import CompileOptions, compile_model
+
+    opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=33, target=_target())
+    result = compile_model(opts)
+    layer = GpuLayer(launch_plan(result.module), opts.target, _cache(tmp_path))
+    traced = result.traced
+    layer.bind({k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()})
+    torch.cuda.synchronize()
+    roles = {b.name: b.role for b in layer.module.plan.buffers}
+    poisoned = [name for name, t in layer.binding.tensors.items()
+                if roles[name] in ("output", "temp") and t.is_floating_point()]
+    assert poisoned
+    assert all(torch.isnan(layer.binding.tensors[name]).all() for name in poisoned)
+    layer.launch()
+    torch.cuda.synchronize()
+    assert not math.isnan(layer.outputs()[0].float().sum().item())

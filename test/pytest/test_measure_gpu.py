@@ -53,11 +53,12 @@ def test_right_kernels_are_ok_and_failed_builds_reported(tmp_path):
 
 
 def test_a_wrong_kernel_is_detected(tmp_path):
-    """A test hook corrupts one candidate's output after its call: that one is "wrong"."""
+    """A test hook corrupts one candidate's output after its call (one 16 x 64 tile of v zeroed,
+    as a kernel storing a tile's wrong content would): that one is "wrong"."""
 
     def corrupt(index, outputs):
         if index == 1:
-            outputs[2][0, 3, :16] += 1.0
+            outputs[2][0, 16:32, 64:128] = 0.0
 
     task = _Task(KERNEL, _isolated_text())
     with _measurer(tmp_path, check_hook=corrupt) as m:
@@ -93,3 +94,42 @@ def test_remeasure_interleaved(tmp_path):
         a, b = m.remeasure(task, [{}, {"workers": "mma_sync"}], rounds=6)
     assert a.status == b.status == "ok"
     assert a.facts["samples"] == b.facts["samples"] == 6
+
+
+# Three kernels of the Qwen3 layer at 512 tokens, the rules' answer and a few pinned neighbours
+# each: the rules' answer must measure "ok"; every figure is printed (run with -s).
+QWEN_CANDIDATES = {
+    "rms_norm_qkv_proj": [{}, {"block_n": 64}, {"workers": "wgmma", "warps": 4}, {"copy": "cp_async"}],
+    "attention": [{}, {"fusion": "split"}, {"block_kv": 128}, {"block_q": 128, "warps": 8, "block_kv": 128}],
+    "down_proj_residual": [{}, {"split_k": 1}, {"schedule": "persistent"}, {"workers": "mma_sync"}],
+}
+
+
+@pytest.fixture(scope="module")
+def qwen_tasks():
+    from emmy.driver import CompileOptions, compile_model
+    from emmy.ir_io import print_module
+    from emmy.measure.isolate import isolate
+
+    result = compile_model(CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", tokens=512, target="sm_90a",
+                                          stop_after="tile"))
+    return {k: _Task(k, print_module(isolate(result.module, k))) for k in QWEN_CANDIDATES}
+
+
+@pytest.mark.parametrize("kernel", list(QWEN_CANDIDATES))
+def test_qwen3_layer_kernels_at_512_tokens(kernel, qwen_tasks, tmp_path):
+    task = qwen_tasks[kernel]
+    with _measurer(tmp_path) as m:
+        results = m.measure(task, QWEN_CANDIDATES[kernel])
+        ok = [i for i, r in enumerate(results) if r.ok]
+        best = sorted(ok, key=lambda i: results[i].time_s)[:3]
+        again = m.remeasure(task, [QWEN_CANDIDATES[kernel][i] for i in best], rounds=20)
+        print(f"\n{kernel} on {m.environment()}")
+    for cand, r in zip(QWEN_CANDIDATES[kernel], results):
+        t = f"{r.time_s * 1e6:8.2f} us +-{r.spread:.1%}" if r.ok else " " * 20
+        print(f"  {str(cand):40} {r.status:13} {t} err {r.error if r.error is None else f'{r.error:.1e}'} "
+              f"copies {r.facts.get('copies')} regs {r.facts.get('registers')} smem {r.facts.get('smem')} {r.reason[:150]}")
+    for i, r in zip(best, again):
+        print(f"  remeasured {str(QWEN_CANDIDATES[kernel][i]):40} {r.status} {r.time_s * 1e6:8.2f} us +-{r.spread:.1%}")
+    assert results[0].status == "ok", results[0].reason
+    assert all(r.status in ("ok", "build_failed", "spills") for r in results), [r.reason for r in results]
