@@ -1,6 +1,6 @@
 """`emmy-opt`: run Emmy passes on an IR file, like mlir-opt.
 
-    emmy-opt FILE.mlir -p 'loop-fuse,decide-forks{knobs="block_m=64"}'
+    emmy-opt FILE.mlir -p 'convert-loop-to-tile,decide-forks{pin="*.block_m=64"}'
     emmy-opt FILE.mlir --pass-pipeline='builtin.module(loop-fuse)'
     emmy-opt --list-passes
 

@@ -63,6 +63,8 @@ from xdsl.utils.exceptions import VerifyException
 
 AnyTensor = base(TensorType)
 
+ORIGIN = "emmy.origin"  # the discardable attribute naming an op's model-level origin (see above)
+
 
 def _shape(t: Attribute) -> tuple[int, ...]:
     assert isinstance(t, TensorType)

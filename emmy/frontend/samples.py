@@ -2,7 +2,7 @@
 
     .venv/bin/python -m emmy.frontend.samples [OUTPUT_DIR]   (default: test/filecheck/inputs)
 
-- `torch-layer.mlir`: Qwen3-Embedding-0.6B layer 0 at 32 tokens, target sm_90.
+- `torch-layer.mlir`: Qwen3-Embedding-0.6B layer 0 at 32 tokens, for `emmy.targets.DEFAULT_TARGET`.
 - `torch-running-example.mlir`: the running example: the layer's input RMSNorm followed by the
   q, k, v linears on a [1, 32, 1024] input, returning q, k, v (same names and attributes as the
   layer, function `@layer0`).
@@ -22,10 +22,10 @@ from emmy.frontend.importer import import_graph
 from emmy.frontend.models import resolve_model
 from emmy.frontend.trace import DEFAULT_TRACER, Tracer, materialize, random_weights, trace_graph, trace_layer
 from emmy.ir_io import print_module
+from emmy.targets import DEFAULT_TARGET
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 TOKENS = 32
-TARGET = "sm_90"
 
 
 class RunningExample(nn.Module):
@@ -47,7 +47,7 @@ class RunningExample(nn.Module):
 
 def layer_module(tracer: Tracer = DEFAULT_TRACER) -> ModuleOp:
     traced = trace_layer(resolve_model(MODEL), 0, TOKENS, tracer=tracer)
-    traced.module.attributes["emmy.target"] = StringAttr(TARGET)
+    traced.module.attributes["emmy.target"] = StringAttr(DEFAULT_TARGET)
     return traced.module
 
 
@@ -66,7 +66,7 @@ def running_example_module(tracer: Tracer = DEFAULT_TRACER) -> ModuleOp:
             "emmy.model": StringAttr(MODEL),
             "emmy.layer": IntegerAttr(0, i64),
             "emmy.tokens": IntegerAttr(TOKENS, i64),
-            "emmy.target": StringAttr(TARGET),
+            "emmy.target": StringAttr(DEFAULT_TARGET),
         },
     )
 
