@@ -17,6 +17,7 @@ from emmy.context import STAGES, make_context
 from emmy.diagnostics import EmmyError
 from emmy.ir_io import parse_pipeline, run_passes, verify
 from emmy.passes.pipeline import PIPELINE
+from emmy.targets import DEFAULT_TARGET
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class CompileOptions:
     model: str
     layer: int | None = 0
     tokens: int = 512
-    target: str = "sm_90"
+    target: str = DEFAULT_TARGET
     pins: tuple[str, ...] = ()
     max_launches: int = 0  # decide-forks' launch budget per function call (0: none)
     stop_after: str = "cuda"  # a stage name

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from emmy.backend import runtime_dir
 from emmy.diagnostics import EmmyError
+from emmy.targets import target_names
 
-ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+ARCHES = tuple(target_names())
 _KERNEL_DEF = re.compile(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(')
 
 

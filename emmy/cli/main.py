@@ -19,8 +19,9 @@ from pathlib import Path
 from emmy.cli.report import run_guarded
 from emmy.context import STAGES
 from emmy.diagnostics import EmmyError
+from emmy.targets import DEFAULT_TARGET, target_names
 
-TARGETS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+TARGETS = tuple(target_names())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--layer", type=int, default=None, help="decoder layer to compile")
         p.add_argument("--tokens", type=int, default=512,
                        help="sequence length (static shape); a path.py:fn factory that takes `tokens` gets it")
-        p.add_argument("--target", default=None, help="sm_80|sm_86|sm_89|sm_90|sm_90a (default: the GPU's, else sm_90)")
+        p.add_argument("--target", default=None,
+                       help="|".join(TARGETS) + f" (default: the GPU's, else {DEFAULT_TARGET})")
         p.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                        help="pin a schedule knob (repeatable; KERNEL may be '*')")
         p.add_argument("--max-launches", type=int, default=0, metavar="N",
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_target() -> str:
-    """The GPU's architecture when one is present, else sm_90."""
+    """The GPU's architecture when one is present, else DEFAULT_TARGET."""
     try:
         import torch
 
@@ -80,7 +82,7 @@ def default_target() -> str:
             return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
     except Exception:
         pass
-    return "sm_90"
+    return DEFAULT_TARGET
 
 
 def _options(args, stop_after: str):

@@ -4,7 +4,7 @@ A `tile.kernel` is a `loop.fused` whose body is kept unchanged (the same `loop.a
 `loop.reduce`, `loop.store`, `arith` and `math` ops, so every analysis of the loop stage still
 applies) plus what the loop did not say: its `kind` (elementwise, reduction, contraction or
 attention, see `emmy/analysis/classify.py`) and its schedule, a dictionary of knobs. A knob is one
-schedule choice with a finite domain (DESIGN.md section 2): `convert-loop-to-tile` writes the knobs
+schedule choice with a finite domain (docs/03-forks-and-knobs.md): `convert-loop-to-tile` writes the knobs
 undecided, `decide-forks` decides every one of them and records where the answer came from.
 
     %out = tile.kernel @rmsnorm_qkv kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {

@@ -77,8 +77,8 @@ from emmy.analysis.indexing import IndexBuilder
 from emmy.diagnostics import EmmyError
 from emmy.dialects import loop as L
 from emmy.dialects import tensor as T
+from emmy.dialects.tensor import ORIGIN
 
-ORIGIN = "emmy.origin"
 f32 = Float32Type()
 
 

@@ -59,8 +59,8 @@ from xdsl.rewriter import InsertPoint
 from emmy.diagnostics import EmmyError
 from emmy.dialects import tensor as T
 from emmy.dialects import torch as P
+from emmy.dialects.tensor import ORIGIN
 
-ORIGIN = "emmy.origin"
 
 # ------------------------------------------------------------------------------------------
 # Origin labels (an analysis over each function, before rewriting)

@@ -44,8 +44,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from emmy.dialects import tensor as T
-
-ORIGIN = "emmy.origin"
+from emmy.dialects.tensor import ORIGIN
 
 
 def _origin(op: Operation) -> str | None:

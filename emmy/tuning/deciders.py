@@ -3,7 +3,7 @@
 A decider answers some knobs of one kernel (`Problem`), given the answers of the stronger
 deciders before it (`fixed`). `decide_kernel` asks them in order; each answer is kept only if the
 assignment so far stays legal (`emmy.tuning.legality.check`); the first decider to answer a knob
-wins. The order is the deploy evidence hierarchy of DESIGN.md 3.2:
+wins. The order is the deploy evidence hierarchy (docs page 6, "the deploy evidence hierarchy"):
 
     pinned -> (kept: a value an earlier decide-forks recorded) -> local -> golden -> nearest
            -> prior -> rule

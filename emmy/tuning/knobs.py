@@ -1,6 +1,6 @@
 """The knob space: which schedule knobs each kind of kernel has, and their domains.
 
-A knob is one schedule choice of a `tile.kernel` (DESIGN.md section 2). Its domain depends on the
+A knob is one schedule choice of a `tile.kernel` (docs/03-forks-and-knobs.md). Its domain depends on the
 kernel's kind and is filtered by the target (no `wgmma` before sm_90a); it does not depend on the
 shapes, so kernels of one kind on one target share a space (shape-specific limits are legality's
 job, `emmy/tuning/legality.py`).
