@@ -51,6 +51,7 @@ from emmy.backend.cxx import emit_kernel
 from emmy.diagnostics import EmmyError
 from emmy.dialects import cuda as C
 from emmy.dialects import kernel as K
+from emmy.passes.stages import require_input_stage
 from emmy.phase import is_overlapped, is_prepare, mark_overlapped, mark_prepare
 
 MAX_ELEMENTS = 2**31 - 1
@@ -203,6 +204,7 @@ class ConvertKernelToCudaPass(ModulePass):
     name = "convert-kernel-to-cuda"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require_input_stage(op, self.name)
         kernels = {o.sym_name.data: o for o in op.body.block.ops if isinstance(o, K.KernelFuncOp)}
         PatternRewriteWalker(
             GreedyRewritePatternApplier([LowerFunction(kernels)], dce_enabled=False),

@@ -40,6 +40,7 @@ from xdsl.pattern_rewriter import (
 from emmy.analysis.classify import classify
 from emmy.dialects.loop import FusedOp
 from emmy.dialects.tile import KernelOp, KnobAttr
+from emmy.passes.stages import require_input_stage
 from emmy.tuning.knobs import knob_space_for
 from emmy.targets import Target, module_target
 
@@ -80,6 +81,7 @@ class ConvertLoopToTilePass(ModulePass):
     name = "convert-loop-to-tile"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require_input_stage(op, self.name)
         target = module_target(op)
         PatternRewriteWalker(
             GreedyRewritePatternApplier([LoopToKernel(target)], dce_enabled=False),

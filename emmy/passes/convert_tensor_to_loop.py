@@ -77,8 +77,9 @@ from emmy.analysis.indexing import IndexBuilder
 from emmy.diagnostics import EmmyError
 from emmy.dialects import loop as L
 from emmy.dialects import tensor as T
-from emmy.dialects.tensor import ORIGIN
+from emmy.passes.stages import require_input_stage
 
+ORIGIN = "emmy.origin"
 f32 = Float32Type()
 
 
@@ -655,6 +656,7 @@ class ConvertTensorToLoopPass(ModulePass):
     name = "convert-tensor-to-loop"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        require_input_stage(op, self.name)
         rounded = set().union(*(rounded_to_low(f) for f in op.body.block.ops if isinstance(f, func.FuncOp)))
         PatternRewriteWalker(
             GreedyRewritePatternApplier(

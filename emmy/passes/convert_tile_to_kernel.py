@@ -49,6 +49,7 @@ from emmy.lowering.common import c_ident
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
+from emmy.passes.stages import require_input_stage
 from emmy.phase import is_prepare, mark_prepare
 from emmy.targets import Target, module_target
 
@@ -58,11 +59,15 @@ def builder_for(kind: str):
     try:
         module = importlib.import_module(f"emmy.lowering.{kind}")
     except ModuleNotFoundError as e:
+        if kind == "attention" and e.name in ("emmy.lowering.attention",):
+            raise EmmyError("attention kernels are not lowered yet") from None
         if e.name == f"emmy.lowering.{kind}":
             raise EmmyError(f"convert-tile-to-kernel: no kernel builder for kind '{kind}'") from None
         raise
     build = getattr(module, "build", None)
     if build is None:
+        if kind == "attention":
+            raise EmmyError("attention kernels are not lowered yet")
         raise EmmyError(f"convert-tile-to-kernel: emmy.lowering.{kind} has no build()")
     return build
 
@@ -154,6 +159,7 @@ class ConvertTileToKernelPass(ModulePass):
     name = "convert-tile-to-kernel"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require_input_stage(op, self.name)
         target = module_target(op)
         PatternRewriteWalker(
             GreedyRewritePatternApplier([LowerTileKernel(target)], dce_enabled=False),

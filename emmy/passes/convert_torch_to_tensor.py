@@ -59,8 +59,9 @@ from xdsl.rewriter import InsertPoint
 from emmy.diagnostics import EmmyError
 from emmy.dialects import tensor as T
 from emmy.dialects import torch as P
-from emmy.dialects.tensor import ORIGIN
+from emmy.passes.stages import require_input_stage
 
+ORIGIN = "emmy.origin"
 
 # ------------------------------------------------------------------------------------------
 # Origin labels (an analysis over each function, before rewriting)
@@ -644,6 +645,7 @@ class ConvertTorchToTensorPass(ModulePass):
     name = "convert-torch-to-tensor"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        require_input_stage(op, self.name)
         labels: dict[Operation, str] = {}
         for f in op.walk():
             if isinstance(f, func.FuncOp):

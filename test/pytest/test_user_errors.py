@@ -13,12 +13,16 @@ from emmy.cli.opt import run as run_opt
 from emmy.cli.report import run_guarded
 from tiny_models import TINY, write_tiny_model
 
+INPUTS = Path(__file__).resolve().parents[2] / "test" / "filecheck" / "inputs"
+
 
 def _error(capsys, fn, argv) -> str:
     assert run_guarded(fn, argv) == 1
     err = capsys.readouterr().err
-    last = err.strip().splitlines()[-1]  # transformers may warn before it
-    assert last.startswith("error: ") and "Traceback (most recent call last)" not in last, err
+    # transformers may warn (or log) before the error; a hint may follow it
+    lines = err.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("error: ")), None)
+    assert first is not None and "Traceback (most recent call last)" not in "\n".join(lines[first:]), err
     return err
 
 
@@ -226,3 +230,53 @@ def test_check_on_the_gpu_path_prints_the_verdict(tmp_path, capsys, monkeypatch,
     code = run(["run", model, "--layer", "0", "--tokens", "4", "--backend", "cuda", "--check"])
     assert seen and code == (0 if verdict.startswith("ok") else 1)
     assert capsys.readouterr().out.strip().splitlines()[-1] == verdict
+
+
+# ------------------------------------------------------------------------------ a pass given the wrong stage
+TORCH_MODULE = """builtin.module {
+  func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %s = torch.relu %a : (tensor<4xf32>) -> tensor<4xf32>
+    func.return %s : tensor<4xf32>
+  }
+}
+"""
+
+TENSOR_MODULE = """builtin.module {
+  func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %h = tensor.cast %a : tensor<4xf32> -> tensor<4xf32>
+    func.return %h : tensor<4xf32>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("pass_name, stage, previous", [
+    ("convert-tensor-to-loop", "tensor", "tensor-merge-siblings (02-tensor-merge-siblings.mlir"),
+    ("convert-loop-to-tile", "loop", "loop-hoist-params (05-loop-hoist-params.mlir"),
+    ("convert-tile-to-kernel", "tile", "decide-forks (07-decide-forks.mlir"),
+    ("convert-kernel-to-cuda", "kernel", "kernel-overlap-launches (09-kernel-overlap-launches.mlir"),
+])
+def test_conversion_pass_on_a_torch_stage_file(tmp_path, capsys, pass_name, stage, previous):
+    """Each conversion pass given a module at another stage says so, and which stage it converts."""
+    (tmp_path / "m.mlir").write_text(TORCH_MODULE)
+    err = _error(capsys, run_opt, [str(tmp_path / "m.mlir"), "-p", pass_name])
+    assert (f"error: {pass_name}: the input is at the torch stage (torch.relu in @f); "
+            f"{pass_name} converts a module at the {stage} stage\n") in err
+    assert f"give it a module at the {stage} stage, such as the output of {previous} in a dump directory)" in err
+
+
+def test_convert_torch_to_tensor_on_a_tensor_stage_file(tmp_path, capsys):
+    (tmp_path / "m.mlir").write_text(TENSOR_MODULE)
+    err = _error(capsys, run_opt, [str(tmp_path / "m.mlir"), "-p", "convert-torch-to-tensor"])
+    assert ("error: convert-torch-to-tensor: the input is at the tensor stage (tensor.cast in @g); "
+            "convert-torch-to-tensor converts a module at the torch stage\n"
+            "give it an imported model (00-torch-import.mlir in a dump directory)") in err
+
+
+def test_a_tile_stage_module_is_not_at_the_loop_stage(capsys):
+    """A tile-stage module still holds loop-stage bodies in its kernels: it is at the tile stage,
+    and convert-loop-to-tile refuses it (rather than lower the bodies a second time)."""
+    spec = "convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile"
+    err = _error(capsys, run_opt, [str(INPUTS / "torch-running-example.mlir"), "-p", spec + ",convert-loop-to-tile"])
+    assert "error: convert-loop-to-tile: the input is at the tile stage (tile.kernel in @" in err
+    assert "convert-loop-to-tile converts a module at the loop stage" in err

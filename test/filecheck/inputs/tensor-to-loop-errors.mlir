@@ -18,7 +18,8 @@ builtin.module {
 // -----
 builtin.module {
   func.func @left(%a: tensor<4xf32>) -> tensor<4xf32> {
-    %s = torch.relu %a : (tensor<4xf32>) -> tensor<4xf32>
+    %h = tensor.cast %a : tensor<4xf32> -> tensor<4xf32>
+    %s = torch.relu %h : (tensor<4xf32>) -> tensor<4xf32>
     func.return %s : tensor<4xf32>
   }
 }
