@@ -77,9 +77,9 @@ from emmy.analysis.indexing import IndexBuilder
 from emmy.diagnostics import EmmyError
 from emmy.dialects import loop as L
 from emmy.dialects import tensor as T
+from emmy.dialects.tensor import ORIGIN
 from emmy.passes.stages import require_input_stage
 
-ORIGIN = "emmy.origin"
 f32 = Float32Type()
 
 

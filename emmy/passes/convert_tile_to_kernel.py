@@ -59,15 +59,11 @@ def builder_for(kind: str):
     try:
         module = importlib.import_module(f"emmy.lowering.{kind}")
     except ModuleNotFoundError as e:
-        if kind == "attention" and e.name in ("emmy.lowering.attention",):
-            raise EmmyError("attention kernels are not lowered yet") from None
         if e.name == f"emmy.lowering.{kind}":
             raise EmmyError(f"convert-tile-to-kernel: no kernel builder for kind '{kind}'") from None
         raise
     build = getattr(module, "build", None)
     if build is None:
-        if kind == "attention":
-            raise EmmyError("attention kernels are not lowered yet")
         raise EmmyError(f"convert-tile-to-kernel: emmy.lowering.{kind} has no build()")
     return build
 

@@ -59,9 +59,9 @@ from xdsl.rewriter import InsertPoint
 from emmy.diagnostics import EmmyError
 from emmy.dialects import tensor as T
 from emmy.dialects import torch as P
+from emmy.dialects.tensor import ORIGIN
 from emmy.passes.stages import require_input_stage
 
-ORIGIN = "emmy.origin"
 
 # ------------------------------------------------------------------------------------------
 # Origin labels (an analysis over each function, before rewriting)
