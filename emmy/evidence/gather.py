@@ -1,0 +1,131 @@
+"""The candidates of the recorded tiers for the kernels of one module.
+
+    ev = Evidence.collect(kernels_by_key, target, store=open_store(url, create=False), golden=entries)
+    ev.local[name], ev.golden[name], ev.nearest[name]     # lists of Candidate, best first
+    ev.stale[name]                                        # records of this kernel under an old space version
+
+- local: the store's recorded best of the kernel's exact key;
+- golden: the golden entry of the exact key (entries of the target's folder);
+- nearest: records and golden entries of the same structure and target on other shapes, nearest
+  first. The distance between two shapes is the sum over their axes of |log2(a / b)|, so 512
+  and 1024 tokens are as far apart as 2048 and 4096; ties go to the store, then by key.
+
+A record or entry whose structure and shape match but whose space version is another is stale:
+reported, never used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from emmy.evidence.recorded import Candidate, Skipped
+
+# How many nearest candidates a kernel gets (the first legal one answers).
+NEAREST = 4
+
+
+@dataclass(frozen=True)
+class Known:
+    """One measured assignment of some key: the store's best of a study or a golden entry."""
+
+    key_id: str
+    structure: str
+    shape: str
+    target: str
+    version: int
+    extents: Mapping[str, int]
+    values: Mapping[str, object]
+    time_s: float
+    source: Mapping[str, object]
+    summary: str
+
+
+@dataclass
+class Evidence:
+    local: dict[str, list[Candidate]] = field(default_factory=dict)
+    golden: dict[str, list[Candidate]] = field(default_factory=dict)
+    nearest: dict[str, list[Candidate]] = field(default_factory=dict)
+    stale: dict[str, list[Skipped]] = field(default_factory=dict)
+
+    @classmethod
+    def collect(cls, keys: Mapping[str, object], target: str, stored: Sequence[Known], golden: Sequence[Known]) -> Evidence:
+        """`keys`: kernel name -> its KernelKey. `stored`, `golden`: what the store and the golden
+        files hold (`stored_knowns`, `golden_knowns`)."""
+        ev = cls()
+        for name, key in keys.items():
+            for tier, known in (("local", stored), ("golden", golden)):
+                exact = [k for k in known if k.key_id == key.id]
+                getattr(ev, tier)[name] = [_candidate(tier, k, "") for k in exact]
+                for k in known:
+                    if k.structure == key.structure and k.shape == key.shape and k.target == target and k.version != key.version:
+                        ev.stale.setdefault(name, []).append(
+                            Skipped(tier, k.source, f"stale: recorded under space version v{k.version}, this Emmy's is v{key.version}"))
+            others = [(distance(key.extents(), k.extents), i, k) for i, k in enumerate([*stored, *golden])
+                      if k.structure == key.structure and k.target == target and k.version == key.version and k.shape != key.shape]
+            others.sort(key=lambda t: (t[0], t[1]))
+            ev.nearest[name] = [_candidate("nearest", k, key.shape, d) for d, _, k in others[:NEAREST]]
+        return ev
+
+
+def distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
+    """Sum over the axes of |log2(a / b)| (an axis missing on one side counts as far: 64)."""
+    axes = set(a) | set(b)
+    return sum(abs(math.log2(a[x] / b[x])) if x in a and x in b and a[x] > 0 and b[x] > 0 else 64.0 for x in sorted(axes))
+
+
+def stored_knowns(store, target: str) -> list[Known]:
+    """The recorded best of every study of the store on `target`."""
+    from emmy.records.store import KEY_ATTR, best_record
+
+    out = []
+    for name in store.study_names():
+        attrs = store.study_attrs(name) or {}
+        fields = attrs.get(KEY_ATTR) or {}
+        if fields.get("target") != target:
+            continue
+        record = best_record(store, name)
+        if record is None:
+            continue
+        from emmy.schedule.key import KernelKey
+
+        key = KernelKey(str(fields.get("structure", "")), str(fields.get("shape", "")), target, int(fields.get("version", 0)))
+        out.append(Known(
+            key_id=name, structure=key.structure, shape=key.shape, target=target, version=key.version,
+            extents=key.extents(), values=dict(record.values), time_s=record.time_s,
+            source={"store": store.name, "study": record.study, "trial": record.trial, "time_s": record.time_s,
+                    "card": record.card},
+            summary=f"tuned {record.summary()} ({record.source()})",
+        ))
+    return out
+
+
+def golden_knowns(files, target: str) -> list[Known]:
+    """Every entry of the golden files for `target`."""
+    out = []
+    for f in files:
+        if f.target != target:
+            continue
+        for i, e in enumerate(f.entries):
+            key = e.kernel_key()
+            out.append(Known(
+                key_id=e.key, structure=e.structure, shape=e.shape, target=e.target, version=e.version,
+                extents=key.extents(), values=dict(e.values), time_s=e.time_s,
+                source={"file": str(f.path), "entry": i, "kernel": e.kernel, "tokens": e.tokens,
+                        "time_s": e.time_s, "card": e.card},
+                summary=f"golden: {e.time_s * 1e6:.2f} us on {e.card or 'an unknown card'} ({f.path.name} entry {i}: {e.kernel} at {e.tokens} tokens)",
+            ))
+    return out
+
+
+def _candidate(tier: str, k: Known, shape: str, d: float = 0.0) -> Candidate:
+    source = {"tier": tier, "key": k.key_id, **k.source}
+    reason = k.summary
+    if tier == "nearest":
+        source.update({"shape": k.shape, "distance": round(d, 3)})
+        reason = f"nearest shape ({k.shape.split(';')[0]}, distance {d:.2f}): {k.summary}"
+    return Candidate(dict(k.values), reason, source)  # type: ignore[arg-type]
+
+
+__all__ = ["NEAREST", "Evidence", "Known", "distance", "golden_knowns", "stored_knowns"]

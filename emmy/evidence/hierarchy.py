@@ -1,0 +1,131 @@
+"""The deciders of one decide-forks run, in the hierarchy's order, and the report of where each
+kernel's answers came from.
+
+    hierarchy = Hierarchy.build(kernels, target, pins, EvidenceOptions(records=url, golden=dir))
+    answers = decide_kernel(problem, hierarchy.deciders)
+    hierarchy.report(kernel_name)      # JSON-able: key, tiers used, skipped evidence, misses
+
+The report goes into the kernel's `emmy.evidence` attribute (a JSON string) when any evidence
+source is configured, so `--explain` and the dump's decisions can say, for every kernel, which
+tier answered, its structured source, what was skipped and why each higher tier had no answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emmy.evidence import TIERS
+from emmy.evidence.gather import Evidence, golden_knowns, stored_knowns
+from emmy.evidence.recorded import RecordedDecider, Skipped
+from emmy.tuning.deciders import Decider, KeptDecider, PinnedDecider, RuleDecider
+from emmy.tuning.pins import Pins
+
+EVIDENCE_ATTR = "emmy.evidence"
+
+
+@dataclass(frozen=True)
+class EvidenceOptions:
+    """What decide-forks may consult: the tiers turned on, the store's URL ("" = none) and the
+    golden folder ("" = none)."""
+
+    tiers: tuple[str, ...] = TIERS
+    records: str = ""
+    golden: str = ""
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.records or self.golden) or self.tiers != TIERS
+
+
+@dataclass
+class Hierarchy:
+    deciders: list[Decider]
+    keys: dict[str, object]
+    recorded: list[RecordedDecider]
+    stale: dict[str, list[Skipped]]
+    misses: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, kernels: Sequence, target, pins: Pins, options: EvidenceOptions, prior: Decider | None = None) -> Hierarchy:
+        from emmy.schedule.key import kernel_key
+
+        tiers = options.tiers
+        keys = {k.kernel_name: kernel_key(k, target) for k in kernels}
+        store, store_note = _store(options.records) if {"local", "nearest"} & set(tiers) else (None, "")
+        files, golden_note = _golden(options.golden, target.name) if {"golden", "nearest"} & set(tiers) else ([], "")
+        stored = stored_knowns(store, target.name) if store is not None else []
+        gold = golden_knowns(files, target.name)
+        ev = Evidence.collect(keys, target.name, stored, gold)
+        recorded = []
+        deciders: list[Decider] = []
+        if "pinned" in tiers:
+            deciders.append(PinnedDecider(pins))
+        deciders.append(KeptDecider())
+        for tier in ("local", "golden", "nearest"):
+            if tier in tiers:
+                d = RecordedDecider(tier, getattr(ev, tier))
+                recorded.append(d)
+                deciders.append(d)
+        if "prior" in tiers and prior is not None:
+            deciders.append(prior)
+        if "rule" in tiers or prior is None:
+            deciders.append(RuleDecider())
+        h = cls(deciders, keys, recorded, ev.stale)
+        for name in keys:
+            h.misses[name] = _misses(tiers, name, ev, store_note, golden_note, options)
+        return h
+
+    def report(self, kernel: str, tiers_used: Sequence[str]) -> dict:
+        """Where the kernel's answers came from: its key, the source of each recorded tier that
+        answered, the evidence passed over, and why each higher tier had no answer."""
+        used = {d.name: dict(d.used[kernel].source) for d in self.recorded if kernel in d.used and d.name in tiers_used}
+        skipped = [s.to_json() for s in self.stale.get(kernel, [])]
+        for d in self.recorded:
+            skipped.extend(s.to_json() for s in d.skipped.get(kernel, []))
+        key = self.keys[kernel]
+        return {"key": key.id, "sources": used, "skipped": skipped, "misses": self.misses.get(kernel, {})}
+
+    def report_text(self, kernel: str, tiers_used: Sequence[str]) -> str:
+        return json.dumps(self.report(kernel, tiers_used), sort_keys=True)
+
+
+def _store(url: str):
+    if not url:
+        return None, "no store given"
+    from emmy.records.store import display_url, open_store
+
+    store = open_store(url, create=False)
+    if store is None:
+        return None, f"no store at {display_url(url)}"
+    return store, store.name
+
+
+def _golden(directory: str, target: str):
+    if not directory:
+        return [], "no golden folder given"
+    from emmy.golden.schema import read_dir
+
+    path = Path(directory)
+    files = read_dir(path, target)
+    return files, f"{path / target}"
+
+
+def _misses(tiers, name, ev: Evidence, store_note: str, golden_note: str, options: EvidenceOptions) -> dict[str, str]:
+    out = {}
+    for tier in ("local", "golden", "nearest"):
+        if tier not in tiers:
+            out[tier] = "turned off"
+        elif not getattr(ev, tier).get(name):
+            if tier == "local":
+                out[tier] = f"no record of this key ({store_note})" if options.records else "no store"
+            elif tier == "golden":
+                out[tier] = f"no entry for this key in {golden_note}" if options.golden else "no golden folder"
+            else:
+                out[tier] = "no record or golden entry of this kernel's structure on another shape"
+    return out
+
+
+__all__ = ["EVIDENCE_ATTR", "EvidenceOptions", "Hierarchy"]

@@ -1,0 +1,82 @@
+"""The recorded tiers' decider: a full assignment that was measured somewhere, if it is legal here.
+
+The `local`, `golden` and `nearest` tiers all answer the same way: each has, per kernel, a list
+of candidates (full knob assignments with where they came from), best first; the first one that
+agrees with the stronger answers and is legal on this kernel and target answers every knob it
+names. The ones passed over are reported (`skipped`), with why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+
+from emmy.tuning.deciders import Answer, Problem
+from emmy.tuning.knobs import KnobValue
+from emmy.tuning.legality import check
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A measured assignment: its values, a one-line reason, and a structured source (a JSON-able
+    mapping: tier, store/study/trial, golden file/entry, the shape it was borrowed from, ...)."""
+
+    values: Mapping[str, KnobValue]
+    reason: str
+    source: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Evidence that was there and not used, with why."""
+
+    tier: str
+    source: Mapping[str, object]
+    why: str
+
+    def to_json(self) -> dict:
+        return {"tier": self.tier, "source": dict(self.source), "why": self.why}
+
+
+@dataclass(frozen=True)
+class RecordedDecider:
+    """Answers from `candidates[kernel]`, the first legal one, all its knobs at once (tier `name`).
+
+    `used` and `skipped` are filled as kernels are decided (kernel name -> the candidate used /
+    the ones passed over): the report of one decide-forks run."""
+
+    name: str
+    candidates: Mapping[str, Sequence[Candidate]]
+    used: MutableMapping[str, Candidate] = field(default_factory=dict)
+    skipped: MutableMapping[str, list[Skipped]] = field(default_factory=dict)
+
+    def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
+        notes = self.skipped.setdefault(problem.kernel, [])
+        del notes[:]  # a kernel decided again (fitting parts, a launch budget) reports once
+        for c in self.candidates.get(problem.kernel, ()):
+            why = self._unusable(problem, fixed, c)
+            if why:
+                notes.append(Skipped(self.name, c.source, why))
+                continue
+            self.used[problem.kernel] = c
+            return {k: Answer(v, self.name, c.reason) for k, v in c.values.items() if k not in fixed}
+        return {}
+
+    @staticmethod
+    def _unusable(problem: Problem, fixed: Mapping[str, Answer], c: Candidate) -> str:
+        missing = [k for k in problem.space if k not in c.values and k not in fixed]
+        unknown = [k for k in c.values if k not in problem.space]
+        if unknown or missing:
+            parts = [f"knobs this kernel does not have: {', '.join(unknown)}" if unknown else "",
+                     f"no value for {', '.join(missing)}" if missing else ""]
+            return "stale: " + "; ".join(p for p in parts if p)
+        clash = [k for k, a in fixed.items() if k in c.values and c.values[k] != a.value]
+        values = {**dict(c.values), **{k: a.value for k, a in fixed.items()}}
+        reasons = check(problem.info, values, problem.target)
+        if reasons:
+            what = f" with {', '.join(f'{k}={fixed[k].value} ({fixed[k].tier})' for k in clash)}" if clash else ""
+            return f"illegal on {problem.target.name}{what}: {reasons[0]}"
+        return ""
+
+
+__all__ = ["Candidate", "RecordedDecider", "Skipped"]

@@ -1,0 +1,78 @@
+"""`emmy golden promote`: candidate golden entries from the local tuning store.
+
+    entries, missing = promote(store, "Qwen/Qwen3-Embedding-0.6B", 0, [512, 4096], "sm_90a")
+
+The model is compiled at each token count (as `emmy tune` compiles it); every kernel whose key
+has a recorded best in the store becomes an entry: the key and its parts, where it came from
+(model, layer, tokens, kernel), the description, the best's values, time and spread, the few
+fastest other measured candidates as alternatives, and the measuring machine. Kernels without a
+record are returned as `missing` (the CLI says which). Review is the diff of the golden file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from emmy.golden.check import model_tasks
+from emmy.golden.schema import Alternative, Entry
+
+ALTERNATIVES = 3
+
+
+def promote(
+    store, model: str, layer: int | None, tokens: Sequence[int], target: str,
+    compile_tasks: Callable[..., dict] | None = None,
+) -> tuple[list[Entry], list[str]]:
+    """(entries, missing): an entry per kernel key with a recorded best, and the
+    'kernel at T tokens' of those without one."""
+    from emmy.records.store import best_record
+
+    compile_tasks = compile_tasks or model_tasks(Path.cwd())
+    entries: dict[str, Entry] = {}
+    missing: list[str] = []
+    for t in tokens:
+        for name, task in compile_tasks(model, layer, t, target).items():
+            if task.key.id in entries:
+                continue
+            record = best_record(store, task.key)
+            if record is None:
+                missing.append(f"{name} at {t} tokens")
+                continue
+            entries[task.key.id] = Entry(
+                key=task.key.id, structure=task.key.structure, shape=task.key.shape, version=task.key.version,
+                model=model, layer=layer, tokens=t, kernel=name, description=task.description,
+                values=dict(record.values), time_s=record.time_s, spread=record.spread,
+                alternatives=tuple(_alternatives(store, task.key.id, record.values)),
+                card=record.card, driver=record.driver, cuda=record.cuda, torch=record.torch,
+                emmy=record.emmy, date=record.date, source=record.source(),
+            )
+    return list(entries.values()), missing
+
+
+def merge(old: Sequence[Entry], new: Sequence[Entry]) -> list[Entry]:
+    """The entries of a golden file after promoting `new` into it: a new entry replaces the old
+    one of the same key, the rest stay."""
+    keys = {e.key for e in new}
+    return [*(e for e in old if e.key not in keys), *new]
+
+
+def _alternatives(store, key_id: str, best_values) -> list[Alternative]:
+    """The fastest other candidates measured right in the study (distinct values, by time)."""
+    from emmy.search.study import measured, point_key
+
+    study = store.load(key_id)
+    seen = {point_key(best_values)}
+    out: list[Alternative] = []
+    for t in sorted((t for t in measured(study) if t.value is not None), key=lambda t: t.value):
+        values = dict(t.user_attrs["values"])
+        if point_key(values) in seen:
+            continue
+        seen.add(point_key(values))
+        out.append(Alternative(values, float(t.value), float(t.user_attrs.get("spread") or 0.0)))
+        if len(out) == ALTERNATIVES:
+            break
+    return out
+
+
+__all__ = ["ALTERNATIVES", "merge", "promote"]
