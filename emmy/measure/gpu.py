@@ -8,7 +8,8 @@ For each task (`emmy.search.task.TuneTask`: kernel name, target, the isolated mo
 fresh random inputs of the kernel's shapes (seeded: bf16/f16/f32 standard normal, integers 0 or
 1 so that any index is in range), and the reference computed once from them by the loop-stage
 evaluator on the kernel's body (`emmy.analysis.body.evaluate`: vectorized numpy, einsum for the
-products, the schedule playing no part). For each candidate: its build (`builds.py`, in worker
+products, the schedule playing no part); for an attention kernel of many queries, on three runs
+of queries only (`sampled_reference`: the whole one costs minutes at 4096 tokens). For each candidate: its build (`builds.py`, in worker
 processes, all submitted before the first is timed), the module loaded, the inputs bound with
 outputs and temporaries filled with NaN (`emmy.backend.run.poisoned`), one call checked against
 the reference (over `tolerance`, or a NaN left in an output, is status "wrong" with the error),
@@ -25,6 +26,7 @@ its own when candidates may fault).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from emmy.diagnostics import EmmyError
+from emmy.interp.numeric import element_dtype, round_to
 from emmy.measure import Measurement
 from emmy.measure.builds import DEFAULT_SPILL_LIMIT, DEFAULT_TIMEOUT, Builder, BuildJob, Built
 from emmy.measure.timing import l2_bytes, replayable, rotation_count, sample_replays, summarize, warm_up
@@ -43,10 +46,12 @@ DEFAULT_TOLERANCE = 1e-2
 
 @dataclass
 class _Inputs:
-    """One task's inputs (by argument name, CUDA tensors) and reference results (numpy)."""
+    """One task's inputs (by argument name, CUDA tensors) and reference results (numpy), each with
+    the mask of the elements the reference holds (None: all of them)."""
 
     values: dict[str, object]
     reference: list[np.ndarray]
+    masks: list[np.ndarray | None] = field(default_factory=list)
 
 
 @dataclass
@@ -194,7 +199,7 @@ class GpuMeasurer:
             outs = list(first.outputs)
             if self.check_hook is not None:
                 self.check_hook(index, outs)
-            error, nans = check_outputs(outs, inputs.reference)
+            error, nans = check_outputs(outs, inputs.reference, inputs.masks)
         except Exception as e:  # noqa: BLE001
             return None, self._launch_error(built, e)
         facts = {**built.facts, "copies": len(loaded.bindings), "working_set": working_set(built.plan)}
@@ -228,16 +233,17 @@ class GpuMeasurer:
 # ------------------------------------------------------------------------------------------------
 
 
-def task_inputs(module_text: str, kernel_name: str, seed: int = 0, device: str = "cuda") -> _Inputs:
+def task_inputs(module_text: str, kernel_name: str, seed: int = 0, device: str = "cuda",
+                sample_rows: int = 64) -> _Inputs:
     """Random inputs of the isolated function's argument shapes (tensors on `device` by argument
-    name) and the kernel's results on them by the loop-stage evaluator (float32 numpy)."""
+    name) and the kernel's results on them by the loop-stage evaluator (float32 numpy): whole,
+    or for a large attention kernel on three runs of `sample_rows` queries (sampled_reference)."""
     import torch
 
     from emmy.analysis.body import evaluate
     from emmy.context import make_context
     from emmy.dialects.tile import KernelOp
     from emmy.execute import argument_names, entry_function
-    from emmy.interp.numeric import element_dtype
     from emmy.ir_io import parse_module
 
     module = parse_module(make_context(), module_text, f"<isolated {kernel_name}>")
@@ -257,22 +263,54 @@ def task_inputs(module_text: str, kernel_name: str, seed: int = 0, device: str =
         values[name] = x.to(device)
     kernel = next(op for op in fn.walk() if isinstance(op, KernelOp))
     index = {arg: i for i, arg in enumerate(fn.body.block.args)}
-    results = evaluate(kernel, [host[index[v]] for v in kernel.operands])
-    return _Inputs(values, [np.asarray(r, dtype=np.float32) for r in results])
+    operands = [host[index[v]] for v in kernel.operands]
+    sampled = sampled_reference(kernel, operands, sample_rows)
+    if sampled is not None:
+        return _Inputs(values, *sampled)
+    results = evaluate(kernel, operands)
+    return _Inputs(values, [np.asarray(r, dtype=np.float32) for r in results], [None] * len(results))
 
 
-def check_outputs(outs: Sequence[object], reference: Sequence[np.ndarray]) -> tuple[float, int]:
-    """(the largest relative error over the results, NaN elements in them). Another number of
+def sampled_reference(kernel, operands: Sequence[np.ndarray], rows: int) -> tuple[list, list] | None:
+    """For an attention kernel with more than 3 x `rows` queries: its results on three runs of
+    `rows` queries (the first, the middle and the last), with the masks of those elements; the
+    whole attention's cost grows with the square of the queries (at 4096 tokens, minutes of
+    numpy). None for other kernels and small ones, which are evaluated whole."""
+    from emmy.analysis.classify import classify
+    from emmy.interp.tile_stage import _Kernel
+
+    info = classify(kernel)
+    if info.attention is None or rows <= 0:
+        return None
+    axis = info.attention.query_axis
+    extent = info.axes[axis]
+    if extent <= 3 * rows:
+        return None
+    k = _Kernel(kernel, info, operands)
+    for start in (0, (extent - rows) // 2 // rows * rows, extent - rows):
+        k.store_block({axis: (start, start + rows)}, {})
+    masks = [w > 0 for w in k.writes]
+    refs = [np.asarray(round_to(o, element_dtype(r.type)), dtype=np.float32) for o, r in zip(k.outs, kernel.results)]
+    return refs, masks
+
+
+def check_outputs(outs: Sequence[object], reference: Sequence[np.ndarray],
+                  masks: Sequence[np.ndarray | None] | None = None) -> tuple[float, int]:
+    """(the largest relative error over the results, NaN elements in them). A result with a mask
+    is compared where the mask is set (the NaN count is over every element). Another number of
     results than the reference's is an EmmyError."""
     from emmy.interp.numeric import rel_error
 
     if len(outs) != len(reference):
         raise EmmyError(f"the kernel returns {len(outs)} results where the reference has {len(reference)}")
     worst, nans = 0.0, 0
-    for out, ref in zip(outs, reference):
+    for i, (out, ref) in enumerate(zip(outs, reference)):
         arr = out.float().cpu().numpy().reshape(ref.shape)
         nans += int(np.isnan(arr).sum())
-        worst = max(worst, rel_error(arr, ref))
+        mask = masks[i] if masks else None
+        if mask is not None:
+            arr, ref = arr[mask], ref[mask]
+        worst = max(worst, math.inf if nans else rel_error(arr, ref))
     return worst, nans
 
 

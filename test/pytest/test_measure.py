@@ -278,3 +278,32 @@ def test_bench_table_shows_errors():
            "eager_error": "relative error 5.00e-01 over the allowed 1.0e-02: not timed"}
     table = bench.format_table([row], ["emmy", "eager"])
     assert "| layer T=32 | 1.0 | 2.0 (1.0e-03) | fail (5.0e-01) |" in table
+
+
+def test_attention_reference_sampled_on_three_runs_of_queries():
+    """A large attention kernel's reference covers three runs of queries (first, middle, last),
+    equal there to the whole evaluation; a NaN anywhere still fails the check."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "test" / "pytest" / "models"))
+    from handwritten_attention import make
+
+    from emmy.driver import CompileOptions, compile_traced
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+    from emmy.measure.gpu import check_outputs, task_inputs
+
+    src = ModelSource(spec="handwritten_attention.py:make", kind="factory", model_id="att", factory=lambda: make(300))
+    result = compile_traced(trace_layer(src, 0, 300), CompileOptions(model="att", tokens=300, target="sm_90a",
+                                                                      stop_after="tile"))
+    (name,) = [k.kernel_name for k in result.module.walk() if isinstance(k, KernelOp) and k.kind_name == "attention"]
+    text = print_module(isolate(result.module, name))
+    whole = task_inputs(text, name, device="cpu", sample_rows=0)
+    sampled = task_inputs(text, name, device="cpu", sample_rows=64)
+    assert whole.masks == [None] and sampled.masks[0] is not None
+    mask = sampled.masks[0]
+    assert 0 < mask.sum() < mask.size
+    np.testing.assert_array_equal(sampled.reference[0][mask], whole.reference[0][mask])
+    out = torch.from_numpy(whole.reference[0].copy())
+    assert check_outputs([out], sampled.reference, sampled.masks) == (0.0, 0)
+    out.view(-1)[np.flatnonzero(~mask.ravel())[0]] = float("nan")  # outside the sampled queries
+    assert check_outputs([out], sampled.reference, sampled.masks) == (float("inf"), 1)
