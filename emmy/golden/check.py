@@ -34,7 +34,7 @@ class Finding:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.message}"
+        return f"{self.where}: {self.message}" if self.where else self.message
 
 
 def golden_files(directory: Path) -> tuple[list[GoldenFile], list[Finding]]:
@@ -49,7 +49,7 @@ def golden_files(directory: Path) -> tuple[list[GoldenFile], list[Finding]]:
             try:
                 files.append(read_file(path))
             except EmmyError as e:
-                findings.append(Finding(str(path), _strip(str(e.args[0] if e.args else e), path)))
+                findings.append(Finding("", str(e.args[0]).split("\n", 1)[0]))  # names the file itself
     return files, findings
 
 
@@ -128,13 +128,6 @@ def model_tasks(root: Path):
         return {t.kernel: t for t in tasks}
 
     return compile_tasks
-
-
-def _strip(message: str, path: Path) -> str:
-    """The message without the leading file name (the finding names it)."""
-    text = message.split("\n", 1)[0]
-    prefix = f"{path}"
-    return text[len(prefix):].lstrip(":").strip() if text.startswith(prefix) else text
 
 
 __all__ = ["Finding", "check_dir", "golden_files", "model_tasks"]

@@ -1,0 +1,140 @@
+"""Golden files: their layout, `emmy golden check` (duplicates, staleness, legality) and promote.
+
+The entries here are test data written into temporary folders (their times are made up and
+never leave the test); the shipped golden files come from `emmy tune` on a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from emmy.diagnostics import EmmyError
+from emmy.golden.check import check_dir, model_tasks
+from emmy.golden.schema import SCHEMA, read_file
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = "tools/running_example.py:make"
+TARGET = "sm_90a"
+
+
+@pytest.fixture(scope="module")
+def example_tasks():
+    return model_tasks(ROOT)(EXAMPLE, None, 16, TARGET)
+
+
+def entry_for(task, tokens=16, **changes) -> dict:
+    e = {
+        "key": task.key.id, "structure": task.key.structure, "shape": task.key.shape, "version": task.key.version,
+        "model": EXAMPLE, "layer": None, "tokens": tokens, "kernel": task.kernel, "description": task.description,
+        "values": dict(task.default), "time_s": 1.0e-5, "spread": 0.01, "alternatives": [],
+        "card": "test data", "date": "2026-12-01T00:00:00Z",
+    }
+    e.update(changes)
+    return e
+
+
+def write(folder: Path, target: str, entries: list[dict], name: str = "example.json", schema: int = SCHEMA) -> Path:
+    path = folder / target / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": schema, "target": target, "entries": entries}))
+    return path
+
+
+def messages(findings) -> str:
+    return "\n".join(str(f) for f in findings)
+
+
+def test_a_true_entry_passes(tmp_path, example_tasks):
+    task = next(iter(example_tasks.values()))
+    write(tmp_path, TARGET, [entry_for(task)])
+    assert check_dir(tmp_path) == []
+
+
+def test_duplicates_stale_and_illegal_entries_are_named(tmp_path, example_tasks):
+    task = next(iter(example_tasks.values()))
+    illegal = dict(task.default)
+    knob = next(k for k, v in task.space.items() if len(v) > 1)
+    illegal[knob] = "no such value"
+    path = write(tmp_path, TARGET, [
+        entry_for(task),
+        entry_for(task),  # the same key again
+        entry_for(task, key=task.key.id.replace(task.key.id[:4], "ffff"), kernel=task.kernel),  # a key the pipeline no longer gives
+        entry_for(task, key="0" * 12 + ":00000000:sm_90a:v1", kernel="no_such_kernel"),
+    ])
+    write(tmp_path, TARGET, [entry_for(task, tokens=8, key="1" * 12 + ":11111111:sm_90a:v1", values=illegal)], name="other.json")
+    text = messages(check_dir(tmp_path))
+    assert f"{path}: entry 1 (kernel '{task.kernel}', 16 tokens): duplicate" in text
+    assert "entry 2" in text and "stale: the key is now" in text
+    assert "entry 3" in text and "no kernel 'no_such_kernel'" in text
+    assert "other.json: entry 0" in text
+    assert "stale" in text
+
+
+def test_illegal_values_are_named(tmp_path, example_tasks):
+    task = next(iter(example_tasks.values()))
+    knob = next(k for k, v in task.space.items() if len(v) > 1)
+    bad = {**task.default, knob: "no such value"}
+    write(tmp_path, TARGET, [entry_for(task, values=bad)])
+    text = messages(check_dir(tmp_path))
+    assert f"values: illegal on {TARGET}" in text and knob in text
+
+
+def test_wrong_folder_and_target(tmp_path, example_tasks):
+    task = next(iter(example_tasks.values()))
+    write(tmp_path, "sm_80", [entry_for(task)])
+    (tmp_path / "sm_80" / "example.json").rename(tmp_path / "sm_80" / "moved.json")
+    data = json.loads((tmp_path / "sm_80" / "moved.json").read_text())
+    data["target"] = TARGET
+    (tmp_path / "sm_80" / "moved.json").write_text(json.dumps(data))
+    text = messages(check_dir(tmp_path))
+    assert "lies in the folder for sm_80" in text
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("{not json", ":1:2: not JSON"),
+        ('{"schema": 99, "target": "sm_90a", "entries": []}', "written by a newer Emmy (schema 99"),
+        ('{"schema": 1, "target": "sm_90a", "entries": {}}', "'entries' must be a list"),
+        ('{"schema": 1, "target": "sm_90a", "entries": [{"kernel": "k"}]}', "entry 0 (kernel 'k'): 'key' is missing"),
+        ('[]', "a golden file is a JSON object"),
+    ],
+)
+def test_layout_problems_name_the_file(tmp_path, text, fragment):
+    path = tmp_path / "sm_90a" / "bad.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    with pytest.raises(EmmyError) as e:
+        read_file(path)
+    assert str(path) in str(e.value) and fragment in str(e.value)
+    findings = check_dir(tmp_path, compile_tasks=lambda *a: {})
+    assert len(findings) == 1 and fragment in str(findings[0])
+
+
+def test_entry_field_types(tmp_path, example_tasks):
+    task = next(iter(example_tasks.values()))
+    write(tmp_path, TARGET, [entry_for(task, time_s="fast")])
+    (f,) = check_dir(tmp_path, compile_tasks=lambda *a: {})
+    assert "'time_s' must be a number, not \"fast\"" in str(f)
+
+
+def test_cli_check_exit_codes(tmp_path, example_tasks):
+    from test_cli import assert_user_error, emmy
+
+    task = next(iter(example_tasks.values()))
+    write(tmp_path, TARGET, [entry_for(task), entry_for(task)])
+    proc = emmy("golden", "check", str(tmp_path), cwd=ROOT)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "duplicate" in proc.stderr and "1 problem(s)" in proc.stderr
+    assert_user_error(emmy("golden", "check", str(tmp_path / "missing")), "no such golden folder")
+    assert_user_error(emmy("golden", "frobnicate"), "unknown action 'frobnicate'", "check, promote")
+    assert_user_error(emmy("golden", "promote", EXAMPLE, env={"EMMY_HOME": str(tmp_path / "home")}), "give --tokens")
+    assert_user_error(emmy("golden", "promote", EXAMPLE, "--tokens", "16", "--target", TARGET,
+                           env={"EMMY_HOME": str(tmp_path / "home")}), "there is no store")
+
+
+def test_shipped_golden_files_are_true():
+    """What CI checks: every shipped golden file against the pipeline as it is now."""
+    assert messages(check_dir(ROOT / "golden")) == ""
