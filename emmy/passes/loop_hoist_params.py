@@ -62,8 +62,8 @@ from emmy.analysis.body import Domains, product_factors
 from emmy.analysis.loops import weight_derived
 from emmy.dialects.loop import AxisOp, FusedOp, LoadOp, ReduceOp, StoreOp, YieldOp
 from emmy.dialects.loop_canonicalization import dce_block, drop_unused_inputs
+from emmy.dialects.tensor import ORIGIN
 from emmy.phase import PHASE, PREPARE, is_prepare
-from emmy.passes.loop_fuse import ORIGIN
 
 f32 = Float32Type()
 
