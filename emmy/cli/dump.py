@@ -1,9 +1,12 @@
-"""Writing EMMY_DUMP_DIR: the module after every pass, the CUDA source, the decisions."""
+"""Writing EMMY_DUMP_DIR: the module after every pass, the CUDA source with a `build.sh` that builds
+it, the decisions."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shlex
 from pathlib import Path
 
 from emmy.diagnostics import EmmyError
@@ -39,9 +42,27 @@ class DumpWriter:
         self._index += 1
         return text
 
-    def write_source(self, func_name: str, source: str | None) -> None:
-        if source is not None:
-            self._write(f"{func_name}.cu", source)
+    def write_source(self, func_name: str, source: str | None, arch: str) -> None:
+        """`<func>.cu`, and `build.sh` beside it: the nvcc command Emmy builds it with for `arch`
+        (with `-I` Emmy's runtime headers), making the shared library `<func>.so` that exports the
+        host entry points."""
+        if source is None:
+            return
+        from emmy.backend.nvcc import base_flags
+
+        self._write(f"{func_name}.cu", source)
+        cmd = ["nvcc", *base_flags(arch), "-shared", "-Xcompiler", "-fPIC", "-o", f"{func_name}.so", f"{func_name}.cu"]
+        script = (
+            "#!/bin/sh\n"
+            f"# Builds {func_name}.cu for {arch} with the flags Emmy uses (-I: Emmy's device library headers),\n"
+            "# as a shared library exporting the host entry points.\n"
+            "set -e\n"
+            'cd "$(dirname "$0")"\n'
+            + " ".join(shlex.quote(c) for c in cmd) + "\n"
+        )
+        self._write("build.sh", script)
+        with contextlib.suppress(OSError):  # where the file system has no modes, `sh build.sh` still runs it
+            (self.directory / "build.sh").chmod(0o755)
 
     def write_decisions(self, decisions) -> None:
         if not decisions:

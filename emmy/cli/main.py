@@ -157,8 +157,10 @@ class _Recorder:
             self.stage_text = text if text is not None else print_module(module)
 
     def finish(self, module, source: str | None) -> None:
+        from emmy.targets import module_target
+
         if self.writer is not None:
-            self.writer.write_source(_func_name(module), source)
+            self.writer.write_source(_func_name(module), source, module_target(module).name)
             self.writer.write_decisions(self.decisions)
 
 

@@ -79,3 +79,32 @@ def test_compile_is_deterministic(dump, tmp_path):
     assert proc.returncode == 0, proc.stderr
     for f in dump.iterdir():
         assert (tmp_path / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def test_build_script_beside_the_source(dump):
+    """`build.sh` holds the nvcc command that builds the dumped `.cu` (Emmy's flags for the
+    module's target, `-I` the runtime headers the source includes), run from the dump directory."""
+    from emmy.backend import runtime_dir
+    from emmy.backend.nvcc import base_flags
+
+    script = (dump / "build.sh").read_text().splitlines()
+    assert script[0] == "#!/bin/sh" and os.access(dump / "build.sh", os.X_OK)
+    assert 'cd "$(dirname "$0")"' in script
+    cmd = script[-1].split()
+    assert cmd == ["nvcc", *base_flags("sm_90"), "-shared", "-Xcompiler", "-fPIC", "-o", "layer0.so", "layer0.cu"]
+    assert cmd[cmd.index("-I") + 1] == str(runtime_dir()) and (runtime_dir() / "emmy.cuh").is_file()
+    assert '#include "emmy.cuh"' in (dump / "layer0.cu").read_text()
+
+
+@pytest.mark.nvcc
+def test_build_script_builds_the_source(dump, tmp_path):
+    """Run from anywhere, `build.sh` builds the shared library next to the source."""
+    import shutil
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    for f in ("build.sh", "layer0.cu"):
+        shutil.copy(dump / f, tmp_path / f)
+    proc = subprocess.run(["sh", str(tmp_path / "build.sh")], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "layer0.so").stat().st_size > 0
