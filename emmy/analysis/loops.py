@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from xdsl.dialects import arith, func
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
-from emmy.analysis.body import Domains
+from emmy.analysis.body import Domains, store_plan
 from emmy.analysis.indexing import load_axes
 from emmy.dialects.loop import AxisOp, FusedOp, LoadOp, ReduceOp, StoreOp, YieldOp, axes_owner
 
@@ -23,15 +23,17 @@ def external_values(op: Operation) -> list[SSAValue]:
     """Values an op (with its regions) uses that are defined outside it."""
     out: list[SSAValue] = list(op.operands)
     if op.regions:
+        # the walk meets a value's definition before its uses: `inside` holds the ops met so far
+        inside: set[Operation] = set()
         for inner in op.walk():
+            inside.add(inner)
             if inner is op:
                 continue
             for v in inner.operands:
                 owner = v.owner if isinstance(v, OpResult) else v.block.parent_op()
-                if owner is not None and not op.is_ancestor(owner):
+                if owner is not None and owner not in inside:
                     out.append(v)
     return out
-
 
 
 def reduced_around(op: Operation) -> set[str]:
@@ -114,6 +116,16 @@ def _top_reduces(loop: FusedOp) -> list[ReduceOp]:
 
 def stores_of(loop: FusedOp, n: int) -> list[StoreOp]:
     return [op for op in loop.block.ops if isinstance(op, StoreOp) and op.output_index == n]
+
+
+def plain_stores(loop: FusedOp) -> bool:
+    """Whether every store indexes its result by distinct axes (or constant 0 on a size-1 dim)."""
+    return all(store_plan(op) is not None for op in loop.block.ops if isinstance(op, StoreOp))
+
+
+def one_plain_store_each(loop: FusedOp) -> bool:
+    """Whether each result is written by exactly one store, of the plain form."""
+    return plain_stores(loop) and all(len(stores_of(loop, n)) == 1 for n in range(len(loop.results)))
 
 
 def backward_slice(loop: FusedOp, values: Iterable[SSAValue]) -> list[Operation]:

@@ -135,16 +135,24 @@ class HoistInvariantOps(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ReduceOp, rewriter: PatternRewriter) -> None:
         reduced = set(op.axis_names)
-        for inner in list(op.body.block.ops):
+        block = op.body.block
+        for inner in list(block.ops):
             if isinstance(inner, YieldOp):
                 continue
             if isinstance(inner, AxisOp) and inner.axis_name in reduced:
                 continue
             if isinstance(inner, ReduceOp) and _mentions_axes(inner, reduced):
                 continue
-            if all(not _defined_inside(v, op) for v in external_values(inner)):
+            # a value `inner` uses is defined inside the reduction when it is defined in its
+            # block (an op nested deeper is not visible to `inner`); a hoisted op has left it
+            if all(_block_of(v) is not block for v in external_values(inner)):
                 inner.detach()
                 rewriter.insert(inner, InsertPoint.before(op))
+
+
+def _block_of(v: SSAValue) -> Block | None:
+    """The block that defines `v`."""
+    return v.op.parent_block() if isinstance(v, OpResult) else v.block
 
 
 def _mentions_axes(op: Operation, axes: set[str]) -> bool:
@@ -324,8 +332,13 @@ class MergeReductionAxes(RewritePattern):
             self.clean.axes.add(op)
 
     def _merge(self, op: FusedOp, rewriter: PatternRewriter) -> None:
-        reduces = [r for r in op.block.walk() if isinstance(r, ReduceOp)]
-        axis_ops = [a for a in op.block.walk() if isinstance(a, AxisOp)]
+        reduces: list[ReduceOp] = []
+        axis_ops: list[AxisOp] = []
+        for inner in op.block.walk():
+            if isinstance(inner, ReduceOp):
+                reduces.append(inner)
+            elif isinstance(inner, AxisOp):
+                axis_ops.append(inner)
         used = {a.axis_name for a in axis_ops} | {x for r in reduces for x in r.axis_names}
         axes = [(n, e) for n, e in op.axes.items() if n in used]
         changed = len(axes) != len(op.axis_names)
@@ -491,34 +504,31 @@ def _cse_block(block: Block, table: dict, rewriter: PatternRewriter) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+_INDEX_ARITH = (arith.DivUIOp, arith.RemUIOp, arith.CmpiOp, arith.SelectOp, arith.AddiOp, arith.SubiOp, arith.MuliOp)
+
+
 class FoldIndexArith(RewritePattern):
     """Fold index arithmetic in loop bodies using the axes' bounds: `divui`/`remui` by
     constants, `cmpi` decided by bounds, `select` on a constant, affine chains re-canonicalized."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(
-            op,
-            arith.DivUIOp | arith.RemUIOp | arith.CmpiOp | arith.SelectOp | arith.AddiOp | arith.SubiOp | arith.MuliOp,
-        ):
+        if type(op) not in _INDEX_ARITH:  # the cheap test first: this pattern sees every op
             return
-        owner = axes_owner(op)
-        if owner is None:
-            return
-        extents = owner.properties["axes"].as_dict()
-        ib = IndexBuilder(
-            extents,
-            lambda new: rewriter.insert(new, InsertPoint.before(op)),
-            lambda name: _axis_before(op, name, rewriter),
-            list(extents),
-        )
         if isinstance(op, arith.SelectOp):
+            if axes_owner(op) is None:
+                return
             c = constant_int(op.cond)
             if c is not None:
                 rewriter.replace(op, [], [op.lhs if c else op.rhs])
             return
+        index = IndexType()
         if isinstance(op, arith.CmpiOp):
-            if op.lhs.type != IndexType():
+            if op.lhs.type != index:
                 return
+            owner = axes_owner(op)
+            if owner is None:
+                return
+            extents = owner.properties["axes"].as_dict()
             pred = CMPI_PREDICATES[op.predicate.value.data]
             known = compare_bounds(
                 pred, index_bounds(op.lhs, extents), index_bounds(op.rhs, extents)
@@ -527,22 +537,40 @@ class FoldIndexArith(RewritePattern):
                 const = arith.ConstantOp(IntegerAttr(int(known), IntegerType(1)))
                 rewriter.replace(op, const)
             return
-        if op.results[0].type != IndexType():
+        if op.results[0].type != index:
             return
         if isinstance(op, arith.DivUIOp | arith.RemUIOp):
             c = constant_int(op.rhs)
             if c is None:
                 return
+            owner = axes_owner(op)
+            if owner is None:
+                return
+            extents = owner.properties["axes"].as_dict()
             form = simplify_divrem_in(isinstance(op, arith.DivUIOp), op.lhs, c, extents)
             if form is not None:
-                rewriter.replace(op, [], [ib.of_form(form)])
+                rewriter.replace(op, [], [_index_builder(op, extents, rewriter).of_form(form)])
+            return
+        owner = axes_owner(op)
+        if owner is None:
             return
         form = affine_form(op.results[0])
         if form is None or _tree_size(op.results[0]) <= _canonical_size(form):
             return
+        extents = owner.properties["axes"].as_dict()
         if any(a not in extents for a in form.coeffs):
             return
-        rewriter.replace(op, [], [ib.of_form(form)])
+        rewriter.replace(op, [], [_index_builder(op, extents, rewriter).of_form(form)])
+
+
+def _index_builder(op: Operation, extents: dict[str, int], rewriter: PatternRewriter) -> IndexBuilder:
+    """Builds index expressions just before `op`."""
+    return IndexBuilder(
+        extents,
+        lambda new: rewriter.insert(new, InsertPoint.before(op)),
+        lambda name: _axis_before(op, name, rewriter),
+        list(extents),
+    )
 
 
 def _axis_before(op: Operation, name: str, rewriter: PatternRewriter) -> SSAValue:

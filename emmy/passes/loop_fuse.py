@@ -83,6 +83,8 @@ from emmy.analysis.loops import (
     is_elementwise,
     is_layout_only,
     loads_of,
+    one_plain_store_each,
+    plain_stores,
     producers,
     reduced_around,
     reduces_weights,
@@ -401,9 +403,7 @@ def _rename_axes(op: Operation, axis_map: dict[str, SSAValue], renames: dict[str
 def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
     if producer is consumer or producer.parent_block() is not consumer.parent_block():
         return False
-    if any(store_plan(st) is None for st in producer.block.ops if isinstance(st, StoreOp)):
-        return False
-    if any(len(stores_of(producer, n)) != 1 for n in range(len(producer.results))):
+    if not st.cached(one_plain_store_each, producer):
         return False
     if st.cached(is_elementwise, producer):  # rule (a)
         return not is_anchor(producer, st)
@@ -468,9 +468,7 @@ class InlineProducer(RewritePattern):
             if _can_inline(p, op, self.state):
                 inline_producer(p, op, rewriter, self.state)
                 return
-            if self.views and _absorbs_returned_views(p, op) and all(
-                store_plan(st) is not None for st in p.block.ops if isinstance(st, StoreOp)
-            ):
+            if self.views and _absorbs_returned_views(p, op) and self.state.cached(plain_stores, p):
                 self.state.split.add(p.sym_name.data)
                 for name in _names(p):
                     self.state.split.add(name)
