@@ -465,9 +465,11 @@ def _is_pure(op: Operation) -> bool:
 
 def _key(op: Operation, local: dict[SSAValue, tuple] | None = None) -> tuple:
     local = {} if local is None else local
-    props = tuple(sorted(op.properties.items()))
-    operands = tuple(local.get(v, v) for v in op.operands)
-    types = tuple(r.type for r in op.results)
+    props = tuple(sorted(op.properties.items())) if op.properties else ()
+    operands = tuple([local.get(v, v) for v in op.operands])
+    types = tuple([r.type for r in op.results])
+    if not op.regions:
+        return (op.name, props, operands, types, ())
     regions = []
     for r in op.regions:
         inner_keys = []

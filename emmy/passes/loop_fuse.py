@@ -226,10 +226,10 @@ def record_fusion(
     consumer.attributes[FUSED_FROM] = ArrayAttr(
         [StringAttr(s) for s in _merge_lists(_names(producer), _names(consumer))]
     )
-    if has_reduce(producer) or FUSION in producer.attributes:
+    if state.cached(has_reduce, producer) or FUSION in producer.attributes:
         consumer.attributes[FUSION] = StringAttr("fused")
     mine = state.labels_of(consumer)
-    if is_layout_only(producer):
+    if state.cached(is_layout_only, producer):
         return
     theirs = state.labels_of(producer)
     state.labels[consumer] = _merge_lists(theirs, [] if consumer_was_layout else mine)
@@ -281,7 +281,7 @@ def inline_producer(
     producer: FusedOp, consumer: FusedOp, rewriter: PatternRewriter, state: FuseState
 ) -> None:
     """Inline every load of the producer's results in the consumer; erase the producer if dead."""
-    consumer_was_layout = is_layout_only(consumer)
+    consumer_was_layout = state.cached(is_layout_only, consumer)
     args = {
         a: consumer_arg(consumer, v, rewriter) for a, v in zip(producer.block.args, producer.inputs)
     }
