@@ -10,8 +10,9 @@ the kernel cache that `emmy run` uses (`emmy.backend.run.cubin_path`; the report
 the cubin, so a candidate built once is never built again). A build never raises and never loses
 a worker: a candidate the pipeline rejects or nvcc fails on is status `build_failed` with the
 message, one past the time limit is `build_timeout` (nvcc and its compilers are stopped), one
-whose kernels spill more than `spill_limit` bytes (stores plus loads, ptxas) is `spills`, and a
-worker process that dies is replaced and its job reported `build_failed`.
+whose kernels spill more than `spill_limit` bytes (stores plus loads, ptxas) is `spills`, and
+when a worker process dies the pool is started afresh and the builds it held are submitted again
+(once: a build that kills its worker twice is `build_failed`).
 
 Workers are started with `spawn` (a forked copy of a process holding a CUDA context is unsafe).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import traceback
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
@@ -124,6 +125,8 @@ class Builder:
         self.arch, self.cache_dir, self.workers = arch, Path(cache_dir), workers
         self.timeout, self.spill_limit = timeout, spill_limit
         self._pool: ProcessPoolExecutor | None = None
+        # what each pending future builds, and in which pool (to submit it again if that dies)
+        self._jobs: dict[Future, tuple[BuildJob, ProcessPoolExecutor]] = {}
 
     def __enter__(self) -> "Builder":
         return self
@@ -144,22 +147,30 @@ class Builder:
     def submit(self, job: BuildJob) -> Future:
         args = (job, self.arch, str(self.cache_dir), self.timeout, self.spill_limit)
         try:
-            return self._executor().submit(build_candidate, *args)
+            future = self._executor().submit(build_candidate, *args)
         except BrokenProcessPool:  # a worker died earlier: start a fresh pool
-            self._pool = None
-            return self._executor().submit(build_candidate, *args)
+            self._restart()
+            future = self._executor().submit(build_candidate, *args)
+        self._jobs[future] = (job, self._executor())
+        return future
 
     def submit_all(self, jobs: Sequence[BuildJob]) -> list[Future]:
         return [self.submit(job) for job in jobs]
 
-    def result(self, future: Future) -> Built:
-        """A submitted build's outcome; a worker that died or hung past the time limit (plus a
-        margin for the lowering) gives a failed build, and the pool is started afresh."""
+    def result(self, future: Future, retry: bool = True) -> Built:
+        """A submitted build's outcome. When a worker process dies, every build pending in the
+        pool is lost with it: the pool is started afresh and this build submitted again, once
+        (a build that kills its worker twice is a failed build). A worker that gives no answer
+        within the time limit plus a margin for the lowering gives a timed-out build."""
+        job, pool = self._jobs.pop(future, (None, None))
         try:
             return future.result(timeout=self.timeout + 120.0)
-        except BrokenProcessPool as e:
-            self._restart()
-            return Built("build_failed", f"the build worker process died: {e}")
+        except (BrokenProcessPool, CancelledError) as e:  # its pool died, or was stopped
+            if pool is self._pool:  # the pool in use (not one replaced already)
+                self._restart()
+            if not retry or job is None:
+                return Built("build_failed", f"the build worker process died: {e or type(e).__name__}")
+            return self.result(self.submit(job), retry=False)
         except TimeoutError:
             self._restart()
             return Built("build_timeout", f"the build worker gave no answer within {self.timeout + 120.0:g} s")

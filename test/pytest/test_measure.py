@@ -177,6 +177,29 @@ def test_builder_pool_builds_and_reports_failures(tmp_path):
     assert bad.status == "build_failed" and "warps" in bad.reason
 
 
+def test_builder_survives_a_dead_worker(tmp_path):
+    """A build worker killed mid-build: the pool is started afresh and the builds it held are
+    built again; the builder keeps working."""
+    import os
+    import signal
+
+    text = _isolated_text()
+    with Builder("sm_90a", tmp_path, workers=1, timeout=300) as builder:
+        futures = builder.submit_all([BuildJob(text, KERNEL, {"block_m": 7}), BuildJob(text, KERNEL, {"warps": 3})])
+        pool = builder._pool
+        pids = list(pool._processes)  # the worker this test started
+        assert pids
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        first, second = (builder.result(f) for f in futures)
+        assert builder._pool is not pool  # the dead pool was replaced
+        (third,) = (builder.result(f) for f in builder.submit_all([BuildJob(text, KERNEL, {"split_k": 5})]))
+    # each built again in the fresh pool: the pipeline's own verdict on the candidate
+    assert first.status == "build_failed" and "block_m" in first.reason
+    assert second.status == "build_failed" and "warps" in second.reason
+    assert third.status == "build_failed" and "split_k" in third.reason
+
+
 def test_builder_needs_a_worker(tmp_path):
     with pytest.raises(EmmyError, match="at least one worker process"):
         Builder("sm_90a", tmp_path, workers=0)
