@@ -94,8 +94,8 @@ from emmy.analysis.loops import (
 )
 from emmy.dialects.loop import AxesAttr, AxisOp, FusedOp, LoadOp, ReduceOp, StoreOp, YieldOp
 from emmy.dialects.loop_canonicalization import CleanLoops, drop_unused_inputs, loop_canonicalization_patterns
+from emmy.dialects.tensor import ORIGIN
 
-from emmy.dialects.tensor import ORIGIN  # noqa: E402 (defined once, by the tensor dialect)
 FUSED_FROM = "emmy.fused_from"
 FUSION = "emmy.fusion"
 

@@ -32,12 +32,14 @@ def test_parse_timings_sums_a_pass_that_runs_per_part():
 
 def test_summary_takes_medians_per_pass():
     s = compile_bench.summarize(
-        [3.0, 1.0, 2.0], [{"a": 0.3, "b": 1.0}, {"a": 0.1}, {"a": 0.2, "b": 3.0}], (0.5, 1.5)
+        [3.0, 1.0, 2.0], [1.5, 0.5, 1.0], [{"a": 0.3, "b": 1.0}, {"a": 0.1}, {"a": 0.2, "b": 3.0}], (0.5, 1.5)
     )
     assert s["wall_s"]["median"] == 2.0 and s["wall_s"]["min"] == 1.0 and s["wall_s"]["max"] == 3.0
+    assert s["cpu_s"]["median"] == 1.0 and s["cpu_s"]["max"] == 1.5
     assert s["passes_s"] == {"a": 0.2, "b": 1.0}  # a pass missing from a run counts 0 there
     table = compile_bench.format_table(s, "title")
     assert "median 2.000 s, min 1.000 s, max 3.000 s" in table
+    assert "CPU (user + sys): median 1.000 s, min 0.500 s, max 1.500 s" in table
     assert "  200.0 ms  a" in table
 
 
@@ -50,7 +52,7 @@ def test_runs_a_compile_and_writes_json(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert data["runs"] == 1 and len(data["wall_s"]["all"]) == 1
+    assert data["runs"] == 1 and len(data["wall_s"]["all"]) == 1 and data["cpu_s"]["all"][0] > 0
     assert {"trace + import", "loop-fuse", "total"} <= set(data["passes_s"])
     assert "wall over 1 runs" in proc.stdout
 
