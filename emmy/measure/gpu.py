@@ -17,7 +17,9 @@ then timed (`timing.py`): the call captured in a CUDA graph over as many copies 
 `rotation_count` says, so that no call finds its data in L2, replayed for `warmup_s` seconds
 untimed (the card's clock up), then `reps` times `inner` replays, each repetition one sample.
 
-A launch that fails is status "launch_error". A CUDA error that poisons the context (an illegal
+Measuring processes on one host take turns on a GPU (`gpu_lock`: a file lock per device in the
+kernel cache's folder): one checks and times while the others build. A launch that fails is
+status "launch_error". A CUDA error that poisons the context (an illegal
 address) leaves the process unable to use the GPU: every later candidate of the same measurer is
 then "launch_error" too, with the first error as its reason (run the measurer in a process of
 its own when candidates may fault).
@@ -30,6 +32,7 @@ import math
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +85,7 @@ class GpuMeasurer:
             raise EmmyError("measuring needs a CUDA GPU and PyTorch finds none here "
                             f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'})")
         self.cache_dir = Path(cache_dir)
+        self.device = device_id()
         self.workers = workers or max(1, (os.cpu_count() or 2) - 1)
         self.timeout, self.spill_limit, self.tolerance = timeout, spill_limit, tolerance
         self.reps, self.inner, self.warmup_s, self.seed = reps, inner, warmup_s, seed
@@ -107,35 +111,42 @@ class GpuMeasurer:
         }
 
     def measure(self, task, candidates: Sequence[Mapping[str, object]]) -> list[Measurement]:
-        inputs = self._task_inputs(task)
         futures = self._builder(task.target).submit_all([BuildJob(task.module, task.kernel, dict(c)) for c in candidates])
+        inputs = self._task_inputs(task)  # while the builds run
         out = []
         for i, future in enumerate(futures):
             built = self._builder(task.target).result(future)
-            loaded, failed = self._prepare(i, built, inputs, task.target)
-            if failed is not None:
-                out.append(failed)
-                continue
-            try:
-                warm_up({"c": loaded.run}, self.warmup_s)
-                samples = sample_replays({"c": loaded.run}, reps=self.reps, inner=self.inner,
-                                         calls={"c": len(loaded.bindings)})["c"]
-                out.append(self._timed(loaded, samples))
-            except Exception as e:  # noqa: BLE001  (the GPU's errors come as many types)
-                out.append(self._launch_error(built, e))
-            finally:
-                _unload(loaded)
+            with gpu_lock(self.cache_dir, self.device):
+                out.append(self._measure_one(i, built, inputs, task.target))
         return out
 
+    def _measure_one(self, index: int, built: Built, inputs: _Inputs, target: str) -> Measurement:
+        loaded, failed = self._prepare(index, built, inputs, target)
+        if failed is not None:
+            return failed
+        try:
+            warm_up({"c": loaded.run}, self.warmup_s)
+            samples = sample_replays({"c": loaded.run}, reps=self.reps, inner=self.inner,
+                                     calls={"c": len(loaded.bindings)})["c"]
+            return self._timed(loaded, samples)
+        except Exception as e:  # noqa: BLE001  (the GPU's errors come as many types)
+            return self._launch_error(built, e)
+        finally:
+            _unload(loaded)
+
     def remeasure(self, task, candidates: Sequence[Mapping[str, object]], rounds: int) -> list[Measurement]:
-        inputs = self._task_inputs(task)
         builder = self._builder(task.target)
         futures = builder.submit_all([BuildJob(task.module, task.kernel, dict(c)) for c in candidates])
+        inputs = self._task_inputs(task)  # while the builds run
+        builts = [builder.result(f) for f in futures]
+        with gpu_lock(self.cache_dir, self.device):
+            return self._remeasure_built(builts, inputs, task.target, rounds)
+
+    def _remeasure_built(self, builts: list[Built], inputs: _Inputs, target: str, rounds: int) -> list[Measurement]:
         prepared: dict[int, tuple[Built, _Loaded]] = {}
-        out: list[Measurement | None] = [None] * len(candidates)
-        for i, future in enumerate(futures):
-            built = builder.result(future)
-            loaded, failed = self._prepare(i, built, inputs, task.target)
+        out: list[Measurement | None] = [None] * len(builts)
+        for i, built in enumerate(builts):
+            loaded, failed = self._prepare(i, built, inputs, target)
             if failed is not None:
                 out[i] = failed
             else:
@@ -226,6 +237,35 @@ class GpuMeasurer:
         except Exception as again:  # noqa: BLE001
             self._lost = f"{reason} ({type(again).__name__})"
         return Measurement("launch_error", reason=reason, facts=built.facts)
+
+
+def device_id() -> str:
+    """The current CUDA device's UUID (its index where PyTorch gives none)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return str(getattr(props, "uuid", "") or torch.cuda.current_device())
+
+
+def lock_path(cache_dir: Path, device: str) -> Path:
+    return Path(cache_dir) / "locks" / f"gpu-{device}.lock"
+
+
+@contextmanager
+def gpu_lock(cache_dir: Path, device: str):
+    """Hold a GPU for measuring: an exclusive lock on a file named after the device (`device_id`)
+    in the kernel cache's folder, so that measuring processes on one host take turns on a GPU
+    (each checks and times only while it holds the lock; their builds run meanwhile)."""
+    import fcntl
+
+    path = lock_path(cache_dir, device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -432,4 +472,5 @@ def _cuda_versions() -> str:
     return f"torch {torch.version.cuda}, nvcc {nvcc}"
 
 
-__all__ = ["DEFAULT_TOLERANCE", "GpuMeasurer", "check_outputs", "load", "source_hash", "task_inputs", "working_set"]
+__all__ = ["DEFAULT_TOLERANCE", "GpuMeasurer", "check_outputs", "device_id", "gpu_lock", "load", "source_hash",
+           "task_inputs", "working_set"]

@@ -330,3 +330,28 @@ def test_attention_reference_sampled_on_three_runs_of_queries():
     assert check_outputs([out], sampled.reference, sampled.masks) == (0.0, 0)
     out.view(-1)[np.flatnonzero(~mask.ravel())[0]] = float("nan")  # outside the sampled queries
     assert check_outputs([out], sampled.reference, sampled.masks) == (float("inf"), 1)
+
+
+def test_gpu_lock_lets_one_process_measure_at_a_time(tmp_path):
+    """While one holder has a GPU's lock, another open of the same lock cannot take it; the
+    lock is free again afterwards, and other GPUs have locks of their own."""
+    import fcntl
+
+    from emmy.measure.gpu import gpu_lock, lock_path
+
+    def free(device: str) -> bool:
+        path = lock_path(tmp_path, device)
+        if not path.exists():
+            return True
+        with open(path, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+    with gpu_lock(tmp_path, "GPU-a"):
+        assert not free("GPU-a")
+        assert free("GPU-b")
+    assert free("GPU-a")
