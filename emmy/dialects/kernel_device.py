@@ -89,8 +89,7 @@ def _i64_array(values: Sequence[int]) -> DenseArrayBase:
 
 
 def _check_access(op: IRDLOperation, ptr_t: Attribute, value_t: Attribute) -> None:
-    if not isinstance(ptr_t, PtrType):
-        raise VerifyException(f"{op.name}: expected a !kernel.ptr, got {ptr_t}")
+    assert isinstance(ptr_t, PtrType)  # the operand's IRDL constraint
     elt = ptr_t.element_type
     if isinstance(value_t, VectorType):
         shape = value_t.get_shape()
