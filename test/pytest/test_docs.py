@@ -1,17 +1,23 @@
 """The user docs stay true: every `emmy` / `emmy-opt` command line in a code block of docs/*.md
-runs and exits 0, and docs/README.md and the pages link only to pages that exist.
+runs and exits 0, what a page shows as a command's output is what the command prints, docs/README.md
+and the pages link only to pages that exist, and the README's commands work in a fresh shell.
 
-A command line is a line of a fenced code block that starts with `emmy `, `emmy-opt ` or
-`EMMY_DUMP_DIR=DIR emmy `. It runs under bash (`-o pipefail`, so `emmy-opt ... | cmp - FILE`
+A command line is a line of a fenced code block that starts with `emmy `, `emmy-opt `,
+`EMMY_DUMP_DIR=DIR emmy ` or `ls ` (to list a dump directory). It runs under bash (`-o pipefail`, so `emmy-opt ... | cmp - FILE`
 checks both sides), with the venv's scripts first on PATH and every `/tmp/` path moved into a
 temporary directory shared by all pages (so a dump written on one page can be replayed on the
 next). Lines of one page run in order. A trailing `# exits N` means the line must exit N (and
 print an `error:` line); a trailing `# needs a GPU`, or `emmy run` without
 `--backend interpret`, marks a line that is skipped without a CUDA device. An identical command
 line that already ran in this session is not run again. A line with `--explain` must also print
-at least one decision row (the table the page shows). A ```text block right after a ```sh block
-with one command line is that command's output, and must match what it prints (lines `...` stand
-for lines left out).
+at least one decision row (the table the page shows).
+
+A page shows a command's output by a fenced block (```text, ```mlir, ...) right after the ```sh
+block of its commands, with nothing but blank lines between: the output of the whole ```sh block,
+its commands' stdout then stderr, one command after the other. The shown lines must be the printed
+lines exactly (leading and trailing blanks aside), except that a line `...` stands for any number
+of lines left out; without a `...` first or last, the output must start or end with the shown
+lines. An ```sh block followed by an output block must hold only command lines.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-PAGES = sorted(DOCS.glob("[0-9][0-9]-*.md"))
+PAGES = sorted(DOCS.glob("[0-9][0-9]-*.md"))  # the numbered series
+# every page whose commands run: the series and the reference pages
+RUN_PAGES = sorted(p for p in DOCS.glob("*.md") if p.name != "README.md")
 
-_COMMAND = re.compile(r"^(?:EMMY_DUMP_DIR=\S+\s+)?emmy(?:-opt)?(?:\s|$)")
+_COMMAND = re.compile(r"^(?:(?:EMMY_DUMP_DIR=\S+\s+)?emmy(?:-opt)?|ls)(?:\s|$)")
 _EXITS = re.compile(r"#\s*exits\s+(\d+)\s*$")
 _TMP = re.compile(r"(?<![\w./-])/tmp/")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -85,9 +93,15 @@ def _has_gpu() -> bool:
 
 
 @pytest.fixture(scope="session")
-def runner(tmp_path_factory):
+def tmp_dir(tmp_path_factory) -> Path:
+    """What `/tmp/` in a doc command line stands for."""
+    return tmp_path_factory.mktemp("docs-tmp")
+
+
+@pytest.fixture(scope="session")
+def runner(tmp_dir):
     """Runs doc command lines in one shared temporary /tmp; remembers what already ran."""
-    tmp = tmp_path_factory.mktemp("docs-tmp")
+    tmp = tmp_dir
     env = dict(os.environ)
     env.pop("EMMY_DUMP_DIR", None)
     env["EMMY_HOME"] = str(tmp / "emmy-home")
@@ -112,7 +126,7 @@ def test_every_page_has_commands():
         assert commands(page), f"{page.name}: no emmy command found in its code blocks"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
+@pytest.mark.parametrize("page", RUN_PAGES, ids=[p.stem for p in RUN_PAGES])
 def test_page_commands_run(page, runner):
     gpu = _has_gpu()
     failures = []
@@ -132,9 +146,19 @@ def test_page_commands_run(page, runner):
     assert not failures, "\n".join(failures)
 
 
-def shown_outputs(path: Path) -> list[tuple[Command, int, list[str]]]:
-    """(command, line, expected lines) for every ```text block that directly follows a ```sh
-    block holding exactly one command: the page shows that command's output."""
+@dataclass(frozen=True)
+class Shown:
+    """An output block: the commands of the ```sh block before it and the lines it shows."""
+
+    line: int
+    commands: list[Command]
+    others: list[str]  # lines of the ```sh block that are not commands
+    lines: list[str]
+
+
+def fenced_blocks(path: Path) -> list[tuple[str, int, list[str]]]:
+    """(language, line of the opening fence, lines) of every fenced block, and ("prose", line,
+    []) for every non-blank line between blocks."""
     blocks, cur = [], None
     for n, raw in enumerate(path.read_text().splitlines(), 1):
         stripped = raw.strip()
@@ -148,41 +172,92 @@ def shown_outputs(path: Path) -> list[tuple[Command, int, list[str]]]:
             cur = None
         else:
             cur[2].append(raw.rstrip())
+    return blocks
+
+
+def shown_outputs(path: Path) -> list[Shown]:
+    """Every output block: a fenced block other than ```sh right after a ```sh block."""
+    blocks = fenced_blocks(path)
     by_line = {c.line: c for c in commands(path)}
     out = []
     for (lang_a, start_a, lines_a), (lang_b, start_b, lines_b) in zip(blocks, blocks[1:]):
-        if lang_a != "sh" or lang_b != "text":
+        if lang_a != "sh" or lang_b in ("sh", "prose"):
             continue
-        cmds = [by_line[start_a + 1 + i] for i in range(len(lines_a)) if start_a + 1 + i in by_line]
-        if len(cmds) == 1:
-            out.append((cmds[0], start_b, lines_b))
+        numbered = [(start_a + 1 + i, text) for i, text in enumerate(lines_a) if text.strip()]
+        cmds = [by_line[n] for n, _ in numbered if n in by_line]
+        others = [text for n, text in numbered if n not in by_line]
+        out.append(Shown(start_b, cmds, others, lines_b))
     return out
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
-def test_page_outputs_match(page, runner):
-    """What a page shows as a command's output is what the command prints: every shown line
-    appears in the output, in order (a line `...` stands for lines left out)."""
+def match_shown(shown: list[str], printed: list[str]) -> str | None:
+    """None when `printed` is what `shown` shows (see the module docstring), else what differs."""
+    want = [l.strip() for l in shown]
+    got = [l.strip() for l in printed]
+    runs: list[list[str]] = [[]]
+    for line in want:
+        if line in ("...", "…"):
+            runs.append([])
+        else:
+            runs[-1].append(line)
+    open_start, open_end = not runs[0], not runs[-1]
+    runs = [r for r in runs if r]
+    at = 0
+    for i, run in enumerate(runs):
+        first, last = i == 0, i == len(runs) - 1
+        if last and not open_end:
+            candidates = [len(got) - len(run)] if len(got) - len(run) >= at else []
+        elif first and not open_start:
+            candidates = [0]
+        else:
+            candidates = range(at, len(got) - len(run) + 1)
+        pos = next((c for c in candidates if got[c : c + len(run)] == run), None)
+        if pos is None or (first and not open_start and pos != 0):
+            where = "at the start" if first and not open_start else "at the end" if last and not open_end else "after the lines before"
+            return f"these shown lines are not in the output {where}:\n    " + "\n    ".join(run)
+        at = pos + len(run)
+    if not runs and got and not (open_start or open_end):
+        return "the page shows no output, the command prints some"
+    return None
+
+
+def test_match_shown_fails_when_the_page_lies():
+    printed = ["a", "  b", "c", "d"]
+    assert match_shown(["a", "b", "c", "d"], printed) is None
+    assert match_shown(["a", "...", "d"], printed) is None
+    assert match_shown(["...", "b", "c", "..."], printed) is None
+    assert match_shown(["a", "c", "d"], printed)  # a line left out without `...`
+    assert match_shown(["a", "b", "..."], ["x", *printed])  # not at the start
+    assert match_shown(["...", "c"], printed)  # not at the end
+    assert match_shown(["a", "...", "c", "b", "..."], printed)  # out of order
+    assert match_shown(["a", "b", "c", "d", "e"], printed)  # a line it does not print
+
+
+@pytest.mark.parametrize("page", RUN_PAGES, ids=[p.stem for p in RUN_PAGES])
+def test_page_outputs_match(page, runner, tmp_dir):
+    """What a page shows as a command's output is what its commands print."""
     gpu = _has_gpu()
     for cmd in commands(page):  # in page order: later commands read earlier dumps
         if not cmd.gpu or gpu:
             runner(cmd)
     failures = []
-    for cmd, line, shown in shown_outputs(page):
-        if cmd.gpu and not gpu:
+    for shown in shown_outputs(page):
+        if shown.others or not shown.commands:
+            failures.append(f"{page.name}:{shown.line}: an output block after a ```sh block with lines that are not "
+                            f"emmy commands: {shown.others}")
             continue
-        proc = runner(cmd)
-        printed = [l.rstrip() for l in (proc.stdout + proc.stderr).splitlines()]
-        i = 0
-        for want in shown:
-            if want.strip() in ("...", "…"):
-                continue
-            while i < len(printed) and printed[i] != want:
-                i += 1
-            if i == len(printed):
-                failures.append(f"{page.name}:{line}: output of `{cmd.text}` has no line (in order)\n  {want}")
-                break
-            i += 1
+        if any(c.gpu for c in shown.commands) and not gpu:
+            continue
+        printed = []
+        for cmd in shown.commands:
+            proc = runner(cmd)
+            printed += (proc.stdout + proc.stderr).replace(str(tmp_dir) + "/", "/tmp/").splitlines()
+        why = match_shown(shown.lines, printed)
+        if why:
+            text = "; ".join(c.text for c in shown.commands)
+            head = "\n    ".join(printed[:40])
+            failures.append(f"{page.name}:{shown.line}: the output of `{text}` is not what the page shows: {why}\n"
+                            f"  it printed ({len(printed)} lines, the first 40):\n    {head}")
     assert not failures, "\n".join(failures)
 
 
@@ -220,7 +295,7 @@ def test_index_lists_pages_that_exist():
         assert page.name in linked, f"{page.name} exists but docs/README.md does not link to it"
 
 
-@pytest.mark.parametrize("page", [*PAGES, DOCS / "README.md"], ids=[*(p.stem for p in PAGES), "README"])
+@pytest.mark.parametrize("page", [*RUN_PAGES, DOCS / "README.md"], ids=[*(p.stem for p in RUN_PAGES), "README"])
 def test_links_resolve(page):
     code = {n for n, _ in code_lines(page)}
     for n, line in enumerate(page.read_text().splitlines(), 1):
@@ -234,3 +309,52 @@ def test_links_resolve(page):
             assert path.exists(), f"{page.name}:{n}: link to a missing file {target}"
             if anchor and path.suffix == ".md":
                 assert anchor in _anchors(path), f"{page.name}:{n}: no heading for #{anchor} in {path.name}"
+
+
+# ------------------------------------------------------------------------------ the README
+README = ROOT / "README.md"
+
+
+def _readme_blocks() -> list[list[str]]:
+    return [lines for lang, _, lines in fenced_blocks(README) if lang == "sh"]
+
+
+def test_readme_test_command_is_what_ci_runs():
+    """The README's test command is the last line of .ci/run, word for word."""
+    (tests,) = [b for b in _readme_blocks() if any("pytest" in l for l in b)]
+    ci = [l for l in (ROOT / ".ci" / "run").read_text().splitlines() if l.strip()]
+    assert tests[-1] == ci[-1]
+    # lit runs even when pytest fails, and the exit status says whether both passed
+    assert "-x" not in tests[-1].split() and "&& .venv/bin/lit" not in tests[-1]
+
+
+def test_readme_commands_work_in_a_fresh_shell():
+    """Outside an activated venv, `emmy`, `emmy-opt`, `lit`, `python` and `pip` are the venv's
+    only with `.venv/bin/` in front: a block that uses them bare activates the venv first."""
+    bare = re.compile(r"(?:^|&&\s*|;\s*)(emmy|emmy-opt|lit|python|pip|pytest)\s")
+    for block in _readme_blocks():
+        active = False
+        for line in block:
+            if line.strip() == ". .venv/bin/activate":
+                active = True
+            m = bare.search(line.split("#")[0])
+            assert active or m is None, f"README: `{m.group(1)}` is not on PATH in a fresh shell: {line}"
+
+
+def test_readme_things_to_try_run(tmp_dir):
+    """The README's "Try it" compile (its dump directory) and every line of "More things to try"
+    run in a fresh shell from the repository root and exit 0."""
+    (try_it,) = [b for b in _readme_blocks() if "EMMY_DUMP_DIR=" in b[0]]
+    (more,) = [b for b in _readme_blocks() if b[0].strip() == ". .venv/bin/activate"]
+    dump = [part for part in try_it[0].split(" && ") if part.startswith("EMMY_DUMP_DIR=")]
+    env = {k: v for k, v in os.environ.items() if k != "EMMY_DUMP_DIR"}
+    env["EMMY_HOME"] = str(tmp_dir / "emmy-home")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    failures = []
+    for line in [*dump, *more[1:]]:
+        text = _TMP.sub(str(tmp_dir) + "/", line.replace(".venv/bin/", ""))
+        proc = subprocess.run(["bash", "-o", "pipefail", "-c", text], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=300)
+        if proc.returncode != 0 or "Traceback" in proc.stderr:
+            failures.append(f"README: {line}\n  exit {proc.returncode}: {proc.stderr.strip()[-1000:]}")
+    assert not failures, "\n".join(failures)
