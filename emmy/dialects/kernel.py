@@ -59,7 +59,6 @@ func.func @f(%x: tensor<512xbf16>) -> tensor<512xbf16> {
 ```
 """
 
-
 from __future__ import annotations
 
 from xdsl.dialects.builtin import BFloat16Type, VectorType  # noqa: F401 (tests spell K.VectorType)
