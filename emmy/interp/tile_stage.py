@@ -3,7 +3,8 @@
     from emmy.interp.tile_stage import run_function
     (y,) = run_function(module, [x, w])      # the first func.func of the module
 
-Each `tile.kernel` is computed block by block as its knobs say, on numpy arrays, with the loop
+Each `tile.kernel` is computed block by block as its plan says (`emmy.schedule.plan.plan_for`:
+its decided knobs on the module's target), on numpy arrays, with the loop
 body evaluated by `emmy.analysis.body.Evaluator` over restricted axis ranges and with overridden
 values. So the schedule is really exercised: a wrong block decomposition, a lost edge tile, a
 split that drops a part or an online-softmax rescaling error changes the numbers.
@@ -47,8 +48,13 @@ from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
 from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
 from emmy.interp.tensor_stage import find_function, prepare_args
+from emmy.schedule.attention import AttentionPlan
+from emmy.schedule.contraction import ContractionPlan
+from emmy.schedule.elementwise import ElementwisePlan
+from emmy.schedule.plan import plan_for
+from emmy.schedule.reduction import ReductionPlan
+from emmy.targets import Target, module_target
 from emmy.tuning.knobs import stream_k_runs
-from emmy.targets import module_target
 
 Ranges = dict[str, tuple[int, int]]
 
@@ -85,17 +91,17 @@ def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             "(run decide-forks first)"
         )
     info = classify(op)
-    knobs = op.knob_values()
+    plan = plan_for(info, op.knob_values(), _target(op))
     run = _RUNNERS[info.kind]
-    return run(_Kernel(op, info, inputs), knobs)
+    return run(_Kernel(op, info, inputs), plan)
 
 
-def _target_sms(op: KernelOp) -> int:
-    """The SM count of the target the module of `op` is compiled for (split_tail's full waves)."""
+def _target(op: KernelOp) -> Target:
+    """The target the module of `op` is compiled for."""
     module = op
     while module.parent_op() is not None:
         module = module.parent_op()
-    return module_target(module).sms
+    return module_target(module)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,11 +235,10 @@ def _split_steps(steps: int, parts: int) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+def _run_contraction(k: _Kernel, plan: ContractionPlan) -> list[np.ndarray]:
     info = k.info
     ext = info.axes
-    bm, bn = int(knobs["block_m"]), int(knobs["block_n"])
-    bk, sk = int(knobs["block_k"]), int(knobs["split_k"])
+    bm, bn, bk, sk = plan.bm, plan.bn, plan.bk, plan.split
     k_outer, k_inner = info.k_axes[:-1], info.k_axes[-1]
     pre = [r for r in info.reductions if r in info.prologue]
     others = [
@@ -249,19 +254,19 @@ def _run_contraction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray
     ]
     parts = _split_steps(len(steps), sk)
     # split_tail: the tiles past the last full wave (in the order along n) split along k
-    tail = int(knobs.get("split_tail", 1))
+    tail = plan.tail
     first_tail = None  # the index of the first tail tile, with split_tail > 1
     stream = None  # schedule = stream_k: each tile's runs (the tiles in the order along n)
-    if tail > 1 or knobs.get("schedule") == "stream_k":
+    if tail > 1 or plan.stream_k:
         blocks = sum(1 for _ in _axis_blocks(info.m_axes, ext, bm)) * sum(1 for _ in _axis_blocks(info.n_axes, ext, bn))
-        sms = _target_sms(k.op)
+        sms = plan.target.sms
         if tail > 1:
             first_tail = blocks // sms * sms
         else:
             stream = stream_k_runs(blocks, len(steps), sms)
     tile_index = 0
     split_prologue: dict[SSAValue, np.ndarray] = {}
-    if knobs.get("fusion") == "split":  # the row statistics in a pass of their own, all rows
+    if plan.fusion == "split":  # the row statistics in a pass of their own, all rows
         for r in pre:
             split_prologue[r.result] = k.value(r.result, {}, split_prologue)[0]
     for mb in _axis_blocks(info.m_axes, ext, bm):
@@ -306,12 +311,12 @@ def _depends_on(r: ReduceOp, reduces: set[ReduceOp]) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _run_attention(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+def _run_attention(k: _Kernel, plan: AttentionPlan) -> list[np.ndarray]:
     info = k.info
     att = info.attention
     assert att is not None
     ext = info.axes
-    bq, bkv = int(knobs["block_q"]), int(knobs["block_kv"])
+    bq, bkv = plan.block_q, plan.block_kv
     mx, sm, pv = att.max_reduce, att.sum_reduce, att.pv.reduce
     key = att.key_axis
     for qr in _tiles(ext[att.query_axis], bq):
@@ -353,11 +358,11 @@ def _rescale_factor(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
-def _run_reduction(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+def _run_reduction(k: _Kernel, plan: ReductionPlan) -> list[np.ndarray]:
     info = k.info
     ext = info.axes
-    rpb, threads, vec = int(knobs["rows_per_block"]), int(knobs["threads"]), int(knobs["vector"])
-    sweep = max(1, threads // rpb) * vec
+    rpb = plan.rows_per_block
+    sweep = plan.threads_per_row * plan.vector
     for rows in _axis_blocks(info.row_axes, ext, rpb):
         over: dict[SSAValue, np.ndarray] = {}
         for r in info.reductions:
@@ -384,10 +389,10 @@ def _reduce_in_sweeps(
     return acc
 
 
-def _run_elementwise(k: _Kernel, knobs: Mapping[str, object]) -> list[np.ndarray]:
+def _run_elementwise(k: _Kernel, plan: ElementwisePlan) -> list[np.ndarray]:
     info = k.info
     ext = info.axes
-    per_block = int(knobs["threads"]) * int(knobs["vector"]) * int(knobs["items"])
+    per_block = plan.threads * plan.vector * plan.items
     par = list(info.parallel_axes)
     if not par:
         k.store_block({}, {})

@@ -11,7 +11,6 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from emmy.lowering import In, Out
 from emmy.lowering.kb import KB
-from emmy.schedule.reduction import largest_divisor_pow2, pow2_floor  # noqa: F401 (the builders' import)
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 

@@ -21,7 +21,7 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
      the tensor-core step, stored to shared memory after it);
    then the block multiplies the tiles: `workers = wgmma` (sm_90a: warpgroups along m, 64-row
    slices, `emmy::wgmma::tile`), `mma_sync` (`emmy::mma::warp_tile`, ldmatrix + mma.sync
-   m16n8k16, warps arranged by `emmy.tuning.legality.warp_grid`) or `thread` (plain FMA).
+   m16n8k16, warps arranged by `emmy.schedule.contraction.warp_grid`) or `thread` (plain FMA).
    `workers = wgmma_ws` (warp-specialized, `specialized_loop`): one more warpgroup only stages
    (cp.async, arriving on a `full` mbarrier per slot when its copies land), the wgmma
    warpgroups only multiply and free slots through `empty` mbarriers. With `copy = tma` the
@@ -64,8 +64,6 @@ block's run: the only ones it may share).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
 from math import prod
 
 from xdsl.dialects import arith
@@ -74,7 +72,8 @@ from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import value_tree
 from emmy.lowering import Built, In, Launch, Out, Tmp
-from emmy.lowering.common import c_ident, decompose, io_args, knob, largest_divisor_pow2
+from emmy.lowering.common import c_ident, decompose, io_args
+from emmy.schedule.reduction import largest_divisor_pow2
 from emmy.lowering.kb import KB
 from emmy.lowering.reduction import reduce_rows
 from emmy.lowering.scalar import BodyEmitter
@@ -83,8 +82,8 @@ from emmy.lowering.tma import MapOperand, tensor_view
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
-from emmy.tuning.knobs import WGMMA_WORKERS, grouped_tile, stream_k_blocks, stream_k_runs, stream_k_whole
-from emmy.tuning.legality import STREAM_K_MAX_PARTS
+from emmy.schedule.contraction import ContractionPlan
+from emmy.tuning.knobs import grouped_tile
 
 STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
 RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
@@ -95,194 +94,13 @@ ORDER_BARRIER = 12  # epilogue = staggered: warpgroup 1 stores a tile after warp
 
 
 # ---------------------------------------------------------------------------------------------
-# The plan of one contraction kernel
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Geometry:
-    bm: int
-    bn: int
-    bk: int
-    stages: int
-    workers: str
-    warps: int
-    split: int
-    nc: int  # contractions sharing A
-    threads: int
-    # mma_sync
-    wm: int = 1
-    wn: int = 1
-    # wgmma
-    groups: int = 1
-    mi: int = 1
-    producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
-    persistent: bool = False  # schedule = persistent or stream_k: one block per SM loops over the tiles
-    stream_k: bool = False  # schedule = stream_k: whole tiles, then an equal run of the other tiles' k-steps per block
-    tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
-    cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
-    group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
-    tail: int = 1  # split_tail: the tiles past the last full wave, split along k into this many parts
-    staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
-    last_block: bool = False  # combine = last_block: the tile's last block adds the split_k parts
-    # thread
-    tx: int = 1
-    ty: int = 1
-
-    @property
-    def slab(self) -> int:
-        return self.bk if self.bk < 64 else 64
-
-    @property
-    def ticketed(self) -> bool:
-        """Tiles whose parts are added by the last block to finish one (per-tile counters)."""
-        return self.last_block or self.stream_k
-
-    @property
-    def combine_kernel(self) -> bool:
-        """split_k's parts go to a workspace that `<name>_combine` adds up (combine = kernel)."""
-        return self.split > 1 and not self.last_block
-
-    @property
-    def wgmma(self) -> bool:
-        return self.workers in WGMMA_WORKERS
-
-    @property
-    def joint(self) -> bool:
-        """wgmma with several contractions sharing A (gate and up) whose B tiles of a slot lie
-        side by side as one block_n * nc-row tile: one wgmma of N = nc * block_n per k16 reads
-        the A slice once for all of them, into one accumulator array (a 64-row slice per
-        warpgroup, one slab of k)."""
-        return self.wgmma and self.nc > 1 and self.mi == 1 and self.nc * self.bn <= 256 and self.bk <= 64
-
-    @property
-    def b_stride(self) -> int:
-        """Elements from one slot's B tile to the next slot's (all nc tiles of a slot with joint)."""
-        return self.bn * self.bk * (self.nc if self.joint else 1)
-
-    @property
-    def consumers(self) -> int:
-        """Threads that compute (all of them unless a producer warpgroup stages)."""
-        return self.threads - 128 if self.producer else self.threads
-
-    @property
-    def acc_per_thread(self) -> int:
-        if self.wgmma:
-            return self.mi * self.bn // 2
-        return self.bm * self.bn // self.threads
-
-
-def geometry(info, knobs, op, target) -> Geometry:
-    bm = int(knob(knobs, "block_m", op, 64))
-    bn = int(knob(knobs, "block_n", op, 64))
-    bk = int(knob(knobs, "block_k", op, 32))
-    stages = int(knob(knobs, "stages", op, 2))
-    workers = str(knob(knobs, "workers", op, "mma_sync"))
-    warps = int(knob(knobs, "warps", op, 4))
-    split = int(knob(knobs, "split_k", op, 1))
-    nc = max(1, len(info.contractions))
-    g = Geometry(bm, bn, bk, max(1, stages), workers, warps, max(1, split), nc, warps * 32)
-    where = f"tile.kernel @{info.name}"
-    if bk % 16 or (bk > 64 and bk % 64):
-        raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")
-    if bm % 8 or bn % 8:
-        raise EmmyError(f"{where}: block_m={bm} and block_n={bn} must be multiples of 8")
-    if workers in WGMMA_WORKERS:
-        if not target.has("wgmma"):
-            raise EmmyError(f"{where}: workers={workers} needs sm_90a (target is {target.name})")
-        if workers == "wgmma_ws":
-            g.producer = True
-            g.threads += 128
-        if warps % 4:
-            raise EmmyError(f"{where}: wgmma needs whole warpgroups (warps={warps})")
-        g.groups = warps // 4
-        if bm % (64 * g.groups):
-            raise EmmyError(f"{where}: wgmma: block_m={bm} must be a multiple of {64 * g.groups}")
-        g.mi = bm // (64 * g.groups)
-        if bn > 256:
-            raise EmmyError(f"{where}: wgmma: block_n={bn} is over 256")
-        if g.stages < 2:
-            g.stages = 2
-    elif workers == "mma_sync":
-        if not target.has("mma_sync"):
-            raise EmmyError(f"{where}: workers=mma_sync needs sm_80 or newer")
-        from emmy.tuning.legality import warp_grid
-
-        grid = warp_grid(bm, bn, warps)
-        if grid is None:
-            raise EmmyError(f"{where}: mma_sync: block {bm}x{bn} cannot be split among {warps} warps")
-        g.wm, g.wn = grid
-    elif workers == "thread":
-        tx = 1
-        while tx * 2 <= min(bn, 32) and bn % (tx * 2) == 0 and g.threads % (tx * 2) == 0:
-            tx *= 2
-        ty = g.threads // tx
-        if bm % ty:
-            raise EmmyError(f"{where}: thread workers: block_m={bm} is not a multiple of {ty} thread rows")
-        g.tx, g.ty = tx, ty
-    else:
-        raise EmmyError(f"{where}: unknown workers '{workers}'")
-    schedule = str(knob(knobs, "schedule", op, "grid"))
-    if schedule in ("persistent", "stream_k"):
-        if workers != "wgmma_ws":
-            raise EmmyError(f"{where}: schedule={schedule} needs workers=wgmma_ws (workers={workers})")
-        if g.split > 1:
-            raise EmmyError(f"{where}: schedule={schedule} needs split_k=1 (split_k={g.split})")
-        g.persistent = True
-        g.stream_k = schedule == "stream_k"
-    elif schedule != "grid":
-        raise EmmyError(f"{where}: unknown schedule '{schedule}'")
-    copy = str(knob(knobs, "copy", op, "cp_async"))
-    if copy == "tma":
-        if workers != "wgmma_ws":  # (wgmma_ws already needs sm_90a, which has the TMA)
-            raise EmmyError(f"{where}: copy=tma needs workers=wgmma_ws (workers={workers})")
-        g.tma = True
-    elif copy != "cp_async":
-        raise EmmyError(f"{where}: unknown copy '{copy}'")
-    g.cluster = int(knob(knobs, "cluster", op, 1))
-    if g.cluster > 1:
-        if not g.tma:
-            raise EmmyError(f"{where}: cluster={g.cluster} needs copy=tma")
-        # (every block_n of the domain splits into 8-row halves, as the swizzle needs)
-    g.tail = int(knob(knobs, "split_tail", op, 1))
-    if g.tail > 1 and (g.split > 1 or g.persistent or g.cluster > 1 or info.batch > 1):
-        raise EmmyError(f"{where}: split_tail={g.tail} needs split_k=1, schedule=grid, cluster=1 and no batch axes")
-    if g.tail > 1 and info.prologue and knobs.get("fusion", "fused") != "split":
-        raise EmmyError(f"{where}: split_tail={g.tail} needs fusion=split (row statistics for the tail's parts)")
-    g.group_m = int(knob(knobs, "group_m", op, g.cluster))
-    if g.tail > 1 and g.group_m > 1:
-        raise EmmyError(f"{where}: split_tail={g.tail} needs group_m=1")
-    if g.group_m % g.cluster:
-        raise EmmyError(f"{where}: group_m={g.group_m} is not a multiple of cluster={g.cluster}")
-    epilogue = str(knob(knobs, "epilogue", op, "together"))
-    if epilogue == "staggered":
-        if not g.persistent or g.groups != 2:
-            raise EmmyError(f"{where}: epilogue=staggered needs schedule=persistent and two consumer warpgroups (warps=8)")
-        g.staggered = True
-    elif epilogue != "together":
-        raise EmmyError(f"{where}: unknown epilogue '{epilogue}'")
-    combine = str(knob(knobs, "combine", op, "kernel"))
-    if combine == "last_block":
-        if g.split == 1:
-            raise EmmyError(f"{where}: combine=last_block adds split_k's parts: it needs split_k > 1")
-        g.last_block = True
-    elif combine != "kernel":
-        raise EmmyError(f"{where}: unknown combine '{combine}'")
-    if g.stream_k:
-        if g.cluster > 1 or g.group_m > 1 or g.staggered:
-            raise EmmyError(f"{where}: schedule=stream_k needs cluster=1, group_m=1 and epilogue=together")
-        if info.prologue and knobs.get("fusion", "fused") != "split":
-            raise EmmyError(f"{where}: schedule=stream_k needs fusion=split (whole-row statistics for runs of k-steps)")
-    return g
-
-
-# ---------------------------------------------------------------------------------------------
 # build
 # ---------------------------------------------------------------------------------------------
 
 
-def build(op, info, knobs, target) -> Built:
-    return ContractionBuilder(op, info, knobs, target).build()
+def build(op, info, plan: ContractionPlan) -> Built:
+    """The kernels of a contraction `tile.kernel` (or part) `op` as its plan says."""
+    return ContractionBuilder(op, info, plan).build()
 
 
 def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:
@@ -292,19 +110,18 @@ def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:
 
 
 class ContractionBuilder:
-    def __init__(self, op, info, knobs, target, tile_range: tuple[int, int] | None = None, suffix: str = ""):
+    def __init__(self, op, info, plan: ContractionPlan):
         self.op = op
         self.info = info
-        self.knobs = knobs
-        self.target = target
-        self.name = c_ident(op.properties["sym_name"].data) + suffix
+        self.g = plan
+        self.target = plan.target
+        self.name = c_ident(op.properties["sym_name"].data) + plan.suffix
         # tiles lo <= t < hi of the order along n (split_tail's two launches), or every tile
-        self.tile_range = tile_range
+        self.tile_range = plan.tile_range
         self.ext: dict[str, int] = dict(info.axes)
         self.cs = list(info.contractions)
         if not self.cs:
             raise EmmyError(f"tile.kernel @{info.name}: no contraction found")
-        self.g = geometry(info, knobs, op, target)
         self.m_axes = list(info.m_axes)
         self.n_axes = list(info.n_axes)
         self.k_axes = list(info.k_axes)
@@ -315,8 +132,7 @@ class ContractionBuilder:
         self.B = prod(self.ext[a] for a in self.b_axes) if self.b_axes else 1
         self.k_last = info.k_axis
         self.prologue = list(info.prologue)
-        fusion = str(knobs.get("fusion", "fused"))
-        self.stats_kernel = bool(self.prologue) and (fusion == "split" or self.g.split > 1)
+        self.stats_kernel = plan.stats_kernel
         top = list(op.regions[0].block.ops)
         self.stores = [o for o in top if isinstance(o, StoreOp)]
         others = [r for r in info.other_reductions]
@@ -337,7 +153,7 @@ class ContractionBuilder:
 
     # -- kernels ------------------------------------------------------------------------------------
     def build(self) -> Built:
-        if self.g.tail > 1 and self.tile_range is None:
+        if self.g.split_tail is not None:
             return self.build_with_tail()
         types, names, refs = io_args(self.op)
         built = Built()
@@ -391,17 +207,9 @@ class ContractionBuilder:
         the tiles of the last, partial wave as a launch of their own (`<name>_tail`) with
         their k range split s ways, the last block of each tile adding the parts
         (combine = last_block). Every multiprocessor then has work till the end."""
-        total = self.all_tiles()
-        full = total // self.target.sms * self.target.sms
-        if not 0 < full < total:
-            raise EmmyError(
-                f"tile.kernel @{self.info.name}: split_tail={self.g.tail}: {total} tiles on {self.target.sms} "
-                f"SMs leave no partial wave behind a full one"
-            )
-        rest = {k: v for k, v in self.knobs.items() if k != "split_tail"}
-        head = ContractionBuilder(self.op, self.info, rest, self.target, (0, full)).build()
-        tail_knobs = {**rest, "split_k": self.g.tail, "combine": "last_block"}
-        tail = ContractionBuilder(self.op, self.info, tail_knobs, self.target, (full, total), "_tail").build()
+        head_plan, tail_plan = self.g.split_tail
+        head = ContractionBuilder(self.op, self.info, head_plan).build()
+        tail = ContractionBuilder(self.op, self.info, tail_plan).build()
         # With a row prologue both builds begin with the same statistics kernel (fusion = split,
         # legality), whose buffer is their first temporary: the tail uses the head's.
         shared = 1 if self.prologue else 0
@@ -422,31 +230,17 @@ class ContractionBuilder:
     # -- shared helpers -------------------------------------------------------------------------------
     def all_tiles(self) -> int:
         """Output tiles of the whole grid (every batch index)."""
-        return self.B * -(-self.M // self.g.bm) * -(-self.N // self.g.bn)
+        return self.g.all_tiles
 
-    @cached_property
+    @property
     def stream_k_plan(self) -> tuple[int, int, int, int, int]:
-        """schedule = stream_k: (tiles, k-steps per tile, blocks, most blocks sharing a tile,
-        whole tiles). The first `whole` tiles (whole waves but the last, knobs.stream_k_whole)
-        take a block each; the k-steps of the rest, in tile order, form one run of I
-        iterations of which block b takes [b * I // blocks, (b + 1) * I // blocks), so such a
-        tile's steps fall to one block or to a few consecutive ones (knobs.stream_k_runs)."""
-        tiles, steps, sms = self.all_tiles(), -(-self.K // self.g.bk), self.target.sms
-        blocks = stream_k_blocks(tiles, steps, sms)
-        most = max(len(runs) for runs in stream_k_runs(tiles, steps, sms))
-        if most > STREAM_K_MAX_PARTS:
-            raise EmmyError(
-                f"tile.kernel @{self.info.name}: schedule=stream_k: up to {most} blocks share a tile "
-                f"(at most {STREAM_K_MAX_PARTS}); use larger tiles or a larger block_k"
-            )
-        return tiles, steps, blocks, most, stream_k_whole(tiles, sms)
+        """schedule = stream_k: the plan's (tiles, k-steps, blocks, most blocks sharing a tile, whole tiles)."""
+        return self.g.stream_k_plan
 
     def tiles(self) -> int:
         """Output tiles this launch computes (its tile range, or all), one counter pair each with
         last_block."""
-        if self.tile_range is not None:
-            return self.tile_range[1] - self.tile_range[0]
-        return self.all_tiles()
+        return self.g.tiles
 
     def inside(self, kb: KB, g_index, extent: int, tile: int) -> SSAValue | None:
         """g_index < extent, for an index `origin + r` with origin a multiple of `tile` and
@@ -591,14 +385,7 @@ class ContractionBuilder:
             raise EmmyError(
                 f"tile.kernel @{self.info.name}: {smem} bytes of shared memory exceed the {self.target.smem_per_block} a block may use on {self.target.name}"
             )
-        grid = (-(-self.N // g.bn), -(-self.M // g.bm), self.B * g.split)
-        if self.tile_range is not None:  # (no batch axes: legality)
-            grid = (self.tiles(), 1, g.split)
-        if g.stream_k:
-            grid = (self.stream_k_plan[2], 1, 1)
-        elif g.persistent:  # (with clusters: clusters of blocks, each block one row of the cluster's tiles)
-            c = g.cluster
-            grid = (min(prod(grid) // c, self.target.sms // c), c, 1)
+        grid = g.grid
         if grid[1] > 65535 or grid[2] > 65535:
             raise EmmyError(f"tile.kernel @{self.info.name}: grid {grid} is too large")
         if grid[1] % g.cluster:
@@ -1749,4 +1536,4 @@ def _pow2_dividing(n: int, cap: int) -> int:
     return v
 
 
-__all__ = ["build", "geometry", "direct_source", "same_expr"]
+__all__ = ["build", "direct_source", "same_expr"]

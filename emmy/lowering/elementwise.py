@@ -13,13 +13,13 @@ Schedule (knobs `threads`, `vector`, `items`):
 
 from __future__ import annotations
 
-from math import prod
 
 from emmy.lowering import Built, Launch
-from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args, knob, largest_divisor_pow2
+from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
 from emmy.dialects.loop import StoreOp
+from emmy.schedule.elementwise import ElementwisePlan
 
 
 def axis_order(op, info) -> list[str]:
@@ -44,26 +44,15 @@ def _store_pos(info, dom, axis: str) -> tuple[int, int]:
     return (1, list(info.axes).index(axis))
 
 
-def vector_width(info, requested: int, axis: str) -> int:
-    """The lanes per thread along `axis`: a power of two <= min(requested, 8) dividing its extent."""
-    if not axis:
-        return 1
-    return largest_divisor_pow2(info.axes[axis], max(1, min(int(requested), 8)))
-
-
-def build(op, info, knobs, target) -> Built:
+def build(op, info, plan: ElementwisePlan) -> Built:
+    """The kernel of an elementwise `tile.kernel` as its plan says."""
     name = c_ident(op.properties["sym_name"].data)
-    threads = int(knob(knobs, "threads", op, 256))
-    items = int(knob(knobs, "items", op, 1))
+    threads, items, V, vaxis, slots, blocks = plan.threads, plan.items, plan.vector, plan.vector_axis, plan.slots, plan.blocks
     axes = axis_order(op, info)
-    vaxis = info.vector_axis if info.vector_axis in info.axes else ""
-    V = vector_width(info, int(knob(knobs, "vector", op, 1)), vaxis)
     virt = dict(info.axes)
     if vaxis:
         virt[vaxis] = info.axes[vaxis] // V
-    slots = prod(virt[a] for a in axes) if axes else 1
     per_block = threads * items
-    blocks = max(1, -(-slots // per_block))
 
     types, names, refs = io_args(op)
     kb = KB.new_func(name, types, (blocks, 1, 1), (threads, 1, 1), 0, arg_names=names)

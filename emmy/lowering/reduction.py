@@ -22,10 +22,11 @@ from math import prod
 from xdsl.dialects.builtin import f32
 
 from emmy.lowering import Built, Launch
-from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args, knob, largest_divisor_pow2, pow2_floor
+from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope
 from emmy.dialects.loop import ReduceOp, StoreOp
+from emmy.schedule.reduction import ReductionPlan, largest_divisor_pow2
 
 
 def _order_inner_last(axes, inner: str) -> list[str]:
@@ -92,20 +93,13 @@ def reduce_rows(
     return results
 
 
-def build(op, info, knobs, target) -> Built:
+def build(op, info, plan: ReductionPlan) -> Built:
+    """The kernel of a reduction `tile.kernel` as its plan says."""
     name = c_ident(op.properties["sym_name"].data)
     ext = dict(info.axes)
-    threads = int(knob(knobs, "threads", op, 256))
-    rpb = int(knob(knobs, "rows_per_block", op, 1))
-    vector = max(1, min(int(knob(knobs, "vector", op, 8)), 8))
+    vector, rpb, tpr, rows = plan.vector, plan.rows_per_block, plan.threads_per_row, plan.rows
+    threads, blocks, warps, smem = plan.threads, plan.blocks, plan.warps, plan.smem_bytes
     row_axes = list(info.row_axes)
-    rows = prod(ext[a] for a in row_axes) if row_axes else 1
-    rpb = max(1, min(rpb, pow2_floor(rows)))
-    tpr = max(1, pow2_floor(threads // rpb))
-    threads = tpr * rpb
-    blocks = -(-rows // rpb)
-    warps = max(1, threads // 32)
-    smem = warps * 4
 
     types, names, refs = io_args(op)
     kb = KB.new_func(name, types, (blocks, 1, 1), (threads, 1, 1), smem, arg_names=names)

@@ -3,8 +3,9 @@
 A fused loop may store several results over different parallel axes: the running example returns
 q over n = 2048 and k, v over d2 = 1024, all from one normalized input. `split_by_outputs` makes one
 copy of the tile op per group of outputs with the same axes, each keeping only its group's stores
-and what they need; `build_parts` builds each with the whole op's knobs (adjusted where a part
-needs more registers than the whole was decided for). Where each part is one kernel with the
+and what they need (`emmy.schedule.plan.split_by_outputs`); `build_parts` builds each with its
+plan (`emmy.schedule.plan.plan_kernel`: the whole op's knobs, block_n shared among a part's
+contractions where that is legal). Where each part is one kernel with the
 same block shape, `one_launch` puts them side by side in one kernel (the blocks of part 0 first,
 then part 1's, ...): one launch whose blocks fill the machine together instead of one launch per
 part, each with its own tail; parts that first launch the same helper (their row statistics)
@@ -14,17 +15,22 @@ over their part's tiles) `merge_built` joins the launches.
 
 from __future__ import annotations
 
+from emmy.diagnostics import EmmyError
 from emmy.lowering import Built, Launch, Out, Tmp
-from emmy.dialects.loop import StoreOp
+from emmy.lowering.common import c_ident
 
 
-def build_parts(parts, knobs, target, builder, name: str) -> Built:
-    from emmy.analysis.classify import classify
-
-    builts = [fit_part(p, classify(p), knobs, target, builder) for p in parts]
-    if knobs.get("schedule") == "persistent":  # each part's blocks already fill the machine
+def build_parts(kplan, builder) -> Built:
+    """Build each part of a kernel with its plan (`emmy.schedule.plan.plan_kernel`), then merge
+    their launches as the plan says."""
+    builts = [builder(p.op, p.info, p.plan) for p in kplan.parts]
+    name = c_ident(kplan.name)
+    if kplan.merge == "separate":
         return merge_built(builts)
-    return one_launch(builts, name, target) or _one_launch_after_shared_head(builts, name, target) or merge_built(builts)
+    merged = (one_launch if kplan.merge == "one_launch" else _one_launch_after_shared_head)(builts, name, kplan.target)
+    if merged is None:
+        raise EmmyError(f"tile.kernel @{kplan.name}: its parts do not merge as planned ({kplan.merge})")
+    return merged
 
 
 def _one_launch_after_shared_head(builts: list[Built], name: str, target) -> Built | None:
@@ -48,75 +54,6 @@ def _one_launch_after_shared_head(builts: list[Built], name: str, target) -> Bui
     head = builts[0]
     head_fn = next(f for f in head.funcs if f.sym_name.data == head.launches[0].kernel)
     return Built(funcs=[head_fn, *merged.funcs], launches=[head.launches[0], *merged.launches], temps=list(head.temps))
-
-
-def fit_part(part, info, knobs, target, builder) -> Built:
-    """Build one part with the whole op's knobs. The whole was decided as one product over all
-    the parts' columns (KernelInfo.gemm_n_nc), so a part with several contractions (k and v
-    together) splits block_n among them: every block of the launch does the same work. If the
-    part still needs more than the legality check allows, its block_n is halved, then its
-    pipeline made shallower, until the check passes."""
-    from emmy.tuning.legality import check
-
-    def fitted(values: dict) -> dict:
-        values = dict(values)
-        while check(info, values, target) and int(values.get("block_n", 0)) > 64:
-            values["block_n"] = int(values["block_n"]) // 2
-        while check(info, values, target) and int(values.get("stages", 1)) > 1:
-            values["stages"] = int(values["stages"]) - 1
-        return values
-
-    nc = len(info.contractions)
-    if nc > 1 and "block_n" in knobs:
-        shared = fitted(dict(knobs, block_n=max(8, int(knobs["block_n"]) // nc // 8 * 8)))
-        if not check(info, shared, target):  # else too narrow for the workers (mma_sync pieces)
-            return builder(part, info, shared, target)
-    return builder(part, info, fitted(knobs), target)
-
-
-def split_by_outputs(op, per_contraction: bool = False) -> list:
-    """Copies of the tile op, one per group of outputs stored over the same parallel axes, each
-    keeping only its group's stores and what they need ([op] itself when there is one group).
-    With `per_contraction`, outputs computed from different reductions are apart too (k and v,
-    but not gate and up, whose one store reads both): each copy then holds one contraction
-    per tile, and its tile is all its own instead of a column share of a pair. Each copy
-    computes its rows' statistics itself; normalized values still never reach global memory."""
-    from xdsl.dialects.builtin import StringAttr
-
-    from emmy.analysis.classify import store_groups
-
-    top = list(op.regions[0].block.ops)
-    stores = [i for i, o in enumerate(top) if isinstance(o, StoreOp)]
-    groups = [[stores[j] for j in g] for g in store_groups([top[i] for i in stores], per_contraction)]
-    if len(groups) < 2:
-        return [op]
-    name = op.properties["sym_name"].data
-    parts = []
-    for keep in groups:
-        part = op.clone()
-        ops = list(part.regions[0].block.ops)
-        for i in stores:
-            if i not in keep:
-                ops[i].detach()
-                ops[i].erase()
-        _erase_dead(part.regions[0].block)
-        outs = "_".join(str(top[i].properties["output"].value.data) for i in keep)
-        part.properties["sym_name"] = StringAttr(f"{name}_out{outs}")
-        parts.append(part)
-    return parts
-
-
-def _erase_dead(block) -> None:
-    changed = True
-    while changed:
-        changed = False
-        for o in reversed(list(block.ops)):
-            if o is block.last_op or isinstance(o, StoreOp):  # the terminator, the kept stores
-                continue
-            if all(not r.uses for r in o.results):
-                o.detach()
-                o.erase()
-                changed = True
 
 
 def one_launch(builts: list[Built], name: str, target) -> Built | None:

@@ -1,8 +1,9 @@
 """convert-tile-to-kernel: every decided `tile.kernel` becomes explicit GPU code.
 
-Each `tile.kernel` is handed to the builder of its kind, `emmy.lowering.<kind>.build(op, info,
-knobs, target)` (`info` from `emmy.analysis.classify`, `knobs` the decided values, `target` the
-module's `emmy.target`). The builder returns `kernel.func` ops plus the launches computing the
+Each `tile.kernel` is planned (`emmy.schedule.plan.plan_kernel`: its decided knobs on the
+module's `emmy.target`, split into parts where its outputs lie over different axes) and each part
+handed with its plan to the builder of its kind, `emmy.lowering.<kind>.build(op, info, plan)`; the
+plan holds every number the builder uses. The builder returns `kernel.func` ops plus the launches computing the
 tile op's results (and the temporary buffers they need). The pass puts the `kernel.func`s at
 module level, before the function, and replaces the tile op in the function by `kernel.empty`
 buffers (its results and temporaries) and `kernel.launch`es, in order.
@@ -43,14 +44,13 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
-from emmy.analysis.classify import classify
 from emmy.lowering import Built, In, Out, Scalar, Tmp
-from emmy.lowering.common import c_ident
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
 from emmy.passes.stages import require_input_stage
 from emmy.phase import is_prepare, mark_prepare
+from emmy.schedule.plan import plan_kernel
 from emmy.targets import Target, module_target
 
 
@@ -69,23 +69,16 @@ def builder_for(kind: str):
 
 
 def build_kernel(op: KernelOp, target: Target) -> Built:
-    """Run the builder of `op`'s kind (checks that every knob is decided)."""
-    if not op.is_decided:
-        undecided = [n for n, k in op.knobs.data.items() if getattr(k, "value", None) is None]
-        raise EmmyError(
-            f"tile.kernel @{op.kernel_name}: knobs {', '.join(undecided)} are undecided (run decide-forks first)"
-        )
-    from emmy.lowering.split import build_parts, split_by_outputs
+    """Run the builder of `op`'s kind on each part of its plan (`emmy.schedule.plan.plan_kernel`,
+    which checks that every knob is decided)."""
+    from emmy.lowering.split import build_parts
 
     builder = builder_for(op.kind.data)
-    knobs = op.knob_values()
-    # the split into parts uses `siblings` up (k and v with tiles of their own or not): the
-    # parts are built, and checked, without it
-    apart = knobs.pop("siblings", None) == "apart"
-    parts = split_by_outputs(op, apart) if op.kind.data != "attention" else [op]
-    if len(parts) > 1:
-        return build_parts(parts, knobs, target, builder, c_ident(op.kernel_name))
-    return builder(op, classify(op), knobs, target)
+    kplan = plan_kernel(op, target)
+    if kplan.merge == "single":
+        part = kplan.parts[0]
+        return builder(op, part.info, part.plan)
+    return build_parts(kplan, builder)
 
 
 class LowerTileKernel(RewritePattern):

@@ -33,7 +33,7 @@ Invariants: bodies, kinds and domains unchanged; same inputs and evidence give t
 Option `max-launches` (int, default 0: the module's `emmy.max_launches` if it has one, else no
 budget): the launches one call of a function may make. Some knob values buy speed with a helper
 launch (a `_combine` kernel adding split_k's parts). Where a function's forward-phase kernels, as
-`convert-tile-to-kernel` builds them, take more launches than the budget, rule-tier answers are
+their plans launch them (`emmy.schedule.plan.plan_kernel`), take more launches than the budget, rule-tier answers are
 traded for ones without the helper, kernel by kernel in IR order, until the function fits or
 nothing is left to trade (`combine = kernel` -> `last_block`; the kernel's other knobs re-decided
 around it). Each traded knob's reason says so. Pinned and recorded answers are never traded;
@@ -59,8 +59,8 @@ from xdsl.passes import ModulePass
 from emmy.analysis.classify import classify
 from emmy.diagnostics import EmmyError
 from emmy.dialects.tile import KernelOp, KnobValue
-from emmy.passes.convert_tile_to_kernel import build_kernel
 from emmy.phase import is_prepare
+from emmy.schedule.plan import part_problems, plan_kernel
 from emmy.tuning.deciders import (
     Answer,
     Decider,
@@ -144,6 +144,7 @@ class DecideForksPass(ModulePass):
         answers = {k: decide_kernel(problems[k], deciders) for k in kernels}
         for k in kernels:
             _write(k, answers[k])
+            answers[k] = _fit_parts(k, problems[k], answers[k], deciders, target)
         if budget:
             for func in op.body.block.ops:
                 _fit_launch_budget(func, problems, answers, deciders, target, budget)
@@ -189,7 +190,7 @@ def _fit_launch_budget(
     trades = [(k, trade) for k in kernels if (trade := trade_for_launches(problems[k].space, answers[k]))]
     if not trades or len(kernels) > budget:
         return  # nothing to trade, or one launch per kernel is already past the budget
-    launches = {k: len(build_kernel(k, target).launches) for k in kernels}
+    launches = {k: len(plan_kernel(k, target).launches) for k in kernels}
     for k, (knob, value, what) in trades:
         total = sum(launches.values())
         if total <= budget:
@@ -202,7 +203,44 @@ def _fit_launch_budget(
             continue  # not legal with the rest of this kernel's answers
         answers[k] = new
         _write(k, new)
-        launches[k] = len(build_kernel(k, target).launches)
+        launches[k] = len(plan_kernel(k, target).launches)
+
+
+def _fit_parts(
+    kernel: KernelOp, problem: Problem, answers: dict[str, Answer], deciders: list[Decider], target: Target
+) -> dict[str, Answer]:
+    """A kernel whose outputs lie over different axes runs as parts (emmy.schedule.plan), decided
+    as one product over all their columns. Where a part cannot run with the answers (its
+    contractions need more registers than the whole), rule-tier block_n is halved (down to 64),
+    then stages lowered, until every part can; each step is recorded in the knob's reason.
+    Pinned and recorded answers are kept (the plan then names the part that cannot run)."""
+    for _ in range(16):
+        bad = part_problems(kernel, {n: a.value for n, a in answers.items()}, target)
+        if not bad:
+            break
+        step = _fit_step(answers)
+        if step is None:
+            break
+        knob, value = step
+        part, reasons = bad[0]
+        reason = f"part @{part} cannot run with {knob}={answers[knob].value} ({reasons[0]}): lowered to {value}"
+        fixed = [*deciders[:-1], FixedDecider({knob: Answer(value, "rule", reason)}), deciders[-1]]
+        new = decide_kernel(problem, fixed)
+        if new[knob].value != value:
+            break  # not legal with the rest of this kernel's answers
+        answers = new
+        _write(kernel, new)
+    return answers
+
+
+def _fit_step(answers: dict[str, Answer]) -> tuple[str, int] | None:
+    """The next rule-tier adjustment a part may need: block_n halved, else one stage fewer."""
+    bn, st = answers.get("block_n"), answers.get("stages")
+    if bn is not None and bn.tier == "rule" and int(bn.value) > 64:  # type: ignore[arg-type]
+        return "block_n", int(bn.value) // 2  # type: ignore[arg-type]
+    if st is not None and st.tier == "rule" and int(st.value) > 1:  # type: ignore[arg-type]
+        return "stages", int(st.value) - 1  # type: ignore[arg-type]
+    return None
 
 
 def _func_name(func: Operation) -> str:

@@ -528,8 +528,9 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     v = Decided(values, f"tile.kernel @{info.name}")
     bq, bkv, warps, stages = int(v["block_q"]), int(v["block_kv"]), int(v["warps"]), int(v["stages"])
     workers = str(v["workers"])
-    body = analyze(info.stores[0].parent_op(), info)
-    D = body.head_dim
+    D, att = info.head_dim, info.attention
+    if att is None:
+        raise _err(name, "the loop is not classified as attention")
     if workers == "thread":
         raise _err(name, "workers=thread is not implemented for attention (use mma_sync)")
     wgmma = False
@@ -558,27 +559,36 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     smem = smem_bytes(D, bq, bkv, stages, wgmma)
     if smem > target.smem_per_block:
         raise _err(name, f"{smem} bytes of shared memory exceed the {target.smem_per_block} of {target.name}")
-    copy = str(values.get("copy", "cp_async"))
+    copy = str(v["copy"])
     if copy not in ("cp_async", "tma"):
         raise _err(name, f"unknown copy '{copy}' (cp_async or tma)")
     tma = copy == "tma"
-    if tma and (not wgmma or stages < 3 or body.seq_kv % bkv):
+    if tma and (not wgmma or stages < 3 or info.seq_kv % bkv):
         raise _err(
             name, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv that divides the keys "
-            f"(have {workers}, {stages}, block_kv={bkv} for {body.seq_kv} keys)"
+            f"(have {workers}, {stages}, block_kv={bkv} for {info.seq_kv} keys)"
         )
-    fusion = str(values.get("fusion", "fused"))
+    fusion = str(v["fusion"])
     if fusion not in ("fused", "split"):
         raise _err(name, f"unknown fusion '{fusion}' (fused or split)")
-    batch = 1
-    for a in body.batch_axes:
-        batch *= info.axes[a]
+    batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
     prep = None
-    computed = [rows for p, rows in ((body.q, body.seq_q), (body.k, body.seq_kv), (body.v, body.seq_kv)) if p.mode != DIRECT]
-    if fusion == "split" and computed:
+    computed = _computed_rows(info) if fusion == "split" else []
+    if computed:  # a prologue kernel for the computed ones of Q, K and V
         prep = (-(-max(computed) // (PREP_WARPS * PREP_ROWS)), batch, len(computed))
     return AttentionPlan(
-        name, bq, bkv, warps, stages, workers, fusion, D, body.seq_q, body.seq_kv, batch, prep, target, wgmma, tma
+        name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma
     )
+
+
+def _computed_rows(info: KernelInfo) -> list[int]:
+    """The rows of each of Q, K and V that is computed (not a plain load of rows), in that
+    order. A body the flash kernel cannot run (analyze's EmmyError) has none here: its plan still
+    serves the tile interpreter, and building it raises that error."""
+    try:
+        body = analyze(info.stores[0].parent_op(), info)
+    except EmmyError:
+        return []
+    return [r for p, r in ((body.q, body.seq_q), (body.k, body.seq_kv), (body.v, body.seq_kv)) if p.mode != DIRECT]

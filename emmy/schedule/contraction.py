@@ -19,12 +19,13 @@ from choosing them; hand-written IR may still hold them).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from math import ceil, prod
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
 from emmy.targets import Target
-from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, stream_k_blocks, stream_k_runs, stream_k_whole
+from emmy.tuning.knobs import FEATURE_OFF, WGMMA_WORKERS, KnobValue, stream_k_blocks, stream_k_runs, stream_k_whole
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -217,12 +218,12 @@ class ContractionPlan:
         """k-steps of a tile."""
         return -(-self.K // self.bk)
 
-    @property
+    @cached_property
     def stream_k_runs(self) -> list[list[tuple[int, int]]]:
         """schedule = stream_k: per tile, the [lo, hi) k-steps each block computes."""
         return stream_k_runs(self.all_tiles, self.steps, self._target.sms)
 
-    @property
+    @cached_property
     def stream_k_plan(self) -> tuple[int, int, int, int, int]:
         """schedule = stream_k: (tiles, k-steps per tile, blocks, most blocks sharing a tile,
         whole tiles). The first `whole` tiles (whole waves but the last, knobs.stream_k_whole)
@@ -332,7 +333,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         name=name or info.name, bm=bm, bn=bn, bk=bk, stages=stages, workers=workers, warps=warps, split=split,
         nc=nc, threads=block_threads(warps, workers), M=info.M, N=info.extent(info.n_axes), K=info.K,
         B=info.batch, prologue=bool(info.prologue), element_bytes=info.element_bytes,
-        combine_lanes=2 if info.n_axes and info.axes[info.n_axes[-1]] % 2 == 0 else 1, fusion=str(values.get("fusion", "fused")), target=target,
+        combine_lanes=2 if info.n_axes and info.axes[info.n_axes[-1]] % 2 == 0 else 1, fusion=str(v["fusion"]), target=target,
     )
     if bk % 16 or (bk > 64 and bk % 64):
         raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")
@@ -388,7 +389,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     elif copy != "cp_async":
         raise EmmyError(f"{where}: unknown copy '{copy}'")
     cluster = g["cluster"] = int(v["cluster"])
-    if cluster > 1 and not g["tma"]:
+    if cluster > 1 and not g.get("tma"):
         raise EmmyError(f"{where}: cluster={cluster} needs copy=tma")
         # (every block_n of the domain splits into 8-row halves, as the swizzle needs)
     tail = g["tail"] = int(v["split_tail"])
@@ -396,7 +397,8 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         raise EmmyError(f"{where}: split_tail={tail} needs split_k=1, schedule=grid, cluster=1 and no batch axes")
     if tail > 1 and info.prologue and g["fusion"] != "split":
         raise EmmyError(f"{where}: split_tail={tail} needs fusion=split (row statistics for the tail's parts)")
-    group_m = g["group_m"] = int(v["group_m"])
+    # without a group_m knob: the plain order of the clusters (knobs.FEATURE_OFF)
+    group_m = g["group_m"] = int(values["group_m"]) if "group_m" in values else cluster
     if tail > 1 and group_m > 1:
         raise EmmyError(f"{where}: split_tail={tail} needs group_m=1")
     if group_m % cluster:
@@ -424,12 +426,15 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
 
 
 class Decided:
-    """Decided knob values; a missing one is an EmmyError naming the kernel and the knob."""
+    """Decided knob values; a missing feature knob reads as off (knobs.FEATURE_OFF), any other
+    missing one is an EmmyError naming the kernel and the knob."""
 
     def __init__(self, values: Mapping[str, KnobValue], where: str):
         self.values, self.where = values, where
 
     def __getitem__(self, name: str) -> KnobValue:
-        if name not in self.values:
-            raise EmmyError(f"{self.where}: knob '{name}' is missing")
-        return self.values[name]
+        if name in self.values:
+            return self.values[name]
+        if name in FEATURE_OFF:  # a feature knob the kernel does not have: the feature is off
+            return FEATURE_OFF[name]
+        raise EmmyError(f"{self.where}: knob '{name}' is missing")

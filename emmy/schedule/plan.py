@@ -129,8 +129,6 @@ class KernelPlan:
 
 def plan_kernel(op: Operation, target: Target) -> KernelPlan:
     """The plan of a decided `tile.kernel` (an EmmyError names any undecided knob)."""
-    from emmy.tuning.legality import check
-
     name = op.kernel_name  # type: ignore[attr-defined]
     if not op.is_decided:  # type: ignore[attr-defined]
         undecided = [n for n, k in op.knob_dict().items() if not k.is_decided]  # type: ignore[attr-defined]
@@ -150,22 +148,44 @@ def plan_kernel(op: Operation, target: Target) -> KernelPlan:
     parts = []
     for p in ops:
         info = classify(p)
-        own = values
-        if info.n_contractions > 1 and "block_n" in values:  # the part's contractions share block_n
-            shared = dict(values, block_n=max(8, int(values["block_n"]) // info.n_contractions // 8 * 8))
-            if not check(info, shared, target):  # else too narrow for the workers (mma_sync pieces)
-                own = shared
-        reasons = check(info, own, target)
+        own, reasons = part_values(info, values, target)
         if reasons:
             raise EmmyError(f"tile.kernel @{name}: its part @{info.name} cannot run with the kernel's knobs: {'; '.join(reasons)}")
         parts.append(Part(p, info, own, plan_for(info, own, target, p.properties["sym_name"].data)))
-    return KernelPlan(name, kind, tuple(parts), _merge(parts, values), target)
+    return KernelPlan(name, kind, tuple(parts), _merge(parts), target)
 
 
-def _merge(parts: list[Part], values: Mapping[str, KnobValue]) -> str:
+def part_values(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> tuple[dict, list[str]]:
+    """The values a part runs with, and the reasons they are illegal for it (empty: legal). The
+    kernel was decided as one product over all its parts' columns (KernelInfo.gemm_n_nc), so a
+    part with several contractions (k and v paired) splits block_n among them where that is
+    legal: every block of the launch then does the same work."""
+    from emmy.tuning.legality import check
+
+    if info.n_contractions > 1 and "block_n" in values:
+        shared = dict(values, block_n=max(8, int(values["block_n"]) // info.n_contractions // 8 * 8))
+        if not check(info, shared, target):  # else too narrow for the workers (mma_sync pieces)
+            return shared, []
+    return dict(values), check(info, values, target)
+
+
+def part_problems(op: Operation, values: Mapping[str, KnobValue], target: Target) -> list[tuple[str, list[str]]]:
+    """(part name, reasons) of each part of the tile.kernel `op` that cannot run with `values`
+    (none for a kernel of one part, whose values the deciders checked)."""
+    values = dict(values)
+    apart = values.pop("siblings", None) == "apart"
+    ops = split_by_outputs(op, apart) if op.kind.data != "attention" else [op]  # type: ignore[attr-defined]
+    if len(ops) == 1:
+        return []
+    found = [(p.properties["sym_name"].data, part_values(classify(p), values, target)[1]) for p in ops]
+    return [(n, r) for n, r in found if r]
+
+
+def _merge(parts: list[Part]) -> str:
     """How the parts' launches merge (emmy.lowering.split.build_parts does what this says)."""
-    if values.get("schedule") == "persistent":  # each part's blocks already fill the machine
-        return "separate"
+    first = parts[0].plan
+    if isinstance(first, ContractionPlan) and first.persistent and not first.stream_k:
+        return "separate"  # (schedule = persistent) each part's blocks already fill the machine
     shapes = [[la.role for la in p.plan.launches] for p in parts]
     if all(s == ["main"] and not _temps(p.plan) for s, p in zip(shapes, parts)):
         return "one_launch"

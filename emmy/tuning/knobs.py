@@ -148,6 +148,22 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 
+# Knobs that switch a feature on, and the value that leaves it off. A kernel whose knob set lacks
+# one of them (hand-written IR; `fusion` without a prologue, `siblings` without siblings) runs
+# with the feature off: its plan (emmy/schedule/) reads this value, nothing else defaults.
+# (Without `group_m` the tiles go in the plain order of their clusters: group_m = cluster.)
+FEATURE_OFF: dict[str, KnobValue] = {
+    "split_k": 1,
+    "combine": "kernel",
+    "split_tail": 1,
+    "schedule": "grid",
+    "copy": "cp_async",
+    "cluster": 1,
+    "epilogue": "together",
+    "siblings": "paired",
+    "fusion": "fused",
+}
+
 # Which target feature a knob value needs (tensor-map copies and block pairs exist only for
 # wgmma_ws contractions, so they need wgmma too).
 _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {

@@ -25,7 +25,14 @@ from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
 from emmy.targets import get_target
+from emmy.schedule.plan import plan_for
 from xdsl.parser import Parser
+
+
+def _build(op, info, knobs, target):
+    """The attention builder on the plan of `knobs` (decided values, possibly overridden)."""
+    return A.build(op, info, plan_for(info, knobs, target))
+
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "emmy" / "backend" / "runtime"
@@ -254,7 +261,7 @@ def parse_kernel(text: str) -> KernelOp:
 def build_text(text: str, target: str = "sm_90"):
     op = parse_kernel(text)
     info = classify(op)
-    built = A.build(op, info, op.knob_values(), get_target(target))
+    built = _build(op, info, op.knob_values(), get_target(target))
     return op, info, built
 
 
@@ -322,7 +329,7 @@ def test_knob_values_reach_the_template():
 def test_split_variant():
     op = parse_kernel(attention_ir(T=100))
     knobs = dict(op.knob_values(), fusion="split")
-    built = A.build(op, classify(op), knobs, get_target("sm_90"))
+    built = _build(op, classify(op), knobs, get_target("sm_90"))
     prep, main = built.funcs
     for f in built.funcs:
         f.verify()
@@ -336,7 +343,7 @@ def test_split_variant():
     assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 0>"
     # plain attention has nothing to materialize: one kernel
     op = parse_kernel(attention_ir(qwen=False))
-    built = A.build(op, classify(op), dict(op.knob_values(), fusion="split"), get_target("sm_90"))
+    built = _build(op, classify(op), dict(op.knob_values(), fusion="split"), get_target("sm_90"))
     assert len(built.funcs) == 1 and not built.temps
 
 
@@ -432,7 +439,7 @@ def test_nvcc(arch, variant, tmp_path):
     knobs = dict(op.knob_values(), fusion="split" if variant.endswith("split") else "fused")
     if arch.endswith("-wgmma"):
         arch, knobs["workers"] = "sm_90a", "wgmma"
-    built = A.build(op, classify(op), knobs, get_target(arch))
+    built = _build(op, classify(op), knobs, get_target(arch))
     log, obj = nvcc_compile(cuda_source(built), arch, tmp_path)
     _check_ptxas(log)
     if shutil.which("cuobjdump"):
@@ -477,12 +484,12 @@ def test_layer_attention_compiles(tmp_path):
         # Qwen3: q/k RMSNorm (a row sum of squares) + rope on the fused qkv buffer, plain v rows
         assert (plan.q.mode, plan.k.mode, plan.v.mode) == (A.ROWSUM, A.ROWSUM, A.DIRECT)
         assert plan.causal and plan.causal_offset == 0 and plan.head_dim == 128
-        built = A.build(op, info, op.knob_values(), get_target(target))
+        built = _build(op, info, op.knob_values(), get_target(target))
         src = cuda_source(built)
         for arch in ("sm_80", "sm_90", "sm_90a"):
             log, _ = nvcc_compile(src, arch, tmp_path)
             _check_ptxas(log)
-        split = A.build(op, info, dict(op.knob_values(), fusion="split"), get_target(target))
+        split = _build(op, info, dict(op.knob_values(), fusion="split"), get_target(target))
         assert [t.get_shape()[0] for t in split.temps] == [16 * plan.seq_q * 128, 8 * plan.seq_kv * 128]
         log, _ = nvcc_compile(cuda_source(split), "sm_90a", tmp_path)
         _check_ptxas(log)
@@ -506,7 +513,7 @@ def test_wgmma_attention_three_stages_is_the_pipelined_loop():
 def _tma_build(fusion: str, T: int = 256):
     op = parse_kernel(attention_ir(T=T, knobs=_knobs(workers="wgmma", stages=3)))
     knobs = dict(op.knob_values(), copy="tma", fusion=fusion)
-    return op, A.build(op, classify(op), knobs, get_target("sm_90a"))
+    return op, _build(op, classify(op), knobs, get_target("sm_90a"))
 
 
 def test_tma_attention_maps_direct_rows():
@@ -549,7 +556,7 @@ def test_tma_attention_errors(T, knobs, message):
     op = parse_kernel(attention_ir(T=T, knobs=_knobs(workers="wgmma", stages=3)))
     values = {**op.knob_values(), "copy": "tma", **knobs}
     with pytest.raises(EmmyError, match=re.escape(message)):
-        A.build(op, classify(op), values, get_target("sm_90a"))
+        _build(op, classify(op), values, get_target("sm_90a"))
 
 
 @needs_nvcc

@@ -539,7 +539,7 @@ def test_tma_copies_whole_operand_tiles(block_k, slabs):
     text = print_module(module)
     launch = re.search(r"kernel.launch @norm_proj\((.*?)\)", text).group(1).split(", ")
     assert launch[-2:] == ["%x", "%w"]  # the maps are bound to the operands' tensors
-    plan = launch_plan(lower(text))
+    plan = launch_plan(lower(text, "convert-kernel-to-cuda"))  # (text: the kernel stage)
     kernel = next(k for k in plan.kernels if k.name == "norm_proj")
     assert [str(t) for t in kernel.arg_types[-2:]] == [
         "tensor_map<rows 200, cols 1024, stride 1024, offset 0, box 128 x 64>",
