@@ -1,8 +1,9 @@
 """GPU targets: the hardware table every schedule decision reads.
 
 A `Target` describes one CUDA architecture (`sm_80`, `sm_86`, `sm_89`, `sm_90`, `sm_90a`) through a
-representative card: SM count, shared memory and register limits, memory bandwidth, tensor-core
-rate, L2 size, and the features passes are gated on:
+representative card: SM count, shared memory and register limits, memory and L2 bandwidth,
+tensor-core and FMA rates, L2 size (the prior's cost model, `emmy.prior`, is built on them), and
+the features passes are gated on:
 
 - `mma_sync`: warp-level `mma.sync` tensor-core instructions (from sm_80),
 - `cp_async`: asynchronous global -> shared copies (from sm_80),
@@ -54,6 +55,7 @@ class Target:
     warp_size: int
     l2_bytes: int
     dram_bandwidth: float  # bytes/s (measured copy bandwidth where known)
+    l2_bandwidth: float  # bytes/s, L2 hits to the SMs (published microbenchmark figures; the prior's default)
     tensor_flops: float  # dense bf16 tensor-core FLOP/s, fp32 accumulate
     fp32_flops: float  # non-tensor fp32 FLOP/s (FMA = 2)
     features: frozenset[str]
@@ -77,7 +79,7 @@ _SM90 = Target(
     smem_per_sm=228 * KB, smem_per_block=227 * KB,
     regs_per_sm=65536, regs_per_thread=255,
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
-    l2_bytes=60 * MB, dram_bandwidth=4.3e12, tensor_flops=400e12, fp32_flops=67e12,
+    l2_bytes=60 * MB, dram_bandwidth=4.3e12, l2_bandwidth=10e12, tensor_flops=400e12, fp32_flops=67e12,
     features=_HOPPER,
 )
 # The same card compiled for sm_90a: the architecture-specific instructions (wgmma) too.
@@ -91,7 +93,7 @@ TARGETS: dict[str, Target] = {
             smem_per_sm=164 * KB, smem_per_block=163 * KB,
             regs_per_sm=65536, regs_per_thread=255,
             max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, warp_size=32,
-            l2_bytes=40 * MB, dram_bandwidth=1.7e12, tensor_flops=280e12, fp32_flops=19.5e12,
+            l2_bytes=40 * MB, dram_bandwidth=1.7e12, l2_bandwidth=5e12, tensor_flops=280e12, fp32_flops=19.5e12,
             features=_AMPERE,
         ),
         Target(
@@ -99,7 +101,7 @@ TARGETS: dict[str, Target] = {
             smem_per_sm=100 * KB, smem_per_block=99 * KB,
             regs_per_sm=65536, regs_per_thread=255,
             max_threads_per_block=1024, max_threads_per_sm=1536, max_blocks_per_sm=16, warp_size=32,
-            l2_bytes=6 * MB, dram_bandwidth=0.85e12, tensor_flops=71e12, fp32_flops=35.6e12,
+            l2_bytes=6 * MB, dram_bandwidth=0.85e12, l2_bandwidth=2e12, tensor_flops=71e12, fp32_flops=35.6e12,
             features=_AMPERE,
         ),
         Target(
@@ -107,7 +109,7 @@ TARGETS: dict[str, Target] = {
             smem_per_sm=100 * KB, smem_per_block=99 * KB,
             regs_per_sm=65536, regs_per_thread=255,
             max_threads_per_block=1024, max_threads_per_sm=1536, max_blocks_per_sm=24, warp_size=32,
-            l2_bytes=72 * MB, dram_bandwidth=0.9e12, tensor_flops=165e12, fp32_flops=82.6e12,
+            l2_bytes=72 * MB, dram_bandwidth=0.9e12, l2_bandwidth=5e12, tensor_flops=165e12, fp32_flops=82.6e12,
             features=_AMPERE,
         ),
         _SM90,

@@ -1,0 +1,126 @@
+"""`emmy prior`: fit the prior's coefficients to measurements, and judge it by regret.
+
+    emmy prior fit [--storage URL | --records FILE.json ...] [--target T] [--out FILE]
+    emmy prior evaluate [--storage URL | --records FILE.json ...] [--target T] [--json]
+    emmy prior show [--target T] [--prior FILE]
+
+The measurements are the tuning store's trials (`--storage`, default: the store under
+EMMY_HOME) or exports written by `emmy records export` (`--records`, repeatable). `fit` writes
+`golden/<target>/prior.json` (or `--out`); `evaluate` prints the regret of the prior's picks on
+keys it was not fitted on (leave one shape out, leave one model out), and with `--json` a last
+line `{"geomean_regret": ..., "worst_regret": ..., "n": ...}`; `show` prints a prior file (default
+`golden/<target>/prior.json`; the unfitted defaults where there is none) and its margins.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from emmy.diagnostics import EmmyError
+
+ACTIONS = ("fit", "evaluate", "show")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("prior", help="fit the prior's cost model to measurements, or judge it by regret")
+    p.add_argument("action", metavar="fit|evaluate|show")
+    p.add_argument("--storage", default=None, metavar="URL", help="the tuning store (default: sqlite under EMMY_HOME)")
+    p.add_argument("--records", action="append", default=[], metavar="FILE.json",
+                   help="an export written by 'emmy records export' (repeatable; instead of the store)")
+    p.add_argument("--target", default=None, help="the target whose measurements to use (default: sm_90a)")
+    p.add_argument("--out", default=None, metavar="FILE", help="fit: where to write (default: golden/<target>/prior.json)")
+    p.add_argument("--json", action="store_true", help="evaluate: end with a JSON summary line")
+    p.add_argument("--prior", default=None, metavar="FILE", help="show: the prior file (default: golden/<target>/prior.json)")
+
+
+def cmd_prior(args) -> int:
+    from emmy.targets import get_target
+
+    if args.action not in ACTIONS:
+        raise EmmyError(f"emmy prior: unknown action '{args.action}'", hint="valid actions: " + ", ".join(ACTIONS))
+    target = get_target(args.target or "sm_90a").name
+    if args.action == "show":
+        return _show(Path(args.prior) if args.prior else None, target)
+    if args.storage and args.records:
+        raise EmmyError("emmy prior: give --storage or --records, not both")
+    keys, sources, skipped = _samples(args, target)
+    for line in skipped:
+        print(f"skipped {line}")
+    if args.action == "fit":
+        return _fit(args, target, keys, sources)
+    return _evaluate(args, target, keys)
+
+
+def _samples(args, target: str):
+    from emmy.cli.tune import _quiet_optuna, storage_url
+    from emmy.prior.data import records_data, samples_of
+
+    _quiet_optuna()
+    url = None if args.records else storage_url(args)
+    data = records_data(url, args.records)
+    keys, skipped = samples_of(data, target)
+    if not keys:
+        where = ", ".join(name for name, _ in data)
+        raise EmmyError(f"no measurements for {target} in {where}",
+                        hint="tune kernels on that target first (emmy tune --target ...), or give other records")
+    return keys, [name for name, _ in data], skipped
+
+
+def _fit(args, target: str, keys, sources) -> int:
+    from importlib.metadata import version
+
+    from emmy.prior.fit import fit
+    from emmy.prior.store import prior_path, write_prior
+
+    samples = [s for kd in keys.values() for s in kd.samples]
+    prior = fit(samples, target, sources, version("emmy"))
+    out = Path(args.out) if args.out else prior_path(Path("golden"), target)
+    write_prior(out, prior)
+    print(f"fitted the {target} prior to {len(samples)} measured candidates of {len(keys)} kernel keys; wrote {out}")
+    for kind, r in sorted(prior.residuals.items()):
+        print(f"  {kind}: {r['keys']} keys, {r['trials']} candidates, residual spread {r['spread']:.3f} "
+              f"(margin x{prior.margin(kind):.2f})")
+    return 0
+
+
+def _show(path: Path | None, target: str) -> int:
+    from emmy.prior.model import DEFAULTS
+    from emmy.prior.store import load_prior, prior_path
+
+    if path is not None and not path.exists():
+        raise EmmyError(f"{path}: no such prior file")
+    path = path or prior_path(Path("golden"), target)
+    prior = load_prior(path, target)
+    if not prior.fitted:
+        print(f"{target}: no fitted prior at {path}: the default coefficients (margin x{prior.margin('contraction'):.2f})")
+    else:
+        data = prior.data
+        print(f"{target}: prior fitted {prior.date} by Emmy {prior.emmy or '?'} to {data.get('trials', '?')} "
+              f"candidates of {len(data.get('keys') or {})} keys ({path})")
+        for kind, r in sorted(prior.residuals.items()):
+            print(f"  {kind}: {r.get('keys', '?')} keys, residual spread {r['spread']:.3f}, margin x{prior.margin(kind):.2f}")
+    for name, v in prior.coeffs.items():
+        print(f"  {name} = {v:.4g}" + ("" if v == DEFAULTS[name] else f"  (default {DEFAULTS[name]:.4g})"))
+    return 0
+
+
+def _evaluate(args, target: str, keys) -> int:
+    from emmy.cli.table import format_table
+    from emmy.prior.evaluate import evaluate, summary
+
+    rows = evaluate(keys, target)
+    body = [(r.scheme, r.kernel, r.key[:12], r.kind, str(r.candidates), f"{r.best_s * 1e6:.2f}",
+             f"{r.top_regret:.3f}", f"{r.regret:.3f}", r.picked) for r in rows]
+    print(format_table(("held out", "kernel", "key", "kind", "measured", "best us", "top regret", "regret", "pick"), body))
+    s = summary(rows)
+    for scheme, p in s["by"].items():
+        print(f"leave one {scheme} out: geomean regret {p['geomean_regret']}, worst {p['worst_regret']}, "
+              f"over {p['n']} kernels (top-ranked pick: geomean {p['top_geomean_regret']})")
+    if args.json:
+        print(json.dumps({"geomean_regret": s["geomean_regret"], "worst_regret": s["worst_regret"], "n": s["n"],
+                          "by": s["by"]}))
+    return 0
+
+
+__all__ = ["add_parser", "cmd_prior"]

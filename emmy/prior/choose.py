@@ -1,0 +1,135 @@
+"""The prior's choice for one kernel, bounded by an anchor.
+
+    choice = prior_decision(info, target, space, prior, fixed={})   # what decide-forks calls
+    choice.values, choice.predicted_s, choice.runner_up, choice.picked, choice.reason
+
+    choice = choose(info, target, candidates, anchor, prior)        # among given candidates
+
+The anchor is the hand-written rules' answer (`emmy.tuning.rules.decide`): what Emmy knows about
+schedules stays as the structure of the search (the rules' order and preferences give the
+anchor) and as terms of the model (`emmy.prior.features`), not as the last word.
+
+**The bound.** The prior ranks the candidates by predicted time, each slowed by its envelope
+penalty (`Prior.penalty`: a candidate unlike anything the fit saw must predict that much
+faster). Its best candidate replaces the anchor only when
+
+    predicted(best) * penalty(best) * margin <= predicted(anchor)
+
+with `margin = Prior.margin(kind) = exp(Z * spread)` from the fit's residuals (about 2x for the
+unfitted defaults). So: the pick is never predicted slower than the anchor (by construction);
+where the model's errors stay within its fitted band (a factor exp(Z * spread) either way) the
+pick measures at most `margin` times the anchor's time, and faster whenever the predicted gain
+holds; a candidate outside the fitted data must show a larger gain still. Coefficients that rank
+badly fit badly: their spread, and so their margin, grows until the anchor stands (a prior that
+predicts nothing finite stands down too). The anchor is scored without a penalty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import TYPE_CHECKING
+
+from emmy.prior.model import score
+
+if TYPE_CHECKING:
+    from emmy.analysis.classify import KernelInfo
+    from emmy.prior.store import Prior
+    from emmy.targets import Target
+    from emmy.tuning.knobs import KnobValue
+
+# Knobs varied two at a time around the anchor (every knob is varied alone).
+PAIRED = ("workers", "block_m", "block_n", "block_k", "split_k", "stages", "warps", "schedule",
+          "block_q", "block_kv", "threads", "rows_per_block", "items", "vector", "fusion")
+
+
+@dataclass(frozen=True)
+class PriorChoice:
+    values: dict  # the chosen knob values
+    predicted_s: float | None  # the prior's time for them (None: it predicted nothing)
+    anchor: dict  # the rules' answer
+    anchor_s: float | None
+    runner_up: tuple[dict, float] | None  # the best other candidate and its (penalized) time
+    picked: str  # "prior" or "anchor"
+    margin: float
+    candidates: int  # how many candidates were ranked
+    reason: str
+
+
+def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, KnobValue]],
+           anchor: Mapping[str, KnobValue], prior: Prior) -> PriorChoice:
+    """The prior's pick among `candidates` (legal full assignments; the anchor is added), bounded
+    by `anchor` (module docstring)."""
+    from emmy.prior.features import Kernel
+
+    kernel = Kernel(info, target)
+    anchor = dict(anchor)
+    margin = prior.margin(info.kind)
+    anchor_s = score(kernel, anchor, prior, penalized=False)
+    ranked: list[tuple[float, int, dict]] = []
+    seen = set()
+    for i, values in enumerate([anchor, *candidates]):
+        key = tuple(sorted((k, repr(v)) for k, v in values.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        t = anchor_s if i == 0 else score(kernel, values, prior)
+        if t is not None:
+            ranked.append((t, i, dict(values)))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    if anchor_s is None or not ranked:
+        return PriorChoice(anchor, None, anchor, None, None, "anchor", margin, len(ranked),
+                           "the prior predicts no time for the rules' answer: the rules' answer stands")
+    best_s, _, best = ranked[0]
+    others = [(v, t) for t, _, v in ranked if v != best]
+    if best != anchor and best_s * margin <= anchor_s:
+        runner = next(((v, t) for v, t in others), None)
+        return PriorChoice(best, best_s, anchor, anchor_s, runner, "prior", margin, len(ranked),
+                           f"predicted {best_s * 1e6:.2f} us against the rules' {anchor_s * 1e6:.2f} us "
+                           f"(a gain over the margin x{margin:.2f})")
+    runner = (best, best_s) if best != anchor else next(((v, t) for v, t in others), None)
+    why = ("the rules' answer ranks first" if best == anchor else
+           f"the best other candidate predicts {best_s * 1e6:.2f} us, not faster than the rules' "
+           f"{anchor_s * 1e6:.2f} us by the margin x{margin:.2f}")
+    return PriorChoice(anchor, anchor_s, anchor, anchor_s, runner, "anchor", margin, len(ranked), why)
+
+
+def neighbourhood(info: KernelInfo, target: Target, space: Mapping[str, Sequence[KnobValue]],
+                  anchor: Mapping[str, KnobValue], fixed: Mapping[str, KnobValue] | None = None) -> list[dict]:
+    """Legal candidates around `anchor`: every other value of one knob, and of two of the
+    `PAIRED` knobs at once; `fixed` knobs (pins) never change."""
+    from emmy.tuning.legality import check
+
+    fixed = dict(fixed or {})
+    free = [k for k in space if k not in fixed and k in anchor]
+    out: list[dict] = []
+    for k in free:
+        for v in space[k]:
+            if v != anchor[k]:
+                out.append({**anchor, k: v})
+    paired = [k for k in free if k in PAIRED]
+    for a, b in combinations(paired, 2):
+        for va in space[a]:
+            for vb in space[b]:
+                if va != anchor[a] and vb != anchor[b]:
+                    out.append({**anchor, a: va, b: vb})
+    return [c for c in out if not check(info, c, target)]
+
+
+def prior_decision(info: KernelInfo, target: Target, space: Mapping[str, Sequence[KnobValue]], prior: Prior,
+                   fixed: Mapping[str, KnobValue] | None = None) -> PriorChoice | None:
+    """The prior tier's answer for a kernel: the rules' answer (completing the pins `fixed`) as
+    the anchor, its legal neighbourhood ranked, the bound applied. None where the rules find no
+    legal completion (decide-forks reports that as it does today)."""
+    from emmy.tuning.rules import decide
+
+    choices = decide(info, target, space, fixed)
+    if choices is None:
+        return None
+    anchor = {k: c.value for k, c in choices.items()}
+    anchor.update({k: v for k, v in (fixed or {}).items() if k in space})
+    return choose(info, target, neighbourhood(info, target, space, anchor, fixed), anchor, prior)
+
+
+__all__ = ["PAIRED", "PriorChoice", "choose", "neighbourhood", "prior_decision"]

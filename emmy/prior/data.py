@@ -1,0 +1,163 @@
+"""Measurements for the prior: the tuning store's trials as (kernel, knob values, time) samples.
+
+    data = records_data(store_url=None, files=["records.json"])  # the store, or export files
+    samples, skipped = samples_of(data, target="sm_90a")
+
+Each study of a store (or of an export written by `emmy records export`, read through
+`emmy.records`) is one kernel key; each of its trials with status `ok` is one sample. A key is a
+digest and cannot give back the kernel, so the study keeps the isolated tile-stage module it was
+tuned from (study attribute `emmy.module`, written by `emmy.search.study.open_study`); the
+kernel is classified from it and every trial's features are computed again with the current plan
+(so refitting after the model changes needs no new measurement). A study without the module, of
+another target, of an older space version, or whose module no longer parses or classifies is
+skipped with a reason (`skipped`: one line per study), never silently.
+
+The groups `evaluate` holds out: `key` (the shape: one tuning problem) and `model`: the study
+attribute `emmy.model` where the tuner recorded one, else the key's structure (the kernel on
+every shape at once, which holds out at least as much as the model it came from).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emmy.diagnostics import EmmyError, first_line
+
+MODULE_ATTR = "emmy.module"
+MODEL_ATTR = "emmy.model"
+
+
+@dataclass(frozen=True)
+class Sample:
+    key: str  # the kernel key id
+    structure: str  # the key's structure id
+    model: str  # the group "leave one model out" holds out
+    kind: str
+    kernel: str
+    values: Mapping[str, object]
+    time_s: float
+    features: Mapping[str, float]  # emmy.prior.features with the target's bandwidths
+
+
+@dataclass
+class KeyData:
+    """One key's kernel (for ranking its candidates again) and its samples."""
+
+    key: str
+    kind: str
+    kernel: object  # emmy.prior.features.Kernel
+    space: Mapping[str, tuple]
+    samples: list[Sample] = field(default_factory=list)
+    ir: object = None  # the parsed module (the KernelInfo points into it)
+
+
+def records_data(store_url: str | None = None, files: Sequence[str] = ()) -> list[tuple[str, dict]]:
+    """(source name, export data) from the store at `store_url` and/or export files; an
+    EmmyError for a missing store or file, or one that is not an export."""
+    from emmy.records.transfer import read_export
+
+    out = []
+    if store_url:
+        from emmy.records.store import display_url, open_store, store_errors
+        from emmy.records.transfer import export_records
+
+        store = open_store(store_url, create=False)
+        if store is None:
+            raise EmmyError(f"there is no store at {display_url(store_url)} (nothing has been tuned)")
+        with store_errors(store.name):
+            out.append((store.name, export_records(store)))
+    for name in files:
+        path = Path(name)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise EmmyError(f"cannot read records file '{path}': {getattr(e, 'strerror', None) or e}") from None
+        out.append((str(path), read_export(text, str(path))))
+    return out
+
+
+def samples_of(data: Sequence[tuple[str, Mapping]], target: str) -> tuple[dict[str, KeyData], list[str]]:
+    """The samples of `target` in `data` grouped by key, and one line per study skipped."""
+    from emmy.records.store import KEY_ATTR
+    from emmy.schedule.key import SPACE_VERSION
+    from emmy.targets import get_target
+
+    tgt = get_target(target)
+    keys: dict[str, KeyData] = {}
+    skipped: list[str] = []
+    for source, export in data:
+        for study in export["studies"]:
+            name, attrs = study["name"], study["attrs"]
+            key = attrs.get(KEY_ATTR) or {}
+            if not isinstance(key, Mapping) or key.get("target") != target:
+                continue
+            where = f"{source}: study {name[:12]}"
+            if key.get("version") != SPACE_VERSION:
+                skipped.append(f"{where}: space version {key.get('version')} (this Emmy's is {SPACE_VERSION})")
+                continue
+            module = attrs.get(MODULE_ATTR)
+            if not isinstance(module, str):
+                skipped.append(f"{where} ({attrs.get('emmy.kernel', '?')}): no {MODULE_ATTR} attribute "
+                               f"(tuned before the store kept the kernel); tune it again to use it")
+                continue
+            kd = keys.get(name)
+            if kd is None:
+                try:
+                    kd = keys[name] = _key_data(name, module, tgt, where)
+                except EmmyError as e:
+                    skipped.append(f"{where}: {first_line(e)}")
+                    continue
+            model = str(attrs.get(MODEL_ATTR) or key.get("structure_id") or name)
+            n = 0
+            for t in study["trials"]:
+                s = _sample(t, kd, name, str(key.get("structure_id", name)), model, str(attrs.get("emmy.kernel", "")))
+                if s is not None:
+                    kd.samples.append(s)
+                    n += 1
+            if not n:
+                skipped.append(f"{where}: no trial measured ok")
+    return {k: v for k, v in keys.items() if v.samples}, skipped
+
+
+def _key_data(name: str, module: str, target, where: str) -> KeyData:
+    from emmy.analysis.classify import classify
+    from emmy.context import make_context
+    from emmy.dialects.tile import KernelOp
+    from emmy.ir_io import parse_module
+    from emmy.prior.features import Kernel
+    from emmy.tuning.knobs import knob_space_for
+
+    try:
+        parsed = parse_module(make_context(), module, f"<{where}>")
+        op = next(op for op in parsed.walk() if isinstance(op, KernelOp))
+        info = classify(op)
+        kernel = Kernel(info, target)
+        space = knob_space_for(info, target)
+    except EmmyError:
+        raise
+    except StopIteration:
+        raise EmmyError("its module holds no tile.kernel") from None
+    except Exception as e:  # a module of an older Emmy that the parser no longer reads
+        raise EmmyError(f"its module no longer compiles ({type(e).__name__}: {first_line(e)})") from None
+    return KeyData(name, info.kind, kernel, space, ir=parsed)
+
+
+def _sample(trial: Mapping, kd: KeyData, key: str, structure: str, model: str, kernel: str) -> Sample | None:
+    from emmy.prior.model import with_target
+
+    attrs = trial.get("user_attrs") or {}
+    if attrs.get("status") != "ok" or trial.get("state") != "COMPLETE":
+        return None
+    time_s, values = attrs.get("time_s"), attrs.get("values")
+    if not isinstance(time_s, (int, float)) or not time_s > 0 or not isinstance(values, dict):
+        return None
+    try:
+        f = kd.kernel.features(values, attrs.get("facts") or {})
+    except EmmyError:
+        return None  # values the current plan no longer builds
+    return Sample(key, structure, model, kd.kind, kernel, dict(values), float(time_s), with_target(f, kd.kernel.target))
+
+
+__all__ = ["KeyData", "MODEL_ATTR", "MODULE_ATTR", "Sample", "records_data", "samples_of"]

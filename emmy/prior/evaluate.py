@@ -1,0 +1,145 @@
+"""Judging the prior by regret on measurements it was not fitted on.
+
+    rows = evaluate(keys, "sm_90a")      # keys: emmy.prior.data.samples_of(...)[0]; a Row per held-out key
+    summary(rows)                        # {"geomean_regret": ..., "worst_regret": ..., "n": ..., "by": {...}}
+
+Two schemes: leave one shape out (each key in turn is held out; the prior is fitted on every
+other key, the same kernel on other shapes included) and leave one model out (each `model` group
+in turn: `emmy.prior.data`). For a held-out key with at least two measured candidates, the
+prior ranks those candidates; the regret is the measured time of its pick over the best measured
+time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's first-ranked, and
+`bounded`, what the prior tier would deploy (`emmy.prior.choose`: the rules' answer stands unless
+the predicted gain beats the margin; where the rules' answer was not measured, `top`). The
+summary's figures are the bounded ones, the worse of the two schemes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from emmy.prior.data import KeyData, Sample
+from emmy.prior.store import Prior
+
+
+@dataclass(frozen=True)
+class Row:
+    scheme: str  # "shape" or "model"
+    key: str
+    kernel: str
+    kind: str
+    candidates: int
+    best_s: float
+    top_s: float
+    bounded_s: float
+    picked: str  # "prior", "anchor" or "top" (the anchor was not measured)
+
+    @property
+    def top_regret(self) -> float:
+        return self.top_s / self.best_s
+
+    @property
+    def regret(self) -> float:
+        return self.bounded_s / self.best_s
+
+
+def measured_times(samples: Sequence[Sample]) -> dict[tuple, tuple[dict, float]]:
+    """Per distinct candidate (its values), the median of its measured times."""
+    groups: dict[tuple, list] = {}
+    for s in samples:
+        k = _vkey(s.values)
+        groups.setdefault(k, [dict(s.values), []])[1].append(s.time_s)
+    return {k: (v, _median(ts)) for k, (v, ts) in groups.items()}
+
+
+def _vkey(values: Mapping) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in values.items()))
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def summarize(regrets: Sequence[float]) -> dict[str, float | int]:
+    """Geometric mean and worst of the regrets, and their number."""
+    if not regrets:
+        return {"geomean_regret": None, "worst_regret": None, "n": 0}  # type: ignore[dict-item]
+    geo = math.exp(sum(math.log(r) for r in regrets) / len(regrets))
+    return {"geomean_regret": round(geo, 4), "worst_regret": round(max(regrets), 4), "n": len(regrets)}
+
+
+def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
+    """The row of one held-out key (None with fewer than two measured candidates)."""
+    from emmy.prior.choose import choose
+    from emmy.prior.model import score
+    from emmy.tuning.rules import decide
+
+    times = measured_times(kd.samples)
+    if len(times) < 2:
+        return None
+    kernel = kd.kernel
+    info, target = kernel.info, kernel.target
+    best_s = min(t for _, t in times.values())
+    scored = [(score(kernel, v, prior), i, k) for i, (k, (v, _)) in enumerate(times.items())]
+    scored = [s for s in scored if s[0] is not None]
+    if not scored:
+        return None
+    top = min(scored)[2]
+    choices = decide(info, target, kd.space)
+    anchor = {k: c.value for k, c in choices.items()} if choices else None
+    if anchor is not None and _vkey(anchor) in times:
+        choice = choose(info, target, [v for v, _ in times.values()], anchor, prior)
+        bounded, picked = _vkey(choice.values), choice.picked
+    else:
+        bounded, picked = top, "top"
+    return Row(scheme, kd.key, kd.samples[0].kernel, kd.kind, len(times), best_s, times[top][1], times[bounded][1], picked)
+
+
+def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sample]], Prior] | None = None,
+             schemes: Sequence[str] = ("shape", "model")) -> list[Row]:
+    """Rows of every held-out key under each scheme (module docstring); `fitter` fits a Prior to
+    training samples (default: emmy.prior.fit.fit, the defaults when too few)."""
+    if fitter is None:
+        fitter = _default_fitter(target)
+    rows: list[Row] = []
+    for scheme in schemes:
+        group_of = (lambda kd: kd.key) if scheme == "shape" else (lambda kd: kd.samples[0].model)
+        groups: dict[str, list[KeyData]] = {}
+        for kd in keys.values():
+            groups.setdefault(group_of(kd), []).append(kd)
+        for g in sorted(groups):
+            train = [s for kd in keys.values() if group_of(kd) != g for s in kd.samples]
+            prior = fitter(train)
+            for kd in groups[g]:
+                row = judge(kd, prior, scheme)
+                if row is not None:
+                    rows.append(row)
+    return rows
+
+
+def _default_fitter(target: str) -> Callable[[list[Sample]], Prior]:
+    from emmy.prior.fit import MIN_SAMPLES, fit
+
+    def fitter(train: list[Sample]) -> Prior:
+        return fit(train, target) if len(train) >= MIN_SAMPLES else Prior(target)
+
+    return fitter
+
+
+def summary(rows: Sequence[Row]) -> dict:
+    """The JSON summary: the bounded picks' figures (the worse scheme's), and per scheme."""
+    per = {}
+    for scheme in sorted({r.scheme for r in rows}):
+        mine = [r for r in rows if r.scheme == scheme]
+        per[scheme] = {**summarize([r.regret for r in mine]),
+                       "top_geomean_regret": summarize([r.top_regret for r in mine])["geomean_regret"]}
+    geo = max((p["geomean_regret"] for p in per.values() if p["geomean_regret"] is not None), default=None)
+    worst = max((p["worst_regret"] for p in per.values() if p["worst_regret"] is not None), default=None)
+    n = max((p["n"] for p in per.values()), default=0)
+    return {"geomean_regret": geo, "worst_regret": worst, "n": n, "by": per}
+
+
+__all__ = ["Row", "evaluate", "judge", "measured_times", "summarize", "summary"]

@@ -1,0 +1,260 @@
+"""The prior's features: what one candidate schedule of a kernel costs, in physical terms.
+
+    features(info, values, target, facts=None) -> Features     # a frozen mapping name -> float
+
+A candidate is a kernel (`KernelInfo`) with decided knob values on a `Target`; its plan
+(`emmy.schedule.plan.plan_for`) says what the knobs mean. The terms, all from the plan and the
+target's hardware table (`emmy.targets`), none fitted:
+
+    flops            useful arithmetic (2 per multiply-add), padded tiles included
+    peak_flops       the rate of the units that do it: tensor cores (wgmma on sm_90a; mma.sync,
+                     half of that rate where wgmma exists) or FMA units (workers = thread)
+    intensity        multiply-adds per element staged, per k (block_m * block_n * nc /
+                     (block_m + nc * block_n)): how well a tile feeds the tensor cores
+    unique_bytes     the kernel's operands and results, once (from its tensor types)
+    reread_bytes     operand tiles read again by other tiles (A once per column of tiles, B once
+                     per row of tiles; K and V once per query block), of them
+    l2_fraction      the share L2 serves: 1 where the operands fit in L2, else the share that fits
+    occupancy        blocks per SM, from shared memory, registers, threads and the block limit
+    waves            rounds of `occupancy` blocks on every SM the main launch takes
+    last_wave        how full the last wave is (1: whole waves)
+    quant            wave quantization: the busiest SM's blocks over the average (>= 1)
+    warps_resident   warps an SM holds at once (latency hiding)
+    tensor           1 where tensor cores do the arithmetic (then `intensity` matters)
+    busy             the share of the SMs the main launch keeps busy (1 from one full wave)
+    rounds           rounds of blocks an SM runs one after another (each fills its pipeline
+                     and stores its results)
+    stages / steps   pipeline depth and k-steps per tile; `unstaged` = 1 without staging;
+                     `serial_steps`: the k-steps one SM runs one after another (each pays a
+                     barrier and a wait, however small the step)
+    workspace_bytes  split_k's and stream-K's partial sums written and read back (fp32), and
+                     the row statistics a split prologue writes and reads
+    recompute_bytes  what fusion recomputes: a fused row statistic re-read for every column of
+                     output tiles (the norm of x recomputed per output tile), and
+    recompute_flops  its arithmetic (FMA units)
+    launches         kernel launches (helpers included: statistics, combine, tail, prep)
+    spill_bytes      spilled bytes per thread where a build reported them (else 0), and
+    reg_overflow     accumulator registers past the thread's budget (the plan's estimate)
+    single_slice / multi_slice   wgmma_ws with one consumer warpgroup of 64-row slices (nothing
+                     else to issue while it waits) / with several slices per warpgroup: what
+                     the hand-written rules learnt on the H200, kept as terms the fit weighs
+
+A term a kind does not have is 0 (1 for factors). `emmy.prior.model` turns the terms into a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from math import ceil, prod
+from typing import TYPE_CHECKING
+
+from emmy.diagnostics import EmmyError
+
+if TYPE_CHECKING:
+    from emmy.analysis.classify import KernelInfo
+    from emmy.targets import Target
+    from emmy.tuning.knobs import KnobValue
+
+# The names of the terms, in a fixed order (JSON and tables use it).
+NAMES = (
+    "flops", "peak_flops", "intensity", "unique_bytes", "reread_bytes", "l2_fraction", "occupancy",
+    "waves", "last_wave", "busy", "stages", "steps", "unstaged", "workspace_bytes",
+    "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
+    "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
+    "recompute_flops", "rounds",
+)
+
+Features = dict[str, float]
+
+# FMA-unit operations per element of a computed key or value row (a norm's scale, a rotation)
+RECOMPUTE_FLOPS = 8
+
+
+def features(info: KernelInfo, values: Mapping[str, KnobValue], target: Target,
+             facts: Mapping[str, object] | None = None) -> Features:
+    """The terms of one candidate (module docstring); `facts` what its build reported (a trial's
+    `facts`: `spill_bytes`), where known. An EmmyError where the values cannot be planned."""
+    return Kernel(info, target).features(values, facts)
+
+
+class Kernel:
+    """One kernel on one target, for costing many candidates: what does not depend on the
+    knobs (its bytes, whether attention is causal) is found once."""
+
+    def __init__(self, info: KernelInfo, target: Target):
+        self.info, self.target = info, target
+        self.unique_bytes = float(io_bytes(info))
+        self.causal, self.computed_kv = False, 0
+        if info.kind == "attention":
+            from emmy.schedule.attention import DIRECT, analyze
+
+            body = analyze(kernel_op(info), info)
+            self.causal = body.causal
+            self.computed_kv = sum(p.mode != DIRECT for p in (body.k, body.v))
+
+    def features(self, values: Mapping[str, KnobValue], facts: Mapping[str, object] | None = None) -> Features:
+        from emmy.schedule.plan import plan_for
+
+        info, target = self.info, self.target
+        plan = plan_for(info, values, target)
+        f = {n: 0.0 for n in NAMES}
+        f.update(occupancy=1.0, last_wave=1.0, busy=1.0, stages=2.0, steps=1.0)
+        f["unique_bytes"] = self.unique_bytes
+        f["l2_fraction"] = l2_fraction(self.unique_bytes, target)
+        f["blocks"], f["threads"], f["smem_bytes"] = float(plan.blocks), float(plan.threads), float(plan.smem_bytes)
+        f["launches"] = float(len(plan.launches))
+        occ = occupancy(target, plan.smem_bytes, plan.registers, plan.threads)
+        f["occupancy"] = float(occ)
+        resident = min(occ, ceil(plan.blocks / target.sms))  # blocks an SM holds at once
+        f["warps_resident"] = float(min(resident * plan.threads, target.max_threads_per_sm) / target.warp_size)
+        f["rounds"] = float(ceil(plan.blocks / (target.sms * occ)))
+        f["serial_steps"] = f["rounds"]  # x the k-steps of a block, below
+        _waves(f, plan.blocks, occ, target)
+        if info.kind == "contraction":
+            _contraction(f, info, plan, target)
+        elif info.kind == "attention":
+            _attention(f, plan, target, self.causal, self.computed_kv)
+        else:  # reductions and elementwise kernels: memory, a little FMA arithmetic
+            f["peak_flops"] = target.fp32_flops
+            f["flops"] = 2.0 * (prod(info.axes.values()) if info.axes else 1)
+            f["intensity"] = 1.0
+            f["tile_area"] = float(plan.threads)
+        spill = (facts or {}).get("spill_bytes")
+        if isinstance(spill, (int, float)) and not isinstance(spill, bool) and spill > 0:
+            f["spill_bytes"] = float(spill)
+        return f
+
+
+def io_bytes(info: KernelInfo) -> int:
+    """Bytes of the kernel's operands and results, each once (from the tile op's tensor types)."""
+    from xdsl.dialects.builtin import TensorType
+
+    from emmy.dtypes import dtype_bytes, element_dtype
+
+    op = kernel_op(info)
+    total = 0
+    for v in (*op.inputs, *op.outputs):  # type: ignore[attr-defined]
+        t = v.type
+        if isinstance(t, TensorType):
+            total += prod(t.get_shape()) * dtype_bytes(element_dtype(t.element_type))
+    return total
+
+
+def kernel_op(info: KernelInfo):
+    """The `tile.kernel` a KernelInfo was classified from."""
+    from emmy.dialects.tile import KernelOp
+
+    if not info.stores:
+        raise EmmyError(f"tile.kernel @{info.name}: no stores to cost")
+    op = info.stores[0].parent_op()
+    while op is not None and not isinstance(op, KernelOp):
+        op = op.parent_op()
+    if op is None:
+        raise EmmyError(f"tile.kernel @{info.name}: its stores are not inside a tile.kernel")
+    return op
+
+
+def occupancy(target: Target, smem: int, registers: int, threads: int) -> int:
+    """Blocks that fit on one SM at once (at least 1: a launch the plan allows runs)."""
+    limits = [target.max_blocks_per_sm, target.max_threads_per_sm // max(1, threads)]
+    if smem:
+        limits.append(target.smem_per_sm // smem)
+    if registers:
+        limits.append(target.regs_per_sm // (max(1, registers) * max(1, threads)))
+    return max(1, min(limits))
+
+
+def l2_fraction(unique_bytes: float, target: Target) -> float:
+    """The share of re-read tiles L2 serves: all where the operands fit in L2, else what fits."""
+    if unique_bytes <= target.l2_bytes:
+        return 1.0
+    return target.l2_bytes / unique_bytes
+
+
+def _waves(f: Features, blocks: int, occ: int, target: Target) -> None:
+    slots = target.sms * occ
+    waves = ceil(blocks / slots)
+    f["waves"] = float(waves)
+    f["last_wave"] = (blocks - (waves - 1) * slots) / slots
+    f["busy"] = min(1.0, blocks / target.sms)
+    f["quant"] = ceil(blocks / target.sms) * target.sms / max(1, blocks)
+
+
+def _tensor_rate(target: Target, workers: str) -> float:
+    if workers == "thread":
+        return target.fp32_flops
+    if workers.startswith("wgmma"):
+        return target.tensor_flops
+    return target.tensor_flops * (0.5 if target.has("wgmma") else 1.0)  # mma.sync
+
+
+def _contraction(f: Features, info: KernelInfo, plan, target: Target) -> None:
+    (N, nc), M, K, B = info.gemm_n_nc, info.M, info.K, info.batch
+    bm, bn, bk, split = plan.bm, plan.bn, plan.bk, plan.split
+    elt = info.element_bytes
+    f["peak_flops"] = _tensor_rate(target, plan.workers)
+    rows, cols = ceil(M / bm), ceil(N / bn)
+    f["flops"] = 2.0 * B * rows * bm * cols * bn * nc * ceil(K / bk) * bk
+    f["intensity"] = bm * bn * nc / (bm + nc * bn)
+    f["tensor"] = 0.0 if plan.workers == "thread" else 1.0
+    f["tile_area"] = float(bm * bn * nc)
+    f["reread_bytes"] = float(B * ((cols - 1) * M * K + (rows - 1) * nc * N * K) * elt)
+    f["stages"] = float(plan.stages)
+    steps = ceil(ceil(K / split) / bk)
+    f["steps"] = float(steps)
+    f["serial_steps"] *= steps
+    f["unstaged"] = 1.0 if plan.stages < 2 else 0.0
+    workspace = 0.0
+    if split > 1:
+        workspace += 2.0 * split * B * M * N * nc * 4
+    if plan.stream_k:  # tiles shared by blocks: their partial sums written and read (about two parts)
+        tiles, _, _, _, whole = plan.stream_k_plan
+        workspace += 2.0 * 2 * (tiles - whole) * bm * bn * nc * 4
+    if plan.stats_kernel:
+        workspace += B * M * K * elt + 2.0 * B * M * 4  # the statistics pass reads the rows once
+    f["workspace_bytes"] = workspace
+    if plan.prologue and not plan.stats_kernel:
+        # every column of tiles computes its rows' statistics (a sum of squares over k) again
+        f["recompute_flops"] = 2.0 * B * cols * M * K
+        if info.a_reads_prologue:  # ... before its k loop: A read again
+            f["recompute_bytes"] = float(B * cols * M * K * elt)
+    _, acc_budget = _budget(target, plan.threads)
+    f["reg_overflow"] = float(max(0, plan.acc_per_thread * plan.nc - acc_budget))
+    if plan.workers == "wgmma_ws":
+        f["single_slice"] = 1.0 if bm < 128 else 0.0
+        f["multi_slice"] = 1.0 if plan.mi > 1 else 0.0
+
+
+def _budget(target: Target, threads: int) -> tuple[int, int]:
+    from emmy.schedule.contraction import register_budget
+
+    return register_budget(target, threads)
+
+
+def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int) -> None:
+    B, D, Sq, Skv = plan.batch, plan.head_dim, plan.seq_q, plan.seq_kv
+    bq, bkv = plan.block_q, plan.block_kv
+    qb = ceil(Sq / bq)
+    kv_steps = ceil(Skv / bkv)
+    share = 0.5 + 0.5 / qb if causal else 1.0  # the key blocks a causal query block visits
+    f["peak_flops"] = target.tensor_flops if plan.wgmma else _tensor_rate(target, "mma_sync")
+    f["flops"] = 4.0 * B * qb * bq * kv_steps * bkv * D * share
+    f["intensity"] = bq * bkv / (bq + bkv)
+    f["tensor"] = 1.0
+    f["tile_area"] = float(bq * bkv)
+    f["reread_bytes"] = float(B * (qb - 1) * Skv * 2 * D * 2 * share)
+    f["stages"] = float(plan.stages)
+    f["steps"] = float(kv_steps)
+    f["serial_steps"] *= kv_steps
+    f["unstaged"] = 1.0 if plan.stages < 2 else 0.0
+    if plan.prep is not None:
+        rows = plan.prep[0] * 32 * plan.prep[2]
+        f["workspace_bytes"] = 2.0 * B * rows * D * 2
+    elif computed_kv:  # fused: every query block computes its key and value rows again
+        f["recompute_flops"] = RECOMPUTE_FLOPS * B * (qb - 1) * Skv * D * computed_kv * share
+    _, acc_budget = _budget(target, plan.threads)
+    held = (bq * D + bq * bkv) / plan.threads  # output rows and scores a thread holds (fp32)
+    f["reg_overflow"] = float(max(0.0, held - acc_budget))
+
+
+__all__ = ["NAMES", "Features", "Kernel", "features", "io_bytes", "kernel_op", "l2_fraction", "occupancy"]

@@ -1,0 +1,333 @@
+"""The prior (emmy.prior): its features on a known plan, its ranking, the bound that keeps its
+pick from ever being predicted slower than the rules' answer, the fit (on times the model itself
+generates, with noise and outliers: a test of the fitting code, not a measurement), the regret
+arithmetic of `evaluate`, and the prior file's checks."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from emmy.diagnostics import EmmyError
+from emmy.driver import CompileOptions, compile_model
+from emmy.prior.choose import choose, neighbourhood, prior_decision
+from emmy.prior.data import KeyData, Sample
+from emmy.prior.evaluate import evaluate, judge, measured_times, summarize, summary
+from emmy.prior.features import Kernel, features
+from emmy.prior.fit import fit, fit_coeffs, residuals, robust_spread, within_key
+from emmy.prior.model import DEFAULTS, predict, rank, with_target
+from emmy.prior.store import (
+    DEFAULT_SPREAD, MIN_MARGIN, Prior, load_prior, prior_from, prior_json, prior_path, write_prior,
+)
+from emmy.search.task import tasks_in
+from emmy.targets import get_target
+from emmy.tuning.knobs import knob_space_for
+from emmy.tuning.legality import check
+from emmy.tuning.rules import decide
+
+TARGET = get_target("sm_90a")
+FACTORY = '''
+import torch
+from torch import nn
+
+def make(tokens: int = 512):
+    torch.manual_seed(0)
+    lin = nn.Linear(1024, 4096, bias=False).to(torch.bfloat16)
+    return lin, (torch.randn(1, tokens, 1024, dtype=torch.bfloat16),)
+'''
+
+SENSIBLE = {"block_m": 128, "block_n": 128, "block_k": 64, "split_k": 1, "combine": "kernel", "split_tail": 1,
+            "stages": 4, "workers": "wgmma_ws", "warps": 8, "schedule": "grid", "copy": "tma", "cluster": 1,
+            "group_m": 1, "epilogue": "together", "vector": 8}
+
+
+@pytest.fixture(scope="module")
+def proj(tmp_path_factory):
+    """The task of x[512, 1024] @ W[4096, 1024]^T: one contraction m=512 n=4096 k=1024."""
+    path = tmp_path_factory.mktemp("model") / "proj.py"
+    path.write_text(FACTORY)
+    result = compile_model(CompileOptions(model=f"{path}:make", tokens=512, target="sm_90a", stop_after="tile"))
+    (task,) = tasks_in(result.module, TARGET, 512)
+    return task
+
+
+@pytest.fixture(scope="module")
+def info(proj):
+    return proj.info()
+
+
+def _values(info, **changes):
+    v = {**SENSIBLE, **changes}
+    v = {k: x for k, x in v.items() if k in knob_space_for(info, TARGET)}
+    assert not check(info, v, TARGET), check(info, v, TARGET)
+    return v
+
+
+# -- features ------------------------------------------------------------------------------------
+
+
+def test_features_of_a_512x4096x1024_contraction_by_hand(info):
+    assert (info.M, info.gemm_n_nc, info.K) == (512, (4096, 1), 1024)
+    f = features(info, _values(info), TARGET)
+    assert f["flops"] == 2 * 512 * 4096 * 1024
+    assert f["unique_bytes"] == (512 * 1024 + 4096 * 1024 + 512 * 4096) * 2  # x, W, out in bf16
+    # A is read by each of the 32 columns of tiles, B by each of the 4 rows: all but once again
+    assert f["reread_bytes"] == (31 * 512 * 1024 + 3 * 4096 * 1024) * 2
+    assert f["l2_fraction"] == 1.0  # 13 MB fit in the H200's 60 MB of L2
+    assert (f["blocks"], f["waves"], f["launches"]) == (128, 1, 1)
+    assert f["busy"] == pytest.approx(128 / 132) and f["quant"] == pytest.approx(132 / 128)
+    assert f["smem_bytes"] == 4 * (128 + 128) * 64 * 2 and f["occupancy"] == 1  # 128 KiB of 228 a block
+    assert (f["steps"], f["rounds"], f["serial_steps"]) == (16, 1, 16)
+    assert f["tensor"] == 1 and f["peak_flops"] == TARGET.tensor_flops and f["intensity"] == 64
+    assert f["workspace_bytes"] == 0 and f["recompute_bytes"] == 0 and f["recompute_flops"] == 0
+
+
+def test_split_k_adds_workspace_and_a_combine_launch(info):
+    f = features(info, _values(info, split_k=2, block_n=256), TARGET)
+    assert f["workspace_bytes"] == 2 * 2 * 512 * 4096 * 4  # fp32 parts written and read back
+    assert f["launches"] == 2 and f["steps"] == 8
+    assert f["flops"] == 2 * 512 * 4096 * 1024
+
+
+def test_mma_sync_on_sm_90a_has_half_the_wgmma_rate_and_thread_the_fma_rate(info):
+    mma = features(info, _values(info, workers="mma_sync", warps=4, copy="cp_async"), TARGET)
+    assert mma["peak_flops"] == TARGET.tensor_flops / 2
+    thread = features(info, _values(info, workers="thread", block_m=64, block_n=64, warps=4, copy="cp_async",
+                                     block_k=32, stages=2), TARGET)
+    assert thread["tensor"] == 0 and thread["peak_flops"] == TARGET.fp32_flops
+
+
+def test_spills_come_from_build_facts(info):
+    assert features(info, _values(info), TARGET, {"spill_bytes": 96})["spill_bytes"] == 96
+    assert features(info, _values(info), TARGET, {"spill_bytes": True})["spill_bytes"] == 0
+
+
+# -- ranking -------------------------------------------------------------------------------------
+
+
+def test_a_tile_far_too_small_ranks_below_a_sensible_one(info):
+    tiny = _values(info, workers="mma_sync", block_m=16, block_n=16, block_k=16, warps=1, stages=2,
+                   copy="cp_async")
+    sensible = _values(info)
+    ranked = rank(info, [tiny, sensible], TARGET)
+    assert [v for v, _ in ranked] == [sensible, tiny]
+    assert ranked[1][1] > 3 * ranked[0][1]
+
+
+def test_rank_leaves_out_points_the_plan_cannot_build(info):
+    bad = {**_values(info), "block_k": 24}  # not a block_k any plan builds
+    assert [v for v, _ in rank(info, [bad, _values(info)], TARGET)] == [_values(info)]
+
+
+def test_predict_takes_arrays(info):
+    f = with_target(features(info, _values(info), TARGET), TARGET)
+    one = predict(f, DEFAULTS)
+    many = predict({k: np.array([v, v]) for k, v in f.items()}, DEFAULTS)
+    assert many.tolist() == pytest.approx([one, one])
+
+
+# -- the bound -----------------------------------------------------------------------------------
+
+
+def _anchor(info):
+    choices = decide(info, TARGET, knob_space_for(info, TARGET))
+    return {k: c.value for k, c in choices.items()}
+
+
+def test_the_pick_is_never_predicted_slower_than_the_anchor(info):
+    """Property: over random coefficient sets and spreads, the prior's pick is the anchor or is
+    predicted faster than it by at least the margin."""
+    from emmy.prior.model import score
+
+    rng = np.random.default_rng(0)
+    anchor = _anchor(info)
+    candidates = neighbourhood(info, TARGET, knob_space_for(info, TARGET), anchor)
+    assert len(candidates) > 50
+    kernel = Kernel(info, TARGET)
+    for _ in range(6):
+        coeffs = {k: v * math.exp(rng.uniform(-2, 2)) for k, v in DEFAULTS.items()}
+        spread = float(rng.uniform(0.0, 0.5))
+        prior = Prior("sm_90a", coeffs, {"contraction": {"spread": spread}})
+        c = choose(info, TARGET, candidates, anchor, prior)
+        anchor_s = score(kernel, anchor, prior, penalized=False)
+        assert c.anchor_s == anchor_s
+        if c.picked == "prior":
+            assert c.values != anchor
+            assert c.predicted_s * prior.margin("contraction") <= anchor_s
+            assert score(kernel, c.values, prior) == c.predicted_s
+        else:
+            assert c.values == anchor
+
+
+def _synthetic(info, key: str, coeffs, points, rng, noise=0.03, outliers=0):
+    """Times the model itself predicts under `coeffs`, with lognormal noise (test data, not a
+    measurement); the first `outliers` times are multiplied by 3."""
+    kernel = Kernel(info, TARGET)
+    out = []
+    for i, v in enumerate(points):
+        f = with_target(kernel.features(v), TARGET)
+        t = predict(f, coeffs) * math.exp(rng.normal(0, noise)) * (3.0 if i < outliers else 1.0)
+        out.append(Sample(key, "s", "m", info.kind, "linear", v, t, f))
+    return out
+
+
+def test_an_adversarial_coefficient_set_falls_back_to_the_anchor(info):
+    rng = np.random.default_rng(1)
+    anchor = _anchor(info)
+    candidates = neighbourhood(info, TARGET, knob_space_for(info, TARGET), anchor)
+    truth = _synthetic(info, "k", DEFAULTS, candidates[:80], rng)
+    # coefficients that rank tiny, starved, unpipelined tiles first
+    adversarial = {**DEFAULTS, "knee": 1e-3, "step_s": 1e-12, "round_s": 1e-12, "launch_s": 1e-9,
+                   "unstaged_cost": 1e-3, "compute_eff": 1e-3, "dram_eff": 50.0, "l2_eff": 50.0}
+    confident = Prior("sm_90a", adversarial, {"contraction": {"spread": 0.0}})
+    assert choose(info, TARGET, candidates, anchor, confident).picked == "prior"  # a lying file would pick
+    spread = robust_spread(within_key(truth, residuals(truth, adversarial)))
+    honest = Prior("sm_90a", adversarial, {"contraction": {"spread": spread}})
+    c = choose(info, TARGET, candidates, anchor, honest)
+    assert c.picked == "anchor" and c.values == anchor
+    assert "margin" in c.reason
+
+
+def test_unfitted_defaults_need_a_large_gain(info):
+    prior = Prior("sm_90a")
+    assert not prior.fitted and prior.margin("contraction") == pytest.approx(math.exp(2 * DEFAULT_SPREAD))
+    assert Prior("sm_90a", residuals={"contraction": {"spread": 0.0}}).margin("contraction") == MIN_MARGIN
+    c = prior_decision(info, TARGET, knob_space_for(info, TARGET), prior)
+    assert c.picked == "anchor" and c.runner_up is not None and c.candidates > 50
+
+
+def test_candidates_outside_the_fitted_envelope_are_penalized(info):
+    inside = _values(info)
+    f = features(info, inside, TARGET)
+    env = {"tile_area": [math.log1p(f["tile_area"])] * 2, "workers": ["wgmma_ws"]}
+    prior = Prior("sm_90a", residuals={"contraction": {"spread": 0.05}}, envelope={"contraction": env})
+    assert prior.penalty("contraction", f, inside) == 1.0
+    small = _values(info, block_n=64)
+    g = features(info, small, TARGET)
+    assert prior.distance("contraction", g, small) == pytest.approx(math.log1p(f["tile_area"]) - math.log1p(g["tile_area"]))
+    assert prior.penalty("contraction", g, {**small, "workers": "wgmma"}) > prior.penalty("contraction", g, small) > 1.0
+
+
+# -- fitting -------------------------------------------------------------------------------------
+
+
+def test_fit_recovers_known_coefficients_despite_noise_and_outliers(info):
+    rng = np.random.default_rng(2)
+    anchor = _anchor(info)
+    points = neighbourhood(info, TARGET, knob_space_for(info, TARGET), anchor)
+    truth = {**DEFAULTS, "compute_eff": 0.5, "dram_eff": 0.7, "l2_eff": 0.45, "single_slice_cost": 0.6}
+    samples = _synthetic(info, "k", truth, points, rng, noise=0.02, outliers=8)
+    fitted = fit_coeffs(samples)
+    r = residuals(samples, fitted)
+    assert robust_spread(r) < 0.03  # the fit explains all but the noise
+    assert float(np.median(np.abs(r[8:]))) < 0.03 and float(np.median(r[:8])) > 0.9  # outliers stand out
+    # what these candidates tell apart (compute_eff trades with hide_warps: both scale the arithmetic)
+    for name in ("dram_eff", "l2_eff", "single_slice_cost"):
+        assert fitted[name] == pytest.approx(truth[name], rel=0.1), name
+    assert fitted["compute_eff"] == pytest.approx(truth["compute_eff"], rel=0.25)
+    start = residuals(samples, DEFAULTS)  # the defaults are off by a factor of about 1.3
+    assert float(np.median(np.abs(start))) > 5 * float(np.median(np.abs(r)))
+
+
+def test_fit_keeps_residuals_and_envelope_per_kind(info):
+    rng = np.random.default_rng(3)
+    points = neighbourhood(info, TARGET, knob_space_for(info, TARGET), _anchor(info))[:40]
+    samples = _synthetic(info, "k1", DEFAULTS, points[:20], rng) + _synthetic(info, "k2", DEFAULTS, points[20:], rng)
+    prior = fit(samples, "sm_90a", ["test data"], "0.0")
+    assert prior.fitted and set(prior.residuals) == {"contraction"}
+    assert prior.residuals["contraction"]["keys"] == 2 and prior.residuals["contraction"]["trials"] == 40
+    assert prior.data["keys"] == {"k1": 20, "k2": 20} and prior.data["sources"] == ["test data"]
+    assert "wgmma_ws" in prior.envelope["contraction"]["workers"]
+    with pytest.raises(EmmyError, match="at least 2 measured candidates"):
+        fit(samples[:1], "sm_90a")
+
+
+# -- evaluate ------------------------------------------------------------------------------------
+
+
+def test_regret_arithmetic_on_a_hand_made_set(info):
+    """Two keys of three measured candidates; the prior ranks the sensible tile first. Key a: it
+    is the fastest (regret 1); key b: another measured 10 us against its 12 (regret 1.2)."""
+    sensible = _values(info)
+    tiny = _values(info, workers="mma_sync", block_m=16, block_n=16, block_k=16, warps=1, stages=2, copy="cp_async")
+    mid = _values(info, workers="mma_sync", block_m=64, block_n=64, warps=4, copy="cp_async")
+    kernel = Kernel(info, TARGET)
+    space = knob_space_for(info, TARGET)
+
+    def key(name, times):
+        kd = KeyData(name, "contraction", kernel, space)
+        for v, t in times:
+            kd.samples.append(Sample(name, "s", name, "contraction", "linear", v, t * 1e-6, {}))
+        return kd
+
+    a = key("a", [(sensible, 10.0), (tiny, 30.0), (mid, 12.0), (mid, 14.0)])  # mid's median: 13
+    b = key("b", [(sensible, 12.0), (tiny, 30.0), (mid, 10.0)])
+    assert measured_times(a.samples)[tuple(sorted((k, repr(v)) for k, v in mid.items()))][1] == pytest.approx(13e-6)
+    rows = evaluate({"a": a, "b": b}, "sm_90a", fitter=lambda train: Prior("sm_90a"), schemes=("shape",))
+    assert [(r.key, r.top_regret) for r in rows] == [("a", 1.0), ("b", pytest.approx(1.2))]
+    assert summarize([1.0, 1.2]) == {"geomean_regret": round(math.sqrt(1.2), 4), "worst_regret": 1.2, "n": 2}
+    s = summary(rows)
+    assert s["n"] == 2 and s["by"]["shape"]["top_geomean_regret"] == round(math.sqrt(1.2), 4)
+    one = key("c", [(sensible, 10.0)])
+    assert judge(one, Prior("sm_90a"), "shape") is None  # one candidate: nothing to choose
+
+
+def test_leave_one_out_never_fits_on_the_held_out_key(info):
+    seen = []
+    kernel = Kernel(info, TARGET)
+    space = knob_space_for(info, TARGET)
+    keys = {}
+    for name in ("a", "b", "c"):
+        kd = keys[name] = KeyData(name, "contraction", kernel, space)
+        for v, t in ((_values(info), 1e-5), (_values(info, block_n=64), 2e-5)):
+            kd.samples.append(Sample(name, "s", "model-" + ("x" if name == "c" else "y"), "contraction", "l", v, t, {}))
+
+    def fitter(train):
+        seen.append(sorted({s.key for s in train}))
+        return Prior("sm_90a")
+
+    evaluate(keys, "sm_90a", fitter=fitter)
+    assert seen == [["b", "c"], ["a", "c"], ["a", "b"], ["a", "b"], ["c"]]
+
+
+# -- the prior file ------------------------------------------------------------------------------
+
+
+def test_a_missing_file_gives_the_defaults_and_a_written_one_reads_back(tmp_path):
+    path = prior_path(tmp_path, "sm_90a")
+    assert load_prior(path, "sm_90a") == Prior("sm_90a")
+    prior = Prior("sm_90a", {**DEFAULTS, "knee": 40.0}, {"contraction": {"spread": 0.1, "keys": 3, "trials": 9}},
+                  {"contraction": {"stages": [1.0, 1.6], "workers": ["wgmma_ws"]}}, {"trials": 9}, "2026-12-01", "0.1")
+    write_prior(path, prior)
+    back = load_prior(path, "sm_90a")
+    assert prior_json(back) == prior_json(prior) and back.path == str(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", r"prior.json:1:2: not JSON"),
+    ("[]", r"prior.json: not an Emmy prior file"),
+    ('{"format": "emmy-prior", "schema": "1"}', r"its \"schema\" must be an integer"),
+    ('{"format": "emmy-prior", "schema": 9, "target": "sm_90a"}', r"written by a newer Emmy"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_80", "coefficients": {}}', r"a prior for 'sm_80', not for sm_90a"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {"knee": -1}}',
+     r"coefficient knee must be a positive number"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {"speed": 2}}', r"unknown coefficients speed"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {}, "residuals": {"x": {}}}',
+     r"\"residuals\" must map"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {}, "envelope": {"x": {"stages": [1]}}}',
+     r"envelope of x: stages"),
+])
+def test_a_broken_prior_file_is_an_error_naming_it(tmp_path, text, message):
+    path = tmp_path / "prior.json"
+    path.write_text(text)
+    with pytest.raises(EmmyError, match=message) as e:
+        load_prior(path, "sm_90a")
+    assert str(path) in str(e.value)
+
+
+def test_prior_from_checks_data_not_just_files():
+    data = json.loads(json.dumps(prior_json(Prior("sm_90a"))))
+    assert prior_from(data, "<x>", "sm_90a").coeffs == DEFAULTS
