@@ -30,10 +30,9 @@ def candidate_passes(pin: str) -> list:
     """The pipeline from decide-forks on, decide-forks pinning `pin`."""
     import importlib
 
-    names = [row for row in PIPELINE]
-    start = [n for n, *_ in names].index(_FROM)
+    start = [name for name, *_ in PIPELINE].index(_FROM)
     passes = []
-    for name, module, cls, _ in names[start:]:
+    for name, module, cls, _ in PIPELINE[start:]:
         pass_cls = getattr(importlib.import_module(f"emmy.passes.{module}"), cls)
         passes.append(pass_cls(pin=pin) if name == _FROM else pass_cls())
     return passes
