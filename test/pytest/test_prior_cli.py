@@ -1,0 +1,159 @@
+"""`emmy prior fit|evaluate|show` on a hand-made records export (its times come from the model
+itself with noise: test data for the plumbing, not measurements), and every error message the
+command gives (exit 1, one line, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from emmy.cli.main import run
+from emmy.cli.report import run_guarded
+from emmy.driver import CompileOptions, compile_model
+from emmy.prior.choose import neighbourhood
+from emmy.prior.features import Kernel
+from emmy.prior.model import DEFAULTS, predict, with_target
+from emmy.prior.store import load_prior
+from emmy.records.record import SCHEMA
+from emmy.search.task import tasks_in
+from emmy.targets import get_target
+from emmy.tuning.knobs import knob_space_for
+from emmy.tuning.rules import decide
+
+TARGET = get_target("sm_90a")
+FACTORY = '''
+import torch
+from torch import nn
+
+def make(tokens: int = 256):
+    torch.manual_seed(0)
+    lin = nn.Linear(512, 1024, bias=False).to(torch.bfloat16)
+    return lin, (torch.randn(1, tokens, 512, dtype=torch.bfloat16),)
+'''
+
+
+def _study(name: str, task, times, module: bool = True, target: str = "sm_90a") -> dict:
+    key = {"id": name, "structure_id": f"{name[:4]}:{target}:v1", "structure": name, "shape": task.key.shape,
+           "target": target, "version": task.key.version}
+    attrs = {"emmy.key": key, "emmy.kernel": task.kernel, "emmy.description": task.description}
+    if module:
+        attrs["emmy.module"] = task.module
+    trials = [{"number": i, "state": "COMPLETE", "value": t, "params": {}, "distributions": {},
+               "user_attrs": {"values": v, "status": "ok", "time_s": t, "facts": {}}} for i, (v, t) in enumerate(times)]
+    trials.append({"number": len(trials), "state": "FAIL", "value": None, "params": {}, "distributions": {},
+                   "user_attrs": {"values": times[0][0], "status": "build_failed", "reason": "test"}})
+    return {"name": name, "attrs": attrs, "trials": trials}
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """An export of three keys of one kernel (the same module under three names), 30 candidates
+    each around the rules' answer, timed by the default model with 3% noise."""
+    root = tmp_path_factory.mktemp("prior_cli")
+    (root / "lin.py").write_text(FACTORY)
+    result = compile_model(CompileOptions(model=f"{root}/lin.py:make", tokens=256, target="sm_90a", stop_after="tile"))
+    (task,) = tasks_in(result.module, TARGET, 256)
+    info = task.info()
+    space = knob_space_for(info, TARGET)
+    anchor = {k: c.value for k, c in decide(info, TARGET, space).items()}
+    points = [anchor, *neighbourhood(info, TARGET, space, anchor)]
+    kernel = Kernel(info, TARGET)
+    rng = np.random.default_rng(0)
+    studies = []
+    for n, name in enumerate(("aaaa0001", "bbbb0002", "cccc0003")):
+        chosen = [points[0]] + [points[i] for i in rng.choice(np.arange(1, len(points)), 29, replace=False)]
+        times = [(v, predict(with_target(kernel.features(v), TARGET), DEFAULTS) * math.exp(rng.normal(0, 0.03)))
+                 for v in chosen]
+        studies.append(_study(name, task, times))
+    studies.append(_study("dddd0004", task, times[:3], module=False))
+    path = root / "records.json"
+    path.write_text(json.dumps({"format": "emmy-records", "schema": SCHEMA, "studies": studies}))
+    return path
+
+
+def _run(argv, capsys):
+    code = run_guarded(run, argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_fit_writes_a_prior_that_loads(export, tmp_path, capsys):
+    out_path = tmp_path / "golden" / "sm_90a" / "prior.json"
+    code, out, _ = _run(["prior", "fit", "--records", str(export), "--out", str(out_path)], capsys)
+    assert code == 0
+    assert "skipped" in out and "dddd0004" in out and "no emmy.module attribute" in out
+    assert "to 90 measured candidates of 3 kernel keys" in out and "contraction: 3 keys" in out
+    prior = load_prior(out_path, "sm_90a")
+    assert prior.fitted and prior.data["keys"] == {"aaaa0001": 30, "bbbb0002": 30, "cccc0003": 30}
+    assert prior.data["sources"] == [str(export)] and prior.residuals["contraction"]["spread"] < 0.06
+    code, out, _ = _run(["prior", "show", "--prior", str(out_path)], capsys)
+    assert code == 0 and "prior fitted" in out and "margin x" in out
+
+
+def test_evaluate_prints_a_table_and_a_json_last_line(export, capsys):
+    code, out, _ = _run(["prior", "evaluate", "--records", str(export), "--json"], capsys)
+    assert code == 0
+    lines = out.strip().splitlines()
+    summary = json.loads(lines[-1])
+    assert list(summary)[:3] == ["geomean_regret", "worst_regret", "n"]
+    assert summary["n"] == 3 and 1.0 <= summary["geomean_regret"] <= summary["worst_regret"]
+    assert any(line.startswith("shape") for line in lines) and any(line.startswith("model") for line in lines)
+    assert "leave one shape out" in out and "leave one model out" in out
+
+
+def test_show_without_a_file_shows_the_defaults(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _run(["prior", "show", "--target", "sm_80"], capsys)
+    assert code == 0 and "sm_80: no fitted prior at golden/sm_80/prior.json" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["prior", "fit", "--records", "/nonexistent/records.json"], "error: cannot read records file '/nonexistent/records.json'"),
+    (["prior", "fit", "--target", "sm_70"], "error: unknown target 'sm_70'"),
+    (["prior", "tidy"], "error: emmy prior: unknown action 'tidy'"),
+    (["prior", "fit", "--storage", "sqlite:////nonexistent/x.db", "--records", "x.json"], "give --storage or --records, not both"),
+    (["prior", "show", "--prior", "/nonexistent/prior.json"], "error: /nonexistent/prior.json: no such prior file"),
+])
+def test_errors(argv, message, capsys):
+    code, _, err = _run(argv, capsys)
+    assert code == 1 and message in err
+
+
+def test_records_that_are_not_an_export(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"studies": []}')
+    code, _, err = _run(["prior", "evaluate", "--records", str(bad)], capsys)
+    assert code == 1 and f"{bad}: not an Emmy records export" in err
+
+
+def test_no_measurements_for_the_target(export, capsys):
+    code, _, err = _run(["prior", "fit", "--records", str(export), "--target", "sm_80"], capsys)
+    assert code == 1 and "error: no measurements for sm_80 in" in err and "emmy tune --target" in err
+
+
+def test_a_store_that_does_not_exist(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/none.db"
+    code, _, err = _run(["prior", "evaluate", "--storage", url], capsys)
+    assert code == 1 and "there is no store at" in err
+    assert not (tmp_path / "none.db").exists()  # looking never creates a store
+
+
+def test_a_broken_prior_file(tmp_path, capsys):
+    path = tmp_path / "prior.json"
+    path.write_text('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {"knee": "fast"}}')
+    code, _, err = _run(["prior", "show", "--prior", str(path)], capsys)
+    assert code == 1 and f"error: {path}: coefficient knee must be a positive number" in err
+    path.write_text("{")
+    code, _, err = _run(["prior", "show", "--prior", str(path)], capsys)
+    assert code == 1 and f"error: {path}:1:2: not JSON" in err
+
+
+def test_fit_cannot_write(export, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = _run(["prior", "fit", "--records", str(export), "--out", str(blocker / "prior.json")], capsys)
+    assert code == 1 and "error: cannot write" in err
