@@ -1,0 +1,490 @@
+"""The legal space of one kernel: every knob assignment `emmy.tuning.legality.check` accepts.
+
+    points = legal_points(info, space, target)   # a LegalSpace (a Sequence of dicts)
+    len(points)          # 2212640 (the Qwen3 layer's q/k/v projection at 512 tokens, sm_90a)
+    points[0]            # {"workers": "thread", "block_m": 16, ...}, in a fixed order
+    point in points      # legality, by a walk of the space
+    cond = ConditionalSpace(points, order)
+    cond.suggest(trial)  # an Optuna trial draws a legal point, knob by knob
+    cond.neighbours(point, 8)
+    candidate_facts(info, values, target)  # what the plan predicts for one point
+
+`info` is the kernel's `KernelInfo` (`emmy.analysis.classify.classify`), `space` its knob domains
+(`{name: values}` as in the IR: `emmy.passes.decide_forks.problem_of(op, target).space`).
+
+The legal points of a contraction run to millions (about 0.2% of a raw space of 10^9), too many
+to list one by one. They are built as a layered graph instead: one layer per knob (in `knob_order`,
+`workers` first), each node a set of legal completions, each edge a value
+that has at least one. A node is shared by every prefix that cannot tell it apart: while building,
+each legality rule is run on the prefix with a record of the knobs it asks about, and a node is
+keyed by the values of the earlier knobs that the rules run below it actually read. The graph of
+the Qwen3 layer's largest kernel has a few thousand nodes, built in a fraction of a second; its
+size, any point by index (so uniform sampling), iteration, membership and "which values of the
+next knob still fit" follow from counts kept on the nodes.
+
+This relies on two properties of `legality.check`: its domain check looks at one knob at a time
+(so the domains are filtered knob by knob first), and each rule is a function of the knobs it
+reads (so a rule that does not ask about the newest knob of a prefix gives the answer it gave one
+knob earlier). `test_schedule_space.py` checks the result against a brute-force enumeration.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import combinations, product
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from emmy.diagnostics import EmmyError
+from emmy.targets import Target
+from emmy.tuning import legality
+from emmy.tuning.knobs import KnobValue
+
+if TYPE_CHECKING:
+    from emmy.analysis.classify import KernelInfo
+
+# The order knobs are chosen in, where a kernel has them: first the ones that pick how the kernel
+# works (`workers` first: it decides which of the other rules apply), then the tile sizes; any
+# other knob after these, in the space's order. Measured on the Qwen3 layer's contractions
+# (sm_90a, 512 tokens), this order builds the legal space from about 35,000 prefixes; the space's
+# own order with `workers` moved first needs several times as many.
+PREFERRED_ORDER: tuple[str, ...] = (
+    "workers", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m", "copy", "epilogue",
+    "block_m", "block_n", "block_k", "warps", "stages",
+)
+
+
+def knob_order(space: Mapping[str, Sequence[KnobValue]]) -> tuple[str, ...]:
+    """The order knobs are chosen in: those of `PREFERRED_ORDER` the space has, in that order,
+    then the others in the space's order."""
+    return (*(n for n in PREFERRED_ORDER if n in space), *(n for n in space if n not in PREFERRED_ORDER))
+
+
+def legal_points(
+    info: KernelInfo,
+    space: Mapping[str, Sequence[KnobValue]],
+    target: Target,
+    order: Sequence[str] | None = None,
+) -> LegalSpace:
+    """Every legal full assignment of `space` for the kernel `info` on `target`, as a
+    `LegalSpace` (a Sequence of dicts in a fixed order: lexicographic in `order`, each knob's
+    values in domain order)."""
+    order = knob_order(space) if order is None else tuple(order)
+    if sorted(order) != sorted(space):
+        raise EmmyError(f"legal space of @{info.name}: the order ({', '.join(order)}) must name each knob of the space ({', '.join(space)}) once")
+    return _Builder(info, space, target, order).build()
+
+
+# --------------------------------------------------------------------------------------------
+# The graph
+# --------------------------------------------------------------------------------------------
+
+
+class _Node:
+    """Legal completions of a prefix: edges (value, child) in domain order, and their count."""
+
+    __slots__ = ("values", "children", "starts", "count")
+
+    def __init__(self, edges: Sequence[tuple[KnobValue, _Node]]):
+        self.values = tuple(v for v, _ in edges)
+        self.children = tuple(c for _, c in edges)
+        starts, total = [], 0
+        for c in self.children:
+            starts.append(total)
+            total += c.count
+        self.starts = tuple(starts)  # the index of each edge's first completion
+        self.count = total if edges else 1  # a node without edges is the end of a full point
+
+    def child(self, value: KnobValue) -> _Node | None:
+        for v, c in zip(self.values, self.children):
+            if v == value:
+                return c
+        return None
+
+
+class _Interner:
+    """One node per distinct set of edges (children compared by identity)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[tuple, _Node] = {}
+        self.leaf = _Node(())
+
+    def node(self, edges: list[tuple[KnobValue, _Node]]) -> _Node | None:
+        if not edges:
+            return None  # no legal completion
+        key = tuple((v, id(c)) for v, c in edges)
+        found = self.nodes.get(key)
+        if found is None:
+            found = self.nodes[key] = _Node(edges)
+        return found
+
+
+class LegalSpace(Sequence):
+    """The legal points of one kernel (see the module docstring); a Sequence of dicts."""
+
+    def __init__(self, order: tuple[str, ...], domains: dict[str, tuple[KnobValue, ...]], root: _Node | None, nodes: int):
+        self.order = order
+        self.domains = domains  # each knob's values that are legal on their own, in domain order
+        self._root = root
+        self.nodes = nodes  # distinct nodes of the graph (its size in memory)
+
+    @classmethod
+    def from_points(cls, points: Sequence[Mapping[str, KnobValue]] | Any, order: Sequence[str]) -> LegalSpace:
+        """The space holding exactly `points` (full assignments of the knobs in `order`)."""
+        order = tuple(order)
+        trie: dict = {}
+        for p in points:
+            if sorted(p) != sorted(order):
+                raise EmmyError(f"a point must assign exactly the knobs {', '.join(order)}, got {', '.join(p)}")
+            level = trie
+            for name in order:
+                level = level.setdefault(p[name], {})
+        interner = _Interner()
+
+        def build(level: dict, depth: int) -> _Node | None:
+            if depth == len(order):
+                return interner.leaf
+            return interner.node([(v, build(sub, depth + 1)) for v, sub in level.items()])
+
+        root = build(trie, 0) if trie else None
+        seen: dict[str, list[KnobValue]] = {n: [] for n in order}
+        for p in points if not isinstance(points, LegalSpace) else ():
+            for n in order:
+                if p[n] not in seen[n]:
+                    seen[n].append(p[n])
+        if isinstance(points, LegalSpace):
+            seen = {n: list(points.domains[n]) for n in order}
+        return cls(order, {n: tuple(seen[n]) for n in order}, root, len(interner.nodes) + 1)
+
+    # Sequence ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return 0 if self._root is None else self._root.count
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"legal point {index} of {n}")
+        point: dict[str, KnobValue] = {}
+        node = self._root
+        for name in self.order:
+            assert node is not None
+            i = bisect.bisect_right(node.starts, index) - 1
+            index -= node.starts[i]
+            point[name] = node.values[i]
+            node = node.children[i]
+        return point
+
+    def __iter__(self) -> Iterator[dict[str, KnobValue]]:
+        if self._root is None:
+            return
+        stack: list[tuple[_Node, int]] = [(self._root, 0)]
+        chosen: list[KnobValue] = []
+        while stack:
+            node, i = stack.pop()
+            if len(chosen) == len(self.order):
+                yield dict(zip(self.order, chosen))
+                chosen.pop()
+                continue
+            if i == len(node.values):
+                if chosen:
+                    chosen.pop()
+                continue
+            stack.append((node, i + 1))
+            chosen.append(node.values[i])
+            stack.append((node.children[i], 0))
+
+    def __contains__(self, point: object) -> bool:
+        if not isinstance(point, Mapping) or len(point) != len(self.order):
+            return False
+        node = self._root
+        for name in self.order:
+            if node is None or name not in point:
+                return False
+            node = node.child(point[name])
+        return node is not None
+
+    # Walking ----------------------------------------------------------------------------------
+
+    def options(self, prefix: Mapping[str, KnobValue]) -> tuple[KnobValue, ...]:
+        """The values of the next knob in `order` (after the ones `prefix` assigns, which must
+        be the first ones) that still have a legal completion."""
+        node = self._walk(prefix)
+        return () if node is None else node.values
+
+    def count(self, prefix: Mapping[str, KnobValue]) -> int:
+        """How many legal points start with `prefix` (the first knobs in `order`)."""
+        node = self._walk(prefix)
+        return 0 if node is None else node.count
+
+    def _walk(self, prefix: Mapping[str, KnobValue]) -> _Node | None:
+        names = self.order[: len(prefix)]
+        if sorted(names) != sorted(prefix):
+            raise EmmyError(
+                f"a prefix assigns the first knobs in order ({', '.join(self.order)}), got {', '.join(prefix)}"
+            )
+        node = self._root
+        for name in names:
+            if node is None:
+                return None
+            node = node.child(prefix[name])
+        return node
+
+
+# --------------------------------------------------------------------------------------------
+# Building
+# --------------------------------------------------------------------------------------------
+
+
+class _Asked(Mapping):
+    """A prefix assignment that records which knobs a rule asks about and which it reads, as
+    bit masks (bit i: the i-th knob in order)."""
+
+    __slots__ = ("values", "bits", "asked", "read")
+
+    def __init__(self, values: dict[str, KnobValue], bits: dict[str, int]):
+        self.values, self.bits = values, bits
+        self.asked = self.read = 0
+
+    def __getitem__(self, name: str) -> KnobValue:
+        bit = self.bits[name]
+        self.asked |= bit
+        self.read |= bit
+        return self.values[name]
+
+    def __contains__(self, name: object) -> bool:
+        self.asked |= self.bits.get(name, 0)  # type: ignore[call-overload]
+        return name in self.values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One rule run on a prefix: whether it passed, and the knobs it asked about and read (masks)."""
+
+    ok: bool
+    asked: int
+    read: int
+
+
+def _rules(kind: str):
+    """The legality rules of a kind, run one at a time here (`check` runs them all)."""
+    return legality._RULES.get(kind, ())
+
+
+class _Builder:
+    """Builds the graph depth by depth (module docstring).
+
+    A rule is *settled* on a prefix when every knob it asked about is assigned: it then runs the
+    same way on every longer prefix (it asks the same questions and gets the same answers), and
+    it passed, or the prefix would not have been reached. An *open* rule asked about a knob not
+    yet assigned. Two prefixes of the same depth have the same completions when the same rules
+    are open on both and they agree on every earlier knob that the open rules read anywhere in
+    the completions: the open rules then run the same way on both, step by step. Likewise a rule
+    runs the same way on two prefixes of one depth that agree on the knobs it read: its runs
+    are kept by those values."""
+
+    def __init__(self, info: KernelInfo, space: Mapping[str, Sequence[KnobValue]], target: Target, order: tuple[str, ...]):
+        self.info, self.target, self.order = info, target, order
+        self.bits = {n: 1 << i for i, n in enumerate(order)}
+        # the domain check and the rules of one knob alone, knob by knob
+        self.domains = {n: tuple(v for v in space[n] if not legality.check(info, {n: v}, target)) for n in order}
+        self.rules = _rules(info.kind)
+        self.values: list[KnobValue] = [0] * len(order)  # the prefix's values by position
+        # depth -> open rules -> the earlier knobs they read (mask) -> those knobs' values -> (node, reads per rule)
+        self.memo: list[dict[tuple[bool, ...], dict[int, dict]]] = [{} for _ in order]
+        # prefix length -> rule -> the knobs a run read (mask) -> their values -> the run
+        self.runs: list[list[dict[int, dict]]] = [[{} for _ in self.rules] for _ in range(len(order) + 1)]
+        self.getters: dict[int, Callable[[list], Any]] = {}
+        self.interner = _Interner()
+
+    def build(self) -> LegalSpace:
+        runs = self._run({})
+        root = None
+        if all(r.ok for r in runs):
+            root, _ = self._node(0, {}, runs)
+        return LegalSpace(self.order, self.domains, root, len(self.interner.nodes) + 1)
+
+    def _key(self, mask: int) -> Any:
+        """The values of the knobs in `mask`, from the current prefix (hashable)."""
+        getter = self.getters.get(mask)
+        if getter is None:
+            positions = [i for i in range(len(self.order)) if mask >> i & 1]
+            getter = self.getters[mask] = itemgetter(*positions) if positions else (lambda _: ())
+        return getter(self.values)
+
+    def _run(self, prefix: dict[str, KnobValue], settled: Sequence[_Run | None] = ()) -> list[_Run]:
+        """Each rule run on `prefix`, but for those given in `settled` (they run the same way)."""
+        view = _Asked(prefix, self.bits)
+        values = legality._Values(view)
+        out = []
+        cache = self.runs[len(prefix)]
+        for i, rule in enumerate(self.rules):
+            if settled and (done := settled[i]) is not None:
+                out.append(done)
+                continue
+            known = cache[i]
+            run = None
+            for mask, table in known.items():
+                run = table.get(self._key(mask))
+                if run is not None:
+                    break
+            if run is None:
+                view.asked = view.read = 0
+                reasons: list[str] = []
+                rule(self.info, values, self.target, reasons)
+                run = _Run(not reasons, view.asked, view.read)
+                known.setdefault(run.read, {})[self._key(run.read)] = run
+            out.append(run)
+        return out
+
+    def _node(self, depth: int, prefix: dict[str, KnobValue], runs: list[_Run]) -> tuple[_Node | None, list[int]]:
+        """The node of the legal `prefix` (the first `depth` knobs; `runs` the rules run on it)
+        and, per rule, the knobs it reads on the prefix and its completions (masks)."""
+        if depth == len(self.order):
+            return self.interner.leaf, [r.read for r in runs]
+        later = -1 << depth  # the knobs not yet assigned
+        opened = tuple(bool(r.asked & later) for r in runs)
+        memo = self.memo[depth].setdefault(opened, {})
+        for deps, table in memo.items():
+            found = table.get(self._key(deps))
+            if found is not None:
+                node, reads = found
+                return node, [reads[i] if o else r.read for i, (o, r) in enumerate(zip(opened, runs))]
+        name = self.order[depth]
+        reads = [r.read for r in runs]
+        settled = [None if o else r for o, r in zip(opened, runs)]
+        edges: list[tuple[KnobValue, _Node]] = []
+        for value in self.domains[name]:
+            prefix[name] = self.values[depth] = value
+            child_runs = self._run(prefix, settled)
+            for i, r in enumerate(child_runs):
+                reads[i] |= r.read
+            if all(r.ok for r in child_runs):
+                child, child_reads = self._node(depth + 1, prefix, child_runs)
+                for i, r in enumerate(child_reads):
+                    reads[i] |= r
+                if child is not None:
+                    edges.append((value, child))
+            del prefix[name]
+        deps = 0
+        for o, r in zip(opened, reads):
+            if o:
+                deps |= r
+        deps &= ~later
+        node = self.interner.node(edges)
+        memo.setdefault(deps, {})[self._key(deps)] = (node, reads)
+        return node, reads
+
+
+# --------------------------------------------------------------------------------------------
+# A conditional space for a sampler
+# --------------------------------------------------------------------------------------------
+
+
+class ConditionalSpace:
+    """Knobs chosen one after another in `order`, each from the values that still have a legal
+    completion given the earlier choices: every draw is legal.
+
+    `points`: a `LegalSpace` (rebuilt in `order` when its own differs) or any sequence of full
+    assignments (dicts)."""
+
+    def __init__(self, points: LegalSpace | Sequence[Mapping[str, KnobValue]], order: Sequence[str]):
+        order = tuple(order)
+        if isinstance(points, LegalSpace) and points.order == order:
+            self.space = points
+        else:
+            self.space = LegalSpace.from_points(points, order)
+        self.order = order
+        if not len(self.space):
+            raise EmmyError("a conditional space needs at least one legal point")
+
+    @staticmethod
+    def parameter(knob: str, choices: Sequence[KnobValue]) -> str:
+        """The sampler's parameter name for `knob` offered `choices`: one fixed choice list per
+        name, as Optuna needs (`block_m|64,128`)."""
+        return f"{knob}|{','.join(map(str, choices))}"
+
+    def suggest(self, trial: Any) -> dict[str, KnobValue]:
+        """A legal point drawn through `trial.suggest_categorical(name, choices)` (an Optuna
+        trial), knob by knob; returns the plain values (the parameters' names carry the choice
+        sets: see `parameter`)."""
+        chosen: dict[str, KnobValue] = {}
+        node = self.space._root
+        for name in self.order:
+            assert node is not None
+            choices = list(node.values)
+            value = trial.suggest_categorical(self.parameter(name, choices), choices)
+            chosen[name] = value
+            node = node.child(value)
+        return chosen
+
+    def neighbours(self, point: Mapping[str, KnobValue], n: int) -> list[dict[str, KnobValue]]:
+        """Up to `n` legal points that differ from `point` in one knob, then in two; closest
+        first (fewest knobs changed, then the fewest steps along the domains, then knob order
+        and value order)."""
+        if sorted(point) != sorted(self.order):
+            raise EmmyError(f"a point must assign exactly the knobs {', '.join(self.order)}, got {', '.join(point)}")
+        out: list[dict[str, KnobValue]] = []
+        for changed in (1, 2):
+            found = []
+            for names in combinations(self.order, changed):
+                others = [self._others(name, point[name]) for name in names]
+                for picks in product(*others):
+                    candidate = dict(point)
+                    for name, (_, _, value) in zip(names, picks):
+                        candidate[name] = value
+                    if candidate in self.space:
+                        steps = sum(s for s, _, _ in picks)
+                        found.append(((steps, [self.order.index(x) for x in names], [i for _, i, _ in picks]), candidate))
+            found.sort(key=lambda f: f[0])
+            out += [c for _, c in found[: n - len(out)]]
+            if len(out) >= n:
+                break
+        return out
+
+    def _others(self, name: str, value: KnobValue) -> list[tuple[int, int, KnobValue]]:
+        """(steps from `value` along the domain, index, other value) of the knob's other values."""
+        domain = self.space.domains[name]
+        here = domain.index(value) if value in domain else None
+        return [
+            (abs(i - here) if here is not None else len(domain), i, v)
+            for i, v in enumerate(domain)
+            if v != value
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+# What the plan predicts
+# --------------------------------------------------------------------------------------------
+
+
+def candidate_facts(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> dict[str, int | float]:
+    """What the plan (`emmy.schedule.plan.plan_for`) predicts for one legal point: shared memory
+    per block (bytes), threads per block, blocks of the main launch, waves on the target's SMs,
+    registers per thread (estimated) and launches in all."""
+    from emmy.schedule.plan import plan_for
+
+    plan = plan_for(info, values, target)
+    return {
+        "smem_bytes": plan.smem_bytes,
+        "threads": plan.threads,
+        "blocks": plan.blocks,
+        "waves": plan.waves,
+        "registers": plan.registers,
+        "launches": len(plan.launches),
+    }
+
+
+__all__ = ["ConditionalSpace", "LegalSpace", "candidate_facts", "knob_order", "legal_points"]
