@@ -80,3 +80,19 @@ def decompose(kb: KB, linear: SSAValue | int, axes: Sequence[str], extents: Mapp
 
 def extent(extents: Mapping[str, int], axes: Sequence[str]) -> int:
     return prod(extents[a] for a in axes)
+
+
+# Contraction kernels (emmy/lowering/contraction*.py): paddings of staged epilogue tiles and the
+# named barriers of their warpgroups.
+STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
+RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
+EPILOGUE_BARRIER = 8  # named barrier of wgmma_ws's computing warpgroups around the staged epilogue
+PERSISTENT_BARRIER = 9  # schedule = persistent: the consumers have read the row statistics of a tile
+OWN_EPILOGUE_BARRIER = 10  # + warpgroup: epilogue = staggered, one warpgroup around its own rows
+ORDER_BARRIER = 12  # epilogue = staggered: warpgroup 1 stores a tile after warpgroup 0 has
+
+
+def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:
+    """The tile row of a thread's accumulator fragment: m16 tile `mi` (row_step rows apart from
+    base_row), fragment half `h` (rows gq and gq + 8 of the tile)."""
+    return kb.add(kb.add(base_row, kb.mul(mi, row_step)), kb.add(gq, kb.mul(h, 8)))

@@ -313,6 +313,17 @@ class ContractionPlan:
             return 0
         return self.stages * (self.bm + self.nc * self.bn) * self.bk * self.element_bytes
 
+    def min_blocks(self, smem: int) -> int:
+        """Blocks per multiprocessor promised to the register allocator (`__launch_bounds__`) for
+        a kernel of `smem` bytes of shared memory: as many as shared memory and the thread limit
+        allow, but never below ~64 registers beyond the accumulators."""
+        t = self._target
+        by_smem = t.smem_per_sm // max(smem + 1024, 1)
+        by_threads = t.max_threads_per_sm // self.threads
+        regs = min(t.regs_per_thread, self.acc_per_thread * self.nc + 64)
+        by_regs = t.regs_per_sm // (self.threads * regs)
+        return max(1, min(by_smem, by_threads, by_regs, 4))
+
     @property
     def registers(self) -> int:
         """Registers per thread, estimated: the accumulators plus what addresses, staging and the

@@ -1,0 +1,301 @@
+"""Contractions, epilogues: from the f32 accumulators to the stored outputs.
+
+`EpilogueMixin` of the `ContractionBuilder` (emmy/lowering/contraction.py): the loop body's
+scalar code after the contractions on the accumulators, staged through shared memory for
+16-byte stores (`staged_epilogue`, or bf16 results staged with `result_staged_epilogue`), or
+straight from the fragments; split_k's parts written to a workspace and added by the last block
+(`last_block_epilogue`) or by `<name>_combine` (`build_combine`).
+"""
+
+from __future__ import annotations
+
+
+from xdsl.dialects.builtin import IndexType, VectorType, bf16, f32
+
+from emmy.dialects import kernel as K
+from emmy.lowering.common import EPILOGUE_BARRIER, RESULT_PAD, STAGE_PAD
+from emmy.lowering.kb import KB
+from emmy.lowering.scalar import BodyEmitter
+from emmy.schedule.reduction import largest_divisor_pow2
+
+
+class EpilogueMixin:
+    """Methods of ContractionBuilder (see the module docstring)."""
+
+    def staging_width(self, free_bytes: int, ws_ptr) -> int | None:
+        """The columns of the tile one round of a staged epilogue (staged_epilogue) holds, or None
+        for an epilogue straight from the fragments. Staging needs tensor-core workers, no
+        split-k workspace, 8-column chunks that never straddle the innermost output axis, and
+        whole chunks per thread; the f32 tiles must fit in `free_bytes`: all block_n columns,
+        or with wgmma a slice of them (block_n / 2, / 4, ...) in as many rounds."""
+        g = self.g
+        n_last = self.n_axes[-1] if self.n_axes else None
+        if ws_ptr is not None or not (g.wgmma or g.workers == "mma_sync"):
+            return None
+        if n_last is None or self.ext[n_last] % 8:
+            return None
+        width = g.bn
+        while width % 8 == 0 and g.bn % width == 0 and (g.bm * width // 8) % g.consumers == 0:
+            if self.staging_bytes(width) <= free_bytes:
+                return width
+            if not g.wgmma:
+                break
+            width //= 2
+        return None
+
+    def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int = 0, width: int | None = None) -> None:
+        """The epilogue through shared memory: the accumulators go to f32 tiles there (rows
+        padded by STAGE_PAD floats, so the fragments' rows fall in different banks), then each
+        thread takes 8 consecutive columns of a row at a time and evaluates the stored values
+        for all 8 at once: 16-byte stores, and 16-byte loads of what the epilogue reads (a
+        residual), where a thread's fragments would give 4-byte ones. `sync` waits for all
+        computing threads (the k loop's buffers are reused). With `width` < block_n the tiles
+        hold that many columns, and the tile goes through them in block_n / width rounds."""
+        g = self.g
+        width = width or g.bn
+        if self.stages_results():
+            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+            return
+        pitch = width + STAGE_PAD
+        per_acc = g.bm * pitch
+        tiles = kb.shared(f32, g.nc * per_acc, offset, 16, "sC")
+        per_row = width // 8
+        for c0 in range(0, g.bn, width):
+            sync()
+
+            def put(r_local, c_local, idx, lanes, c0=c0):
+                for c, acc in enumerate(accs):
+                    pair = kb.pack([kb.load(acc, kb.add(idx, j)) for j in range(lanes)], VectorType(f32, [lanes]))
+                    at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
+                    kb.store(pair, tiles, kb.add(at, c * per_acc))
+
+            self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
+            sync()
+            with kb.for_(0, g.bm * per_row // g.consumers, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, g.consumers), tid)
+                r_local = kb.div(cidx, per_row)
+                s_local = kb.mul(kb.rem(cidx, per_row), 8)  # column in the staged slice
+                row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
+                mask = kb.and_(
+                    kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
+                )
+                overrides = {}
+                for c, con in enumerate(self.cs):
+                    at = kb.add(kb.add(kb.mul(r_local, pitch), s_local), c * per_acc)
+                    vals = []
+                    for h in range(2):
+                        v = kb.load(tiles, kb.add(at, 4 * h), VectorType(f32, [4]))
+                        vals += [kb.extract(v, j) for j in range(4)]
+                    overrides[con.result] = vals
+                for p, r in enumerate(self.prologue):
+                    overrides[r.result] = [stat(p, r_local)]
+                self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+
+    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int) -> None:
+        """staged_epilogue when stages_results(): each thread evaluates the stores' values on its
+        fragments (two columns at a time), rounds them to bf16 into one tile per store (rows
+        padded by 8 bf16: a warp's 4-byte writes of 8 rows x 4 column pairs hit 32 banks), then takes 8 consecutive columns of a row at a time for 16-byte
+        stores."""
+        g = self.g
+        pitch = width + RESULT_PAD
+        per_store = g.bm * pitch
+        tiles = kb.shared(bf16, len(self.stores) * per_store, offset, 16, "sC")
+        per_row = width // 8
+        n_last = self.n_axes[-1]
+        for c0 in range(0, g.bn, width):
+            sync()
+
+            def put(r_local, c_local, idx, lanes, c0=c0):
+                overrides = {
+                    c.result: [kb.load(acc, kb.add(idx, j)) for j in range(lanes)] for c, acc in zip(self.cs, accs)
+                }
+                for p, r in enumerate(self.prologue):
+                    overrides[r.result] = [stat(p, r_local)]
+                coords = self._row_coords(kb, kb.add(m0, r_local), batch)
+                coords.update(self._col_coords(kb, kb.add(n0, c_local)))
+                scope = em.scope(coords, lane_axis=n_last, lanes=lanes, overrides=overrides)
+                at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
+                for k, st in enumerate(self.stores):
+                    vals = [kb.to_type(v, bf16) for v in scope.value(st.value)]
+                    kb.store(kb.pack(vals, VectorType(bf16, [lanes])), tiles, kb.add(at, k * per_store))
+
+            self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
+            sync()
+            # epilogue = staggered: each warpgroup stores the rows its fragments hold (64 * mi)
+            own_rows = g.staggered
+            rows, threads = (64 * g.mi, 128) if own_rows else (g.bm, g.consumers)
+            first_row = kb.mul(kb.div(tid, 128), rows) if own_rows else 0
+            ltid = kb.rem(tid, 128) if own_rows else tid
+            with kb.for_(0, rows * per_row // threads, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, threads), ltid)
+                r_local = kb.add(first_row, kb.div(cidx, per_row))
+                s_local = kb.mul(kb.rem(cidx, per_row), 8)
+                row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
+                mask = kb.and_(
+                    kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
+                )
+                at = kb.add(kb.mul(r_local, pitch), s_local)
+                overrides = {}
+                for k, st in enumerate(self.stores):
+                    vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
+                    overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
+                self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> bool:
+        """The epilogue of the computing threads: staged through shared memory where its tiles
+        fit in `room` ((offset, bytes) free there; `sync` waits for all computing threads),
+        else straight from the fragments. Returns whether it was staged."""
+        if ws_ptr is not None and self.g.last_block:
+            self.last_block_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
+            return False
+        offset, free_bytes = room
+        width = self.staging_width(free_bytes, ws_ptr)
+        if width is not None:
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+            return True
+        else:
+            self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
+            return False
+
+    def last_block_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> None:
+        """split_k with `combine = last_block` (emmy_core.cuh, split_ticket ...): thread 0 takes
+        the block's ticket on its tile's counters and the computing threads learn whether it was
+        the last (a barrier that ors their flags). Any other block writes its accumulators to
+        its part's slot of the workspace (each thread's values interleaved with the other
+        threads', `vec` floats per access), fences them and publishes the part; the last block
+        waits until the others have published, adds the parts in part order (its own from
+        registers) into its accumulators and runs the ordinary epilogue on them: staged
+        through shared memory where it fits, like a kernel without split_k."""
+        g = self.g
+        T = g.consumers
+        A = g.acc_per_thread
+        vec = largest_divisor_pow2(A, 4)
+        mb, nb = -(-self.M // g.bm), -(-self.N // g.bn)
+        tile = kb.add(kb.mul(kb.add(kb.mul(batch, mb), kb.div(m0, g.bm)), nb), kb.div(n0, g.bn))
+        if self.tile_range is not None:  # counters and workspace for this launch's tiles only
+            tile = kb.sub(tile, self.tile_range[0])
+        tile.name_hint = "tile"
+        leader = kb.cmp("eq", tid, 0)
+        ticket = kb.call("emmy::split_ticket", [self.counters, tile, kb.idx(g.split), leader], IndexType())
+        if g.producer:
+            last = kb.call(f"emmy::barrier_or<{T}>", [kb.idx(EPILOGUE_BARRIER), ticket], IndexType())
+        else:
+            last = kb.call("emmy::block_or", [ticket], IndexType())
+        last.name_hint = "last"
+
+        def slot(p, c: int, i):  # element index of the first of `vec` values
+            base = kb.mul(kb.add(kb.mul(kb.add(kb.mul(p, self.tiles()), tile), g.nc), c), g.bm * g.bn)
+            return kb.add(base, kb.add(kb.mul(kb.div(i, vec), T * vec), kb.mul(tid, vec)))
+
+        with kb.if_(kb.cmp("eq", last, 0)):
+            self.publish_part(kb, accs, ws_ptr, lambda c, i: slot(part, c, i), tile, leader, sync)
+        with kb.if_(kb.cmp("ne", last, 0)):
+            with kb.if_(leader):
+                kb.call("emmy::split_wait", [self.counters, tile, kb.idx(g.split)])
+            sync()
+            self.add_parts(kb, accs, ws_ptr, g.split, slot, part, lambda p: kb.cmp("ne", part, p))
+            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
+
+    def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
+        """The epilogue straight from each thread's accumulator fragments (two columns per
+        access), or the partial sums into the split-k workspace."""
+        n_last = self.n_axes[-1] if self.n_axes else None
+
+        def body(r_local, c_local, idx, lanes):
+            row = kb.add(m0, r_local)
+            col = kb.add(n0, c_local)
+            if lanes == 2 and (n_last is None or self.ext[n_last] % 2):
+                # odd innermost extent: two single columns
+                for j in range(2):
+                    self._epilogue_point(kb, em, row, kb.add(col, j), r_local, [kb.add(idx, j)], 1, batch, part, accs, stat, ws_ptr)
+                return
+            self._epilogue_point(kb, em, row, col, r_local, [idx], lanes, batch, part, accs, stat, ws_ptr)
+
+        self.fragments(kb, tid, body)
+
+    def _epilogue_point(self, kb, em, row, col, r_local, idxs, lanes, batch, part, accs, stat, ws_ptr) -> None:
+        g = self.g
+        mask = kb.and_(kb.lt(row, self.M), kb.lt(col, self.N))
+        vals = [[kb.load(acc, kb.add(idxs[0], j)) for j in range(lanes)] for acc in accs]
+        if ws_ptr is not None:
+            for c, v in enumerate(vals):
+                base = kb.add(
+                    kb.mul(kb.add(kb.mul(kb.add(kb.mul(part, g.nc), c), self.B), batch), self.M * self.N),
+                    kb.add(kb.mul(row, self.N), col),
+                )
+                if lanes == 2:
+                    kb.store(kb.pack(v, VectorType(f32, [2])), ws_ptr, base, mask)
+                else:
+                    kb.store(v[0], ws_ptr, base, mask)
+            return
+        overrides = {c.result: v for c, v in zip(self.cs, vals)}
+        for p, r in enumerate(self.prologue):
+            overrides[r.result] = [stat(p, r_local)]
+        self.emit_stores(kb, em, row, col, batch, mask, lanes, overrides)
+
+    def emit_stores(self, kb, em, row, col, batch, mask, lanes, overrides) -> None:
+        coords = self._row_coords(kb, row, batch)
+        coords.update(self._col_coords(kb, col))
+        n_last = self.n_axes[-1] if self.n_axes else None
+        scope = em.scope(coords, lane_axis=n_last if lanes > 1 else None, lanes=lanes, mask=mask, overrides=overrides)
+        for s in self.stores:
+            scope.store(s)
+
+    # -- split-k combine kernel ---------------------------------------------------------------------------
+    def build_combine(self, types, names, *, stats: bool) -> K.KernelFuncOp:
+        g = self.g
+        n_in = len(self.op.operands)
+        arg_types = list(types[:n_in])
+        arg_names = list(names[:n_in])
+        if stats:
+            arg_types.append(K.PtrType(f32))
+            arg_names.append("stats")
+        arg_types.append(K.PtrType(f32))
+        arg_names.append("ws")
+        arg_types += types[n_in:]
+        arg_names += names[n_in:]
+        n_last = self.n_axes[-1] if self.n_axes else None
+        lanes = 2 if n_last is not None and self.ext[n_last] % 2 == 0 else 1
+        total = self.B * self.M * (self.N // lanes)
+        threads = 256
+        blocks = -(-total // threads)
+        kb = KB.new_func(f"{self.name}_combine", arg_types, (blocks, 1, 1), (threads, 1, 1), 0, arg_names=arg_names)
+        args = kb.func.body.block.args
+        block = self.op.regions[0].block
+        ptrs = {a: args[i] for i, a in enumerate(block.args)}
+        pos = n_in
+        stats_ptr = None
+        if stats:
+            stats_ptr = args[pos]
+            pos += 1
+        ws = args[pos]
+        outs = list(args[pos + 1:])
+        em = BodyEmitter(kb, self.op, ptrs, outs)
+        i = kb.add(kb.mul(kb.block_id(), threads), kb.thread_id())
+        mask = None if total % threads == 0 else kb.lt(i, total)
+        npairs = self.N // lanes
+        col = kb.mul(kb.rem(i, npairs), lanes)
+        rest = kb.div(i, npairs)
+        row = kb.rem(rest, self.M)
+        batch = kb.div(rest, self.M) if self.b_axes else 0
+        vals = []
+        for c in range(g.nc):
+            sums = None
+            for p in range(g.split):
+                base = kb.add(
+                    kb.mul(kb.add(kb.mul(kb.add(kb.mul(p, g.nc), c), self.B), batch), self.M * self.N),
+                    kb.add(kb.mul(row, self.N), col),
+                )
+                if lanes == 2:
+                    v = kb.load(ws, base, VectorType(f32, [2]), mask)
+                    v = [kb.extract(v, 0), kb.extract(v, 1)]
+                else:
+                    v = [kb.load(ws, base, f32, mask)]
+                sums = v if sums is None else [kb.addf(a, b) for a, b in zip(sums, v)]
+            vals.append(sums)
+        overrides = {c.result: v for c, v in zip(self.cs, vals)}
+        for p, r in enumerate(self.prologue):
+            idx = kb.add(kb.mul(p, self.B * self.M), kb.add(kb.mul(batch, self.M), row))
+            overrides[r.result] = [kb.load(stats_ptr, idx, f32, mask)]
+        self.emit_stores(kb, em, row, col, batch, mask, lanes, overrides)
+        return kb.finish()
