@@ -1,6 +1,7 @@
 """`emmy prior`: fit the prior's coefficients to measurements, and judge it by regret.
 
     emmy prior fit [--storage URL | --records FILE.json ...] [--target T] [--out FILE]
+                   [--model MODEL [--layer N] --tokens T,...]
     emmy prior evaluate [--storage URL | --records FILE.json ...] [--target T] [--json]
     emmy prior show [--target T] [--prior FILE]
 
@@ -8,7 +9,9 @@ The measurements are the tuning store's trials (`--storage`, default: the store 
 EMMY_HOME) or exports written by `emmy records export` (`--records`, repeatable). `fit` writes
 `golden/<target>/prior.json` (or `--out`); `evaluate` prints the regret of the prior's picks on
 keys it was not fitted on (leave one shape out, leave one model out), and with `--json` a last
-line `{"geomean_regret": ..., "worst_regret": ..., "n": ...}`; `show` prints a prior file (default
+line `{"geomean_regret": ..., "worst_regret": ..., "n": ...}`; `--model` with `--tokens` rebuilds the kernels of
+studies that do not keep their module (tuned before the store kept them) by compiling the model.
+`show` prints a prior file (default
 `golden/<target>/prior.json`; the unfitted defaults where there is none) and its margins.
 """
 
@@ -31,6 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--target", default=None, help="the target whose measurements to use (default: sm_90a)")
     p.add_argument("--out", default=None, metavar="FILE", help="fit: where to write (default: golden/<target>/prior.json)")
     p.add_argument("--json", action="store_true", help="evaluate: end with a JSON summary line")
+    p.add_argument("--model", default=None, help="fit/evaluate: rebuild kernels the records do not keep from this model")
+    p.add_argument("--layer", type=int, default=None, help="with --model: the layer (default: the whole model)")
+    p.add_argument("--tokens", default=None, metavar="T[,T,...]", help="with --model: the token counts it was tuned at")
     p.add_argument("--prior", default=None, metavar="FILE", help="show: the prior file (default: golden/<target>/prior.json)")
 
 
@@ -56,15 +62,35 @@ def _samples(args, target: str):
     from emmy.cli.tune import _quiet_optuna, storage_url
     from emmy.prior.data import records_data, samples_of
 
+    _check_model_flags(args)
     _quiet_optuna()
     url = None if args.records else storage_url(args)
     data = records_data(url, args.records)
-    keys, skipped = samples_of(data, target)
+    keys, skipped = samples_of(data, target, _modules(args, target))
     if not keys:
         where = ", ".join(name for name, _ in data)
         raise EmmyError(f"no measurements for {target} in {where}",
                         hint="tune kernels on that target first (emmy tune --target ...), or give other records")
     return keys, [name for name, _ in data], skipped
+
+
+def _check_model_flags(args) -> None:
+    if args.model is None and (args.tokens is not None or args.layer is not None):
+        raise EmmyError("emmy prior: --tokens and --layer go with --model")
+    if args.model is not None and args.tokens is None:
+        raise EmmyError("emmy prior: --model needs --tokens (the token counts the records were tuned at)")
+
+
+def _modules(args, target: str) -> dict[str, str] | None:
+    """Key id -> module of the kernels of --model at --tokens (None without --model)."""
+    from emmy.cli.tune import parse_tokens
+
+    if args.model is None:
+        return None
+    from emmy.driver import CompileOptions
+    from emmy.prior.data import modules_of
+
+    return modules_of(CompileOptions(model=args.model, layer=args.layer, target=target), parse_tokens(args.tokens))
 
 
 def _fit(args, target: str, keys, sources) -> int:

@@ -8,7 +8,9 @@ Each study of a store (or of an export written by `emmy records export`, read th
 digest and cannot give back the kernel, so the study keeps the isolated tile-stage module it was
 tuned from (study attribute `emmy.module`, written by `emmy.search.study.open_study`); the
 kernel is classified from it and every trial's features are computed again with the current plan
-(so refitting after the model changes needs no new measurement). A study without the module, of
+(so refitting after the model changes needs no new measurement). For studies tuned before the
+store kept modules, `modules_of(options, tokens)` rebuilds them by compiling the model the key
+came from (its keys must match: same pipeline, same shapes). A study without a module, of
 another target, of an older space version, or whose module no longer parses or classifies is
 skipped with a reason (`skipped`: one line per study), never silently.
 
@@ -78,8 +80,11 @@ def records_data(store_url: str | None = None, files: Sequence[str] = ()) -> lis
     return out
 
 
-def samples_of(data: Sequence[tuple[str, Mapping]], target: str) -> tuple[dict[str, KeyData], list[str]]:
-    """The samples of `target` in `data` grouped by key, and one line per study skipped."""
+def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
+               modules: Mapping[str, str] | None = None) -> tuple[dict[str, KeyData], list[str]]:
+    """The samples of `target` in `data` grouped by key, and one line per study skipped.
+    `modules` (key id -> isolated module text, `modules_of`) stands in for the module of a
+    study that does not keep one."""
     from emmy.records.store import KEY_ATTR
     from emmy.schedule.key import SPACE_VERSION
     from emmy.targets import get_target
@@ -99,8 +104,11 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str) -> tuple[dict[s
                 continue
             module = attrs.get(MODULE_ATTR)
             if not isinstance(module, str):
+                module = (modules or {}).get(name)
+            if not isinstance(module, str):
                 skipped.append(f"{where} ({attrs.get('emmy.kernel', '?')}): no {MODULE_ATTR} attribute "
-                               f"(tuned before the store kept the kernel); tune it again to use it")
+                               f"(tuned before the store kept the kernel); name the model and token counts "
+                               f"it was tuned at (--model, --tokens) to rebuild it, or tune it again")
                 continue
             kd = keys.get(name)
             if kd is None:
@@ -119,6 +127,14 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str) -> tuple[dict[s
             if not n:
                 skipped.append(f"{where}: no trial measured ok")
     return {k: v for k, v in keys.items() if v.samples}, skipped
+
+
+def modules_of(options, tokens: Sequence[int]) -> dict[str, str]:
+    """Key id -> isolated tile-stage module of every kernel of the model compiled with `options`
+    (`emmy.driver.CompileOptions`) at each token count: what `emmy tune` would have kept."""
+    from emmy.search.task import tasks_of
+
+    return {t.key_id: t.module for t in tasks_of(options, tokens)}
 
 
 def _key_data(name: str, module: str, target, where: str) -> KeyData:
@@ -160,4 +176,4 @@ def _sample(trial: Mapping, kd: KeyData, key: str, structure: str, model: str, k
     return Sample(key, structure, model, kd.kind, kernel, dict(values), float(time_s), with_target(f, kd.kernel.target))
 
 
-__all__ = ["KeyData", "MODEL_ATTR", "MODULE_ATTR", "Sample", "records_data", "samples_of"]
+__all__ = ["KeyData", "MODEL_ATTR", "MODULE_ATTR", "Sample", "modules_of", "records_data", "samples_of"]

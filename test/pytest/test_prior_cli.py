@@ -71,6 +71,9 @@ def export(tmp_path_factory):
     studies.append(_study("dddd0004", task, times[:3], module=False))
     path = root / "records.json"
     path.write_text(json.dumps({"format": "emmy-records", "schema": SCHEMA, "studies": studies}))
+    # the same trials under the kernel's real key, without its module (tuned before the store kept it)
+    (root / "old.json").write_text(json.dumps({"format": "emmy-records", "schema": SCHEMA,
+                                               "studies": [_study(task.key_id, task, times, module=False)]}))
     return path
 
 
@@ -105,6 +108,17 @@ def test_evaluate_prints_a_table_and_a_json_last_line(export, capsys):
     assert "leave one shape out" in out and "leave one model out" in out
 
 
+def test_model_and_tokens_rebuild_kernels_the_records_do_not_keep(export, tmp_path, capsys):
+    old = export.parent / "old.json"
+    out_path = tmp_path / "prior.json"
+    code, out, _ = _run(["prior", "fit", "--records", str(old), "--out", str(out_path)], capsys)
+    assert code == 1  # nothing usable without the module
+    code, out, _ = _run(["prior", "fit", "--records", str(old), "--out", str(out_path),
+                         "--model", f"{export.parent}/lin.py:make", "--tokens", "256"], capsys)
+    assert code == 0 and "skipped" not in out
+    assert list(load_prior(out_path, "sm_90a").data["keys"].values()) == [30]
+
+
 def test_show_without_a_file_shows_the_defaults(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, _ = _run(["prior", "show", "--target", "sm_80"], capsys)
@@ -117,6 +131,8 @@ def test_show_without_a_file_shows_the_defaults(tmp_path, capsys, monkeypatch):
     (["prior", "tidy"], "error: emmy prior: unknown action 'tidy'"),
     (["prior", "fit", "--storage", "sqlite:////nonexistent/x.db", "--records", "x.json"], "give --storage or --records, not both"),
     (["prior", "show", "--prior", "/nonexistent/prior.json"], "error: /nonexistent/prior.json: no such prior file"),
+    (["prior", "fit", "--records", "x.json", "--model", "m"], "error: emmy prior: --model needs --tokens"),
+    (["prior", "fit", "--records", "x.json", "--tokens", "5"], "error: emmy prior: --tokens and --layer go with --model"),
 ])
 def test_errors(argv, message, capsys):
     code, _, err = _run(argv, capsys)
