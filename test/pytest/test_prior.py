@@ -331,3 +331,14 @@ def test_a_broken_prior_file_is_an_error_naming_it(tmp_path, text, message):
 def test_prior_from_checks_data_not_just_files():
     data = json.loads(json.dumps(prior_json(Prior("sm_90a"))))
     assert prior_from(data, "<x>", "sm_90a").coeffs == DEFAULTS
+
+
+def test_pins_never_change_and_an_illegal_pin_gives_no_decision(info):
+    space = knob_space_for(info, TARGET)
+    pins = {"workers": "mma_sync", "block_k": 32}
+    fitted = Prior("sm_90a", residuals={"contraction": {"spread": 0.0}})  # the smallest margin
+    c = prior_decision(info, TARGET, space, fitted, pins)
+    assert c.values["workers"] == "mma_sync" and c.values["block_k"] == 32 and c.anchor["block_k"] == 32
+    assert not check(info, c.values, TARGET)
+    assert all(v["workers"] == "mma_sync" for v in neighbourhood(info, TARGET, space, c.anchor, pins))
+    assert prior_decision(info, TARGET, space, fitted, {"block_k": 24}) is None
