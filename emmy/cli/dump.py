@@ -65,10 +65,11 @@ class DumpWriter:
             (self.directory / "build.sh").chmod(0o755)
 
     def write_decisions(self, decisions) -> None:
+        """`decisions.json`: one row per knob (`emmy.cli.report.KeyedDecision`), with its kernel's key."""
         if not decisions:
             return
         rows = [
-            {"kernel": d.kernel, "knob": d.knob, "value": d.value, "tier": d.tier, "reason": d.reason}
+            {"kernel": d.kernel, "key": d.key, "knob": d.knob, "value": d.value, "tier": d.tier, "reason": d.reason}
             for d in decisions
         ]
         self._write("decisions.json", json.dumps(rows, indent=2) + "\n")

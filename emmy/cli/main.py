@@ -233,9 +233,9 @@ def _func_name(module) -> str:
 
 
 def _decisions(module):
-    from emmy.passes.decide_forks import decisions
+    from emmy.cli.report import keyed_decisions
 
-    return decisions(module)
+    return keyed_decisions(module)
 
 
 def _source(module) -> str:
@@ -275,10 +275,9 @@ def _print_summary(module, options, writer) -> None:
 
 
 def _print_decisions(decisions) -> None:
-    from emmy.cli.table import format_table
+    from emmy.cli.report import decisions_table
 
-    rows = [(d.kernel, d.knob, str(d.value), d.tier, d.reason) for d in decisions]
-    print(format_table(("kernel", "knob", "value", "tier", "reason"), rows))
+    print(decisions_table(decisions))
 
 
 def _print_timings(timings) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -188,11 +189,16 @@ def test_compile_explain_lists_every_decision_with_its_tier():
     proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "16", "--explain", "--knob", "attention.block_kv=16")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["kernel", "knob", "value", "tier", "reason"]
+    assert lines[0].split() == ["kernel", "knob", "value", "tier", "key", "reason"]
     rows = [line.split() for line in lines[2:]]
     assert {"rms_norm_qkv_proj", "attention", "o_proj_residual", "down_proj_residual"} <= {r[0] for r in rows}
     assert ["attention", "block_kv", "16", "pinned"] == rows[[r[:2] for r in rows].index(["attention", "block_kv"])][:4]
     assert all(r[3] in ("rule", "pinned") for r in rows)
+    # each kernel's key (structure:shape:target:version) on its first row
+    key = re.compile(r"^[0-9a-f]{12}:[0-9a-f]{8}:sm_90:v\d+$")
+    firsts = [r for i, r in enumerate(rows) if i == 0 or rows[i - 1][0] != r[0]]
+    assert all(key.match(r[4]) for r in firsts) and len({r[4] for r in firsts}) >= 4
+    assert not any(key.match(r[4]) for r in rows if r not in firsts)
 
 
 def test_whole_model_compile_compiles_each_structure_once(tmp_path):

@@ -40,7 +40,11 @@ def test_one_file_per_pass_in_order(dump):
     assert names == expected
     assert (dump / "layer0.cu").read_text().count("__global__") >= 5
     decisions = json.loads((dump / "decisions.json").read_text())
-    assert {"kernel", "knob", "value", "tier", "reason"} <= set(decisions[0])
+    assert {"kernel", "key", "knob", "value", "tier", "reason"} <= set(decisions[0])
+    # one key per kernel: structure:shape:target:version
+    keys = {d["kernel"]: d["key"] for d in decisions}
+    assert all(d["key"] == keys[d["kernel"]] for d in decisions) and len(set(keys.values())) >= 4
+    assert all(re.match(r"^[0-9a-f]{12}:[0-9a-f]{8}:sm_\d+a?:v\d+$", k) for k in keys.values())
     pinned = [d for d in decisions if d["tier"] == "pinned"]
     assert pinned == [d for d in decisions if d["kernel"] == "o_proj_residual" and d["knob"] == "block_n"]
     assert pinned[0]["value"] == 32
