@@ -118,12 +118,18 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
                     skipped.append(f"{where}: {first_line(e)}")
                     continue
             model = str(attrs.get(MODEL_ATTR) or key.get("structure_id") or name)
-            n = 0
+            n = stale = 0
             for t in study["trials"]:
-                s = _sample(t, kd, name, str(key.get("structure_id", name)), model, str(attrs.get("emmy.kernel", "")))
+                try:
+                    s = _sample(t, kd, name, str(key.get("structure_id", name)), model, str(attrs.get("emmy.kernel", "")))
+                except EmmyError:
+                    stale += 1  # values the current plan no longer builds
+                    continue
                 if s is not None:
                     kd.samples.append(s)
                     n += 1
+            if stale:
+                skipped.append(f"{where}: {stale} trials whose values the current plan no longer builds")
             if not n:
                 skipped.append(f"{where}: no trial measured ok")
     return {k: v for k, v in keys.items() if v.samples}, skipped
@@ -169,10 +175,7 @@ def _sample(trial: Mapping, kd: KeyData, key: str, structure: str, model: str, k
     time_s, values = attrs.get("time_s"), attrs.get("values")
     if not isinstance(time_s, (int, float)) or not time_s > 0 or not isinstance(values, dict):
         return None
-    try:
-        f = kd.kernel.features(values, attrs.get("facts") or {})
-    except EmmyError:
-        return None  # values the current plan no longer builds
+    f = kd.kernel.features(values, attrs.get("facts") or {})  # EmmyError: the plan no longer builds them
     return Sample(key, structure, model, kd.kind, kernel, dict(values), float(time_s), with_target(f, kd.kernel.target))
 
 

@@ -68,6 +68,9 @@ def export(tmp_path_factory):
         times = [(v, predict(with_target(kernel.features(v), TARGET), DEFAULTS) * math.exp(rng.normal(0, 0.03)))
                  for v in chosen]
         studies.append(_study(name, task, times))
+    bad = {**times[0][0], "block_k": 24}  # a block_k no plan builds (a record of an older space)
+    studies[0]["trials"].append({"number": 99, "state": "COMPLETE", "value": 1e-5, "params": {}, "distributions": {},
+                                 "user_attrs": {"values": bad, "status": "ok", "time_s": 1e-5}})
     studies.append(_study("dddd0004", task, times[:3], module=False))
     path = root / "records.json"
     path.write_text(json.dumps({"format": "emmy-records", "schema": SCHEMA, "studies": studies}))
@@ -89,6 +92,7 @@ def test_fit_writes_a_prior_that_loads(export, tmp_path, capsys):
     code, out, _ = _run(["prior", "fit", "--records", str(export), "--out", str(out_path)], capsys)
     assert code == 0
     assert "skipped" in out and "dddd0004" in out and "no emmy.module attribute" in out
+    assert "study aaaa0001: 1 trials whose values the current plan no longer builds" in out
     assert "to 90 measured candidates of 3 kernel keys" in out and "contraction: 3 keys" in out
     prior = load_prior(out_path, "sm_90a")
     assert prior.fitted and prior.data["keys"] == {"aaaa0001": 30, "bbbb0002": 30, "cccc0003": 30}
