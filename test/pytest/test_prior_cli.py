@@ -177,3 +177,15 @@ def test_fit_cannot_write(export, tmp_path, capsys):
     blocker.write_text("")
     code, _, err = _run(["prior", "fit", "--records", str(export), "--out", str(blocker / "prior.json")], capsys)
     assert code == 1 and "error: cannot write" in err
+
+
+def test_fit_reads_the_store_too(export, tmp_path, capsys):
+    from emmy.records import default_url, open_store
+    from emmy.records.transfer import import_records, read_export
+
+    url = default_url(tmp_path)
+    import_records(open_store(url), read_export(export.read_text(), str(export)))
+    out_path = tmp_path / "prior.json"
+    code, out, _ = _run(["prior", "fit", "--storage", url, "--out", str(out_path)], capsys)
+    assert code == 0 and "to 90 measured candidates of 3 kernel keys" in out
+    assert load_prior(out_path, "sm_90a").data["sources"] == [url]
