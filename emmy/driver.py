@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
@@ -32,6 +32,9 @@ class CompileOptions:
     seed: int = 0
     tracer: str = "capture"  # or "export" (torch.export); both give the same torch-stage IR
     verify_each: bool = True  # verify after every pass (else after the last one only)
+    records: str = ""  # the tuning store's URL for decide-forks' local tier ("" = none)
+    golden: str = ""  # the golden folder for decide-forks' golden tier and the prior ("" = none)
+    evidence: str = ""  # the evidence tiers turned on, "pinned,prior" ("" = all; emmy.evidence)
 
 
 @dataclass
@@ -55,7 +58,12 @@ def pipeline_passes(options: CompileOptions) -> list[ModulePass]:
         if STAGES.index(stage) > STAGES.index(options.stop_after):
             break
         names.append(name)
-    return parse_pipeline(",".join(names))
+    passes = parse_pipeline(",".join(names))
+    evidence = {"records": options.records, "golden": options.golden, "evidence": options.evidence}
+    evidence = {k: v for k, v in evidence.items() if v}
+    if evidence:  # decide-forks' evidence (pass options, not in the IR)
+        passes = [replace(p, **evidence) if p.name == "decide-forks" else p for p in passes]
+    return passes
 
 
 def trace(options: CompileOptions):

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -61,22 +62,37 @@ def rel_err(out, ref) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def emmy_plan(traced, target, pins=()):
-    from emmy.backend.plan import launch_plan
-    from emmy.driver import CompileOptions, compile_traced
+@dataclass(frozen=True)
+class EmmyBuild:
+    """How one Emmy contender compiles: pins, the tuning store decide-forks' local tier reads
+    ("" = none) and the evidence tiers turned on ("" = all)."""
 
-    opts = CompileOptions(model="bench", layer=0, tokens=1, target=target, pins=tuple(pins))
+    pins: tuple[str, ...] = ()
+    records: str = ""
+    evidence: str = ""
+
+    def options(self, **kw):
+        from emmy.driver import CompileOptions
+
+        return CompileOptions(pins=tuple(self.pins), records=self.records, evidence=self.evidence, **kw)
+
+
+def emmy_plan(traced, target, build: EmmyBuild = EmmyBuild()):
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import compile_traced
+
+    opts = build.options(model="bench", layer=0, tokens=1, target=target)
     t0 = time.perf_counter()
     result = compile_traced(traced, opts)
     return launch_plan(result.module), time.perf_counter() - t0
 
 
-def emmy_layer(traced, target, cache, pins=()):
+def emmy_layer(traced, target, cache, build: EmmyBuild = EmmyBuild()):
     """Emmy's version of a traced module: (a function launching it and returning its outputs,
     compile seconds)."""
     from emmy.backend.run import GpuLayer
 
-    plan, compile_s = emmy_plan(traced, target, pins)
+    plan, compile_s = emmy_plan(traced, target, build)
     layer = GpuLayer(plan, target, cache)
     values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
     layer.bind(values)
@@ -96,19 +112,18 @@ class ModelCase:
         self.layer_module = traced.torch_module()
         self.inputs = {"input_ids": traced.input_ids, "cos": traced.cos, "sin": traced.sin}
 
-    def compile(self, target, pins=()):
+    def compile(self, target, build: EmmyBuild = EmmyBuild()):
         """Emmy's compile of the whole model (every distinct part once)."""
-        from emmy.driver import CompileOptions, compile_whole_model
+        from emmy.driver import compile_whole_model
 
-        return compile_whole_model(CompileOptions(
-            model=self.traced.model_id, layer=None, tokens=self.traced.tokens, target=target, pins=tuple(pins)
-        ))
+        return compile_whole_model(build.options(model=self.traced.model_id, layer=None, tokens=self.traced.tokens,
+                                                 target=target))
 
-    def emmy(self, target, cache, pins=()):
+    def emmy(self, target, cache, build: EmmyBuild = EmmyBuild()):
         from emmy.backend.run import GpuModel
 
         t0 = time.perf_counter()
-        result = self.compile(target, pins)
+        result = self.compile(target, build)
         compile_s = time.perf_counter() - t0
         model = GpuModel(result, target, cache, self.traced.input_ids)
 
@@ -151,7 +166,7 @@ def results_error(outs, refs) -> float:
 def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, profile=False,
              tolerance=1e-2):
     """Time every contender on one traced module; returns a result row. `builds` (see
-    emmy_builds) are Emmy's contenders and their pins, timed in the same rounds as the others."""
+    emmy_builds) are Emmy's contenders and how each compiles, timed in the same rounds as the others."""
     module = traced.layer_module.cuda()
     inputs = {k: v.cuda() for k, v in traced.inputs.items()}
     args = list(inputs.values())
@@ -174,9 +189,9 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, b
             tuned = torch.compile(module, mode="max-autotune-no-cudagraphs")
             fns["max-autotune"] = lambda: tuned(*args)
         build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c, p: emmy_layer(traced, t, c, p))
-        for key, key_pins in builds.items():
+        for key, how in builds.items():
             try:
-                emmy_fn, cs = build(target, cache, key_pins)
+                emmy_fn, cs = build(target, cache, how)
                 row[f"{key}_compile_s"] = cs
                 fns[key] = emmy_fn
             except Exception as e:  # report and carry on with the others
@@ -307,6 +322,8 @@ def main() -> None:
     ap.add_argument("--tolerance", type=float, default=1e-2,
                     help="largest relative error against float32 PyTorch a contender may have to be timed "
                          "(or 1.5x PyTorch's own bf16 error, where larger)")
+    ap.add_argument("--storage", default=None, metavar="URL",
+                    help="the tuning store of the emmy-tuned contender (default: records.db under EMMY_HOME)")
     ap.add_argument("--build-only", action="store_true",
                     help="compile every case and build its cubin into EMMY_HOME (no GPU needed)")
     args = ap.parse_args()
@@ -314,13 +331,13 @@ def main() -> None:
     contenders = args.contenders.split(",")
     variants = parse_variants(args.variant)
     if args.build_only:
-        return build_only(args, cache, emmy_builds(["emmy"], args.knob, variants))
+        return build_only(args, cache, emmy_builds(["emmy"], args.knob, variants, ""))
     if not torch.cuda.is_available():
         raise EmmyError("tools/bench.py times on a CUDA GPU and PyTorch finds none here "
                         f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'}); "
                         "--build-only builds the kernels without one")
-    builds = emmy_builds(contenders, args.knob, variants)
-    shown = contenders + [key for key in builds if key != "emmy"]
+    builds = emmy_builds(contenders, args.knob, variants, storage_url(args.storage, cache))
+    shown = contenders + [key for key in builds if key not in contenders]
     ceilings = measure_ceilings()
     print(f"# {torch.cuda.get_device_name()}  copy {ceilings['bandwidth_Bps'] / 1e12:.2f} TB/s  "
           f"bf16 matmul {ceilings['bf16_flops'] / 1e12:.0f} TFLOP/s  torch {torch.__version__}", flush=True)
@@ -366,7 +383,7 @@ def _cases(args):
     return cases
 
 
-def build_only(args, cache, builds: dict[str, tuple[str, ...]]) -> None:
+def build_only(args, cache, builds: dict[str, EmmyBuild]) -> None:
     """nvcc every case ahead of time (the cubins are cached by source hash, so a GPU run of the
     same cases reuses them)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -378,13 +395,13 @@ def build_only(args, cache, builds: dict[str, tuple[str, ...]]) -> None:
     plans = []
     for name, make in _cases(args):
         traced, _, _ = make()
-        for key, pins in builds.items():
+        for key, how in builds.items():
             label = "" if key == "emmy" else f" {key}"
             if isinstance(traced, ModelCase):
-                for part in traced.compile(args.target, pins).parts:
+                for part in traced.compile(args.target, how).parts:
                     plans.append((f"{name}{label} {part.name}", launch_plan(part.result.module)))
                 continue
-            plan, _ = emmy_plan(traced, args.target, pins)
+            plan, _ = emmy_plan(traced, args.target, how)
             plans.append((f"{name}{label}", plan))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = [(name, pool.submit(build_cubin, plan.source, args.target, cache)) for name, plan in plans]
@@ -393,12 +410,33 @@ def build_only(args, cache, builds: dict[str, tuple[str, ...]]) -> None:
             print(f"built {name}", flush=True)
 
 
-def emmy_builds(contenders, knob, variants: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-    """Emmy's contenders and their pins: `emmy` (the rules' choices, with --knob's pins) when it
-    is a contender, and `emmy:NAME` for each --variant (--knob's pins, then the variant's)."""
-    builds = {"emmy": tuple(knob)} if "emmy" in contenders else {}
-    builds.update({f"emmy:{v}": (*knob, *extra) for v, extra in variants.items()})
+# Emmy's contenders besides the variants: how each compiles (`records`: True = the local store).
+#   emmy        as a user's compile with no tuning store: shipped evidence (golden, nearest), the prior, the rules
+#   emmy-tuned  the same with the local tuning store (`emmy tune`'s records)
+#   emmy-rules  the hand-written rules alone (and pins)
+#   emmy-prior  the prior alone (and pins)
+EMMY_CONTENDERS = {
+    "emmy": (False, ""),
+    "emmy-tuned": (True, ""),
+    "emmy-rules": (False, "pinned,rule"),
+    "emmy-prior": (False, "pinned,prior"),
+}
+
+
+def emmy_builds(contenders, knob, variants: dict[str, tuple[str, ...]], records: str) -> dict[str, EmmyBuild]:
+    """Emmy's contenders and how each compiles (EMMY_CONTENDERS, with --knob's pins), and
+    `emmy:NAME` for each --variant (--knob's pins, then the variant's)."""
+    builds = {c: EmmyBuild(tuple(knob), records if local else "", tiers)
+              for c, (local, tiers) in EMMY_CONTENDERS.items() if c in contenders}
+    builds.update({f"emmy:{v}": EmmyBuild((*knob, *extra)) for v, extra in variants.items()})
     return builds
+
+
+def storage_url(storage: str | None, home: Path) -> str:
+    """The tuning store emmy-tuned reads: --storage, else records.db under EMMY_HOME."""
+    from emmy.records.store import default_url
+
+    return storage or default_url(home)
 
 
 def parse_variants(specs: list[str]) -> dict[str, tuple[str, ...]]:
@@ -429,16 +467,19 @@ def format_row(row, contenders) -> str:
 def format_table(rows, contenders) -> str:
     """Times in microseconds, each with its relative error; a contender not timed shows why in
     short ("fail", or its error when that was over the allowed one)."""
-    head = ["case", "floor us"] + [f"{c} us (err)" for c in contenders] + ["emmy/eager", "emmy/compile", "emmy/floor"]
+    emmys = [c for c in contenders if c.startswith("emmy")]
+    ratios = [(e, other) for e in emmys for other in ("eager", "compile")]
+    head = (["case", "floor us"] + [f"{c} us (err)" for c in contenders] + [f"{e}/{o}" for e, o in ratios]
+            + [f"{e}/floor" for e in emmys])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["case"], f"{r['floor_s'] * 1e6:.1f}"]
         for c in contenders:
             err = f" ({r[f'{c}_err']:.1e})" if f"{c}_err" in r else ""
             cells.append(f"{r[f'{c}_s'] * 1e6:.1f}{err}" if f"{c}_s" in r else f"fail{err}")
-        for other in ("eager", "compile"):
-            cells.append(f"{r['emmy_s'] / r[f'{other}_s']:.2f}" if "emmy_s" in r and f"{other}_s" in r else "-")
-        cells.append(f"{r['emmy_s'] / r['floor_s']:.2f}" if "emmy_s" in r else "-")
+        for e, other in ratios:
+            cells.append(f"{r[f'{e}_s'] / r[f'{other}_s']:.2f}" if f"{e}_s" in r and f"{other}_s" in r else "-")
+        cells.extend(f"{r[f'{e}_s'] / r['floor_s']:.2f}" if f"{e}_s" in r else "-" for e in emmys)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -39,9 +39,9 @@ def parse_tiers(text: str) -> tuple[str, ...]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [t for t in names if t not in TIERS]
     if unknown:
-        raise EmmyError(f"evidence tiers: unknown tier '{unknown[0]}'", hint="valid tiers: " + ", ".join(TIERS))
+        raise EmmyError(f"unknown evidence tier '{unknown[0]}'", hint="valid tiers: " + ", ".join(TIERS))
     if "rule" not in names and "prior" not in names:
-        raise EmmyError(f"evidence tiers '{text}': keep 'rule' or 'prior' on: one of them must complete every schedule")
+        raise EmmyError("keep 'rule' or 'prior' on: one of them must complete every schedule")
     return tuple(t for t in TIERS if t in names)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from emmy.evidence import TIERS
@@ -46,6 +46,7 @@ class Hierarchy:
     keys: dict[str, object]
     recorded: list[RecordedDecider]
     stale: dict[str, list[Skipped]]
+    prior: object = None  # the PriorDecider, when the prior tier is on
     misses: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
@@ -70,10 +71,12 @@ class Hierarchy:
                 recorded.append(d)
                 deciders.append(d)
         if "prior" in tiers and prior is not None:
+            if "rule" not in tiers:
+                prior = replace(prior, completes=True)
             deciders.append(prior)
         if "rule" in tiers or prior is None:
             deciders.append(RuleDecider())
-        h = cls(deciders, keys, recorded, ev.stale)
+        h = cls(deciders, keys, recorded, ev.stale, prior if "prior" in tiers else None)
         for name in keys:
             h.misses[name] = _misses(tiers, name, ev, store_note, golden_note, options)
         return h
@@ -82,6 +85,9 @@ class Hierarchy:
         """Where the kernel's answers came from: its key, the source of each recorded tier that
         answered, the evidence passed over, and why each higher tier had no answer."""
         used = {d.name: dict(d.used[kernel].source) for d in self.recorded if kernel in d.used and d.name in tiers_used}
+        prior = self.prior.source(kernel) if self.prior is not None else None
+        if prior is not None:
+            used["prior"] = prior
         skipped = [s.to_json() for s in self.stale.get(kernel, [])]
         for d in self.recorded:
             skipped.extend(s.to_json() for s in d.skipped.get(kernel, []))

@@ -6,3 +6,11 @@
 
 decide-forks reads them as the `golden` tier of the evidence hierarchy (`emmy.evidence`).
 """
+
+from pathlib import Path
+
+
+def default_dir() -> Path:
+    """The golden folder that ships with Emmy: `golden/` beside the `emmy` package (a source
+    checkout or an editable install)."""
+    return Path(__file__).resolve().parents[2] / "golden"

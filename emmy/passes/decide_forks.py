@@ -14,12 +14,23 @@ model records the model's pins as `emmy.model_pins` instead: they apply where th
 kernel or knob they name, and need not apply here at all (the driver checks that each applies
 in some part of the model).
 
-Each kernel's knobs are answered by the deciders of `emmy.tuning.deciders`, strongest first:
-pinned (tier `pinned`), values already decided in the IR (kept with their tier), then the
-default rules (tier `rule`). Later the local store, golden files, nearest shapes and the prior
-slot in between. Every combination is checked by `emmy.tuning.legality.check`; an illegal pinned
-set, a pin naming an unknown kernel or knob, or a value outside a domain is an EmmyError naming
-the kernel, the knob and the domain.
+Each kernel's knobs are answered by the evidence hierarchy (`emmy.evidence`), strongest first:
+pinned (tier `pinned`), values already decided in the IR (kept with their tier), the user's
+tuning store (tier `local`: option `records`, a store URL such as `sqlite:///.../records.db`,
+default empty = none; the recorded best of the kernel's exact key and target, its reason naming
+the store, study and trial; nothing is created where there is no store), the golden files
+(tier `golden`: option `golden`, the golden folder, default empty = none; the entry of the exact
+key in `<folder>/<target>/*.json`), the nearest shape (tier `nearest`: a record or golden entry of
+the same kernel structure on another shape, nearest first, legal here), the prior (tier
+`prior`: the cost model's best-ranked legal option, where `<folder>/<target>/prior.json` or the
+target's defaults give one), then the default rules (tier `rule`). Option `evidence` (tier names
+separated by `,`, default empty = all) turns tiers off. Every combination is checked by
+`emmy.tuning.legality.check`: evidence that is no longer legal is skipped and reported; an
+illegal pinned set, a pin naming an unknown kernel or knob, or a value outside a domain is an
+EmmyError naming the kernel, the knob and the domain. Where a store, a golden folder or a tier
+choice is given, each `tile.kernel` gets an `emmy.evidence` attribute (a JSON string: its key,
+the structured source of each recorded tier that answered, the evidence skipped and why, and
+why each higher tier had no answer), which `emmy compile --explain` prints.
 
 Input invariant: tile stage (the module may carry `emmy.target`, default sm_90).
 Output IR: every `#tile.knob` decided: same name and domain, plus value, tier and reason.
@@ -58,6 +69,9 @@ from xdsl.passes import ModulePass
 
 from emmy.analysis.classify import classify
 from emmy.diagnostics import EmmyError
+from emmy.evidence import parse_tiers
+from emmy.evidence.hierarchy import EVIDENCE_ATTR, EvidenceOptions, Hierarchy
+from emmy.evidence.prior import prior_decider
 from emmy.dialects.tile import KernelOp, KnobValue
 from emmy.phase import is_prepare
 from emmy.schedule.plan import part_problems, plan_kernel
@@ -67,7 +81,6 @@ from emmy.tuning.deciders import (
     FixedDecider,
     Problem,
     decide_kernel,
-    default_deciders,
     trade_for_launches,
 )
 from emmy.tuning.pins import check_pins_used, parse_pins
@@ -130,6 +143,9 @@ class DecideForksPass(ModulePass):
     name = "decide-forks"
     pin: str = ""
     max_launches: int = 0
+    records: str = ""
+    golden: str = ""
+    evidence: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         budget = launch_budget(op, self.max_launches)
@@ -139,7 +155,9 @@ class DecideForksPass(ModulePass):
         if strict:
             check_pins_used(parse_pins(strict), knob_spaces(kernels))
         pins = parse_pins(";".join(s for s in (strict, _recorded(op, MODEL_PINS_ATTR)) if s))
-        deciders = default_deciders(pins)
+        options = EvidenceOptions(parse_tiers(self.evidence), self.records, self.golden)
+        hierarchy = Hierarchy.build(kernels, target, pins, options, prior=prior_decider(self.golden, target) if "prior" in options.tiers else None)
+        deciders = hierarchy.deciders
         problems = {k: problem_of(k, target) for k in kernels}
         answers = {k: decide_kernel(problems[k], deciders) for k in kernels}
         for k in kernels:
@@ -148,6 +166,10 @@ class DecideForksPass(ModulePass):
         if budget:
             for func in op.body.block.ops:
                 _fit_launch_budget(func, problems, answers, deciders, target, budget)
+        if options.configured:
+            for k in kernels:
+                tiers = {a.tier for a in answers[k].values()}
+                k.attributes[EVIDENCE_ATTR] = StringAttr(hierarchy.report_text(k.kernel_name, sorted(tiers)))
 
 
 def knob_spaces(kernels: list[KernelOp]) -> dict[str, dict[str, tuple]]:
@@ -211,14 +233,14 @@ def _fit_parts(
 ) -> dict[str, Answer]:
     """A kernel whose outputs lie over different axes runs as parts (emmy.schedule.plan), decided
     as one product over all their columns. Where a part cannot run with the answers (its
-    contractions need more registers than the whole), rule-tier block_n is halved (down to 64),
-    then stages lowered, until every part can; each step is recorded in the knob's reason.
+    contractions need more registers than the whole), rule-tier block_n steps down its domain
+    (while over 64), then stages, until every part can; each step is recorded in the knob's reason.
     Pinned and recorded answers are kept (the plan then names the part that cannot run)."""
     for _ in range(16):
         bad = part_problems(kernel, {n: a.value for n, a in answers.items()}, target)
         if not bad:
             break
-        step = _fit_step(answers)
+        step = _fit_step(answers, problem.space)
         if step is None:
             break
         knob, value = step
@@ -233,13 +255,16 @@ def _fit_parts(
     return answers
 
 
-def _fit_step(answers: dict[str, Answer]) -> tuple[str, int] | None:
-    """The next rule-tier adjustment a part may need: block_n halved, else one stage fewer."""
-    bn, st = answers.get("block_n"), answers.get("stages")
-    if bn is not None and bn.tier == "rule" and int(bn.value) > 64:  # type: ignore[arg-type]
-        return "block_n", int(bn.value) // 2  # type: ignore[arg-type]
-    if st is not None and st.tier == "rule" and int(st.value) > 1:  # type: ignore[arg-type]
-        return "stages", int(st.value) - 1  # type: ignore[arg-type]
+def _fit_step(answers: dict[str, Answer], space: dict[str, tuple]) -> tuple[str, int] | None:
+    """The next rule-tier adjustment a part may need: block_n one step down its domain (while
+    over 64), else stages one step down."""
+    for knob, floor in (("block_n", 64), ("stages", 1)):
+        a = answers.get(knob)
+        if a is None or a.tier != "rule" or int(a.value) <= floor:  # type: ignore[arg-type]
+            continue
+        lower = [int(v) for v in space.get(knob, ()) if int(v) < int(a.value)]  # type: ignore[arg-type]
+        if lower:
+            return knob, max(lower)
     return None
 
 

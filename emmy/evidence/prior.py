@@ -1,0 +1,62 @@
+"""The prior tier: the cost model's bounded choice (`emmy.prior.choose.prior_decision`).
+
+The prior ranks the legal neighbourhood of the rules' answer and replaces that answer only when
+it predicts a gain over its margin (the bound is in `emmy.prior.choose`). Where it keeps the
+rules' answer, this decider answers nothing and the rules answer (tier `rule`, with their own
+reasons), unless the rules are turned off (`completes`): then the kept answer is the prior's
+(tier `prior`). The report says what the prior ranked either way. Its coefficients come from
+`<golden folder>/<target>/prior.json` when there is one, else the target's unfitted defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emmy.tuning.deciders import Answer, Problem
+
+
+@dataclass(frozen=True)
+class PriorDecider:
+    prior: object  # emmy.prior.store.Prior
+    name: str = "prior"
+    completes: bool = False  # the last tier (rules off): answer with the rules' answer it kept
+    choices: MutableMapping[str, object] = field(default_factory=dict)  # kernel -> PriorChoice
+
+    def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
+        from emmy.prior.choose import prior_decision
+
+        values = {k: a.value for k, a in fixed.items()}
+        choice = prior_decision(problem.info, problem.target, problem.space, self.prior, values)
+        if choice is None:
+            return {}
+        self.choices[problem.kernel] = choice
+        if choice.picked != "prior" and not self.completes:
+            return {}
+        return {k: Answer(v, "prior", f"prior: {choice.reason}") for k, v in choice.values.items()
+                if k in problem.space and k not in fixed}
+
+    def source(self, kernel: str) -> dict | None:
+        """The structured source of the prior's choice for a kernel: its predicted time, the
+        rules' predicted time, the runner-up, the margin and what it did."""
+        c = self.choices.get(kernel)
+        if c is None:
+            return None
+        runner = None
+        if c.runner_up is not None:
+            runner = {"values": dict(c.runner_up[0]), "predicted_s": c.runner_up[1]}
+        return {"tier": "prior", "picked": c.picked, "predicted_s": c.predicted_s, "rules_predicted_s": c.anchor_s,
+                "runner_up": runner, "margin": round(c.margin, 4), "candidates": c.candidates, "why": c.reason}
+
+
+def prior_decider(golden: str, target) -> PriorDecider:
+    """The prior for `target`: fitted coefficients from the golden folder's prior.json when there
+    is one, else the unfitted defaults (a broken file is an EmmyError naming it)."""
+    from emmy.prior.store import Prior, load_prior, prior_path
+
+    prior = load_prior(prior_path(Path(golden), target.name), target.name) if golden else Prior(target.name)
+    return PriorDecider(prior)
+
+
+__all__ = ["PriorDecider", "prior_decider"]
