@@ -24,9 +24,11 @@ target's hardware table (`emmy.targets`), none fitted:
     busy             the share of the SMs the main launch keeps busy (1 from one full wave)
     rounds           rounds of blocks an SM runs one after another (each fills its pipeline
                      and stores its results)
-    stages / steps   pipeline depth and k-steps per tile; `unstaged` = 1 without staging;
+    stages / steps   pipeline depth (0 for kernels without a k loop) and k-steps per tile;
+                     `unstaged` = 1 without staging;
                      `serial_steps`: the k-steps one SM runs one after another (each pays a
-                     barrier and a wait, however small the step)
+                     barrier and a wait, however small the step); `softmax_steps`: the same
+                     for attention's key blocks (each an online-softmax update)
     workspace_bytes  split_k's and stream-K's partial sums written and read back (fp32), and
                      the row statistics a split prologue writes and reads
     recompute_bytes  what fusion recomputes: a fused row statistic re-read for every column of
@@ -61,7 +63,7 @@ NAMES = (
     "waves", "last_wave", "busy", "stages", "steps", "unstaged", "workspace_bytes",
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
-    "recompute_flops", "rounds",
+    "recompute_flops", "rounds", "softmax_steps",
 )
 
 Features = dict[str, float]
@@ -98,7 +100,7 @@ class Kernel:
         info, target = self.info, self.target
         plan = plan_for(info, values, target)
         f = {n: 0.0 for n in NAMES}
-        f.update(occupancy=1.0, last_wave=1.0, busy=1.0, stages=2.0, steps=1.0)
+        f.update(occupancy=1.0, last_wave=1.0, busy=1.0, steps=1.0)  # stages 0: no k pipeline
         f["unique_bytes"] = self.unique_bytes
         f["l2_fraction"] = l2_fraction(self.unique_bytes, target)
         f["blocks"], f["threads"], f["smem_bytes"] = float(plan.blocks), float(plan.threads), float(plan.smem_bytes)
@@ -245,7 +247,8 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     f["reread_bytes"] = float(B * (qb - 1) * Skv * 2 * D * 2 * share)
     f["stages"] = float(plan.stages)
     f["steps"] = float(kv_steps)
-    f["serial_steps"] *= kv_steps
+    f["softmax_steps"] = f["serial_steps"] * kv_steps  # the longest query block visits every key block
+    f["serial_steps"] = 0.0
     f["unstaged"] = 1.0 if plan.stages < 2 else 0.0
     if plan.prep is not None:
         rows = plan.prep[0] * 32 * plan.prep[2]

@@ -8,12 +8,12 @@ The time of a kernel is its slower side, compute or memory, plus a share of the 
 overlap, not perfectly), times what keeps the units from their peak, plus its launches:
 
     compute  = flops * quant / (peak_flops * eff * feed * hide) + recompute_flops / (fp32_flops
-               * fma_eff * hide) + serial_steps * step_s
+               * fma_eff * hide) + serial_steps * step_s + softmax_steps * softmax_step_s
                eff = compute_eff on tensor cores, fma_eff on FMA units; feed = min(1, intensity /
                knee) for tensor cores (a tile that stages too little per multiply-add starves
                them); hide = warps / (warps + hide_warps) (latency hiding)
-    memory   = (unique + workspace + (1 - l2) * (reread + recompute)) / (dram * dram_eff * pull)
-               + l2 * (reread + recompute) / (l2_bandwidth * l2_eff * pull)
+    memory   = (unique + (1 - l2) * again) / (dram * dram_eff * pull)
+               + l2 * again / (l2_bandwidth * l2_eff * pull),  again = reread + recompute + workspace
                pull = min(1, busy * busy_sms): a launch on few SMs pulls less than the bandwidth
                times (depth + depth_half) / depth, depth = stages - 1 loads in flight (a deeper
                pipeline hides more of their latency)
@@ -25,7 +25,9 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
 
 The rates and bandwidths come from the target's table; the coefficients (all positive, 1 would be
 the table's word) are what `emmy prior fit` fits per target. The defaults are physically
-reasonable guesses, so the model ranks sensibly before any fit.
+reasonable guesses, checked for scale against the H200 kernel times in docs/bench (the Qwen3
+layer's kernels at 512 tokens, h200-o-down-schedules.log), so the model ranks sensibly before
+any fit.
 """
 
 from __future__ import annotations
@@ -45,23 +47,24 @@ if TYPE_CHECKING:
 
 # The coefficients before any fit (`emmy prior fit` replaces them per target).
 DEFAULTS: dict[str, float] = {
-    "compute_eff": 0.7,  # share of the peak rate the inner loop reaches
+    "compute_eff": 0.85,  # share of the peak rate the inner loop reaches
     "fma_eff": 0.3,  # share of the FMA rate CUDA-core arithmetic reaches (workers = thread, fused statistics)
     "knee": 32.0,  # multiply-adds per staged element (per k) that keep tensor cores fed
     "step_s": 4e-8,  # one k-step's barrier and wait, however small the step
-    "hide_warps": 4.0,  # resident warps at which latency is half hidden
+    "softmax_step_s": 1.3e-6,  # one key block of flash attention: two products, the online softmax, barriers
+    "hide_warps": 2.0,  # resident warps at which latency is half hidden
     "dram_eff": 0.9,  # share of the copy bandwidth a kernel's loads reach
-    "l2_eff": 0.6,  # share of the L2 bandwidth re-read tiles reach
+    "l2_eff": 1.0,  # share of the L2 bandwidth re-read tiles reach
     "busy_sms": 2.0,  # 1 / the share of SMs that already pull the whole bandwidth
     "depth_half": 0.5,  # loads in flight (stages - 1) at which a pipeline hides two thirds of their latency
     "overlap": 0.1,  # share of the faster side that does not overlap with the slower
-    "round_s": 1.0e-6,  # a round of blocks: the pipeline's fill (first loads' latency) and the epilogue
+    "round_s": 0.5e-6,  # a round of blocks: the pipeline's fill (first loads' latency) and the epilogue
     "unstaged_cost": 1.0,  # operands straight to registers, no staging
     "single_slice_cost": 0.4,  # wgmma_ws with one 64-row slice per consumer: nothing else to issue
     "multi_slice_cost": 0.15,  # two slices per warpgroup: twice the accumulators
     "spill_cost": 0.5,  # per KiB spilled per thread
     "reg_cost": 1.0,  # per 64 accumulator registers past the budget
-    "launch_s": 2.0e-6,  # one launch under CUDA-graph replay
+    "launch_s": 1.0e-6,  # one launch under CUDA-graph replay
 }
 NAMES = tuple(DEFAULTS)
 
@@ -74,13 +77,17 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     eff = np.where(f["tensor"] > 0, c["compute_eff"], c["fma_eff"])
     compute = f["flops"] * f["quant"] / (f["peak_flops"] * eff * feed * hide)
     compute = compute + f["recompute_flops"] / (f["fp32_flops"] * c["fma_eff"] * hide) + f["serial_steps"] * c["step_s"]
+    compute = compute + f["softmax_steps"] * c["softmax_step_s"]
     pull = np.minimum(1.0, f["busy"] * c["busy_sms"])
     again = f["reread_bytes"] + f["recompute_bytes"]
     l2 = f["l2_fraction"]
-    dram_s = (f["unique_bytes"] + f["workspace_bytes"] + (1.0 - l2) * again) / (f["dram_bandwidth"] * c["dram_eff"] * pull)
+    again = again + f["workspace_bytes"]  # partial sums are read back soon: from L2 where they fit
+    dram_s = (f["unique_bytes"] + (1.0 - l2) * again) / (f["dram_bandwidth"] * c["dram_eff"] * pull)
     l2_s = l2 * again / (f["l2_bandwidth"] * c["l2_eff"] * pull)
     depth = np.maximum(f["stages"] - 1.0, 0.0)
-    hidden = np.where(depth > 0, (depth + c["depth_half"]) / np.maximum(depth, 1.0), 1.0 + c["depth_half"])
+    # stages = 0: a kernel without a k pipeline (elementwise, reductions: occupancy hides latency)
+    hidden = np.where(depth > 0, (depth + c["depth_half"]) / np.maximum(depth, 1.0),
+                      np.where(f["stages"] > 0, 1.0 + c["depth_half"], 1.0))
     memory = (dram_s + l2_s) * hidden
     kernel = np.maximum(compute, memory) + c["overlap"] * np.minimum(compute, memory)
     kernel = kernel * (1.0 + c["unstaged_cost"] * f["unstaged"]) + f["rounds"] * c["round_s"]
