@@ -1,0 +1,162 @@
+"""The plan of a decided kernel (emmy/schedule/): what its knobs mean, computed once.
+
+The plan's launches are the lowering's (names, grids, blocks) across the schedule features; its
+common facts (threads, shared memory, blocks, waves, registers) follow the knobs; bad values are
+clear errors naming the kernel; a feature knob a kernel lacks reads as off."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from emmy.analysis.classify import classify
+from emmy.context import make_context
+from emmy.diagnostics import EmmyError
+from emmy.dialects.tile import KernelOp, KnobAttr
+from emmy.driver import CompileOptions, compile_traced, trace
+from emmy.ir_io import parse_module
+from emmy.passes.convert_tile_to_kernel import build_kernel
+from emmy.schedule.plan import plan_for, plan_kernel
+from emmy.targets import get_target
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "tools" / "running_example.py") + ":make"
+QKV = "rms_norm_qkv_proj"  # the running example's kernel: RMSNorm, then q (2048) and k, v (1024 each)
+SM90A = get_target("sm_90a")
+
+
+@cache
+def _traced(tokens: int):
+    return trace(CompileOptions(model=EXAMPLE, layer=None, tokens=tokens))
+
+
+def kernels(tokens: int = 300, target: str = "sm_90a", pins: tuple[str, ...] = ()) -> dict[str, KernelOp]:
+    options = CompileOptions(model=EXAMPLE, layer=None, tokens=tokens, target=target, pins=pins, stop_after="tile")
+    module = compile_traced(_traced(tokens), options).module
+    return {k.kernel_name: k for k in module.walk() if isinstance(k, KernelOp)}
+
+
+PIN_SETS = [
+    (),
+    ("fusion=split",),
+    ("split_k=2", "combine=kernel"),
+    ("split_k=2", "combine=last_block"),
+    ("split_k=2", "combine=last_block", "siblings=apart"),
+    ("workers=wgmma_ws", "schedule=persistent", "fusion=split"),
+    ("workers=wgmma_ws", "schedule=stream_k", "fusion=split"),
+    ("workers=wgmma_ws", "copy=tma", "fusion=split", "siblings=apart"),
+    ("workers=mma_sync", "warps=4", "block_m=64", "block_n=64", "stages=3"),
+]
+
+
+@pytest.mark.parametrize("pins", PIN_SETS, ids=lambda p: ";".join(p) or "rules")
+def test_plan_launches_are_the_lowerings(pins):
+    """Each launch of the plan is a launch the kernel stage makes, with its grid and block."""
+    for k in kernels(pins=tuple(f"{QKV}.{p}" for p in pins)).values():
+        plan = plan_kernel(k, SM90A)
+        built = build_kernel(k, SM90A)
+        funcs = {f.sym_name.data: f for f in built.funcs}
+        made = [(la.kernel, tuple(funcs[la.kernel].grid_dims), tuple(funcs[la.kernel].block_dims)) for la in built.launches]
+        assert [(la.kernel, la.grid, la.block) for la in plan.launches] == made, k.kernel_name
+
+
+def test_split_tail_plans_a_head_and_a_tail():
+    """split_tail = 4 on 1100 x 2048 (9 x 16 tiles, 132 SMs): the whole wave as one launch, the
+    12 tiles behind it as `_tail` with k split 4 ways; the statistics kernel once for both."""
+    from test_lowering import weighted_norm_matmul
+
+    text = weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, split_tail=4, fusion="split")
+    module = parse_module(make_context(), text, "test.mlir")
+    k = next(op for op in module.walk() if isinstance(op, KernelOp))
+    plan = plan_kernel(k, SM90A)
+    assert [(la.kernel, la.role, la.grid) for la in plan.launches] == [
+        ("norm_proj_stats", "stats", (138, 1, 1)),
+        ("norm_proj", "main", (132, 1, 1)),
+        ("norm_proj_tail", "tail", (12, 1, 4)),
+    ]
+    built = build_kernel(k, SM90A)
+    assert [la.kernel for la in plan.launches] == [la.kernel for la in built.launches]
+
+
+def test_common_facts_follow_the_knobs():
+    k = kernels(pins=(f"{QKV}.workers=wgmma_ws", f"{QKV}.warps=8", f"{QKV}.block_m=128", f"{QKV}.block_k=64",
+                      f"{QKV}.stages=4", f"{QKV}.block_n=128", f"{QKV}.siblings=apart"))[QKV]
+    plan = plan_kernel(k, SM90A)
+    part = plan.parts[0].plan
+    assert part.threads == 8 * 32 + 128  # the producer warpgroup
+    assert part.smem_bytes == 4 * (128 + 128) * 64 * 2  # stages x (A + B rows) x block_k x bf16
+    assert part.blocks == part.grid[0] * part.grid[1] * part.grid[2]
+    assert part.waves == -(-part.blocks // SM90A.sms)
+    assert 40 < part.registers <= SM90A.regs_per_thread
+    assert plan.threads == max(p.plan.threads for p in plan.parts)
+    assert plan.blocks == sum(p.plan.blocks for p in plan.parts)
+
+
+def test_every_kind_has_the_common_facts():
+    for k in kernels(tokens=32, target="sm_80").values():
+        plan = plan_kernel(k, get_target("sm_80"))
+        assert plan.threads > 0 and plan.blocks > 0 and plan.waves >= 1 and plan.registers > 0
+        assert plan.smem_bytes >= 0 and len(plan.launches) >= 1
+
+
+def test_missing_knob_is_an_error_naming_it():
+    k = kernels()[QKV]
+    values = {n: v for n, v in k.knob_values().items() if n != "block_k"}
+    with pytest.raises(EmmyError, match="knob 'block_k' is missing"):
+        plan_for(classify(k), values, SM90A)
+
+
+def test_missing_feature_knob_reads_as_off():
+    k = kernels()[QKV]
+    info = classify(k)
+    values = {n: v for n, v in k.knob_values().items() if n not in ("schedule", "copy", "cluster", "group_m", "split_tail")}
+    plan = plan_for(info, values, SM90A)
+    assert (plan.persistent, plan.tma, plan.cluster, plan.group_m, plan.tail) == (False, False, 1, 1, 1)
+
+
+def test_wgmma_with_one_stage_is_an_error_not_a_silent_change():
+    k = kernels()[QKV]
+    values = dict(k.knob_values(), workers="wgmma", warps=4, block_m=64, stages=1)
+    with pytest.raises(EmmyError, match="wgmma reads its operands from shared memory: stages must be at least 2"):
+        plan_for(classify(k), values, SM90A)
+
+
+def test_undecided_kernel_is_an_error():
+    k = kernels()[QKV]
+    knobs = k.knob_dict()
+    k.with_knobs({**knobs, "block_k": KnobAttr("block_k", knobs["block_k"].values)})
+    with pytest.raises(EmmyError, match=f"tile.kernel @{QKV}: knobs block_k are undecided"):
+        plan_kernel(k, SM90A)
+
+
+def test_part_that_cannot_run_is_an_error_naming_it(monkeypatch):
+    import emmy.schedule.plan as P
+
+    k = kernels()[QKV]
+    monkeypatch.setattr(P, "part_values", lambda info, values, target: (dict(values), ["registers: too many"]))
+    with pytest.raises(EmmyError, match=rf"tile.kernel @{QKV}: its part @{QKV}_out\d+ cannot run with the kernel's knobs: registers: too many"):
+        plan_kernel(k, SM90A)
+
+
+def test_decide_forks_fits_parts_and_says_so(monkeypatch):
+    """Where a part cannot run with the kernel's answers, decide-forks lowers rule-tier block_n
+    (then stages) itself and records why in the knob's reason: the IR holds what runs."""
+    import emmy.passes.decide_forks as D
+
+    seen = []
+
+    def fake(op, values, target):  # the first check of the qkv kernel fails, the next passes
+        if op.kernel_name != QKV:
+            return []
+        seen.append(values["block_n"])
+        return [("rms_norm_qkv_proj_out1_2", ["registers: too many"])] if len(seen) == 1 else []
+
+    monkeypatch.setattr(D, "part_problems", fake)
+    k = kernels(pins=(f"{QKV}.block_n=128",))  # pinned: never adjusted
+    assert k[QKV].knob_dict()["block_n"].value == 128
+    seen.clear()
+    k = kernels(pins=(f"{QKV}.workers=mma_sync",))[QKV]
+    bn = k.knob_dict()["block_n"]
+    assert seen[0] == 96 and seen[1] == bn.value == 64 and bn.tier_name == "rule"  # one step down the domain
+    assert bn.reason_text == f"part @rms_norm_qkv_proj_out1_2 cannot run with block_n={seen[0]} (registers: too many): lowered to {bn.value}"
