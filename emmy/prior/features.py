@@ -86,6 +86,7 @@ class Kernel:
     def __init__(self, info: KernelInfo, target: Target):
         self.info, self.target = info, target
         self.unique_bytes = float(io_bytes(info))
+        self.a_reads_prologue = info.kind == "contraction" and info.a_reads_prologue  # (a walk of the body)
         self.causal, self.computed_kv = False, 0
         if info.kind == "attention":
             from emmy.schedule.attention import DIRECT, analyze
@@ -113,7 +114,7 @@ class Kernel:
         f["serial_steps"] = f["rounds"]  # x the k-steps of a block, below
         _waves(f, plan.blocks, occ, target)
         if info.kind == "contraction":
-            _contraction(f, info, plan, target)
+            _contraction(f, info, plan, target, self.a_reads_prologue)
         elif info.kind == "attention":
             _attention(f, plan, target, self.causal, self.computed_kv)
         else:  # reductions and elementwise kernels: memory, a little FMA arithmetic
@@ -190,7 +191,7 @@ def _tensor_rate(target: Target, workers: str) -> float:
     return target.tensor_flops * (0.5 if target.has("wgmma") else 1.0)  # mma.sync
 
 
-def _contraction(f: Features, info: KernelInfo, plan, target: Target) -> None:
+def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_prologue: bool) -> None:
     (N, nc), M, K, B = info.gemm_n_nc, info.M, info.K, info.batch
     bm, bn, bk, split = plan.bm, plan.bn, plan.bk, plan.split
     elt = info.element_bytes
@@ -218,7 +219,7 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target) -> None:
     if plan.prologue and not plan.stats_kernel:
         # every column of tiles computes its rows' statistics (a sum of squares over k) again
         f["recompute_flops"] = 2.0 * B * cols * M * K
-        if info.a_reads_prologue:  # ... before its k loop: A read again
+        if a_reads_prologue:  # ... before its k loop: A read again
             f["recompute_bytes"] = float(B * cols * M * K * elt)
     _, acc_budget = _budget(target, plan.threads)
     f["reg_overflow"] = float(max(0, plan.acc_per_thread * plan.nc - acc_budget))
