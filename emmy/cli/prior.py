@@ -137,8 +137,9 @@ def _evaluate(args, target: str, keys) -> int:
 
     rows = evaluate(keys, target)
     body = [(r.scheme, r.kernel, r.key[:12], r.kind, str(r.candidates), f"{r.best_s * 1e6:.2f}",
-             f"{r.top_regret:.3f}", f"{r.regret:.3f}", r.picked) for r in rows]
-    print(format_table(("held out", "kernel", "key", "kind", "measured", "best us", "top regret", "regret", "pick"), body))
+             f"{r.top_regret:.3f}", f"{r.regret:.3f}", r.picked, r.fusion or "-") for r in rows]
+    print(format_table(("held out", "kernel", "key", "kind", "measured", "best us", "top regret", "regret", "pick",
+                        "fusion fork"), body))
     s = summary(rows)
     for scheme, p in s["by"].items():
         print(f"leave one {scheme} out: geomean regret {p['geomean_regret']}, worst {p['worst_regret']}, "

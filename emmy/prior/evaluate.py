@@ -10,7 +10,9 @@ prior ranks those candidates; the regret is the measured time of its pick over t
 time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's first-ranked, and
 `bounded`, what the prior tier would deploy (`emmy.prior.choose`: the rules' answer stands unless
 the predicted gain beats the margin; where the rules' answer was not measured, `top`). The
-summary's figures are the bounded ones, the worse of the two schemes.
+summary's figures are the bounded ones, the worse of the two schemes. A key whose measured
+candidates differ in `fusion` is a fusion fork: its row says which value measured best and
+which the prior picked (forks where fusing is the wrong choice are judged like any other).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Row:
     top_s: float
     bounded_s: float
     picked: str  # "prior", "anchor" or "top" (the anchor was not measured)
+    fusion: str = ""  # a fusion fork: "best <value>, pick <value>" (whether fusing was right), else ""
 
     @property
     def top_regret(self) -> float:
@@ -95,7 +98,13 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
         bounded, picked = _vkey(choice.values), choice.picked
     else:
         bounded, picked = top, "top"
-    return Row(scheme, kd.key, kd.samples[0].kernel, kd.kind, len(times), best_s, times[top][1], times[bounded][1], picked)
+    fusion = ""
+    values = {k: v for k, (v, _) in times.items()}
+    if any("fusion" in v for v in values.values()) and len({str(v.get("fusion")) for v in values.values()}) > 1:
+        best = min(times, key=lambda k: times[k][1])
+        fusion = f"best {values[best].get('fusion')}, pick {values[bounded].get('fusion')}"
+    return Row(scheme, kd.key, kd.samples[0].kernel, kd.kind, len(times), best_s, times[top][1], times[bounded][1],
+               picked, fusion)
 
 
 def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sample]], Prior] | None = None,

@@ -41,7 +41,7 @@ def make(tokens: int = 512):
 
 SENSIBLE = {"block_m": 128, "block_n": 128, "block_k": 64, "split_k": 1, "combine": "kernel", "split_tail": 1,
             "stages": 4, "workers": "wgmma_ws", "warps": 8, "schedule": "grid", "copy": "tma", "cluster": 1,
-            "group_m": 1, "epilogue": "together", "vector": 8}
+            "group_m": 1, "epilogue": "together", "vector": 8, "fusion": "fused"}
 
 
 @pytest.fixture(scope="module")
@@ -268,9 +268,14 @@ def test_regret_arithmetic_on_a_hand_made_set(info):
     assert measured_times(a.samples)[tuple(sorted((k, repr(v)) for k, v in mid.items()))][1] == pytest.approx(13e-6)
     rows = evaluate({"a": a, "b": b}, "sm_90a", fitter=lambda train: Prior("sm_90a"), schemes=("shape",))
     assert [(r.key, r.top_regret) for r in rows] == [("a", 1.0), ("b", pytest.approx(1.2))]
+    assert [r.fusion for r in rows] == ["", ""]  # every candidate fused: no fusion fork
     assert summarize([1.0, 1.2]) == {"geomean_regret": round(math.sqrt(1.2), 4), "worst_regret": 1.2, "n": 2}
     s = summary(rows)
     assert s["n"] == 2 and s["by"]["shape"]["top_geomean_regret"] == round(math.sqrt(1.2), 4)
+    split = {**mid, "fusion": "split"}
+    fork = key("d", [(sensible, 12.0), (split, 10.0), (tiny, 30.0)])
+    (row,) = evaluate({"d": fork}, "sm_90a", fitter=lambda train: Prior("sm_90a"), schemes=("shape",))
+    assert row.fusion == "best split, pick fused" and row.top_regret == pytest.approx(1.2)
     one = key("c", [(sensible, 10.0)])
     assert judge(one, Prior("sm_90a"), "shape") is None  # one candidate: nothing to choose
 
