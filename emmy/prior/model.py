@@ -16,15 +16,15 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
                + l2 * again / (l2_bandwidth * l2_eff * pull),  again = reread + recompute + workspace
                pull = min(1, busy * busy_sms): a launch on few SMs pulls less than the bandwidth
                times (depth + depth_half) / depth, depth = stages - 1 loads in flight (a deeper
-               pipeline hides more of their latency)
+               pipeline hides more of their latency; 1 + depth_half unstaged, 1 without a k loop)
     kernel   = (max(compute, memory) + overlap * min(compute, memory)) * (1 + unstaged_cost
                * unstaged) * (1 + single_slice_cost * single_slice)
                * (1 + multi_slice_cost * multi_slice) * (1 + spill_cost * spill_bytes / 1024)
                * (1 + reg_cost * reg_overflow / 64) + rounds * round_s
     seconds  = kernel + launches * launch_s
 
-The rates and bandwidths come from the target's table; the coefficients (all positive, 1 would be
-the table's word) are what `emmy prior fit` fits per target. The defaults are physically
+The rates and bandwidths come from the target's table; the coefficients (all positive) are what
+`emmy prior fit` fits per target. The defaults are physically
 reasonable guesses, checked for scale against the H200 kernel times in docs/bench (the Qwen3
 layer's kernels at 512 tokens, h200-o-down-schedules.log), so the model ranks sensibly before
 any fit.
@@ -79,9 +79,9 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     compute = compute + f["recompute_flops"] / (f["fp32_flops"] * c["fma_eff"] * hide) + f["serial_steps"] * c["step_s"]
     compute = compute + f["softmax_steps"] * c["softmax_step_s"]
     pull = np.minimum(1.0, f["busy"] * c["busy_sms"])
-    again = f["reread_bytes"] + f["recompute_bytes"]
+    # re-read tiles, recomputed rows and partial sums (read back soon): from L2 where they fit
+    again = f["reread_bytes"] + f["recompute_bytes"] + f["workspace_bytes"]
     l2 = f["l2_fraction"]
-    again = again + f["workspace_bytes"]  # partial sums are read back soon: from L2 where they fit
     dram_s = (f["unique_bytes"] + (1.0 - l2) * again) / (f["dram_bandwidth"] * c["dram_eff"] * pull)
     l2_s = l2 * again / (f["l2_bandwidth"] * c["l2_eff"] * pull)
     depth = np.maximum(f["stages"] - 1.0, 0.0)
@@ -90,9 +90,10 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
                       np.where(f["stages"] > 0, 1.0 + c["depth_half"], 1.0))
     memory = (dram_s + l2_s) * hidden
     kernel = np.maximum(compute, memory) + c["overlap"] * np.minimum(compute, memory)
-    kernel = kernel * (1.0 + c["unstaged_cost"] * f["unstaged"]) + f["rounds"] * c["round_s"]
+    kernel = kernel * (1.0 + c["unstaged_cost"] * f["unstaged"])
     kernel = kernel * (1.0 + c["single_slice_cost"] * f["single_slice"]) * (1.0 + c["multi_slice_cost"] * f["multi_slice"])
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
+    kernel = kernel + f["rounds"] * c["round_s"]
     out = kernel + f["launches"] * c["launch_s"]
     return float(out) if np.ndim(out) == 0 else out
 
