@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import combinations, product
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -124,39 +124,62 @@ class _Interner:
 class LegalSpace(Sequence):
     """The legal points of one kernel (see the module docstring); a Sequence of dicts."""
 
-    def __init__(self, order: tuple[str, ...], domains: dict[str, tuple[KnobValue, ...]], root: _Node | None, nodes: int):
+    def __init__(
+        self,
+        order: tuple[str, ...],
+        domains: dict[str, tuple[KnobValue, ...]],
+        root: _Node | None,
+        nodes: int,
+        source: tuple[KernelInfo, Target] | None = None,
+    ):
         self.order = order
         self.domains = domains  # each knob's values that are legal on their own, in domain order
         self._root = root
         self.nodes = nodes  # distinct nodes of the graph (its size in memory)
+        self.source = source  # the kernel and target it was built for (None: built from points)
 
     @classmethod
-    def from_points(cls, points: Sequence[Mapping[str, KnobValue]] | Any, order: Sequence[str]) -> LegalSpace:
-        """The space holding exactly `points` (full assignments of the knobs in `order`)."""
+    def from_points(
+        cls,
+        points: Iterable[Mapping[str, KnobValue]],
+        order: Sequence[str],
+        domains: Mapping[str, Sequence[KnobValue]] | None = None,
+    ) -> LegalSpace:
+        """The space holding exactly `points` (full assignments of the knobs in `order`); each
+        knob's values in the order of `domains`, else in the order they first appear."""
         order = tuple(order)
+        domains_seen: dict[str, dict[KnobValue, None]] = {n: dict.fromkeys((domains or {}).get(n, ())) for n in order}
         trie: dict = {}
         for p in points:
             if sorted(p) != sorted(order):
                 raise EmmyError(f"a point must assign exactly the knobs {', '.join(order)}, got {', '.join(p)}")
             level = trie
             for name in order:
+                domains_seen[name].setdefault(p[name], None)
                 level = level.setdefault(p[name], {})
         interner = _Interner()
 
         def build(level: dict, depth: int) -> _Node | None:
             if depth == len(order):
                 return interner.leaf
-            return interner.node([(v, build(sub, depth + 1)) for v, sub in level.items()])
+            values = [v for v in domains_seen[order[depth]] if v in level]
+            return interner.node([(v, build(level[v], depth + 1)) for v in values])
 
         root = build(trie, 0) if trie else None
-        seen: dict[str, list[KnobValue]] = {n: [] for n in order}
-        for p in points if not isinstance(points, LegalSpace) else ():
-            for n in order:
-                if p[n] not in seen[n]:
-                    seen[n].append(p[n])
-        if isinstance(points, LegalSpace):
-            seen = {n: list(points.domains[n]) for n in order}
-        return cls(order, {n: tuple(seen[n]) for n in order}, root, len(interner.nodes) + 1)
+        return cls(order, {n: tuple(d) for n, d in domains_seen.items()}, root, len(interner.nodes) + 1)
+
+    def reordered(self, order: Sequence[str]) -> LegalSpace:
+        """The same points with the knobs chosen in `order` (built again from the kernel's rules
+        where this space was built from them, else from its points)."""
+        order = tuple(order)
+        if order == self.order:
+            return self
+        if self.source is not None:
+            info, target = self.source
+            return legal_points(info, self.domains, target, order)
+        if sorted(order) != sorted(self.order):
+            raise EmmyError(f"the order ({', '.join(order)}) must name each knob of the space ({', '.join(self.order)}) once")
+        return LegalSpace.from_points(({n: p[n] for n in order} for p in self), order, self.domains)
 
     # Sequence ---------------------------------------------------------------------------------
 
@@ -314,7 +337,7 @@ class _Builder:
         root = None
         if all(r.ok for r in runs):
             root, _ = self._node(0, {}, runs)
-        return LegalSpace(self.order, self.domains, root, len(self.interner.nodes) + 1)
+        return LegalSpace(self.order, self.domains, root, len(self.interner.nodes) + 1, (self.info, self.target))
 
     def _key(self, mask: int) -> Any:
         """The values of the knobs in `mask`, from the current prefix (hashable)."""
@@ -397,15 +420,12 @@ class ConditionalSpace:
     """Knobs chosen one after another in `order`, each from the values that still have a legal
     completion given the earlier choices: every draw is legal.
 
-    `points`: a `LegalSpace` (rebuilt in `order` when its own differs) or any sequence of full
+    `points`: a `LegalSpace` (rebuilt in `order` when its own differs) or any iterable of full
     assignments (dicts)."""
 
-    def __init__(self, points: LegalSpace | Sequence[Mapping[str, KnobValue]], order: Sequence[str]):
+    def __init__(self, points: LegalSpace | Iterable[Mapping[str, KnobValue]], order: Sequence[str]):
         order = tuple(order)
-        if isinstance(points, LegalSpace) and points.order == order:
-            self.space = points
-        else:
-            self.space = LegalSpace.from_points(points, order)
+        self.space = points.reordered(order) if isinstance(points, LegalSpace) else LegalSpace.from_points(points, order)
         self.order = order
         if not len(self.space):
             raise EmmyError("a conditional space needs at least one legal point")

@@ -3,14 +3,15 @@ body, shape, dtype or target gives another key."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import FloatAttr, StringAttr
 
+import loop_examples as L
+from emmy.context import make_context
 from emmy.dialects.tile import KernelOp
 from emmy.driver import CompileOptions, compile_model
+from emmy.ir_io import parse_module, parse_pipeline, run_passes
 from emmy.schedule.key import SPACE_VERSION, KernelKey, canonical_structure, describe, kernel_key
 from emmy.targets import get_target
 from tiny_models import write_tiny_model
@@ -123,26 +124,37 @@ def test_another_target_another_key(qwen3_32):
 
 
 def test_same_body_in_other_families(tmp_path):
-    """Llama and Mistral layers of one size are the same kernels; Qwen3's projections after
-    attention are the same as Llama's, its attention (with q/k norms) is not."""
+    """Llama and Mistral layers of one size are the same kernels; Qwen2's and Qwen3's projections
+    are the same as Llama's, their attention kernels (which add Qwen2's q/k/v biases, and apply
+    Qwen3's q/k norms) are not."""
     llama = keys(kernels(write_tiny_model(tmp_path / "llama", "llama")))
     mistral = keys(kernels(write_tiny_model(tmp_path / "mistral", "mistral")))
+    qwen2 = keys(kernels(write_tiny_model(tmp_path / "qwen2", "qwen2")))
     qwen3 = keys(kernels(write_tiny_model(tmp_path / "qwen3", "qwen3")))
     assert llama == mistral
+    for name in ("rms_norm_qkv_proj", "o_proj_residual", "down_proj_residual", "rms_norm_gate_up_proj_silu"):
+        assert qwen2[name] == llama[name], name
     for name in ("o_proj_residual", "down_proj_residual", "rms_norm_gate_up_proj_silu"):
         assert qwen3[name] == llama[name], name
-    assert qwen3["attention"].structure != llama["attention"].structure
+    assert len({qwen2["attention"].structure, qwen3["attention"].structure, llama["attention"].structure}) == 3
 
 
-def test_another_dtype_another_key(tmp_path):
-    directory = tmp_path / "f16"
-    write_tiny_model(directory, "llama")
-    config = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, "torch_dtype": "float16"}))
-    bf16 = kernel_key(kernels(write_tiny_model(tmp_path / "bf16", "llama"))["down_proj_residual"], SM90A)
-    f16 = kernel_key(kernels(str(directory))["down_proj_residual"], SM90A)
-    assert "xf16" in f16.shape and "xbf16" in bf16.shape
+def tile_kernel(text: str) -> KernelOp:
+    """The tile.kernel of a loop-stage example (convert-loop-to-tile, knobs undecided)."""
+    ctx = make_context()
+    module = parse_module(ctx, text, "example")
+    run_passes(ctx, module, parse_pipeline("convert-loop-to-tile"))
+    return next(op for op in module.walk() if isinstance(op, KernelOp))
+
+
+def test_another_dtype_another_key():
+    text, _ = L.matmul(64, 96, 128, target="sm_90a")
+    bf16, f16 = kernel_key(tile_kernel(text), SM90A), kernel_key(tile_kernel(text.replace("bf16", "f16")), SM90A)
+    assert bf16.shape == "m=64 n=96 k=128; 64x128xbf16,96x128xbf16->64x96xbf16"
+    assert f16.shape == "m=64 n=96 k=128; 64x128xf16,96x128xf16->64x96xf16"
     assert f16.structure != bf16.structure and f16.id != bf16.id
+    # the kernel's and the loop's names are not part of it
+    assert kernel_key(tile_kernel(L.matmul(64, 96, 128, target="sm_90a", name="other")[0]), SM90A) == bf16
 
 
 def test_canonical_structure_strips_names_and_sizes(qwen3_32):

@@ -137,8 +137,15 @@ def test_options_and_counts(contraction):
 def test_from_points_round_trip(contraction):
     points = legal_points(contraction, SMALL, SM90A)
     listed = list(points)
-    rebuilt = LegalSpace.from_points(listed, points.order)
-    assert list(rebuilt) == listed
+    rebuilt = LegalSpace.from_points(listed, points.order, points.domains)
+    assert list(rebuilt) == listed and rebuilt.source is None
+    # without domains, each knob's values in the order they first appear
+    first_seen = LegalSpace.from_points(listed[::-1], points.order)
+    assert first_seen.domains["workers"] == ("wgmma_ws", "wgmma", "mma_sync", "thread")
+    assert canonical(first_seen) == canonical(listed)
+    # another order: from the points when the space was built from points
+    backwards = rebuilt.reordered(tuple(reversed(points.order)))
+    assert backwards.order == tuple(reversed(points.order)) and canonical(backwards) == canonical(listed)
     shuffled = listed[:]
     random.Random(1).shuffle(shuffled)
     reordered = LegalSpace.from_points(shuffled, tuple(reversed(points.order)))
@@ -215,7 +222,8 @@ def test_conditional_space_in_another_order(contraction):
     points = legal_points(contraction, SMALL, SM90A)
     order = tuple(sorted(points.order))
     cond = ConditionalSpace(points, order)
-    assert cond.order == order and len(cond.space) == len(points)
+    assert cond.order == order and len(cond.space) == len(points) and cond.space.source == points.source
+    assert ConditionalSpace(points, points.order).space is points
     listed = [{k: p[k] for k in order} for p in cond.space]
     assert canonical(listed) == canonical(points)
 
