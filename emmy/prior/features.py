@@ -16,8 +16,7 @@ target's hardware table (`emmy.targets`), none fitted:
                      per row of tiles; K and V once per query block), of them
     l2_fraction      the share L2 serves: 1 where the operands fit in L2, else the share that fits
     occupancy        blocks per SM, from shared memory, registers, threads and the block limit
-    waves            rounds of `occupancy` blocks on every SM the main launch takes
-    last_wave        how full the last wave is (1: whole waves)
+    waves            rounds of one block per SM the main launch takes (the plan's waves)
     quant            wave quantization: the busiest SM's blocks over the average (>= 1)
     warps_resident   warps an SM holds at once (latency hiding)
     tensor           1 where tensor cores do the arithmetic (then `intensity` matters)
@@ -60,7 +59,7 @@ if TYPE_CHECKING:
 # The names of the terms, in a fixed order (JSON and tables use it).
 NAMES = (
     "flops", "peak_flops", "intensity", "unique_bytes", "reread_bytes", "l2_fraction", "occupancy",
-    "waves", "last_wave", "busy", "stages", "steps", "unstaged", "workspace_bytes",
+    "waves", "busy", "stages", "steps", "unstaged", "workspace_bytes",
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
     "recompute_flops", "rounds", "softmax_steps",
@@ -101,7 +100,7 @@ class Kernel:
         info, target = self.info, self.target
         plan = plan_for(info, values, target)
         f = {n: 0.0 for n in NAMES}
-        f.update(occupancy=1.0, last_wave=1.0, busy=1.0, steps=1.0)  # stages 0: no k pipeline
+        f.update(occupancy=1.0, busy=1.0, steps=1.0)  # stages 0: no k pipeline
         f["unique_bytes"] = self.unique_bytes
         f["l2_fraction"] = l2_fraction(self.unique_bytes, target)
         f["blocks"], f["threads"], f["smem_bytes"] = float(plan.blocks), float(plan.threads), float(plan.smem_bytes)
@@ -112,7 +111,7 @@ class Kernel:
         f["warps_resident"] = float(min(resident * plan.threads, target.max_threads_per_sm) / target.warp_size)
         f["rounds"] = float(ceil(plan.blocks / (target.sms * occ)))
         f["serial_steps"] = f["rounds"]  # x the k-steps of a block, below
-        _waves(f, plan.blocks, occ, target)
+        _waves(f, plan.blocks, target)
         if info.kind == "contraction":
             _contraction(f, info, plan, target, self.a_reads_prologue)
         elif info.kind == "attention":
@@ -174,11 +173,8 @@ def l2_fraction(unique_bytes: float, target: Target) -> float:
     return target.l2_bytes / unique_bytes
 
 
-def _waves(f: Features, blocks: int, occ: int, target: Target) -> None:
-    slots = target.sms * occ
-    waves = ceil(blocks / slots)
-    f["waves"] = float(waves)
-    f["last_wave"] = (blocks - (waves - 1) * slots) / slots
+def _waves(f: Features, blocks: int, target: Target) -> None:
+    f["waves"] = float(ceil(blocks / target.sms))
     f["busy"] = min(1.0, blocks / target.sms)
     f["quant"] = ceil(blocks / target.sms) * target.sms / max(1, blocks)
 
