@@ -1,14 +1,17 @@
 """Kernel builders: one module per kernel kind, each turning a decided `tile.kernel` into
 kernel-stage ops (`emmy/dialects/kernel.py`).
 
-`convert-tile-to-kernel` calls, for a `tile.kernel` of kind K,
+`convert-tile-to-kernel` plans each `tile.kernel` (`emmy.schedule.plan.plan_kernel`) and calls,
+for each part of a kernel of kind K,
 
-    emmy.lowering.K.build(kernel_op, info, knobs, target) -> Built
+    emmy.lowering.K.build(kernel_op, info, plan) -> Built
 
-- `kernel_op`: the `tile.kernel` op (its body: loop.axis/load/reduce/store + arith/math);
+- `kernel_op`: the `tile.kernel` op, or one part of it (its body: loop.axis/load/reduce/store +
+  arith/math);
 - `info`: `emmy.analysis.classify.classify(kernel_op)` (a `KernelInfo`);
-- `knobs`: the decided knob values, `{"block_m": 64, "workers": "wgmma", ...}`;
-- `target`: `emmy.targets.get_target(module's emmy.target)`.
+- `plan`: its plan (`emmy.schedule.<K>`: tiles, threads, pipeline, launches, on the module's
+  target). Builders read no knob and have no defaults of their own: every schedule number
+  comes from the plan.
 
 A builder returns a `Built`: the `kernel.func` ops it made (not yet inserted anywhere), the
 launches that compute the tile op's results, in order, and the temporary buffers (workspaces,

@@ -1,4 +1,4 @@
-"""Helpers shared by the kernel builders: kernel arguments, knob access, index decomposition."""
+"""Helpers shared by the kernel builders: kernel arguments, index decomposition, contraction constants."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from emmy.lowering import In, Out
 from emmy.lowering.kb import KB
-from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 
 _IDENT = re.compile(r"[^A-Za-z0-9_]")
@@ -20,14 +19,6 @@ _IDENT = re.compile(r"[^A-Za-z0-9_]")
 def c_ident(name: str) -> str:
     s = _IDENT.sub("_", name).strip("_") or "k"
     return s if not s[0].isdigit() else "k" + s
-
-
-def knob(knobs: Mapping[str, object], name: str, op: Operation, default=None):
-    if name in knobs:
-        return knobs[name]
-    if default is not None:
-        return default
-    raise EmmyError(f"tile.kernel @{op.properties['sym_name'].data}: knob '{name}' is missing")  # type: ignore[union-attr]
 
 
 def io_args(op: Operation) -> tuple[list[Attribute], list[str], list[In | Out]]:

@@ -54,6 +54,12 @@ faster (H200, Qwen3's layer on sm_90a: 42.0/69.0/130.0 us at 128/512/1100 tokens
 48.6/71.6/142.0 with a budget of 8), so there is none unless asked for. `emmy compile
 --max-launches N` records it in the module, so dumps replay with it.
 
+A kernel whose outputs lie over different axes runs as parts (`emmy.schedule.plan`), decided as
+one product over all their columns. Where a part cannot run with the answers, this pass (not the
+lowering) steps rule-tier `block_n` down its domain (while over 64), then `stages`, until every
+part can, and says so in the knob's reason (`part @P cannot run with block_n=96 (...): lowered
+to 64`): the values in the IR are what runs.
+
 `decisions(module)` lists every knob as a `Decision` (kernel, knob, value, tier, reason) for
 `emmy compile --explain` and the dump's decisions file.
 """
