@@ -283,3 +283,26 @@ def test_candidate_facts_come_from_the_plan(contraction):
         }
         assert 0 < facts["threads"] <= SM90A.max_threads_per_block and facts["smem_bytes"] <= SM90A.smem_per_block
         assert facts["waves"] == -(-facts["blocks"] // SM90A.sms)
+
+
+def test_reordered_needs_every_knob(contraction):
+    points = LegalSpace.from_points(list(legal_points(contraction, SMALL, SM90A)), knob_order(SMALL))
+    with pytest.raises(EmmyError, match=r"the order \(block_m\) must name each knob of the space \(workers, "):
+        points.reordered(("block_m",))
+
+
+def test_the_decisions_of_a_layer_are_legal_points():
+    """Every kernel of the Qwen3 layer (sm_90a): the rules' answers are one of its legal points."""
+    from emmy.dialects.tile import KernelOp
+    from emmy.driver import CompileOptions, compile_model
+    from emmy.passes.decide_forks import problem_of
+
+    module = compile_model(CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", tokens=32, target="sm_90a", stop_after="tile")).module
+    kinds = set()
+    for op in module.walk():
+        if isinstance(op, KernelOp):
+            problem = problem_of(op, SM90A)
+            points = legal_points(problem.info, problem.space, SM90A)
+            assert op.knob_values() in points, op.kernel_name
+            kinds.add(op.kind_name)
+    assert kinds == {"elementwise", "contraction", "attention"}
