@@ -3,6 +3,9 @@
     emmy compile MODEL --layer N [--tokens T] [--target sm_90] [--ir STAGE] [--explain]
                        [--knob KERNEL.KNOB=VALUE ...] [--time-passes] [-o FILE.cu]
     emmy run MODEL --layer N [--tokens T] [--backend cuda|interpret] [--check]
+    emmy tune MODEL [--layer N] [--tokens T,...] [--trials K] [--storage URL] [--workers W] ...
+    emmy records list|show KEY|export FILE|import FILE [--storage URL]
+    emmy prior fit|evaluate [--storage URL | --records FILE.json ...] [--target T] [--out FILE] [--json]
 
 The environment variable EMMY_DUMP_DIR=DIR makes `emmy compile` write the module after every
 pass (`NN-<pass>.mlir`), the CUDA source and the decisions into DIR.
@@ -16,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from emmy.cli import golden, prior, records, tune
 from emmy.cli.report import run_guarded
 from emmy.context import STAGES
 from emmy.diagnostics import EmmyError
@@ -49,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="trade helper launches (combine kernels) until each function makes at most N per call "
                             "(default: no budget; helpers are faster under CUDA-graph replay)")
         p.add_argument("--seed", type=int, default=0, help="seed for random weights and inputs")
+        p.add_argument("--evidence", default=None, metavar="TIER,TIER,...",
+                       help="the evidence tiers decide-forks may use: pinned,local,golden,nearest,prior,rule "
+                            "(default: all, or EMMY_EVIDENCE)")
         p.add_argument("--tracer", default="capture", metavar="capture|export",
                        help="how the model is traced: capture (default, fast) or torch.export; same IR")
 
@@ -69,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="token ids for a whole-model run (their count sets --tokens)")
     r.add_argument("--text", default=None, help="text for a whole-model run, tokenized by the model "
                    "directory's own tokenizer (needs a local model with tokenizer files)")
+    tune.add_parser(sub)
+    records.add_parser(sub)
+    golden.add_parser(sub)
+    prior.add_parser(sub)
     return ap
 
 
@@ -101,8 +112,43 @@ def _options(args, stop_after: str):
     return CompileOptions(
         model=args.model, layer=args.layer, tokens=args.tokens, target=target,
         pins=tuple(args.knob), max_launches=args.max_launches, stop_after=stop_after, seed=args.seed, tracer=args.tracer,
-        verify_each=verify_each,
+        verify_each=verify_each, records=_local_store(), golden=_golden_dir(),
+        evidence=_evidence(args),
     )
+
+
+def _evidence(args) -> str:
+    """--evidence, else EMMY_EVIDENCE, else every tier; checked here so a bad name is a clear
+    error before anything is compiled."""
+    from emmy.evidence import parse_tiers
+
+    text = args.evidence if args.evidence is not None else os.environ.get("EMMY_EVIDENCE", "")
+    where = "--evidence" if args.evidence is not None else "EMMY_EVIDENCE"
+    try:
+        parse_tiers(text)
+    except EmmyError as e:
+        raise EmmyError(f"{where} '{text}': {e.message}", hint=e.hint) from None
+    return text
+
+
+def _golden_dir() -> str:
+    """EMMY_GOLDEN, else the golden folder that ships with Emmy (where there is one)."""
+    from emmy.golden import default_dir
+
+    chosen = os.environ.get("EMMY_GOLDEN")
+    if chosen:
+        return chosen
+    shipped = default_dir()
+    return str(shipped) if shipped.is_dir() else ""
+
+
+def _local_store() -> str:
+    """The default tuning store (records.db under EMMY_HOME) for decide-forks' local tier, when
+    there is one: compiling never creates a store."""
+    from emmy.records.store import DEFAULT_FILE, default_url
+
+    home = _emmy_home()
+    return default_url(home) if (home / DEFAULT_FILE).is_file() else ""
 
 
 def cmd_compile(args) -> int:
@@ -382,7 +428,8 @@ def _emmy_home() -> Path:
     return Path(base) / "emmy"
 
 
-COMMANDS = {"compile": cmd_compile, "run": cmd_run}
+COMMANDS = {"compile": cmd_compile, "run": cmd_run, "tune": tune.cmd_tune, "records": records.cmd_records,
+            "golden": golden.cmd_golden, "prior": prior.cmd_prior}
 
 
 def run(argv: list[str]) -> int:

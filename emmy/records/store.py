@@ -50,8 +50,8 @@ BEST_ATTR = "emmy.best"
 
 # Seconds between a measuring worker's heartbeats, and after which a silent worker's running
 # trial is failed (a worker killed mid-trial leaves no trial running forever).
-HEARTBEAT_S = 5
-GRACE_S = 60
+HEARTBEAT_S = 2
+GRACE_S = 20
 
 
 def default_url(home: Path) -> str:
@@ -238,13 +238,30 @@ def _storage(url: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
         try:
-            return optuna.storages.RDBStorage(
+            return _retrying(lambda: optuna.storages.RDBStorage(
                 url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-            )
+            ))
         except RuntimeError as e:  # Optuna's own table schema is newer (or older) than this Optuna
             raise EmmyError(f"store {display_url(url)}: {first_line(e)}") from None
         except ImportError as e:
             raise EmmyError(f"store {display_url(url)}: its database driver is not installed ({first_line(e)})") from None
+
+
+def _retrying(make, attempts: int = 5):
+    """`make()`, again where another process creating the same new store at the same moment
+    made it fail (Optuna's table setup is not safe against a concurrent one: a duplicate
+    version row, a table created twice)."""
+    import time
+
+    import sqlalchemy.exc
+
+    for attempt in range(attempts):
+        try:
+            return make()
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def _check_schema(storage, name: str, create: bool) -> None:

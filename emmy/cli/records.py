@@ -1,0 +1,152 @@
+"""`emmy records`: inspect and move the tuning store's records.
+
+    emmy records list [--storage URL]
+    emmy records show KEY [--storage URL]        # KEY: a key id or a unique prefix of one
+    emmy records export FILE [--storage URL]     # schema-versioned JSON
+    emmy records import FILE [--storage URL]
+
+The store is `--storage` or SQLite `records.db` under EMMY_HOME (`~/.cache/emmy`). Listing,
+showing and exporting never create a store.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from emmy.diagnostics import EmmyError
+
+ACTIONS = ("list", "show", "export", "import")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("records", help="list, show, export or import tuning records")
+    p.add_argument("action", metavar="list|show|export|import")
+    p.add_argument("argument", nargs="?", default=None, metavar="KEY|FILE")
+    p.add_argument("--storage", default=None, metavar="URL",
+                   help="the store: any database URL Optuna accepts (default: sqlite under EMMY_HOME)")
+
+
+def cmd_records(args) -> int:
+    from emmy.cli.tune import _quiet_optuna, storage_url
+    from emmy.records.store import open_store, store_errors
+
+    if args.action not in ACTIONS:
+        raise EmmyError(f"emmy records: unknown action '{args.action}'", hint="valid actions: " + ", ".join(ACTIONS))
+    if args.action != "list" and not args.argument:
+        what = "KEY" if args.action == "show" else "FILE"
+        raise EmmyError(f"emmy records {args.action}: give the {what}")
+    _quiet_optuna()
+    url = storage_url(args)
+    if args.action == "import":
+        from emmy.records.transfer import read_export
+
+        data = read_export(_read(Path(args.argument)), args.argument)
+        store = open_store(url)
+        from emmy.records.transfer import import_records
+
+        with store_errors(store.name):
+            added = import_records(store, data, args.argument)
+        print(f"imported {added} trials of {len(data['studies'])} studies into {store.name}")
+        return 0
+    store = open_store(url, create=False)
+    if store is None:
+        from emmy.records.store import display_url
+
+        if args.action == "list":
+            print(f"no records: there is no store at {display_url(url)} (nothing has been tuned)")
+            return 0
+        raise EmmyError(f"there is no store at {display_url(url)} (nothing has been tuned)")
+    with store_errors(store.name):
+        if args.action == "list":
+            return _list(store)
+        if args.action == "show":
+            return _show(store, args.argument)
+        return _export(store, Path(args.argument))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmmyError(f"cannot read '{path}': {getattr(e, 'strerror', None) or e}") from None
+
+
+def _list(store) -> int:
+    from emmy.cli.table import format_table
+    from emmy.records.store import best_record
+    from emmy.search.study import measured
+
+    rows = []
+    for name in store.study_names():
+        study = store.load(name)
+        rec = best_record(store, name)
+        attrs = study.user_attrs
+        target = (attrs.get("emmy.key") or {}).get("target", "")
+        rows.append((name[:12], str(attrs.get("emmy.kernel", "")), str(target), str(len(measured(study))),
+                     rec.summary() if rec else "-", rec.date if rec else ""))
+    if not rows:
+        print(f"no records in {store.name}")
+        return 0
+    print(format_table(("key", "kernel", "target", "trials", "best", "date"), rows))
+    return 0
+
+
+def _find(store, key: str) -> str:
+    names = store.study_names()
+    found = [n for n in names if n == key] or [n for n in names if n.startswith(key)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise EmmyError(f"no study for key '{key}' in {store.name}",
+                        hint="keys: " + (", ".join(n[:12] for n in names) or "none"))
+    raise EmmyError(f"key '{key}' names {len(found)} studies: " + ", ".join(found), hint="give more of the key")
+
+
+def _show(store, key: str) -> int:
+    from collections import Counter
+
+    from emmy.records.store import best_record
+    from emmy.search.study import measured
+
+    name = _find(store, key)
+    study = store.load(name)
+    attrs = study.user_attrs
+    print(f"key {name}")
+    for field, value in (attrs.get("emmy.key") or {}).items():
+        if field != "id":
+            print(f"  {field}: {value}")
+    print(f"kernel {attrs.get('emmy.kernel', '')}: {attrs.get('emmy.description', '')}")
+    trials = measured(study)
+    states = Counter(str(t.user_attrs.get("status")) for t in trials)
+    print(f"trials: {len(trials)} measured (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")")
+    rec = best_record(store, name)
+    if rec is None:
+        print("best: none named yet")
+    else:
+        print(f"best: trial {rec.trial}, {rec.summary()}, error {rec.error}, {rec.date}")
+        print("  " + ", ".join(f"{k}={v}" for k, v in rec.values.items()))
+        print(f"  card {rec.card}, driver {rec.driver}, CUDA {rec.cuda}, PyTorch {rec.torch}, "
+              f"Emmy {rec.emmy}, source {rec.source_hash[:12]}")
+    ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)[:5]
+    for t in ok:
+        values = ", ".join(f"{k}={v}" for k, v in t.user_attrs["values"].items())
+        print(f"  trial {t.number}: {t.value * 1e6:.2f} us  {values}")
+    return 0
+
+
+def _export(store, path: Path) -> int:
+    from emmy.records.transfer import export_records
+
+    data = export_records(store)
+    try:
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise EmmyError(f"cannot write '{path}': {e.strerror}") from None
+    trials = sum(len(s["trials"]) for s in data["studies"])
+    print(f"exported {trials} trials of {len(data['studies'])} studies to {path}", file=sys.stdout)
+    return 0
+
+
+__all__ = ["add_parser", "cmd_records"]

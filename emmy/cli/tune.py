@@ -1,0 +1,126 @@
+"""`emmy tune`: answer every fork of a layer or model by measurement, into the tuning store.
+
+    emmy tune MODEL [--layer N] [--tokens T[,T,...]] [--trials K] [--time-budget S]
+                    [--kernel NAME ...] [--storage URL] [--target sm_XX] [--workers W]
+
+One Optuna study per distinct kernel key (`emmy.search`), in the store at `--storage` (default:
+SQLite `records.db` under EMMY_HOME, `~/.cache/emmy`). Re-running continues the same studies.
+`--measurer cost` replaces the GPU by a deterministic cost from each candidate's plan (for
+tests and for trying the tuner without a GPU: its times mean nothing).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from emmy.diagnostics import EmmyError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="measure schedules of every kernel and record the best")
+    p.add_argument("model", help="a known model id, a local Hugging Face directory, or path.py:fn")
+    p.add_argument("--layer", type=int, default=None, help="decoder layer to tune (default: the whole model)")
+    p.add_argument("--tokens", default="512", metavar="T[,T,...]", help="token counts to tune at (default 512)")
+    p.add_argument("--trials", type=int, default=None, metavar="K",
+                   help="measured candidates per kernel (default 30, or unlimited with --time-budget)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S", help="seconds per kernel per worker")
+    p.add_argument("--kernel", action="append", default=[], metavar="NAME", help="tune only this kernel (repeatable)")
+    p.add_argument("--storage", default=None, metavar="URL",
+                   help="the store: any database URL Optuna accepts (default: sqlite under EMMY_HOME)")
+    p.add_argument("--target", default=None, help="sm_80|sm_86|sm_89|sm_90|sm_90a (default: the GPU's)")
+    p.add_argument("--workers", type=int, default=1, metavar="W", help="measuring processes (default 1)")
+    p.add_argument("--batch", type=int, default=4, metavar="N",
+                   help="candidates a worker builds together ahead of the GPU (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler, the weights and the inputs")
+    p.add_argument("--tracer", default="capture", metavar="capture|export", help="how the model is traced")
+    p.add_argument("--measurer", default="gpu", metavar="gpu|cost[:S]",
+                   help="gpu (default), or cost: a deterministic cost from each plan, no GPU (a test aid)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def parse_tokens(text: str) -> list[int]:
+    try:
+        tokens = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise EmmyError(f"--tokens '{text}': expected token counts separated by commas, e.g. 512,4096") from None
+    if not tokens or any(t < 1 for t in tokens):
+        raise EmmyError(f"--tokens '{text}': give one or more token counts of at least 1")
+    return list(dict.fromkeys(tokens))
+
+
+def budget_of(args):
+    from emmy.search.study import Budget
+
+    if args.trials is not None and args.trials < 1:
+        raise EmmyError(f"--trials {args.trials}: give at least 1 trial per kernel")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise EmmyError(f"--time-budget {args.time_budget}: give a positive number of seconds")
+    trials = args.trials if args.trials is not None or args.time_budget is not None else 30
+    return Budget(trials=trials, seconds=args.time_budget)
+
+
+def storage_url(args) -> str:
+    from emmy.cli.main import _emmy_home
+    from emmy.records.store import default_url
+
+    return args.storage if args.storage else default_url(_emmy_home())
+
+
+def cmd_tune(args) -> int:
+    from emmy.cli.main import TARGETS, _golden_dir, _has_gpu, default_target
+    from emmy.cli.table import format_table
+
+    tokens = parse_tokens(args.tokens)
+    budget = budget_of(args)
+    if args.workers < 1:
+        raise EmmyError(f"--workers {args.workers}: give at least 1 measuring process")
+    if args.batch < 1:
+        raise EmmyError(f"--batch {args.batch}: give at least 1 candidate per batch")
+    if args.tracer not in ("capture", "export"):
+        raise EmmyError(f"unknown tracer '{args.tracer}'", hint="valid tracers: capture, export")
+    kind = args.measurer.partition(":")[0]
+    if kind != "gpu":
+        from emmy.search.cost import make_measurer
+
+        make_measurer(args.measurer)  # checks the spec before anything is compiled or stored
+    if kind == "gpu" and not _has_gpu():
+        raise EmmyError("emmy tune measures candidates on a GPU, and no CUDA device was found",
+                        hint="to try the tuner without one, '--measurer cost' ranks candidates by a "
+                             "deterministic cost from their plans (its times mean nothing)")
+    target = args.target or default_target()
+    if target not in TARGETS:
+        raise EmmyError(f"unknown target '{target}'", hint="valid targets: " + ", ".join(TARGETS))
+    from emmy.records.store import open_store, store_errors
+
+    _quiet_optuna()
+    store = open_store(storage_url(args))
+    assert store is not None
+    from emmy.driver import CompileOptions
+    from emmy.search.task import select, tasks_of
+    from emmy.search.tune import HEADER, outcome_rows, tune
+
+    layer = args.layer
+    options = CompileOptions(model=args.model, layer=layer, tokens=tokens[0], target=target, seed=args.seed,
+                             tracer=args.tracer, verify_each=False, golden=_golden_dir())
+    tasks = select(tasks_of(options, tokens), args.kernel)
+    progress = None if args.quiet else sys.stderr
+    from emmy.cli.main import _emmy_home
+
+    with store_errors(store.name):
+        outcomes, problems = tune(tasks, store, budget, args.measurer, args.workers, args.seed, args.batch,
+                                  cache_dir=_emmy_home(), progress=progress)
+    print(format_table(HEADER, outcome_rows(outcomes)))
+    print(f"records in {store.name}")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _quiet_optuna() -> None:
+    """Optuna logs each study it creates at INFO; the progress bars say enough."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+__all__ = ["add_parser", "cmd_tune"]

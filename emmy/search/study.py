@@ -1,0 +1,377 @@
+"""One Optuna study per kernel key: its first trials, the trial loop one worker runs, and naming
+the best.
+
+    study = open_study(store, task)                 # created once, seeded once
+    run_trials(store, task, measurer, Budget(trials=30), seed=0)   # one worker's loop
+    best = name_best(store, task, measurer)         # after re-measuring the top few
+
+The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
+draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
+default answer (what Emmy chooses without records) and its legal neighbours as the first trials;
+then TPE (multivariate, grouped for the conditional space, a constant liar for parallel
+workers, a fixed seed per worker) proposes the rest.
+
+Trials (the store's layout is in `emmy.records.store`):
+- measured "ok": COMPLETE, value = seconds per call;
+- any other status (`wrong`, `build_failed`, `build_timeout`, `launch_error`, `spills`): FAIL,
+  with `status` and `reason`: never chosen, never a crash;
+- a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
+  `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead;
+- a worker that dies mid-trial leaves a RUNNING trial that Optuna's heartbeat fails later (FAIL
+  without `status`); finished trials are committed one by one and never lost.
+
+The budget counts measured trials (those with a `status`), over all workers and processes: a
+worker asks for as many as the budget leaves after the measured and the running ones (at most
+`batch`), and waits while others measure the last ones (a running trial of a dead worker counts
+until the heartbeat's grace period fails it). A study thus ends with its budget of measured
+trials, more only where workers asked at the same moment (at most (W - 1) x batch more). Several
+processes pointed at one store share the studies the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from emmy.measure import Measurement
+from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, KERNEL_ATTR, KEY_ATTR, HEARTBEAT_S, Store
+
+# How many of the best candidates are re-measured, interleaved, before a study names its best,
+# and how many rounds.
+TOP = 3
+ROUNDS = 5
+# Neighbours of the default answer enqueued as first trials.
+NEIGHBOURS = 6
+# Consecutive repeated draws after which a worker stops (the sampler has little left to offer).
+MAX_REPEATS = 50
+# Seconds a worker waits while other workers measure the last trials of the budget.
+WAIT_S = 0.5
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Measured trials per study (None: no limit) and seconds per study per worker (None: no
+    limit); at least one of them is set."""
+
+    trials: int | None = None
+    seconds: float | None = None
+
+
+def point_key(values: Mapping[str, object]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in values.items()))
+
+
+def conditional_space(task):
+    """The task's ConditionalSpace over its legal points (knobs in `knob_order`: `workers`
+    first)."""
+    from emmy.schedule.space import ConditionalSpace, legal_points
+
+    points = legal_points(task.info(), dict(task.space), task.target_object())
+    return ConditionalSpace(points, points.order)
+
+
+def params_of(space, point: Mapping[str, object]) -> dict[str, object] | None:
+    """The Optuna parameters under which `space.suggest` would draw `point` (for enqueueing it):
+    the suggestions are replayed on a recorder that answers each knob with the point's value.
+    None where the space cannot draw the point."""
+    recorder = _Recorder(point)
+    try:
+        space.suggest(recorder)
+    except _NotInSpace:
+        return None
+    return recorder.params
+
+
+class _NotInSpace(Exception):
+    pass
+
+
+class _Recorder:
+    """Stands in for an Optuna trial: answers `suggest_categorical(name, choices)` with the
+    point's value of the parameter's knob (`ConditionalSpace.parameter`: `knob|choices`)."""
+
+    def __init__(self, point: Mapping[str, object]):
+        self.point = dict(point)
+        self.params: dict[str, object] = {}
+
+    def suggest_categorical(self, name: str, choices):
+        knob = name.partition("|")[0]
+        if knob not in self.point or self.point[knob] not in choices:
+            raise _NotInSpace(name)
+        value = self.point[knob]
+        self.params[name] = value
+        return value
+
+
+def open_study(store: Store, task, seed: int = 0):
+    """The study of the task's key; created (with its attributes and first trials) when missing.
+    Several processes may call this at once: exactly one creates and seeds."""
+    import optuna
+
+    sampler = _sampler(seed)
+    name = task.key_id
+    try:
+        study = optuna.create_study(study_name=name, storage=store.storage, sampler=sampler, direction="minimize")
+    except optuna.exceptions.DuplicatedStudyError:
+        return store.load(name, sampler=sampler)
+    study.set_user_attr(KEY_ATTR, _key_fields(task.key))
+    study.set_user_attr(KERNEL_ATTR, task.kernel)
+    study.set_user_attr(DESCRIPTION_ATTR, task.description)
+    # For the prior (emmy.prior.data): the key is a digest and cannot give back the kernel, so
+    # the isolated tile-stage module is kept; `emmy prior fit` rebuilds each trial's plan from it.
+    study.set_user_attr("emmy.module", task.module)
+    space = conditional_space(task)
+    default = dict(task.default)
+    first = [default, *space.neighbours(default, NEIGHBOURS)] if default else []
+    for point in first:
+        params = params_of(space, point)
+        if params is not None:
+            study.enqueue_trial(params, skip_if_exists=True)
+    return study
+
+
+def _key_fields(key) -> dict[str, object]:
+    fields = {"id": key.id, "structure_id": key.structure_id}
+    for name in ("structure", "shape", "target", "version"):
+        fields[name] = getattr(key, name)
+    return {k: v if isinstance(v, (str, int, float)) else str(v) for k, v in fields.items()}
+
+
+def _sampler(seed: int):
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # multivariate/group/constant_liar are "experimental"
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+
+
+def measured(study) -> list:
+    """The study's measured trials (COMPLETE or FAIL with a `status`), by number."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if "status" in t.user_attrs]
+
+
+def run_trials(
+    store: Store,
+    task,
+    measurer,
+    budget: Budget,
+    seed: int = 0,
+    batch: int = 1,
+    on_trial: Callable[[int, float | None], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> int:
+    """One worker's loop on one study: ask up to `batch` trials, measure them together, tell,
+    until the study has `budget.trials` measured trials, `budget.seconds` have passed, or every
+    legal point is measured. Returns the trials this worker measured. `on_trial(measured so far,
+    best time)` is called after each batch."""
+    clock = clock or time.monotonic
+    start = clock()
+    study = open_study(store, task, seed)
+    space = conditional_space(task)
+    env = measurer.environment()
+    done_here = repeats = 0
+    while True:
+        _fail_stale(study)
+        count, running = len(measured(study)), _running(study)
+        if budget.trials is not None and count >= budget.trials:
+            break
+        if budget.seconds is not None and clock() - start >= budget.seconds:
+            break
+        if count >= len(space.space) or repeats >= MAX_REPEATS:
+            break
+        room = batch if budget.trials is None else min(batch, budget.trials - count - running)
+        if room <= 0:  # the last trials of the budget are being measured by other workers
+            time.sleep(WAIT_S)
+            continue
+        trials, points = [], []
+        for _ in range(room):
+            trial, point = _ask(store, study, space)
+            other = _repeats(study, trial, point)
+            if other is not None:
+                _prune(study, trial, space, point, other)
+                repeats += 1
+                continue
+            trials.append(trial)
+            points.append(point)
+        if not trials:
+            continue
+        repeats = 0
+        with _Heartbeat(store, [t._trial_id for t in trials]):
+            results = measurer.measure(task, points)
+        for trial, point, m in zip(trials, points, results):
+            _tell(study, trial, point, m, env)
+        done_here += len(trials)
+        if on_trial is not None:
+            on_trial(len(measured(study)), _best_time(study))
+    return done_here
+
+
+def _running(study) -> int:
+    """Trials being measured (a trial asked for by a worker that died before it drew its point
+    has no values and counts for nothing)."""
+    import optuna
+
+    return sum("values" in t.user_attrs for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+
+
+def _ask(store: Store, study, space):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "heartbeat is supposed to be used with optimize"
+        trial = study.ask()
+    store.storage.record_heartbeat(trial._trial_id)  # (before its values: see _running)
+    point = dict(space.suggest(trial))
+    trial.set_user_attr("values", point)
+    return trial, point
+
+
+def _repeats(study, trial, point) -> int | None:
+    """The number of another trial that measured, or is measuring, the same point."""
+    import optuna
+
+    key = point_key(point)
+    for t in study.get_trials(deepcopy=False):
+        if t.number == trial.number or "values" not in t.user_attrs:
+            continue
+        live = t.state == optuna.trial.TrialState.RUNNING or "status" in t.user_attrs
+        if live and point_key(t.user_attrs["values"]) == key:
+            return t.number
+    return None
+
+
+def _prune(study, trial, space, point, other: int) -> None:
+    import optuna
+
+    trial.set_user_attr("reason", f"repeats trial {other}")
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    seen = {point_key(t.user_attrs["values"]) for t in study.get_trials(deepcopy=False) if "values" in t.user_attrs}
+    for n in space.neighbours(point, NEIGHBOURS):
+        params = params_of(space, n)
+        if point_key(n) not in seen and params is not None:
+            study.enqueue_trial(params, skip_if_exists=True)
+            return
+
+
+def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:
+    import optuna
+
+    attrs = {
+        "status": m.status, "time_s": m.time_s, "spread": m.spread, "error": m.error, "reason": m.reason,
+        "env": dict(env), "date": _now(), "uid": uuid.uuid4().hex,
+        "facts": {k: v for k, v in m.facts.items() if isinstance(v, (int, float, str, bool)) or v is None},
+    }
+    for k, v in attrs.items():
+        trial.set_user_attr(k, v)
+    if m.ok and m.time_s is not None:
+        study.tell(trial, m.time_s)
+    else:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _best_time(study) -> float | None:
+    times = [t.value for t in measured(study) if t.value is not None]
+    return min(times) if times else None
+
+
+def _fail_stale(study) -> None:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optuna.storages.fail_stale_trials(study)
+
+
+class _Heartbeat:
+    """Records the trials' heartbeats while they are measured (a worker killed mid-measurement
+    stops beating, and its trials are failed by the next worker after the grace period)."""
+
+    def __init__(self, store: Store, trial_ids: list[int]):
+        self.storage, self.ids = store.storage, trial_ids
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while True:
+            for tid in self.ids:
+                self.storage.record_heartbeat(tid)
+            if self.stop.wait(HEARTBEAT_S):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+@dataclass(frozen=True)
+class Best:
+    """What a study names after re-measuring: the trial, its values, time and spread; `kept`
+    when the recorded best stayed (the new one was not faster by more than the spread)."""
+
+    trial: int
+    values: Mapping[str, object]
+    time_s: float
+    spread: float
+    kept: bool
+
+
+def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS) -> Best | None:
+    """Re-measure the `top` fastest measured candidates and the recorded best, interleaved; the
+    fastest that is still right becomes the study's best, unless a best is recorded and the
+    newcomer is not faster than it by more than the larger of their spreads. None where nothing
+    measured right."""
+    study = store.load(task.key_id)
+    ok = sorted((t for t in measured(study) if t.value is not None), key=lambda t: t.value)
+    chosen, keys = [], set()
+    for t in ok:
+        if point_key(t.user_attrs["values"]) not in keys:
+            keys.add(point_key(t.user_attrs["values"]))
+            chosen.append(t)
+        if len(chosen) == top:
+            break
+    old = study.user_attrs.get(BEST_ATTR)
+    candidates = [dict(t.user_attrs["values"]) for t in chosen]
+    if old is not None and point_key(old["values"]) not in keys:
+        candidates.append(dict(old["values"]))
+    if not candidates:
+        return None
+    again = measurer.remeasure(task, candidates, rounds)
+    numbers = [t.number for t in chosen] + ([int(old["trial"])] if len(candidates) > len(chosen) else [])
+    results = [(n, v, m) for n, v, m in zip(numbers, candidates, again) if m.ok and m.time_s is not None]
+    if not results:
+        return None
+    n, values, m = min(results, key=lambda r: r[2].time_s)
+    if old is not None:
+        prev = next((r for r in results if point_key(r[1]) == point_key(old["values"])), None)
+        if prev is not None and prev[0] != n:
+            margin = max(m.spread or 0.0, prev[2].spread or 0.0)
+            if not m.time_s < prev[2].time_s * (1.0 - margin):
+                n, values, m = prev
+                _write_best(study, n, values, m, measurer.environment())
+                return Best(n, values, m.time_s, m.spread or 0.0, kept=True)
+    _write_best(study, n, values, m, measurer.environment())
+    return Best(n, values, m.time_s, m.spread or 0.0, kept=old is not None and point_key(old["values"]) == point_key(values))
+
+
+def _write_best(study, trial: int, values, m: Measurement, env) -> None:
+    study.set_user_attr(BEST_ATTR, {
+        "trial": trial, "values": dict(values), "time_s": m.time_s, "spread": m.spread or 0.0,
+        "error": m.error, "env": dict(env), "date": _now(),
+    })
+
+
+__all__ = ["Best", "Budget", "conditional_space", "measured", "name_best", "open_study", "params_of", "run_trials"]

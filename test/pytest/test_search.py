@@ -1,0 +1,206 @@
+"""emmy tune's search (emmy.search) on the real loop and store, with the deterministic cost
+measurer in place of the GPU: tasks, first trials, legality of every draw, failed candidates,
+resuming, naming the best, and the local tier reading it back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pytest
+
+from emmy.driver import CompileOptions, compile_model
+from emmy.measure import Measurement
+from emmy.records import best_record, default_url, open_store
+from emmy.search.cost import CostMeasurer
+from emmy.search.study import Budget, measured, name_best, open_study, point_key, run_trials
+from emmy.search.task import select, tasks_in
+from emmy.search.tune import HEADER, outcome_rows, tune
+from emmy.targets import get_target
+from emmy.tuning.legality import check
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = f"{ROOT}/test/pytest/models/mlp_block.py:make"
+TARGET = "sm_90"
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    result = compile_model(CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile"))
+    return tasks_in(result.module, get_target(TARGET), 16)
+
+
+@pytest.fixture
+def store(tmp_path):
+    return open_store(default_url(tmp_path))
+
+
+def _values(study):
+    return [t.user_attrs["values"] for t in measured(study)]
+
+
+def test_one_task_per_key_with_its_default(tasks):
+    assert len({t.key_id for t in tasks}) == len(tasks) >= 2
+    for t in tasks:
+        op = t.kernel_op()
+        assert op.kernel_name == t.kernel
+        assert all(k.value is None for k in op.knob_dict().values())  # undecided in the task
+        assert set(t.default) == set(t.space)
+        assert check(t.info(), t.default, get_target(TARGET)) == []
+
+
+def test_first_trials_are_the_default_then_legal_draws(tasks, store):
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=12), seed=0, batch=3)
+    study = store.load(task.key_id)
+    values = _values(study)
+    assert len(values) == 12
+    assert values[0] == dict(task.default)
+    info, target = task.info(), get_target(TARGET)
+    assert all(check(info, v, target) == [] for v in values)
+    assert len({point_key(v) for v in values}) == len(values)  # never measured twice
+    for t in measured(study):
+        assert set(t.user_attrs) >= {"values", "status", "time_s", "spread", "error", "reason", "env", "date", "uid"}
+        assert t.user_attrs["env"]["card"] == "cost model (no GPU)"
+        if t.user_attrs["status"] == "ok":
+            assert t.state == optuna.trial.TrialState.COMPLETE and t.value == t.user_attrs["time_s"]
+        else:
+            assert t.state == optuna.trial.TrialState.FAIL and t.user_attrs["reason"]
+
+
+def test_failed_candidates_are_failed_trials_not_crashes(tasks, store):
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(fail_every=2), Budget(trials=10), seed=1)
+    statuses = [t.user_attrs["status"] for t in measured(store.load(task.key_id))]
+    assert "build_failed" in statuses and len(statuses) == 10
+
+
+def test_a_second_run_continues_the_study(tasks, store):
+    task = tasks[1]
+    run_trials(store, task, CostMeasurer(), Budget(trials=5), seed=0)
+    first = _values(store.load(task.key_id))
+    run_trials(store, task, CostMeasurer(), Budget(trials=9), seed=0)
+    again = _values(store.load(task.key_id))
+    assert len(again) == 9 and again[:5] == first
+
+
+def test_the_study_is_created_and_seeded_once(tasks, store):
+    task = tasks[0]
+    open_study(store, task)
+    waiting = len(store.load(task.key_id).get_trials(states=(optuna.trial.TrialState.WAITING,)))
+    open_study(store, task)
+    assert len(store.load(task.key_id).get_trials(states=(optuna.trial.TrialState.WAITING,))) == waiting >= 1
+    attrs = store.load(task.key_id).user_attrs
+    assert attrs["emmy.kernel"] == task.kernel and attrs["emmy.key"]["id"] == task.key_id
+
+
+def test_time_budget_stops_the_loop(tasks, store):
+    ticks = iter(range(0, 1000, 10))
+    done = run_trials(store, tasks[0], CostMeasurer(), Budget(seconds=25), clock=lambda: next(ticks))
+    assert 1 <= done <= 3
+
+
+def test_name_best_remeasures_and_records(tasks, store):
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=10))
+    best = name_best(store, task, CostMeasurer())
+    study = store.load(task.key_id)
+    fastest = min((t for t in measured(study) if t.value is not None), key=lambda t: t.value)
+    assert best.trial == fastest.number and best.values == fastest.user_attrs["values"]
+    rec = best_record(store, task.key)
+    assert rec.values == fastest.user_attrs["values"] and rec.trial == fastest.number and rec.time_s == best.time_s
+
+
+class _Remeasured(CostMeasurer):
+    """Re-measures each candidate at the given times (by trial values), spread 2%."""
+
+    def __init__(self, times):
+        super().__init__()
+        object.__setattr__(self, "times", times)
+
+    def remeasure(self, task, candidates, rounds):
+        return [Measurement("ok", time_s=self.times(c), spread=0.02, error=0.0) for c in candidates]
+
+
+def test_a_new_best_must_beat_the_old_by_more_than_the_spread(tasks, store):
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=8))
+    first = name_best(store, task, CostMeasurer())
+    old = point_key(first.values)
+    # another candidate now re-measures 1% faster than the recorded best: within the 2% spread
+    kept = name_best(store, task, _Remeasured(lambda c: 1e-5 if point_key(c) == old else 0.99e-5))
+    assert kept.kept and point_key(kept.values) == old
+    assert point_key(best_record(store, task.key).values) == old
+    # 10% faster: replaces it
+    new = name_best(store, task, _Remeasured(lambda c: 1e-5 if point_key(c) == old else 0.9e-5))
+    assert not new.kept and point_key(new.values) != old
+    assert point_key(best_record(store, task.key).values) == point_key(new.values)
+
+
+def test_tune_outcomes_and_table(tasks, store):
+    outcomes, problems = tune(tasks, store, Budget(trials=6), "cost", workers=1, progress=None)
+    assert problems == []
+    rows = outcome_rows(outcomes)
+    assert len(rows[0]) == len(HEADER) and [r[0] for r in rows] == [t.kernel for t in tasks]
+    for o in outcomes:
+        assert o.trials == 6 and o.best is not None and o.default_status in ("ok", "build_failed")
+        if o.default_time_s is not None:
+            assert o.default_time_s >= o.best.time_s * 0.999 or o.best.kept
+
+
+def test_select_names_the_kernels(tasks):
+    from emmy.diagnostics import EmmyError
+
+    assert select(tasks, [tasks[1].kernel]) == [tasks[1]]
+    with pytest.raises(EmmyError, match="--kernel nope: no such kernel here") as e:
+        select(tasks, ["nope"])
+    assert all(t.kernel in str(e.value) for t in tasks)
+
+
+def test_local_tier_answers_from_the_store(tasks, store, tmp_path):
+    from emmy.passes.decide_forks import decisions
+
+    tune(tasks, store, Budget(trials=6), "cost", workers=1, progress=None)
+    options = CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile", records=store.url)
+    found = decisions(compile_model(options).module)
+    for task in tasks:
+        rec = best_record(store, task.key)
+        mine = {d.knob: d for d in found if d.kernel == task.kernel}
+        assert {k: d.value for k, d in mine.items()} == dict(rec.values)
+        assert all(d.tier == "local" for d in mine.values())
+        assert f"study {task.key_id}, trial {rec.trial}" in next(iter(mine.values())).reason
+
+
+def test_local_tier_skips_a_record_no_longer_legal(tasks, store):
+    from emmy.passes.decide_forks import decisions
+    from emmy.records.store import BEST_ATTR
+
+    task = tasks[0]
+    tune([task], store, Budget(trials=4), "cost", workers=1, progress=None)
+    study = store.load(task.key_id)
+    best = dict(study.user_attrs[BEST_ATTR])
+    knob = next(iter(task.space))
+    best["values"] = {**best["values"], knob: "not a value"}
+    study.set_user_attr(BEST_ATTR, best)
+    options = CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile", records=store.url)
+    mine = [d for d in decisions(compile_model(options).module) if d.kernel == task.kernel]
+    assert mine and all(d.tier == "rule" for d in mine)
+
+
+def test_compiling_never_creates_a_store(tmp_path):
+    from emmy.passes.decide_forks import decisions
+
+    url = default_url(tmp_path / "home")
+    options = CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile", records=url)
+    assert all(d.tier == "rule" for d in decisions(compile_model(options).module))
+    assert not (tmp_path / "home").exists()
+
+
+def test_cost_measurer_is_deterministic(tasks):
+    task = tasks[0]
+    a = CostMeasurer().measure(task, [dict(task.default)])
+    b = CostMeasurer().measure(replace(task), [dict(task.default)])
+    assert a == b

@@ -1,0 +1,218 @@
+"""`emmy tune` and `emmy records` on the command line: a run with the cost measurer, the records
+read back by `emmy records` and by `emmy compile` (tier local), and every bad input a clear
+message with exit code 1, no traceback, nothing in the store lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from emmy.cli.main import run
+from emmy.cli.report import run_guarded
+from emmy.records import SCHEMA, default_url, open_store
+from emmy.records.store import META_STUDY
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = f"{ROOT}/test/pytest/models/mlp_block.py:make"
+TUNE = ["tune", MODEL, "--tokens", "16", "--target", "sm_90", "--quiet"]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMMY_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _error(capsys, argv) -> str:
+    assert run_guarded(run, argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A home whose store holds a short tuning run of the MLP block (both kernels)."""
+    home = tmp_path_factory.mktemp("tuned") / "home"
+    env = {**os.environ, "EMMY_HOME": str(home)}
+    env.pop("EMMY_DUMP_DIR", None)
+    proc = subprocess.run([sys.executable, "-m", "emmy.cli.main", *TUNE, "--trials", "6", "--measurer", "cost"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return home, proc.stdout
+
+
+def test_tune_prints_the_table(tuned):
+    home, out = tuned
+    lines = out.splitlines()
+    assert lines[0].split() == ["kernel", "key", "trials", "best", "default", "speed-up"]
+    assert len(lines) == 2 + 2 + 1 and lines[-1] == f"records in {default_url(home)}"
+    assert all(line.split()[2] == "6" for line in lines[2:4])
+
+
+def test_records_list_and_show(tuned, monkeypatch, capsys):
+    home, _ = tuned
+    monkeypatch.setenv("EMMY_HOME", str(home))
+    assert run(["records", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["key", "kernel", "target", "trials", "best", "date"] and len(out) == 4
+    key = out[2].split()[0]
+    assert run(["records", "show", key]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("key ") and "trials: 6 measured" in shown and "best: trial " in shown
+    assert "card cost model (no GPU)" in shown
+
+
+def test_records_export_import(tuned, tmp_path, monkeypatch, capsys):
+    home, _ = tuned
+    monkeypatch.setenv("EMMY_HOME", str(home))
+    f = tmp_path / "r.json"
+    assert run(["records", "export", str(f)]) == 0
+    data = json.loads(f.read_text())
+    assert data["schema"] == SCHEMA and len(data["studies"]) == 2
+    other = default_url(tmp_path / "other")
+    assert run(["records", "import", str(f), "--storage", other]) == 0
+    assert "imported 12 trials of 2 studies" in capsys.readouterr().out
+    assert run(["records", "import", str(f), "--storage", other]) == 0
+    assert "imported 0 trials" in capsys.readouterr().out
+
+
+def test_compile_uses_the_local_records(tuned, monkeypatch, capsys):
+    home, _ = tuned
+    monkeypatch.setenv("EMMY_HOME", str(home))
+    assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines()[2:] if line.strip()]
+    assert rows and all(" local " in line for line in rows)
+    assert f"store {default_url(home)}, study " in out and ", trial " in out
+
+
+def test_compile_without_a_store_creates_none(home, capsys):
+    assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain"]) == 0
+    assert " local " not in capsys.readouterr().out
+    assert not home.exists()
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def test_no_gpu(capsys):
+    err = _error(capsys, TUNE)
+    assert "emmy tune measures candidates on a GPU, and no CUDA device was found" in err
+    assert "--measurer cost" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trials", "0"], "--trials 0: give at least 1 trial per kernel"),
+    (["--time-budget", "0"], "--time-budget 0.0: give a positive number of seconds"),
+    (["--workers", "0"], "--workers 0: give at least 1 measuring process"),
+    (["--tokens", "a,b"], "--tokens 'a,b': expected token counts separated by commas"),
+    (["--tokens", "0"], "--tokens '0': give one or more token counts of at least 1"),
+    (["--measurer", "abacus"], "unknown measurer 'abacus'"),
+    (["--measurer", "cost:soon"], "--measurer cost:soon: the delay must be a number of seconds"),
+    (["--storage", "not a url"], "--storage 'not a url' is not a database URL"),
+    (["--storage", "nosuchdb://h/x"], "--storage 'nosuchdb://h/x': unknown database kind 'nosuchdb'"),
+    (["--target", "sm_70"], "unknown target 'sm_70'"),
+])
+def test_bad_arguments(args, message, capsys, home):
+    err = _error(capsys, [*TUNE, "--measurer", "cost", *args])
+    assert message in err
+    assert not home.exists()  # checked before anything is created
+
+
+def test_unknown_kernel_lists_the_kernels(capsys):
+    err = _error(capsys, [*TUNE, "--measurer", "cost", "--kernel", "nope"])
+    assert "--kernel nope: no such kernel here" in err and "kernels: " in err
+
+
+def test_unreachable_server(capsys):
+    pytest.importorskip("psycopg")
+    err = _error(capsys, [*TUNE, "--measurer", "cost", "--storage", "postgresql://emmy@127.0.0.1:9/x"])
+    assert "cannot use the store postgresql://emmy@127.0.0.1:9/x" in err
+
+
+def test_newer_schema_store(tmp_path, capsys):
+    url = default_url(tmp_path / "s")
+    store = open_store(url)
+    optuna.load_study(study_name=META_STUDY, storage=store.storage).set_user_attr("schema", SCHEMA + 1)
+    store.storage.engine.dispose()
+    before = (tmp_path / "s" / "records.db").read_bytes()
+    err = _error(capsys, [*TUNE, "--measurer", "cost", "--storage", url])
+    assert "was written by a newer Emmy" in err
+    err = _error(capsys, ["records", "list", "--storage", url])
+    assert "was written by a newer Emmy" in err
+    assert (tmp_path / "s" / "records.db").read_bytes() == before
+
+
+def test_corrupt_store(tmp_path, capsys):
+    f = tmp_path / "records.db"
+    f.write_text("not a database\n")
+    err = _error(capsys, [*TUNE, "--measurer", "cost", "--storage", default_url(tmp_path)])
+    assert "is not an SQLite database" in err and f.read_text() == "not a database\n"
+
+
+def test_read_only_home():
+    """As another user where the tests run as root (root writes anywhere)."""
+    import shutil
+    import tempfile
+
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: no way to make a directory read-only for the test")
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    top = Path(tempfile.mkdtemp(prefix="emmy-ro-"))
+    try:
+        top.chmod(0o755)
+        home = top / "home"
+        home.mkdir()
+        home.chmod(0o555)
+        env = {**os.environ, "EMMY_HOME": str(home), "HOME": str(top)}
+        proc = subprocess.run([*prefix, sys.executable, "-m", "emmy.cli.main", *TUNE, "--measurer", "cost"],
+                              capture_output=True, text=True, env=env, cwd=top)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"the directory {home} is read-only; nothing was written" in proc.stderr
+        assert "set EMMY_HOME to a writable directory" in proc.stderr
+        assert list(home.iterdir()) == []
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["records", "sort"], "emmy records: unknown action 'sort'"),
+    (["records", "show"], "emmy records show: give the KEY"),
+    (["records", "export"], "emmy records export: give the FILE"),
+    (["records", "show", "abc"], "there is no store at"),
+])
+def test_records_bad_input(args, message, capsys):
+    assert message in _error(capsys, args)
+
+
+def test_records_list_without_a_store(home, capsys):
+    assert run(["records", "list"]) == 0
+    assert "no records: there is no store at" in capsys.readouterr().out
+    assert not home.exists()
+
+
+def test_records_show_unknown_key(tuned, monkeypatch, capsys):
+    monkeypatch.setenv("EMMY_HOME", str(tuned[0]))
+    err = _error(capsys, ["records", "show", "zzzz"])
+    assert "no study for key 'zzzz'" in err and "keys: " in err
+
+
+def test_records_import_bad_file(tmp_path, capsys):
+    f = tmp_path / "x.json"
+    f.write_text('{"format": "emmy-records", "schema": 99, "studies": []}')
+    assert "x.json was written by a newer Emmy" in _error(capsys, ["records", "import", str(f)])
+    assert "cannot read" in _error(capsys, ["records", "import", str(tmp_path / "missing.json")])
+
+
+def test_records_export_unwritable(tuned, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("EMMY_HOME", str(tuned[0]))
+    assert "cannot write" in _error(capsys, ["records", "export", str(tmp_path / "no" / "dir" / "x.json")])
