@@ -57,9 +57,10 @@ if TYPE_CHECKING:
 
 # The order knobs are chosen in, where a kernel has them: first the ones that pick how the kernel
 # works (`workers` first: it decides which of the other rules apply), then the tile sizes; any
-# other knob after these, in the space's order. Measured on the Qwen3 layer's contractions
-# (sm_90a, 512 tokens), this order builds the legal space from about 35,000 prefixes; the space's
-# own order with `workers` moved first needs several times as many.
+# other knob after these, in the space's order. Measured on the Qwen3 layer's four contractions
+# (sm_90a, 512 tokens): this order builds their legal spaces visiting 35,523 prefixes (0.7 s of
+# CPU for the four); the space's own order, with or without `workers` first, visits about 220,000
+# (8.5-8.9 s). Every order gives the same 8,867,628 points.
 PREFERRED_ORDER: tuple[str, ...] = (
     "workers", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m", "copy", "epilogue",
     "block_m", "block_n", "block_k", "warps", "stages",
@@ -215,23 +216,24 @@ class LegalSpace(Sequence):
         return point
 
     def __iter__(self) -> Iterator[dict[str, KnobValue]]:
+        """The points in order, by a depth-first walk: `stack` holds (node, next edge) for the
+        nodes on the path, `chosen` the values of the edges taken to reach the top one; a leaf,
+        or a node whose edges are all done, backs up one edge."""
         if self._root is None:
             return
         stack: list[tuple[_Node, int]] = [(self._root, 0)]
         chosen: list[KnobValue] = []
         while stack:
             node, i = stack.pop()
-            if len(chosen) == len(self.order):
-                yield dict(zip(self.order, chosen))
-                chosen.pop()
-                continue
-            if i == len(node.values):
-                if chosen:
+            if len(chosen) == len(self.order) or i == len(node.values):
+                if len(chosen) == len(self.order):  # a full point
+                    yield dict(zip(self.order, chosen))
+                if chosen:  # back up one edge
                     chosen.pop()
-                continue
-            stack.append((node, i + 1))
-            chosen.append(node.values[i])
-            stack.append((node.children[i], 0))
+            else:  # take edge i, then come back for edge i + 1
+                stack.append((node, i + 1))
+                chosen.append(node.values[i])
+                stack.append((node.children[i], 0))
 
     def __contains__(self, point: object) -> bool:
         if not isinstance(point, Mapping) or len(point) != len(self.order):

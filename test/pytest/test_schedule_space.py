@@ -161,6 +161,7 @@ def test_order_must_name_every_knob(contraction):
 
 def test_one_and_no_legal_point():
     info = info_of(L.silu_mul(7, 64))
+    assert list(legal_points(info, {}, SM90A)) == [{}]  # no knobs: the one empty point
     one = legal_points(info, {"threads": (64,), "vector": (1,), "items": (1,)}, SM90A)
     assert list(one) == [{"threads": 64, "vector": 1, "items": 1}]
     # K = 100: vectors of 8 do not divide it
