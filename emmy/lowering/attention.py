@@ -74,7 +74,7 @@ from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, ReduceOp
-from emmy.schedule.attention import (  # noqa: F401 (analyze, smem_bytes and the modes: this module's interface too)
+from emmy.schedule.attention import (
     DIRECT,
     ELEM,
     PREP_ROWS,
@@ -85,7 +85,6 @@ from emmy.schedule.attention import (  # noqa: F401 (analyze, smem_bytes and the
     AttentionBody,
     AttentionPlan,
     Producer,
-    _err,
     analyze,
     smem_bytes,
 )
@@ -240,15 +239,6 @@ def build(kernel_op: Operation, info: KernelInfo, sched: AttentionPlan) -> Built
     return Built(funcs=[func], launches=[Launch(func.sym_name.data, (*refs, *map_refs))], temps=[])
 
 
-def _batch(plan: AttentionBody, axes: Mapping[str, int]) -> int:
-    n = 1
-    for a in plan.batch_axes:
-        n *= axes[a]
-    if n > 65535:
-        raise _err(plan.name, f"{n} batch x head rows exceed the grid's y limit of 65535")
-    return n
-
-
 def _flash_func(
     kernel_op: Operation,
     info: KernelInfo,
@@ -262,19 +252,16 @@ def _flash_func(
     tile op's inputs and results; `temp_types` their buffers). With copy = tma, every direct K
     or V operand also gets a tensor map argument (after those), bound to its tensor."""
     axes = info.axes
-    n_qblocks = -(-plan.seq_q // sched.block_q)
-    if n_qblocks > 65535:
-        raise _err(plan.name, f"{n_qblocks} query blocks of {sched.block_q} exceed the grid's y limit of 65535")
-    n_batch = _batch(plan, axes)
+    n_qblocks = sched.query_blocks
     types, names, _ = io_args(kernel_op)
     types = types + [K.PtrType(BFloat16Type())] * len(temps)
     names = names + [t[0] for t in temps]
     maps = _tma_maps(kernel_op, plan, sched, temps, temp_types)
     types = types + [m[1] for m in maps]
     names = names + [f"tma_{m[0]}" for m in maps]
-    smem = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages, sched.wgmma)
+    smem = sched.smem_bytes
     kb = KB.new_func(
-        c_ident(plan.name), types, grid=(n_batch, n_qblocks, 1), block=(sched.threads, 1, 1),
+        c_ident(plan.name), types, grid=sched.grid, block=(sched.threads, 1, 1),
         smem=smem, min_blocks=1, arg_names=names,
     )
     ptrs, outs = bind_pointers(kb, kernel_op)
@@ -387,7 +374,7 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionBody, sc
     loads), then the main kernel."""
     axes = info.axes
     D = plan.head_dim
-    n_batch = _batch(plan, axes)
+    n_batch = sched.batch
     gqa = _gqa_group(plan, info)
     todo: list[tuple[Producer, int, int, tuple[str, int] | None]] = []  # producer, rows, row sets, gqa
     if plan.q.mode != DIRECT:
@@ -402,7 +389,7 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionBody, sc
     kb = KB.new_func(
         c_ident(plan.name) + "_prep",
         types + [K.PtrType(BFloat16Type())] * len(todo),
-        grid=(-(-max(rows for _, rows, _, _ in todo) // per_block), n_batch, len(todo)),
+        grid=sched.prep,
         block=(32 * PREP_WARPS, 1, 1),
         smem=0,
         arg_names=names + [f"{p.name}_rows" for p, *_ in todo],

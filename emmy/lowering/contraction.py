@@ -70,7 +70,6 @@ block's run: the only ones it may share).
 
 from __future__ import annotations
 
-from math import prod
 
 from xdsl.dialects.builtin import BFloat16Type, TensorType, bf16, f32, i32, i64
 from xdsl.ir import Operation, SSAValue
@@ -120,10 +119,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         self.n_axes = list(info.n_axes)
         self.k_axes = list(info.k_axes)
         self.b_axes = list(info.batch_axes)
-        self.M = prod(self.ext[a] for a in self.m_axes)
-        self.N = prod(self.ext[a] for a in self.n_axes)
-        self.K = prod(self.ext[a] for a in self.k_axes)
-        self.B = prod(self.ext[a] for a in self.b_axes) if self.b_axes else 1
+        self.M, self.N, self.K, self.B = plan.M, plan.N, plan.K, plan.B
         self.k_last = info.k_axis
         self.prologue = list(info.prologue)
         self.stats_kernel = plan.stats_kernel

@@ -574,6 +574,8 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
+    if -(-info.seq_q // bq) > MAX_GRID_Y:
+        raise _err(name, f"{-(-info.seq_q // bq)} query blocks of {bq} exceed the grid's y limit of {MAX_GRID_Y}")
     prep = None
     computed = _computed_rows(info) if fusion == "split" else []
     if computed:  # a prologue kernel for the computed ones of Q, K and V
