@@ -11,11 +11,11 @@ A key has four parts:
 - `structure`: the sha256 (hex) of the kernel's canonical structure (`canonical_structure`): the
   `tile.kernel` printed with every knob undecided (names and domains kept, values, tiers and
   reasons dropped), the kernel's own name and every SSA value name stripped (values are numbered
-  in print order), the provenance attributes (`emmy.origin`, `emmy.fused_from`) dropped, and the
-  shapes abstracted away: tensor types keep their rank and element type (`tensor<?x?xbf16>`),
-  axes keep their names, not their extents. Constants in the body stay (the mean's 1/hidden, the
-  attention scale): a kernel on another token count has the same structure, one on another
-  hidden size usually does not.
+  in print order), the attributes that say where it came from or when it runs (`emmy.origin`,
+  `emmy.fused_from`, `emmy.phase`) dropped, and the shapes abstracted away: tensor types keep
+  their rank and element type (`tensor<?x?xbf16>`), axes keep their names, not their extents.
+  Constants in the body stay (the mean's 1/hidden, the attention scale): a kernel on another
+  token count has the same structure, one on another hidden size usually does not.
 - `shape`: the sizes the structure leaves out, readable: the axes with their extents, then the
   operand and result tensor types (`m=512 n=4096 k=1024; 512x1024xbf16,...->512x4096xbf16`).
 - `target`: the target's name (`sm_90a`).
@@ -49,8 +49,9 @@ from emmy.targets import Target
 # change: every stored record under the old version then stops matching instead of lying.
 SPACE_VERSION = 1
 
-# Discardable attributes that say where a kernel came from, not what it computes.
-PROVENANCE_ATTRS: tuple[str, ...] = ("emmy.origin", "emmy.fused_from")
+# Discardable attributes that say where a kernel came from or when it runs (once, when the weights
+# are bound, or every call), not what it computes or how a knob builds it.
+UNKEYED_ATTRS: tuple[str, ...] = ("emmy.origin", "emmy.fused_from", "emmy.phase")
 
 _SHAPE_SEP = "; "
 
@@ -111,7 +112,7 @@ def canonical_structure(kernel: KernelOp) -> str:
     copy.properties["sym_name"] = StringAttr("kernel")
     copy.with_knobs({name: KnobAttr(k.knob_name, k.domain) for name, k in copy.knob_dict().items()})
     for op in copy.walk():
-        for name in PROVENANCE_ATTRS:
+        for name in UNKEYED_ATTRS:
             op.attributes.pop(name, None)
     out = StringIO()
     Printer(stream=out).print_op(copy)

@@ -162,6 +162,8 @@ def test_canonical_structure_strips_names_and_sizes(qwen3_32):
     text = canonical_structure(ops["o_proj_residual"])
     assert "tile.kernel @kernel kind \"contraction\" axes [m, n, k]" in text
     assert "o_proj" not in text and "emmy.origin" not in text and "emmy.fused_from" not in text
+    assert "emmy.phase" not in canonical_structure(ops["rms_norm_qkv_proj_weights"])
+    assert ops["rms_norm_qkv_proj_weights"].attributes["emmy.phase"].data == "prepare"
     assert "tensor<?x?x?xbf16>" in text and "1024" not in text and '"rule"' not in text
     # the original is left as it was
     assert ops["o_proj_residual"].kernel_name == "o_proj_residual" and ops["o_proj_residual"].is_decided
