@@ -160,3 +160,22 @@ def test_decide_forks_fits_parts_and_says_so(monkeypatch):
     bn = k.knob_dict()["block_n"]
     assert seen[0] == 96 and seen[1] == bn.value == 64 and bn.tier_name == "rule"  # one step down the domain
     assert bn.reason_text == f"part @rms_norm_qkv_proj_out1_2 cannot run with block_n={seen[0]} (registers: too many): lowered to {bn.value}"
+
+
+def test_unknown_kind_has_no_plan():
+    from dataclasses import replace
+
+    info = replace(classify(kernels()[QKV]), kind="bogus")
+    with pytest.raises(EmmyError, match=f"tile.kernel @{QKV}: no plan for kernels of kind 'bogus'"):
+        plan_for(info, {}, SM90A)
+
+
+def test_parts_that_do_not_merge_as_planned_are_an_error(monkeypatch):
+    """The lowering does what the plan says or stops: it never picks another launch layout."""
+    import emmy.lowering.split as S
+
+    k = kernels(pins=(f"{QKV}.fusion=fused",))[QKV]
+    assert plan_kernel(k, SM90A).merge == "one_launch"
+    monkeypatch.setattr(S, "one_launch", lambda builts, name, target: None)
+    with pytest.raises(EmmyError, match=rf"tile.kernel @{QKV}: its parts do not merge as planned \(one_launch\)"):
+        build_kernel(k, SM90A)
