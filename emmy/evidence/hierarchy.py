@@ -79,6 +79,10 @@ class Hierarchy:
         h = cls(deciders, keys, recorded, ev.stale, prior if "prior" in tiers else None)
         for name in keys:
             h.misses[name] = _misses(tiers, name, ev, store_note, golden_note, options)
+            if "prior" not in tiers:
+                h.misses[name]["prior"] = "turned off"
+            elif h.prior is None:
+                h.misses[name]["prior"] = f"no fitted prior for {target.name} (prior.json in the golden folder)"
         return h
 
     def report(self, kernel: str, tiers_used: Sequence[str]) -> dict:

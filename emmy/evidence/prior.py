@@ -50,13 +50,18 @@ class PriorDecider:
                 "runner_up": runner, "margin": round(c.margin, 4), "candidates": c.candidates, "why": c.reason}
 
 
-def prior_decider(golden: str, target) -> PriorDecider:
-    """The prior for `target`: fitted coefficients from the golden folder's prior.json when there
-    is one, else the unfitted defaults (a broken file is an EmmyError naming it)."""
+def prior_decider(golden: str, target, required: bool = False) -> PriorDecider | None:
+    """The prior for `target`: fitted coefficients from the golden folder's prior.json (a broken
+    file is an EmmyError naming it). Without a fitted prior there is none (its unfitted defaults
+    have a margin near 2x, so they would keep the rules' answer at the cost of ranking every
+    kernel's neighbourhood on every compile), unless the prior is `required`: the rules are
+    off, and the defaults complete the schedule."""
     from emmy.prior.store import Prior, load_prior, prior_path
 
-    prior = load_prior(prior_path(Path(golden), target.name), target.name) if golden else Prior(target.name)
-    return PriorDecider(prior)
+    path = prior_path(Path(golden), target.name) if golden else None
+    if path is not None and path.exists():
+        return PriorDecider(load_prior(path, target.name))
+    return PriorDecider(Prior(target.name)) if required else None
 
 
 __all__ = ["PriorDecider", "prior_decider"]

@@ -22,8 +22,8 @@ the store, study and trial; nothing is created where there is no store), the gol
 (tier `golden`: option `golden`, the golden folder, default empty = none; the entry of the exact
 key in `<folder>/<target>/*.json`), the nearest shape (tier `nearest`: a record or golden entry of
 the same kernel structure on another shape, nearest first, legal here), the prior (tier
-`prior`: the cost model's best-ranked legal option, where `<folder>/<target>/prior.json` or the
-target's defaults give one), then the default rules (tier `rule`). Option `evidence` (tier names
+`prior`: the cost model's bounded choice, where the golden folder holds a fitted
+`<target>/prior.json`; with the rules off, the target's unfitted defaults), then the default rules (tier `rule`). Option `evidence` (tier names
 separated by `,`, default empty = all) turns tiers off. Every combination is checked by
 `emmy.tuning.legality.check`: evidence that is no longer legal is skipped and reported; an
 illegal pinned set, a pin naming an unknown kernel or knob, or a value outside a domain is an
@@ -162,7 +162,10 @@ class DecideForksPass(ModulePass):
             check_pins_used(parse_pins(strict), knob_spaces(kernels))
         pins = parse_pins(";".join(s for s in (strict, _recorded(op, MODEL_PINS_ATTR)) if s))
         options = EvidenceOptions(parse_tiers(self.evidence), self.records, self.golden)
-        hierarchy = Hierarchy.build(kernels, target, pins, options, prior=prior_decider(self.golden, target) if "prior" in options.tiers else None)
+        prior = None
+        if "prior" in options.tiers:
+            prior = prior_decider(self.golden, target, required="rule" not in options.tiers)
+        hierarchy = Hierarchy.build(kernels, target, pins, options, prior=prior)
         deciders = hierarchy.deciders
         problems = {k: problem_of(k, target) for k in kernels}
         answers = {k: decide_kernel(problems[k], deciders) for k in kernels}
