@@ -32,7 +32,8 @@ from math import ceil, prod
 from typing import TYPE_CHECKING
 
 from emmy.tuning.knobs import GROUP_M, WGMMA_WORKERS, KnobValue, tile_at
-from emmy.tuning.legality import check, output_tiles, warp_grid
+from emmy.schedule.contraction import output_tiles, warp_grid
+from emmy.tuning.legality import check
 from emmy.targets import MB, Target
 
 if TYPE_CHECKING:
