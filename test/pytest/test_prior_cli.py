@@ -189,3 +189,18 @@ def test_fit_reads_the_store_too(export, tmp_path, capsys):
     code, out, _ = _run(["prior", "fit", "--storage", url, "--out", str(out_path)], capsys)
     assert code == 0 and "to 90 measured candidates of 3 kernel keys" in out
     assert load_prior(out_path, "sm_90a").data["sources"] == [url]
+
+
+def test_a_store_the_tuner_wrote_is_read_back(tmp_path, capsys, monkeypatch):
+    """`emmy tune` keeps each study's kernel (emmy.module) so the prior can rebuild its plans
+    (the cost measurer: no GPU, and no measurement either)."""
+    from pathlib import Path
+
+    monkeypatch.setenv("EMMY_HOME", str(tmp_path))
+    model = Path(__file__).parent / "models" / "mlp_block.py"
+    url = f"sqlite:///{tmp_path}/r.db"
+    code, _, _ = _run(["tune", f"{model}:make", "--tokens", "16", "--trials", "4", "--target", "sm_90a",
+                       "--measurer", "cost", "--storage", url, "--quiet"], capsys)
+    assert code == 0
+    code, out, _ = _run(["prior", "fit", "--storage", url, "--out", str(tmp_path / "prior.json")], capsys)
+    assert code == 0 and "skipped" not in out and "of 2 kernel keys" in out
