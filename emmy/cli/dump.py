@@ -69,7 +69,11 @@ class DumpWriter:
         if not decisions:
             return
         rows = [
-            {"kernel": d.kernel, "key": d.key, "knob": d.knob, "value": d.value, "tier": d.tier, "reason": d.reason}
+            {"kernel": d.kernel, "key": d.key, "knob": d.knob, "value": d.value, "tier": d.tier, "reason": d.reason,
+             **({"source": d.source} if d.source else {})}
             for d in decisions
         ]
         self._write("decisions.json", json.dumps(rows, indent=2) + "\n")
+        evidence = {d.kernel: d.evidence for d in decisions if d.evidence is not None}
+        if evidence:  # per kernel: its key, sources, skipped evidence, why higher tiers had no answer
+            self._write("evidence.json", json.dumps(evidence, indent=2, sort_keys=True) + "\n")

@@ -173,7 +173,7 @@ def cmd_compile(args) -> int:
     elif not args.explain:
         _print_summary(module, options, rec.writer)
     if args.explain:
-        _print_decisions(rec.decisions)
+        _print_decisions(rec.decisions, options)
     if args.time_passes:
         _print_timings(result.timings)
     return 0
@@ -238,7 +238,7 @@ def _compile_whole_model(args, options, dump_dir) -> int:
             continue
         if args.explain:
             print(f"{part.name}:")
-            _print_decisions(rec.decisions)
+            _print_decisions(rec.decisions, options)
             continue
         from emmy.backend.plan import launch_plan
 
@@ -320,10 +320,19 @@ def _print_summary(module, options, writer) -> None:
         print(f"wrote {writer.count} files to {writer.directory}")
 
 
-def _print_decisions(decisions) -> None:
-    from emmy.cli.report import decisions_table
+def _print_decisions(decisions, options) -> None:
+    from emmy.cli.report import decisions_table, evidence_table
+    from emmy.records.store import display_url
 
     print(decisions_table(decisions))
+    evidence = evidence_table(decisions)
+    print()
+    if evidence:
+        print(evidence)
+    store = display_url(options.records) if options.records else "none"
+    golden = options.golden or "none"
+    print(f"evidence: tiers {options.evidence or 'all'}; store {store}; golden folder {golden}"
+          + ("" if evidence else "; nothing recorded matched these kernels' keys or structures"))
 
 
 def _print_timings(timings) -> None:

@@ -38,6 +38,12 @@ class KeyedDecision:
     value: object
     tier: str
     reason: str
+    evidence: dict | None = None  # the kernel's emmy.evidence report (emmy.evidence.hierarchy)
+
+    @property
+    def source(self) -> dict | None:
+        """The structured source of this knob's tier, where the evidence report has one."""
+        return (self.evidence or {}).get("sources", {}).get(self.tier)
 
 
 def keyed_decisions(module) -> list[KeyedDecision]:
@@ -49,16 +55,66 @@ def keyed_decisions(module) -> list[KeyedDecision]:
     from emmy.targets import module_target
 
     target = module_target(module)
-    keys = [kernel_key(op, target).id for op in module.walk() if isinstance(op, KernelOp) for _ in op.knob_dict()]
-    return [KeyedDecision(d.kernel, key, d.knob, d.value, d.tier, d.reason) for d, key in zip(decisions(module), keys)]
+    per_knob = [(kernel_key(op, target).id, _evidence(op)) for op in module.walk() if isinstance(op, KernelOp)
+                for _ in op.knob_dict()]
+    return [KeyedDecision(d.kernel, key, d.knob, d.value, d.tier, d.reason, ev)
+            for d, (key, ev) in zip(decisions(module), per_knob)]
+
+
+def _evidence(op) -> dict | None:
+    import json
+
+    from emmy.evidence.hierarchy import EVIDENCE_ATTR
+
+    attr = op.attributes.get(EVIDENCE_ATTR)
+    return json.loads(attr.data) if attr is not None else None
+
+
+def short_source(source: dict | None) -> str:
+    """One line for a structured source: the store's study and trial, the golden file and entry,
+    the shape a nearest answer was borrowed from, the prior's predicted time."""
+    if not source:
+        return ""
+    tier = source.get("tier")
+    if tier == "prior":
+        predicted = source.get("predicted_s")
+        return f"prior: predicted {predicted * 1e6:.2f} us" if predicted else "prior"
+    where = (f"{source['file'].rsplit('/', 1)[-1]} entry {source['entry']}" if "file" in source
+             else f"study {source.get('study', '?')[:21]} trial {source.get('trial', '?')}")
+    if tier == "nearest":
+        return f"{where}, shape {str(source.get('shape', '')).split(';')[0]}"
+    return where
+
+
+def evidence_table(decisions: list[KeyedDecision]) -> str:
+    """Per kernel with an evidence report: the tiers that answered, why each higher tier had no
+    answer, and the evidence skipped (empty when no kernel has a report)."""
+    from emmy.cli.table import format_table
+
+    rows, seen = [], set()
+    for d in decisions:
+        if d.evidence is None or d.kernel in seen:
+            continue
+        seen.add(d.kernel)
+        tiers = sorted({x.tier for x in decisions if x.kernel == d.kernel})
+        misses = "; ".join(f"{t}: {why}" for t, why in d.evidence.get("misses", {}).items() if t not in tiers)
+        skipped = "; ".join(f"{s['tier']} {short_source(s['source']) or s['source']}: {s['why']}" for s in d.evidence.get("skipped", []))
+        rows.append((d.kernel, ",".join(tiers), misses or "-", skipped or "-"))
+    if not rows:
+        return ""
+    return format_table(("kernel", "answered by", "why higher tiers had no answer", "evidence skipped"), rows)
 
 
 def decisions_table(decisions: list[KeyedDecision]) -> str:
-    """The `--explain` table: kernel, knob, value, tier, key (on each kernel's first row), reason."""
+    """The `--explain` table: kernel, knob, value, tier, key (on each kernel's first row), source
+    (where the tier's answer came from, when it has a structured source), reason."""
     from emmy.cli.table import format_table
 
     rows, last = [], None
     for d in decisions:
-        rows.append((d.kernel, d.knob, str(d.value), d.tier, d.key if (d.kernel, d.key) != last else "", d.reason))
+        rows.append((d.kernel, d.knob, str(d.value), d.tier, d.key if (d.kernel, d.key) != last else "",
+                     short_source(d.source), d.reason))
         last = (d.kernel, d.key)
-    return format_table(("kernel", "knob", "value", "tier", "key", "reason"), rows)
+    if not any(r[5] for r in rows):
+        return format_table(("kernel", "knob", "value", "tier", "key", "reason"), [r[:5] + r[6:] for r in rows])
+    return format_table(("kernel", "knob", "value", "tier", "key", "source", "reason"), rows)

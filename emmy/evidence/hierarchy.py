@@ -5,14 +5,13 @@ kernel's answers came from.
     answers = decide_kernel(problem, hierarchy.deciders)
     hierarchy.report(kernel_name)      # JSON-able: key, tiers used, skipped evidence, misses
 
-The report goes into the kernel's `emmy.evidence` attribute (a JSON string) when any evidence
-source is configured, so `--explain` and the dump's decisions can say, for every kernel, which
+The report goes into the kernel's `emmy.evidence` attribute (a JSON string) where any evidence
+answered or was skipped (see decide-forks), so `--explain` and the dump's decisions can say, for every kernel, which
 tier answered, its structured source, what was skipped and why each higher tier had no answer.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,10 +33,6 @@ class EvidenceOptions:
     tiers: tuple[str, ...] = TIERS
     records: str = ""
     golden: str = ""
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.records or self.golden) or self.tiers != TIERS
 
 
 @dataclass
@@ -97,9 +92,6 @@ class Hierarchy:
             skipped.extend(s.to_json() for s in d.skipped.get(kernel, []))
         key = self.keys[kernel]
         return {"key": key.id, "sources": used, "skipped": skipped, "misses": self.misses.get(kernel, {})}
-
-    def report_text(self, kernel: str, tiers_used: Sequence[str]) -> str:
-        return json.dumps(self.report(kernel, tiers_used), sort_keys=True)
 
 
 def _store(url: str):

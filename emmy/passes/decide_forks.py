@@ -27,10 +27,11 @@ the same kernel structure on another shape, nearest first, legal here), the prio
 separated by `,`, default empty = all) turns tiers off. Every combination is checked by
 `emmy.tuning.legality.check`: evidence that is no longer legal is skipped and reported; an
 illegal pinned set, a pin naming an unknown kernel or knob, or a value outside a domain is an
-EmmyError naming the kernel, the knob and the domain. Where a store, a golden folder or a tier
-choice is given, each `tile.kernel` gets an `emmy.evidence` attribute (a JSON string: its key,
-the structured source of each recorded tier that answered, the evidence skipped and why, and
-why each higher tier had no answer), which `emmy compile --explain` prints.
+EmmyError naming the kernel, the knob and the domain. A kernel that some evidence
+answered or that had evidence skipped (or every kernel, where the option turns tiers off) gets
+an `emmy.evidence` attribute (a JSON string: its key, the structured source of each tier that
+answered, the evidence skipped and why, and why each higher tier had no answer), which `emmy
+compile --explain` prints; a kernel the rules answered with nothing recorded for it has none.
 
 Input invariant: tile stage (the module may carry `emmy.target`, default sm_90).
 Output IR: every `#tile.knob` decided: same name and domain, plus value, tier and reason.
@@ -66,6 +67,7 @@ to 64`): the values in the IR are what runs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -75,7 +77,7 @@ from xdsl.passes import ModulePass
 
 from emmy.analysis.classify import classify
 from emmy.diagnostics import EmmyError
-from emmy.evidence import parse_tiers
+from emmy.evidence import TIERS, parse_tiers
 from emmy.evidence.hierarchy import EVIDENCE_ATTR, EvidenceOptions, Hierarchy
 from emmy.evidence.prior import prior_decider
 from emmy.dialects.tile import KernelOp, KnobValue
@@ -175,10 +177,11 @@ class DecideForksPass(ModulePass):
         if budget:
             for func in op.body.block.ops:
                 _fit_launch_budget(func, problems, answers, deciders, target, budget)
-        if options.configured:
-            for k in kernels:
-                tiers = {a.tier for a in answers[k].values()}
-                k.attributes[EVIDENCE_ATTR] = StringAttr(hierarchy.report_text(k.kernel_name, sorted(tiers)))
+        for k in kernels:
+            tiers = sorted({a.tier for a in answers[k].values()})
+            report = hierarchy.report(k.kernel_name, tiers)
+            if report["sources"] or report["skipped"] or options.tiers != TIERS:
+                k.attributes[EVIDENCE_ATTR] = StringAttr(json.dumps(report, sort_keys=True))
 
 
 def knob_spaces(kernels: list[KernelOp]) -> dict[str, dict[str, tuple]]:

@@ -190,7 +190,9 @@ def test_compile_explain_lists_every_decision_with_its_tier():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["kernel", "knob", "value", "tier", "key", "reason"]
-    rows = [line.split() for line in lines[2:]]
+    table = lines[2:lines.index("")]
+    rows = [line.split() for line in table]
+    assert lines[-1].startswith("evidence: tiers all; store none; golden folder ")
     assert {"rms_norm_qkv_proj", "attention", "o_proj_residual", "down_proj_residual"} <= {r[0] for r in rows}
     assert ["attention", "block_kv", "16", "pinned"] == rows[[r[:2] for r in rows].index(["attention", "block_kv"])][:4]
     assert all(r[3] in ("rule", "pinned") for r in rows)
