@@ -61,12 +61,12 @@ def block_threads(warps: int, workers: str | None = None) -> int:
     return 32 * warps + (PRODUCER_THREADS if workers == "wgmma_ws" else 0)
 
 
-def operand_smem_bytes(info: KernelInfo, stages: int, block_m: int, block_n: int, block_k: int) -> int:
+def operand_smem_bytes(stages: int, block_m: int, block_n: int, block_k: int, contractions: int, element_bytes: int) -> int:
     """Shared memory of the staged operand tiles: stages x (block_m + contractions x block_n)
     rows of block_k elements (none with stages = 1: operands go straight to registers)."""
     if stages < 2:
         return 0
-    return stages * (block_m + info.n_contractions * block_n) * block_k * info.element_bytes
+    return stages * (block_m + contractions * block_n) * block_k * element_bytes
 
 
 def accumulators_per_thread(info: KernelInfo, block_m: int, block_n: int, warps: int) -> float:
@@ -309,9 +309,7 @@ class ContractionPlan:
     def smem_bytes(self) -> int:
         """Shared memory of the staged operand tiles (the kernel adds row statistics, barriers and
         the staged epilogue where it has room)."""
-        if self.stages < 2:
-            return 0
-        return self.stages * (self.bm + self.nc * self.bn) * self.bk * self.element_bytes
+        return operand_smem_bytes(self.stages, self.bm, self.bn, self.bk, self.nc, self.element_bytes)
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator (`__launch_bounds__`) for

@@ -165,7 +165,7 @@ def _c_smem(info, v, t, reasons):
         return
     st, bm, bn, bk = v["stages"], v["block_m"], v["block_n"], v["block_k"]
     nc = info.n_contractions
-    nbytes = operand_smem_bytes(info, st, bm, bn, bk)
+    nbytes = operand_smem_bytes(st, bm, bn, bk, nc, info.element_bytes)
     if nbytes > t.smem_per_block:
         bn_text = f"{nc} x block_n={bn}" if nc > 1 else f"block_n={bn}"
         reasons.append(
