@@ -10,8 +10,9 @@ fills the pipeline slots with it.
 - `InPlaceA` (wgmma_ws): each consumer warpgroup computes its rows of the A tile in place from
   the raw copy the producer made; `RowStats` sums the row statistics on the way.
 
-The `ContractionBuilder` of emmy/lowering/contraction.py owns the geometry and the kernels; these
-classes read its fields (`cb.g`, `cb.cs`, extents, axes).
+The `ContractionBuilder` of emmy/lowering/contraction.py owns the kernels; these classes read its
+fields (`cb.g`, the kernel's `ContractionPlan` from emmy/schedule/contraction.py; `cb.cs`,
+extents, axes).
 """
 
 from __future__ import annotations
