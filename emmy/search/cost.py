@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from emmy.measure import Measurement
 
 BASE_S = 1e-5
+# The card its records name: what marks them as not measured (the evidence hierarchy never uses
+# them as local or nearest evidence; emmy.evidence.gather reports them as skipped).
+CARD = "cost model (no GPU)"
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class CostMeasurer:
     def environment(self) -> dict[str, str]:
         from importlib.metadata import version
 
-        return {"card": "cost model (no GPU)", "driver": "", "cuda": "", "torch": version("torch"),
+        return {"card": CARD, "driver": "", "cuda": "", "torch": version("torch"),
                 "emmy": version("emmy"), "source_hash": ""}
 
     def measure(self, task, candidates: Sequence[Mapping[str, int | str]]) -> list[Measurement]:
