@@ -15,7 +15,7 @@ fusion = split a prologue kernel `<name>_prep` that materializes the computed ro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import gcd
 
 from xdsl.dialects import arith
@@ -479,7 +479,7 @@ class AttentionPlan:
     seq_kv: int
     batch: int  # batch x head rows (the main kernel's grid x)
     prep: tuple[int, int, int] | None  # the grid of `<name>_prep` (fusion = split with computed rows)
-    target: Target
+    target: Target = field(repr=False)
     wgmma: bool = False  # S = Q K^T with wgmma (emmy::attention::run's WGMMA)
     tma: bool = False  # copy = tma: direct K and V rows by tensor-map copies (kTma)
 

@@ -18,7 +18,7 @@ from choosing them; hand-written IR may still hold them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from math import ceil, prod
 from typing import TYPE_CHECKING
@@ -149,7 +149,7 @@ class ContractionPlan:
     # split_tail: this plan's tiles lo <= t < hi of the order along n, and its kernel's suffix
     tile_range: tuple[int, int] | None = None
     suffix: str = ""
-    target: Target | None = None
+    target: Target | None = field(default=None, repr=False)
 
     # -- geometry ---------------------------------------------------------------------------------
     @property

@@ -9,7 +9,7 @@ every slot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING
 
@@ -39,7 +39,7 @@ class ElementwisePlan:
     vector: int  # lanes per slot along `vector_axis`
     vector_axis: str  # "" when the kernel has none
     slots: int  # vectors to compute
-    target: Target
+    target: Target = field(repr=False)
 
     @property
     def blocks(self) -> int:

@@ -27,7 +27,7 @@ splits block_n among them where that is legal) and says how the parts' launches 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import StringAttr
@@ -70,8 +70,8 @@ def plan_for(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, 
 class Part:
     """One part of a kernel: a copy of the tile op keeping one group of its outputs."""
 
-    op: Operation
-    info: KernelInfo
+    op: Operation = field(repr=False)
+    info: KernelInfo = field(repr=False)
     values: Mapping[str, KnobValue]  # the values its plan was made with
     plan: Plan
 
@@ -88,7 +88,7 @@ class KernelPlan:
     kind: str
     parts: tuple[Part, ...]
     merge: str
-    target: Target
+    target: Target = field(repr=False)
 
     @property
     def launches(self) -> tuple[LaunchPlan, ...]:

@@ -10,7 +10,7 @@ block-wide sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING
 
@@ -57,7 +57,7 @@ class ReductionPlan:
     rows_per_block: int
     threads_per_row: int
     vector: int  # requested elements per access (each store narrows it to what its axis divides)
-    target: Target
+    target: Target = field(repr=False)
 
     @property
     def threads(self) -> int:
