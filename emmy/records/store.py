@@ -51,7 +51,7 @@ BEST_ATTR = "emmy.best"
 # Seconds between a measuring worker's heartbeats, and after which a silent worker's running
 # trial is failed (a worker killed mid-trial leaves no trial running forever).
 HEARTBEAT_S = 2
-GRACE_S = 20
+GRACE_S = 30
 
 
 def default_url(home: Path) -> str:
@@ -258,8 +258,9 @@ def _retrying(make, attempts: int = 5):
     for attempt in range(attempts):
         try:
             return make()
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            if attempt == attempts - 1:
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
+            racing = not isinstance(e, sqlalchemy.exc.OperationalError) or "already exists" in str(e)
+            if attempt == attempts - 1 or not racing:
                 raise
             time.sleep(0.2 * (attempt + 1))
 

@@ -18,7 +18,9 @@ Trials (the store's layout is in `emmy.records.store`):
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
   `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead;
 - a worker that dies mid-trial leaves a RUNNING trial that Optuna's heartbeat fails later (FAIL
-  without `status`); finished trials are committed one by one and never lost.
+  without `status`); finished trials are committed one by one and never lost. A live worker
+  whose trial was failed that way (its heartbeats delayed past the grace period by a busy
+  store) records its measurement as a new trial (`retold`: the number it had).
 
 The budget counts measured trials (those with a `status`), over all workers and processes: a
 worker asks for as many as the budget leaves after the measured and the running ones (at most
@@ -192,22 +194,23 @@ def run_trials(
             time.sleep(WAIT_S)
             continue
         trials, points = [], []
-        for _ in range(room):
-            trial, point = _ask(store, study, space)
-            other = _repeats(study, trial, point)
-            if other is not None:
-                _prune(study, trial, space, point, other)
-                repeats += 1
-                continue
-            trials.append(trial)
-            points.append(point)
+        with _Heartbeat(store) as heart:
+            for _ in range(room):
+                trial, point = _ask(store, study, space)
+                heart.add(trial._trial_id)
+                other = _repeats(study, trial, point)
+                if other is not None:
+                    _prune(study, trial, space, point, other)
+                    repeats += 1
+                    continue
+                trials.append(trial)
+                points.append(point)
+            results = measurer.measure(task, points) if trials else []
+        for trial, point, m in zip(trials, points, results):
+            _tell(study, trial, point, m, env)
         if not trials:
             continue
         repeats = 0
-        with _Heartbeat(store, [t._trial_id for t in trials]):
-            results = measurer.measure(task, points)
-        for trial, point, m in zip(trials, points, results):
-            _tell(study, trial, point, m, env)
         done_here += len(trials)
         if on_trial is not None:
             on_trial(len(measured(study)), _best_time(study))
@@ -249,8 +252,11 @@ def _repeats(study, trial, point) -> int | None:
 def _prune(study, trial, space, point, other: int) -> None:
     import optuna
 
-    trial.set_user_attr("reason", f"repeats trial {other}")
-    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    try:
+        trial.set_user_attr("reason", f"repeats trial {other}")
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass  # failed by another worker meanwhile: nothing was measured
     seen = {point_key(t.user_attrs["values"]) for t in study.get_trials(deepcopy=False) if "values" in t.user_attrs}
     for n in space.neighbours(point, NEIGHBOURS):
         params = params_of(space, n)
@@ -262,17 +268,33 @@ def _prune(study, trial, space, point, other: int) -> None:
 def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:
     import optuna
 
-    attrs = {
-        "status": m.status, "time_s": m.time_s, "spread": m.spread, "error": m.error, "reason": m.reason,
+    attrs = {  # `status` last: a trial with a status has all of them (a worker may die between two)
+        "time_s": m.time_s, "spread": m.spread, "error": m.error, "reason": m.reason,
         "env": dict(env), "date": _now(), "uid": uuid.uuid4().hex,
         "facts": {k: v for k, v in m.facts.items() if isinstance(v, (int, float, str, bool)) or v is None},
+        "status": m.status,
     }
-    for k, v in attrs.items():
-        trial.set_user_attr(k, v)
-    if m.ok and m.time_s is not None:
-        study.tell(trial, m.time_s)
-    else:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    ok = m.ok and m.time_s is not None
+    try:
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+        if ok:
+            study.tell(trial, m.time_s)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        # Finished by another worker: one that was handed the same waiting trial (SQLite cannot
+        # lock the queue's row, so two workers may pop one enqueued trial) and told it first,
+        # or one that took this worker for dead (heartbeats delayed by a busy store) and failed
+        # it. Where it holds a measurement (a status) it is recorded already; else this one is
+        # kept as a trial of its own, unless another trial has measured the point meanwhile.
+        now = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
+        if "status" in now.user_attrs or _repeats(study, trial, point) is not None:
+            return
+        state = optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=m.time_s if ok else None, params=trial.params, distributions=trial.distributions,
+            user_attrs={"values": dict(point), **attrs, "retold": trial.number}))
 
 
 def _now() -> str:
@@ -293,20 +315,22 @@ def _fail_stale(study) -> None:
 
 
 class _Heartbeat:
-    """Records the trials' heartbeats while they are measured (a worker killed mid-measurement
-    stops beating, and its trials are failed by the next worker after the grace period)."""
+    """Records the heartbeats of a batch's trials from their asking to their measurement's end
+    (a worker killed meanwhile stops beating, and its trials are failed by another worker after
+    the grace period)."""
 
-    def __init__(self, store: Store, trial_ids: list[int]):
-        self.storage, self.ids = store.storage, trial_ids
+    def __init__(self, store: Store):
+        self.storage, self.ids = store.storage, []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
 
+    def add(self, trial_id: int) -> None:
+        self.ids.append(trial_id)
+
     def _beat(self) -> None:
-        while True:
-            for tid in self.ids:
+        while not self.stop.wait(HEARTBEAT_S):
+            for tid in list(self.ids):
                 self.storage.record_heartbeat(tid)
-            if self.stop.wait(HEARTBEAT_S):
-                return
 
     def __enter__(self):
         self.thread.start()
