@@ -84,7 +84,7 @@ def _list(store) -> int:
         rec = best_record(store, name)
         attrs = study.user_attrs
         target = (attrs.get("emmy.key") or {}).get("target", "")
-        rows.append((name[:12], str(attrs.get("emmy.kernel", "")), str(target), str(len(measured(study))),
+        rows.append((name, str(attrs.get("emmy.kernel", "")), str(target), str(len(measured(study))),
                      rec.summary() if rec else "-", rec.date if rec else ""))
     if not rows:
         print(f"no records in {store.name}")
@@ -100,7 +100,7 @@ def _find(store, key: str) -> str:
         return found[0]
     if not found:
         raise EmmyError(f"no study for key '{key}' in {store.name}",
-                        hint="keys: " + (", ".join(n[:12] for n in names) or "none"))
+                        hint="keys: " + (", ".join(names) or "none"))
     raise EmmyError(f"key '{key}' names {len(found)} studies: " + ", ".join(found), hint="give more of the key")
 
 

@@ -183,7 +183,7 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[str, ...]]:
         best_text = f"{_us(best.time_s)} +- {best.spread * 100:.1f}%" if best else "none right"
         default_text = _us(o.default_time_s) if o.default_time_s is not None else o.default_status
         speedup = f"{o.default_time_s / best.time_s:.2f}x" if best and o.default_time_s else "-"
-        rows.append((o.task.kernel, o.task.key_id[:12], str(o.trials), best_text, default_text, speedup))
+        rows.append((o.task.kernel, o.task.key_id, str(o.trials), best_text, default_text, speedup))
     return rows
 
 

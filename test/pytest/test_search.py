@@ -204,3 +204,20 @@ def test_cost_measurer_is_deterministic(tasks):
     a = CostMeasurer().measure(task, [dict(task.default)])
     b = CostMeasurer().measure(replace(task), [dict(task.default)])
     assert a == b
+
+
+def test_tasks_of_a_whole_model_each_key_once(tmp_path):
+    """Every part of the model at each token count; kernels shared by layers (and parts) are one
+    task; a layer's tasks are among the model's."""
+    from tiny_models import write_tiny_model
+
+    from emmy.search.task import tasks_of
+
+    model = write_tiny_model(tmp_path / "m")
+    whole = tasks_of(CompileOptions(model=model, layer=None, target=TARGET), [4, 8])
+    ids = [t.key_id for t in whole]
+    assert len(ids) == len(set(ids))
+    assert {t.tokens for t in whole} == {4, 8}
+    layer = tasks_of(CompileOptions(model=model, layer=0, target=TARGET), [4])
+    assert {t.key_id for t in layer} <= set(ids)
+    assert len({t.kernel for t in whole if t.tokens == 4}) > len(layer)  # the embedding and final norm too

@@ -88,7 +88,7 @@ def test_compile_uses_the_local_records(tuned, monkeypatch, capsys):
     monkeypatch.setenv("EMMY_HOME", str(home))
     assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain"]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines()[2:] if line.strip()]
+    rows = out.split("\n\n")[0].splitlines()[2:]  # the decisions table
     assert rows and all(" local " in line for line in rows)
     assert f"store {default_url(home)}, study " in out and ", trial " in out
 
