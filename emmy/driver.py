@@ -35,6 +35,7 @@ class CompileOptions:
     records: str = ""  # the tuning store's URL for decide-forks' local tier ("" = none)
     golden: str = ""  # the golden folder for decide-forks' golden tier and the prior ("" = none)
     evidence: str = ""  # the evidence tiers turned on, "pinned,prior" ("" = all; emmy.evidence)
+    cache_dir: str = ""  # the compile cache folder (EMMY_HOME) for the trace cache ("" = none)
 
 
 @dataclass
@@ -67,13 +68,33 @@ def pipeline_passes(options: CompileOptions) -> list[ModulePass]:
 
 
 def trace(options: CompileOptions):
-    from emmy.frontend import resolve_model, trace_layer
+    """The traced layer (`emmy.frontend.TracedLayer`); with `options.cache_dir`, a
+    `emmy.frontend.trace_cache.CachedPart` (its module only) when the trace cache has it."""
+    from emmy.frontend import resolve_model
+    from emmy.frontend.trace_cache import CachedPart
 
     source = resolve_model(options.model)
     if options.tokens < 1:
         raise EmmyError(f"--tokens must be at least 1 (got {options.tokens})")
     layer = 0 if options.layer is None else options.layer  # factories ignore the layer
-    return trace_layer(source, layer, options.tokens, seed=options.seed, tracer=options.tracer)
+    cache = _trace_cache(options, source, layer)
+    cached = cache.load() if cache is not None else None
+    if cached is not None:
+        return cached[0]
+    from emmy.frontend import trace_layer
+
+    traced = trace_layer(source, layer, options.tokens, seed=options.seed, tracer=options.tracer)
+    if cache is not None:
+        cache.store([CachedPart(traced.function_name, [], traced.module)])
+    return traced
+
+
+def _trace_cache(options: CompileOptions, source, layer: int | None):
+    from emmy.frontend.trace_cache import TraceCache
+
+    return TraceCache.open(
+        options.cache_dir, source, layer=layer, tokens=options.tokens, seed=options.seed, tracer=options.tracer
+    )
 
 
 def compile_model(
@@ -145,7 +166,7 @@ class ModelPart:
 
 @dataclass
 class ModelCompileResult:
-    traced: object  # emmy.frontend.whole_model.TracedModel
+    traced: object  # emmy.frontend.whole_model.TracedModel (None when read from the trace cache)
     parts: list[ModelPart]
 
     @property
@@ -162,7 +183,6 @@ def compile_whole_model(
 
     `after_each(part, name, module)` is called like `compile_model`'s hook, per part."""
     from emmy.frontend import resolve_model
-    from emmy.frontend.whole_model import trace_model
     from emmy.targets import get_target
 
     get_target(options.target)
@@ -170,12 +190,24 @@ def compile_whole_model(
     if source.kind == "factory":
         return ModelCompileResult(None, [ModelPart("forward", compile_model(options, _part_hook("forward", after_each)), [])])
     t0 = time.perf_counter()
-    traced = trace_model(source, options.tokens, seed=options.seed, tracer=options.tracer)
-    groups = traced.distinct_layers()  # keys are computed before compiling rewrites the modules
+    cache = _trace_cache(options, source, None)
+    cached = cache.load() if cache is not None else None
+    if cached is not None:  # the parts as they were planned when traced
+        traced = None
+        plan = [(p.name, p, p.layers) for p in cached]
+    else:
+        from emmy.frontend.whole_model import trace_model  # imports torch
+
+        traced = trace_model(source, options.tokens, seed=options.seed, tracer=options.tracer)
+        groups = traced.distinct_layers()  # keys are computed before compiling rewrites the modules
+        plan = [("embed_tokens", traced.embedding, [])]
+        plan += [(f"layer{idx[0]}", traced.layers[idx[0]], idx) for idx in groups.values()]
+        plan += [("norm", traced.norm, [])]
+        if cache is not None:
+            from emmy.frontend.trace_cache import CachedPart
+
+            cache.store([CachedPart(name, layers, part.module) for name, part, layers in plan])
     trace_s = time.perf_counter() - t0
-    plan = [("embed_tokens", traced.embedding, [])]
-    plan += [(f"layer{idx[0]}", traced.layers[idx[0]], idx) for idx in groups.values()]
-    plan += [("norm", traced.norm, [])]
     pins = _ModelPins(options.pins)
     parts = []
     for name, part, layers in plan:

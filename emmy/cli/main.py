@@ -17,6 +17,7 @@ import argparse
 import gc
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from emmy.cli import golden, prior, records, tune
@@ -84,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_target() -> str:
-    """The GPU's architecture when one is present, else DEFAULT_TARGET."""
+    """The GPU's architecture when one is present, else DEFAULT_TARGET. Without a CUDA driver
+    there is no GPU, and PyTorch is not imported to find that out (a trace cache hit imports
+    no torch at all)."""
+    if not _has_cuda_driver():
+        return DEFAULT_TARGET
     try:
         import torch
 
@@ -94,6 +99,17 @@ def default_target() -> str:
     except Exception:
         pass
     return DEFAULT_TARGET
+
+
+def _has_cuda_driver() -> bool:
+    """Whether the CUDA driver library loads (what torch.cuda.is_available needs first)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def _options(args, stop_after: str):
@@ -158,7 +174,8 @@ def cmd_compile(args) -> int:
         raise EmmyError(f"unknown stage '{args.ir}'", hint="valid stages: " + ", ".join(STAGES))
     dump_dir = os.environ.get("EMMY_DUMP_DIR")
     stop = "cuda" if (dump_dir or args.ir is None) else args.ir
-    options = _options(args, stop)
+    # compiling reads and fills the trace cache (emmy.frontend.trace_cache) under EMMY_HOME
+    options = replace(_options(args, stop), cache_dir=str(_emmy_home()))
     if args.layer is None and not _is_factory(args.model):
         return _compile_whole_model(args, options, dump_dir)
     rec = _Recorder(Path(dump_dir) if dump_dir else None, args.ir)

@@ -51,6 +51,7 @@ from emmy.frontend.capture import capture
 from emmy.frontend.graph import Graph
 from emmy.frontend.importer import import_graph
 from emmy.frontend.models import ModelSource
+from emmy.frontend.weights import LazyTensors
 
 Implementation = Literal["auto", "emmy", "transformers"]
 Tracer = Literal["capture", "export"]
@@ -132,18 +133,28 @@ def trace_layer(
     else:
         module, call, cos, sin, dtype = _build_transformers(config, layer, tokens)
 
+    params: Mapping[str, torch.Tensor]
     if source.weights_dir is not None:
         _load_weights(module, source.weights_dir, layer)
+        params = dict(module.named_parameters())
+        runner = Runner(lambda: module, lambda _, ins: call(ins["hidden_states"], ins["cos"], ins["sin"]))
+    elif use_emmy:  # values on first use: tracing needs only the norms' (see `shape_module`)
+        params = lazy_random_params(module, seed, layer)
+        shape_module(module, params)
+        runner = Runner(
+            lambda: bind_params(module, params), lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"])
+        )
     else:
         random_weights(module, seed, layer)
+        params = dict(module.named_parameters())
+        runner = Runner(lambda: module, lambda _, ins: call(ins["hidden_states"], ins["cos"], ins["sin"]))
 
     hidden = decoder.config_int(config, "hidden_size", source.model_id)
     gen = torch.Generator().manual_seed(_seed(seed, layer, "hidden_states"))
     hidden_states = torch.randn(1, tokens, hidden, generator=gen).to(dtype)
     inputs = {"hidden_states": hidden_states, "cos": cos, "sin": sin}
-    params = dict(module.named_parameters())
 
-    graph = trace_graph(module, call, list(inputs.items()), list(params.items()), tracer)
+    graph = trace_graph(module, call, list(inputs.items()), list(module.named_parameters()), tracer)
     ir = import_graph(
         graph,
         f"layer{layer}",
@@ -154,11 +165,7 @@ def trace_layer(
         },
     )
 
-    def reference(ins: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        with torch.no_grad():
-            return call(ins["hidden_states"], ins["cos"], ins["sin"])
-
-    return TracedLayer(ir, params, inputs, lambda: module, reference)
+    return TracedLayer(ir, params, inputs, runner.module, runner)
 
 
 def check_tracer(tracer: str) -> None:
@@ -270,9 +277,32 @@ def random_weights(module: nn.Module, seed: int, layer: int) -> None:
             p.normal_(1.0 if name in norms else 0.0, 0.02, generator=gen)
 
 
+def lazy_random_params(module: nn.Module, seed: int, layer: int) -> LazyTensors:
+    """`module`'s parameters as `random_weights` would fill them, each created on first access
+    (`random_tensor` of the same name)."""
+    specs = {n: (tuple(p.shape), p.dtype) for n, p in module.named_parameters()}
+    norms = norm_weight_names(module)
+    return LazyTensors(specs, lambda n: random_tensor(*specs[n], seed, layer, n, n in norms))
+
+
+def shape_module(module: nn.Module, params: Mapping[str, torch.Tensor]) -> nn.Module:
+    """Make `module` (materialized, uninitialized) ready to trace: its norm weights take their
+    values from `params` (the capture checks on a probe that a norm computes RMSNorm, which reads
+    the weight); every other parameter stays uninitialized. A layer's graph depends on shapes and
+    dtypes only (linear and attention are not even run while capturing), so filling the ~15M
+    other values of a Qwen3 layer (~0.3 s here) is left to whoever runs the layer. (The meta
+    device would also skip the layer's arithmetic, but PyTorch's Python meta kernels, e.g. for
+    `pow`, import torch._dynamo and sympy: ~1.1 s.)"""
+    norms = norm_weight_names(module)
+    return bind_params(module, {n: params[n] for n in norms})
+
+
 def bind_params(module: nn.Module, params: Mapping[str, torch.Tensor]) -> nn.Module:
-    """Make `params[name]` the parameter `name` of `module` (built on the meta device)."""
+    """Make `params[name]` the parameter `name` of `module` (built on the meta device), for
+    every name in `params` (`params` may hold a subset)."""
     for name, _ in list(module.named_parameters()):
+        if name not in params:
+            continue
         owner, _, leaf = name.rpartition(".")
         m = module.get_submodule(owner) if owner else module
         m._parameters[leaf] = nn.Parameter(params[name], requires_grad=False)
@@ -346,8 +376,27 @@ def _trace_factory(source: ModelSource, tracer: Tracer, tokens: int) -> TracedLa
         },
     )
 
-    def reference(ins: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        with torch.no_grad():
-            return module(*(ins[k] for k in inputs))
+    runner = Runner(lambda: module, lambda m, ins: m(*(ins[k] for k in inputs)))
+    return TracedLayer(ir, params, inputs, runner.module, runner)
 
-    return TracedLayer(ir, params, inputs, lambda: module, reference)
+
+class Runner:
+    """Builds a traced part's PyTorch module on first use and runs it as the part's `reference`."""
+
+    def __init__(
+        self,
+        build: Callable[[], nn.Module],
+        run: Callable[[nn.Module, Mapping[str, torch.Tensor]], Any],
+    ):
+        self._build = build
+        self._run = run
+        self._module: nn.Module | None = None
+
+    def module(self) -> nn.Module:
+        if self._module is None:
+            self._module = self._build()
+        return self._module
+
+    def __call__(self, inputs: Mapping[str, torch.Tensor]) -> Any:
+        with torch.no_grad():
+            return self._run(self.module(), inputs)

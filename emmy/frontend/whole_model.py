@@ -17,15 +17,16 @@ layers by it.
 Cost: Emmy's decoder layer (`emmy.frontend.decoder`) depends only on the config, never on the
 layer index, so layer 0 is traced once and the other layers share its IR (cloned, with
 `emmy.layer` and the function name set). Weights are `LazyTensors`: created on first access
-(random from `(seed, layer, name)`, or read from the source's *.safetensors), so tracing
-Qwen3-Embedding-0.6B fills only layer 0's 15M parameters and never the 151669x1024 embedding
-table; `reference` and `embed` create the rest when they run.
+(random from `(seed, layer, name)`, or read from the source's *.safetensors), and layer 0 is
+traced on uninitialized parameters (`emmy.frontend.trace.shape_module`: only its norm weights are
+read), so tracing Qwen3-Embedding-0.6B fills neither a layer's 15M parameters nor the 151669x1024
+embedding table; `reference` and `embed` create them when they run.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -43,11 +44,14 @@ from emmy.frontend.trace import (
     DEFAULT_TRACER,
     TracedLayer,
     Tracer,
+    Runner,
     _seed,
     bind_params,
     check_tracer,
+    materialize,
     norm_weight_names,
     random_tensor,
+    shape_module,
     trace_graph,
 )
 from emmy.frontend.weights import LazyTensors, SafetensorsIndex, Spec
@@ -249,24 +253,6 @@ class _WholeModel(nn.Module):
         return self.norm(h)
 
 
-class _Runner:
-    """Builds a part's PyTorch module on first use and runs it as the part's `reference`."""
-
-    def __init__(self, build: Callable[[], nn.Module], run: Callable[[nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]):
-        self._build = build
-        self._run = run
-        self._module: nn.Module | None = None
-
-    def module(self) -> nn.Module:
-        if self._module is None:
-            self._module = self._build()
-        return self._module
-
-    def __call__(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        with torch.no_grad():
-            return self._run(self.module(), inputs)
-
-
 def _embedding(c, vocab, tokens, input_ids, weights: _Weights, attrs) -> TracedLayer:
     """`torch.embedding` of the ids into the table: built directly (there is nothing to trace,
     and tracing would need the 151669x1024 table)."""
@@ -288,7 +274,7 @@ def _embedding(c, vocab, tokens, input_ids, weights: _Weights, attrs) -> TracedL
         module._parameters["weight"] = nn.Parameter(params[name], requires_grad=False)
         return module
 
-    runner = _Runner(build, lambda m, ins: m(ins["input_ids"]))
+    runner = Runner(build, lambda m, ins: m(ins["input_ids"]))
     return TracedLayer(ir, params, {"input_ids": input_ids}, runner.module, runner)
 
 
@@ -300,13 +286,13 @@ def _layers(c, tokens, seed, cos, sin, weights: _Weights, attrs, tracer) -> list
     for i in range(c.num_layers):
         params = weights.params(i, specs, norms)
         inputs = _layer_inputs(c, tokens, seed, i, cos, sin)
-        runner = _Runner(
+        runner = Runner(
             lambda p=params: bind_params(decoder.DecoderLayer(c), p).eval(),
             lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"]),
         )
         layer_attrs = {**attrs, "emmy.layer": IntegerAttr(i, i64)}
         if first is None:  # trace one layer; the others have the same structure
-            module = runner.module()
+            module = shape_module(materialize(decoder.DecoderLayer(c), c.dtype).eval(), params)
             graph = trace_graph(module, module, list(inputs.items()), list(module.named_parameters()), tracer)
             ir = import_graph(graph, f"layer{i}", module_attrs=_ordered(layer_attrs))
             first = ir
@@ -358,7 +344,7 @@ def _final_norm(c, tokens, seed, weights: _Weights, attrs, tracer) -> TracedLaye
     params = weights.params(MODEL_LEVEL, _specs(shape, c.dtype), norm_weight_names(shape))
     gen = torch.Generator().manual_seed(_seed(seed, MODEL_LEVEL, "norm.hidden_states"))
     hidden = torch.randn(1, tokens, c.hidden_size, generator=gen).to(c.dtype)
-    runner = _Runner(lambda: bind_params(_FinalNorm(c), params).eval(), lambda m, ins: m(ins["hidden_states"]))
+    runner = Runner(lambda: bind_params(_FinalNorm(c), params).eval(), lambda m, ins: m(ins["hidden_states"]))
     module = runner.module()
     inputs = {"hidden_states": hidden}
     graph = trace_graph(module, module, list(inputs.items()), list(module.named_parameters()), tracer)

@@ -256,6 +256,32 @@ def test_random_weights_deterministic_and_scaled(qwen_layer):
     assert out.shape == (1, 32, 1024) and torch.isfinite(out.float()).all()
 
 
+def test_tracing_fills_no_weights_and_they_are_the_seeded_values():
+    """Tracing reads only the norm weights (the capture probes the norms); the other values are
+    made on first use and equal what `random_weights` fills in a module (the values before the
+    weights became lazy), and the layer module runs with them."""
+    from emmy.frontend import decoder
+    from emmy.frontend.trace import materialize, random_weights
+
+    for tracer in ("capture", "export"):
+        traced = trace_layer(resolve_model(QWEN), 2, 8, seed=3, tracer=tracer)
+        assert sorted(traced.params.materialized()) == [
+            "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.k_norm.weight",
+            "self_attn.q_norm.weight",
+        ]
+    c = decoder.LayerConfig.from_hf(dict(resolve_model(QWEN).config), QWEN)
+    eager = materialize(decoder.DecoderLayer(c), c.dtype)
+    random_weights(eager, 3, 2)
+    expected = dict(eager.named_parameters())
+    assert list(traced.params) == list(expected)
+    assert all(torch.equal(traced.params[k], expected[k]) for k in expected)
+    module = traced.layer_module
+    assert all(p is not expected[k] and torch.equal(p, expected[k]) for k, p in module.named_parameters())
+    with torch.no_grad():
+        direct = eager(*(traced.inputs[k] for k in ("hidden_states", "cos", "sin")))
+    assert torch.equal(traced.reference(traced.inputs), direct)
+
+
 def test_ir_computes_the_reference(qwen_layer):
     (out,) = evaluate(qwen_layer, qwen_layer.inputs)
     assert torch.equal(out, qwen_layer.reference(qwen_layer.inputs))
