@@ -56,6 +56,7 @@ def tune(
     problems: list[str] = []
     bars = _Bars(tasks, budget, progress)
     try:
+        measurer = None
         if workers == 1:
             measurer = make_measurer(measurer_spec, cache_dir)
             for i, task in enumerate(tasks):
@@ -63,7 +64,7 @@ def tune(
                            on_trial=lambda n, best, i=i: bars.update(i, n, best))
         else:
             problems = _run_workers(tasks, store, budget, measurer_spec, workers, seed, batch, cache_dir, bars)
-        measurer = make_measurer(measurer_spec, cache_dir)
+        measurer = measurer or make_measurer(measurer_spec, cache_dir)  # (after the workers: the GPU is free)
         outcomes = [_outcome(store, task, measurer) for task in tasks]
     finally:
         bars.close()
