@@ -49,9 +49,10 @@ from emmy.targets import Target
 # change: every stored record under the old version then stops matching instead of lying.
 SPACE_VERSION = 1
 
-# Discardable attributes that say where a kernel came from or when it runs (once, when the weights
-# are bound, or every call), not what it computes or how a knob builds it.
-UNKEYED_ATTRS: tuple[str, ...] = ("emmy.origin", "emmy.fused_from", "emmy.phase")
+# Discardable attributes that say where a kernel came from, when it runs (once, when the weights
+# are bound, or every call) or what evidence decided it, not what it computes or how a knob
+# builds it.
+UNKEYED_ATTRS: tuple[str, ...] = ("emmy.origin", "emmy.fused_from", "emmy.phase", "emmy.evidence")
 
 _SHAPE_SEP = "; "
 

@@ -73,13 +73,13 @@ def tasks_in(module: ModuleOp, target: Target, tokens: int = 0) -> list[TuneTask
     from emmy.dialects.tile import KernelOp
     from emmy.ir_io import print_module
     from emmy.measure.isolate import isolate
-    from emmy.schedule.key import describe
+    from emmy.schedule.key import describe, kernel_key
 
     tasks: dict[str, TuneTask] = {}
     for op in module.walk():
         if not isinstance(op, KernelOp):
             continue
-        key = _key(op, target)
+        key = kernel_key(op, target)
         if key.id in tasks:
             continue
         knobs = op.knob_dict()
@@ -94,21 +94,6 @@ def tasks_in(module: ModuleOp, target: Target, tokens: int = 0) -> list[TuneTask
             tokens=tokens,
         )
     return list(tasks.values())
-
-
-# Attributes decide-forks adds to a kernel (what evidence it used) that are not part of what the
-# kernel is: decide-forks keys the kernel before it adds them, so the tuner keys it without.
-_DECISION_ATTRS = ("emmy.evidence",)
-
-
-def _key(op: KernelOp, target: Target):
-    from emmy.schedule.key import kernel_key
-
-    saved = {name: op.attributes.pop(name) for name in _DECISION_ATTRS if name in op.attributes}
-    try:
-        return kernel_key(op, target)
-    finally:
-        op.attributes.update(saved)
 
 
 def tasks_of(options: CompileOptions, tokens: Sequence[int]) -> list[TuneTask]:
