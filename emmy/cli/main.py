@@ -8,7 +8,9 @@
     emmy prior fit|evaluate [--storage URL | --records FILE.json ...] [--target T] [--out FILE] [--json]
 
 The environment variable EMMY_DUMP_DIR=DIR makes `emmy compile` write the module after every
-pass (`NN-<pass>.mlir`), the CUDA source and the decisions into DIR.
+pass (`NN-<pass>.mlir`), the CUDA source and the decisions into DIR. EMMY_HOME (default
+~/.cache/emmy) is the compile cache folder: `emmy compile` keeps traced models in its `traces/`
+(emmy.frontend.trace_cache), so compiling one again imports no PyTorch.
 """
 
 from __future__ import annotations

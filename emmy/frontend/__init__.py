@@ -1,8 +1,9 @@
 """Emmy's frontend: which model (`resolve_model`) and its traced torch-stage IR (`trace_layer` for
 one decoder layer, `trace_model` for a whole Llama-family model).
 
-`emmy.frontend.models` is light; everything else imports torch (about 1 s), so it loads on first
-use and resolving (or rejecting) a MODEL argument stays instant.
+`emmy.frontend.models` and `emmy.frontend.trace_cache` (traced modules kept on disk, so a repeated
+`emmy compile` needs no torch) are light; everything else imports torch (about 1 s), so it loads
+on first use and resolving (or rejecting) a MODEL argument stays instant.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,8 +1,9 @@
 """Tracing one decoder layer (or a factory's whole module) into torch-stage IR.
 
 `trace_layer(source, layer, tokens, seed, tracer=...)` builds only the requested decoder layer and
-the rotary embedding (never the whole model), fills its weights (from *.safetensors when the
-source has them, else deterministic random values from `seed`), makes example inputs
+the rotary embedding (never the whole model), gives it weights (from *.safetensors when the
+source has them, else deterministic random values from `seed`, which for Emmy's own layer are
+made on first use: the trace reads only the norm weights, see `shape_module`), makes example inputs
 (`hidden_states` [1, T, H], `cos`/`sin` [1, T, head_dim] at positions 0..T-1), records the layer's
 forward with the chosen tracer and imports it (`emmy.frontend.importer`). Whole models:
 `emmy.frontend.whole_model.trace_model`.
