@@ -10,8 +10,8 @@ schedules stays as the structure of the search (the rules' order and preferences
 anchor) and as terms of the model (`emmy.prior.features`), not as the last word.
 
 **The bound.** The prior ranks the candidates by predicted time, each slowed by its envelope
-penalty (`Prior.penalty`: a candidate unlike anything the fit saw must predict that much
-faster). Its best candidate replaces the anchor only when
+penalty (`Prior.penalty`: a candidate further outside the data the fit saw than the anchor is
+must predict that much faster). Its best candidate replaces the anchor only when
 
     predicted(best) * penalty(best) * margin <= predicted(anchor)
 
@@ -67,6 +67,7 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
     anchor = dict(anchor)
     margin = prior.margin(info.kind)
     anchor_s = score(kernel, anchor, prior, penalized=False)
+    base = _distance(kernel, anchor, prior)
     ranked: list[tuple[float, int, dict]] = []
     seen = set()
     for i, values in enumerate([anchor, *candidates]):
@@ -74,7 +75,7 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
         if key in seen:
             continue
         seen.add(key)
-        t = anchor_s if i == 0 else score(kernel, values, prior)
+        t = anchor_s if i == 0 else score(kernel, values, prior, base=base)
         if t is not None:
             ranked.append((t, i, dict(values)))
     ranked.sort(key=lambda r: (r[0], r[1]))
@@ -93,6 +94,16 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
            f"the best other candidate predicts {best_s * 1e6:.2f} us, not faster than the rules' "
            f"{anchor_s * 1e6:.2f} us by the margin x{margin:.2f}")
     return PriorChoice(anchor, anchor_s, anchor, anchor_s, runner, "anchor", margin, len(ranked), why)
+
+
+def _distance(kernel, values: Mapping[str, KnobValue], prior: Prior) -> float:
+    """How far outside the fitted data the candidate lies (0 where it cannot be planned)."""
+    from emmy.diagnostics import EmmyError
+
+    try:
+        return prior.distance(kernel.info.kind, kernel.features(values), values)
+    except EmmyError:
+        return 0.0
 
 
 def neighbourhood(info: KernelInfo, target: Target, space: Mapping[str, Sequence[KnobValue]],

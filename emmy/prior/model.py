@@ -8,7 +8,7 @@ The time of a kernel is its slower side, compute or memory, plus a share of the 
 overlap, not perfectly), times what keeps the units from their peak, plus its launches:
 
     compute  = flops * quant / (peak_flops * eff * feed * hide) + recompute_flops / (fp32_flops
-               * fma_eff * hide) + serial_steps * step_s + softmax_steps * softmax_step_s
+               * recompute_eff * hide) + serial_steps * step_s + softmax_steps * softmax_step_s
                eff = compute_eff on tensor cores, fma_eff on FMA units; feed = min(1, intensity /
                knee) for tensor cores (a tile that stages too little per multiply-add starves
                them); hide = warps / (warps + hide_warps) (latency hiding)
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 # The coefficients before any fit (`emmy prior fit` replaces them per target).
 DEFAULTS: dict[str, float] = {
     "compute_eff": 0.85,  # share of the peak rate the inner loop reaches
-    "fma_eff": 0.3,  # share of the FMA rate CUDA-core arithmetic reaches (workers = thread, fused statistics)
+    "fma_eff": 0.3,  # share of the FMA rate CUDA-core arithmetic reaches (workers = thread)
+    "recompute_eff": 0.08,  # ... and recomputation inside a fused kernel (on its critical path)
     "knee": 32.0,  # multiply-adds per staged element (per k) that keep tensor cores fed
     "step_s": 4e-8,  # one k-step's barrier and wait, however small the step
     "softmax_step_s": 1.3e-6,  # one key block of flash attention: two products, the online softmax, barriers
@@ -76,7 +77,7 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     hide = f["warps_resident"] / (f["warps_resident"] + c["hide_warps"])
     eff = np.where(f["tensor"] > 0, c["compute_eff"], c["fma_eff"])
     compute = f["flops"] * f["quant"] / (f["peak_flops"] * eff * feed * hide)
-    compute = compute + f["recompute_flops"] / (f["fp32_flops"] * c["fma_eff"] * hide) + f["serial_steps"] * c["step_s"]
+    compute = compute + f["recompute_flops"] / (f["fp32_flops"] * c["recompute_eff"] * hide) + f["serial_steps"] * c["step_s"]
     compute = compute + f["softmax_steps"] * c["softmax_step_s"]
     pull = np.minimum(1.0, f["busy"] * c["busy_sms"])
     # re-read tiles, recomputed rows and partial sums (read back soon): from L2 where they fit
@@ -140,10 +141,10 @@ def rank(info: KernelInfo, points: Iterable[Mapping[str, KnobValue]], target: Ta
     return [(v, t) for t, _, v in scored]
 
 
-def score(kernel, values: Mapping[str, KnobValue], prior, penalized: bool = True) -> float | None:
+def score(kernel, values: Mapping[str, KnobValue], prior, penalized: bool = True, base: float = 0.0) -> float | None:
     """Predicted seconds of one candidate of `kernel` (a features.Kernel), its envelope penalty
-    applied when `penalized`; None when the plan cannot build it or the prediction is not a
-    positive number."""
+    applied when `penalized` (for the distance past `base`: `Prior.penalty`); None when the plan
+    cannot build it or the prediction is not a positive number."""
     from emmy.prior.store import Prior
 
     try:
@@ -152,7 +153,7 @@ def score(kernel, values: Mapping[str, KnobValue], prior, penalized: bool = True
         return None
     if isinstance(prior, Prior):
         coeffs = prior.coeffs
-        factor = prior.penalty(kernel.info.kind, f, values) if penalized else 1.0
+        factor = prior.penalty(kernel.info.kind, f, values, base) if penalized else 1.0
     else:
         coeffs, factor = (prior if prior is not None else DEFAULTS), 1.0
     with np.errstate(all="ignore"):

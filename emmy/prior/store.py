@@ -22,7 +22,8 @@ The bound (what makes a many-times-slower choice impossible rather than unlikely
 `emmy.prior.choose`; its two inputs are here: `margin(kind) = exp(Z * spread)` (at least
 `MIN_MARGIN`; `DEFAULT_SPREAD` for a kind the fit never saw, and for the unfitted defaults), and
 `penalty(kind, f) = exp(ENVELOPE_PENALTY * d)` for a candidate at distance `d` (log units summed
-over the terms, plus one per unseen categorical value) outside the envelope.
+over the terms, plus one per unseen categorical value) outside the envelope (`emmy.prior.choose`
+counts only the distance past the anchor's).
 """
 
 from __future__ import annotations
@@ -91,8 +92,12 @@ class Prior:
                 d += 1.0
         return d
 
-    def penalty(self, kind: str, f: Mapping[str, float], values: Mapping[str, object] | None = None) -> float:
-        return math.exp(ENVELOPE_PENALTY * self.distance(kind, f, values))
+    def penalty(self, kind: str, f: Mapping[str, float], values: Mapping[str, object] | None = None,
+                base: float = 0.0) -> float:
+        """exp(ENVELOPE_PENALTY * (distance - base)), at least 1: `base` is the distance of the
+        anchor a candidate is compared with (a shape the fit never saw puts every candidate
+        outside; only how much further out than the anchor a candidate lies counts)."""
+        return math.exp(ENVELOPE_PENALTY * max(0.0, self.distance(kind, f, values) - base))
 
 
 def prior_path(golden: Path, target: str) -> Path:

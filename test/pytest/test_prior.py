@@ -20,7 +20,7 @@ from emmy.prior.features import Kernel, features
 from emmy.prior.fit import fit, fit_coeffs, residuals, robust_spread, within_key
 from emmy.prior.model import DEFAULTS, predict, rank, with_target
 from emmy.prior.store import (
-    DEFAULT_SPREAD, MIN_MARGIN, Prior, load_prior, prior_from, prior_json, prior_path, write_prior,
+    DEFAULT_SPREAD, ENVELOPE_PENALTY, MIN_MARGIN, Prior, load_prior, prior_from, prior_json, prior_path, write_prior,
 )
 from emmy.search.task import tasks_in
 from emmy.targets import get_target
@@ -209,6 +209,9 @@ def test_candidates_outside_the_fitted_envelope_are_penalized(info):
     g = features(info, small, TARGET)
     assert prior.distance("contraction", g, small) == pytest.approx(math.log1p(f["tile_area"]) - math.log1p(g["tile_area"]))
     assert prior.penalty("contraction", g, {**small, "workers": "wgmma"}) > prior.penalty("contraction", g, small) > 1.0
+    d = prior.distance("contraction", g, small)  # an anchor as far out: only the distance past it counts
+    assert prior.penalty("contraction", g, small, base=d) == 1.0
+    assert prior.penalty("contraction", g, small, base=d / 2) == pytest.approx(math.exp(ENVELOPE_PENALTY * d / 2))
 
 
 # -- fitting -------------------------------------------------------------------------------------
