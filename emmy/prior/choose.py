@@ -15,8 +15,10 @@ must predict that much faster). Its best candidate replaces the anchor only when
 
     predicted(best) * penalty(best) * margin <= predicted(anchor)
 
-with `margin = Prior.margin(kind) = exp(Z * spread)` from the fit's residuals (about 2x for the
-unfitted defaults). So: the pick is never predicted slower than the anchor (by construction);
+with `margin = Prior.margin(kind) * exp(ENVELOPE_PENALTY * d(anchor))`: `Prior.margin(kind) =
+exp(Z * spread)` from the fit's residuals (about 2x for the unfitted defaults), grown by how far
+the anchor itself lies outside the fitted data (a shape never measured asks a larger gain), and
+`penalty(best)` counting only the distance past the anchor's. So: the pick is never predicted slower than the anchor (by construction);
 where the model's errors stay within its fitted band (a factor exp(Z * spread) either way) the
 pick measures at most `margin` times the anchor's time, and faster whenever the predicted gain
 holds; a candidate outside the fitted data must show a larger gain still. Coefficients that rank
@@ -29,9 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+import math
 from typing import TYPE_CHECKING
 
 from emmy.prior.model import score
+from emmy.prior.store import ENVELOPE_PENALTY
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
@@ -65,9 +69,10 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
 
     kernel = Kernel(info, target)
     anchor = dict(anchor)
-    margin = prior.margin(info.kind)
     anchor_s = score(kernel, anchor, prior, penalized=False)
     base = _distance(kernel, anchor, prior)
+    # a kernel whose anchor lies outside the fitted data (a shape never measured) asks more
+    margin = prior.margin(info.kind) * math.exp(ENVELOPE_PENALTY * base)
     ranked: list[tuple[float, int, dict]] = []
     seen = set()
     for i, values in enumerate([anchor, *candidates]):

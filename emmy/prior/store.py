@@ -46,8 +46,9 @@ Z = 2.0
 MIN_MARGIN = 1.03  # measurement noise: never switch for less
 DEFAULT_SPREAD = 0.35  # an unfitted model's trust: margin exp(0.7) ~ 2x
 ENVELOPE_PENALTY = 0.5  # per log unit outside the fitted data
-ENVELOPE_TERMS = ("tile_area", "intensity", "waves", "busy", "stages", "steps", "occupancy", "threads",
-                  "workspace_bytes", "launches", "reg_overflow")
+# the problem's size (flops, bytes: a shape never measured lies outside) and the schedule's terms
+ENVELOPE_TERMS = ("flops", "unique_bytes", "tile_area", "intensity", "waves", "busy", "stages", "steps",
+                  "occupancy", "threads", "workspace_bytes", "launches", "reg_overflow")
 CATEGORICAL_KNOBS = ("workers", "schedule", "fusion", "combine", "copy")
 
 

@@ -156,7 +156,7 @@ def test_the_pick_is_never_predicted_slower_than_the_anchor(info):
         assert c.anchor_s == anchor_s
         if c.picked == "prior":
             assert c.values != anchor
-            assert c.predicted_s * prior.margin("contraction") <= anchor_s
+            assert c.predicted_s * c.margin <= anchor_s and c.margin >= prior.margin("contraction")
             assert score(kernel, c.values, prior) == c.predicted_s
         else:
             assert c.values == anchor
