@@ -12,7 +12,9 @@ The loss is least squares on log time, robust and anchored:
   linearly: a mis-measured trial cannot drag the fit);
 - a ridge pull toward the defaults (`RIDGE` per parameter, in log units) so a coefficient the
   data say nothing about keeps its physical default instead of wandering;
-- each parameter kept within `BOUND` (a factor e^5) of its default.
+- each parameter kept within `BOUND` (a factor e^5) of its default, and the efficiencies at or
+  below their physical ceilings (`CEILINGS`: a unit at most at its peak), so the fit cannot trade
+  a faster-than-peak rate against a slower latency term where the data do not tell them apart.
 
 The residual spread a Prior keeps is per kind and taken within keys (each sample's residual
 relative to its key's mean residual): the prior only ever compares candidates of one kernel.
@@ -33,6 +35,9 @@ from emmy.prior.store import CATEGORICAL_KNOBS, ENVELOPE_TERMS, Prior
 
 RIDGE = 1e-4
 BOUND = 5.0
+# Physical ceilings: no unit runs past its peak (L2's bandwidth figure is a published estimate,
+# so it may be beaten by a little).
+CEILINGS = {"compute_eff": 1.0, "fma_eff": 1.0, "recompute_eff": 1.0, "dram_eff": 1.0, "l2_eff": 2.0}
 HUBER = 1.345
 MAX_STEPS = 60
 MIN_SAMPLES = 2
@@ -65,6 +70,8 @@ def fit_coeffs(samples: Sequence[Sample], start: Mapping[str, float] | None = No
     y = np.log([s.time_s for s in samples])
     theta0 = np.log([DEFAULTS[n] for n in NAMES])
     theta = np.log([(start or DEFAULTS)[n] for n in NAMES])
+    lo = theta0 - BOUND
+    hi = np.minimum(theta0 + BOUND, np.log([CEILINGS.get(n, np.inf) for n in NAMES]))
     lam = 1e-2
     n = len(samples)
     ridge = math.sqrt(RIDGE * n)
@@ -92,7 +99,7 @@ def fit_coeffs(samples: Sequence[Sample], start: Mapping[str, float] | None = No
         improved = False
         while lam < 1e8:
             step = np.linalg.solve(H + lam * np.diag(np.diag(H) + 1e-9), -g)
-            trial = np.clip(theta + step, theta0 - BOUND, theta0 + BOUND)
+            trial = np.clip(theta + step, lo, hi)
             c = float(np.sum(stacked(trial, w) ** 2))
             if c < cost:
                 theta, cost, lam, improved = trial, c, max(lam / 3, 1e-7), True
