@@ -5,7 +5,7 @@
     emmy run MODEL --layer N [--tokens T] [--backend cuda|interpret] [--check]
     emmy tune MODEL [--layer N] [--tokens T,...] [--trials K] [--storage URL] [--workers W] ...
     emmy records list|show KEY|export FILE|import FILE [--storage URL]
-    emmy prior fit|evaluate [--storage URL | --records FILE.json ...] [--target T] [--out FILE] [--json]
+    emmy prior fit|evaluate|show [--storage URL | --records FILE.json ...] [--target T] [--out FILE] [--json]
 
 The environment variable EMMY_DUMP_DIR=DIR makes `emmy compile` write the module after every
 pass (`NN-<pass>.mlir`), the CUDA source and the decisions into DIR. EMMY_HOME (default
