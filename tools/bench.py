@@ -74,7 +74,11 @@ class EmmyBuild:
     def options(self, **kw):
         from emmy.driver import CompileOptions
 
-        return CompileOptions(pins=tuple(self.pins), records=self.records, evidence=self.evidence, **kw)
+        from emmy.golden import default_dir
+
+        golden = default_dir()  # the shipped golden files and fitted prior, as a user's compile reads them
+        return CompileOptions(pins=tuple(self.pins), records=self.records, evidence=self.evidence,
+                              golden=str(golden) if golden.is_dir() else "", **kw)
 
 
 def emmy_plan(traced, target, build: EmmyBuild = EmmyBuild()):

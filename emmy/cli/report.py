@@ -90,14 +90,18 @@ def evidence_table(decisions: list[KeyedDecision]) -> str:
     """Per kernel with an evidence report: the tiers that answered, why each higher tier had no
     answer, and the evidence skipped (empty when no kernel has a report)."""
     from emmy.cli.table import format_table
+    from emmy.evidence import TIERS
 
     rows, seen = [], set()
     for d in decisions:
         if d.evidence is None or d.kernel in seen:
             continue
         seen.add(d.kernel)
-        tiers = sorted({x.tier for x in decisions if x.kernel == d.kernel})
-        misses = "; ".join(f"{t}: {why}" for t, why in d.evidence.get("misses", {}).items() if t not in tiers)
+        used = {x.tier for x in decisions if x.kernel == d.kernel}
+        tiers = [t for t in (*TIERS, "kept") if t in used]
+        top = min((TIERS.index(t) for t in used if t in TIERS), default=len(TIERS))
+        given = d.evidence.get("misses", {})
+        misses = "; ".join(f"{t}: {given[t]}" for t in TIERS[:top] if t in given)
         skipped = "; ".join(f"{s['tier']} {short_source(s['source']) or s['source']}: {s['why']}" for s in d.evidence.get("skipped", []))
         rows.append((d.kernel, ",".join(tiers), misses or "-", skipped or "-"))
     if not rows:

@@ -90,8 +90,16 @@ class Hierarchy:
         skipped = [s.to_json() for s in self.stale.get(kernel, [])]
         for d in self.recorded:
             skipped.extend(s.to_json() for s in d.skipped.get(kernel, []))
+        misses = dict(self.misses.get(kernel, {}))
+        for d in self.recorded:
+            passed = d.skipped.get(kernel, [])
+            if passed and d.name not in used:
+                misses[d.name] = f"all {len(passed)} candidate(s) skipped (see the evidence skipped)"
+        if prior is not None and prior["picked"] != "prior" and "prior" not in tiers_used:
+            misses["prior"] = f"kept the rules' answer: {prior['why']}"
+            del used["prior"]
         key = self.keys[kernel]
-        return {"key": key.id, "sources": used, "skipped": skipped, "misses": self.misses.get(kernel, {})}
+        return {"key": key.id, "sources": used, "skipped": skipped, "misses": misses}
 
 
 def _store(url: str):
