@@ -11,7 +11,8 @@
   and 1024 tokens are as far apart as 2048 and 4096; ties go to the store, then by key.
 
 A record or entry whose structure and shape match but whose space version is another is stale:
-reported, never used.
+reported, never used. So is a record the cost measurer wrote (`emmy tune --measurer cost`): its
+"times" rank candidates by their predicted facts and were never measured.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Known:
     time_s: float
     source: Mapping[str, object]
     summary: str
+    measured: bool = True  # False: written by the cost measurer (emmy tune --measurer cost)
 
 
 @dataclass
@@ -54,7 +56,13 @@ class Evidence:
         """`keys`: kernel name -> its KernelKey. `stored`, `golden`: what the store and the golden
         files hold (`stored_knowns`, `golden_knowns`)."""
         ev = cls()
+        unmeasured = [k for k in stored if not k.measured]
+        stored = [k for k in stored if k.measured]
         for name, key in keys.items():
+            for k in unmeasured:
+                if k.structure == key.structure and k.target == target:
+                    ev.stale.setdefault(name, []).append(
+                        Skipped("local", k.source, "not a measurement: written by the cost measurer (emmy tune --measurer cost)"))
             for tier, known in (("local", stored), ("golden", golden)):
                 exact = [k for k in known if k.key_id == key.id]
                 getattr(ev, tier)[name] = [_candidate(tier, k, "") for k in exact]
@@ -78,6 +86,7 @@ def distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
 def stored_knowns(store, target: str) -> list[Known]:
     """The recorded best of every study of the store on `target`."""
     from emmy.records.store import KEY_ATTR, best_record
+    from emmy.search.cost import CARD as COST_CARD
 
     out = []
     for name in store.study_names():
@@ -97,6 +106,7 @@ def stored_knowns(store, target: str) -> list[Known]:
             source={"store": store.name, "study": record.study, "trial": record.trial, "time_s": record.time_s,
                     "card": record.card},
             summary=f"tuned {record.summary()} ({record.source()})",
+            measured=record.card != COST_CARD,
         ))
     return out
 

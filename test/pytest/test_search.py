@@ -160,10 +160,38 @@ def test_select_names_the_kernels(tasks):
     assert all(t.kernel in str(e.value) for t in tasks)
 
 
+def as_measured(store, task) -> None:
+    """Test data: the study's best as a GPU run would have recorded it (the cost measurer's own
+    records are not measurements, and the evidence hierarchy never uses them)."""
+    from emmy.records.store import BEST_ATTR
+
+    study = store.load(task.key_id)
+    best = dict(study.user_attrs[BEST_ATTR])
+    best["env"] = {**best["env"], "card": "NVIDIA H200 (test data)"}
+    study.set_user_attr(BEST_ATTR, best)
+
+
+def test_cost_measurer_records_are_never_evidence(tasks, store):
+    import json
+
+    from emmy.passes.decide_forks import decisions
+
+    tune(tasks, store, Budget(trials=4), "cost", workers=1, progress=None)
+    options = CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile", records=store.url)
+    module = compile_model(options).module
+    assert all(d.tier == "rule" for d in decisions(module))
+    from emmy.dialects.tile import KernelOp
+
+    reports = [json.loads(op.attributes["emmy.evidence"].data) for op in module.walk() if isinstance(op, KernelOp)]
+    assert reports and all(any("not a measurement" in s["why"] for s in r["skipped"]) for r in reports)
+
+
 def test_local_tier_answers_from_the_store(tasks, store, tmp_path):
     from emmy.passes.decide_forks import decisions
 
     tune(tasks, store, Budget(trials=6), "cost", workers=1, progress=None)
+    for task in tasks:
+        as_measured(store, task)
     options = CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile", records=store.url)
     found = decisions(compile_model(options).module)
     for task in tasks:
@@ -180,6 +208,7 @@ def test_local_tier_skips_a_record_no_longer_legal(tasks, store):
 
     task = tasks[0]
     tune([task], store, Budget(trials=4), "cost", workers=1, progress=None)
+    as_measured(store, task)
     study = store.load(task.key_id)
     best = dict(study.user_attrs[BEST_ATTR])
     knob = next(iter(task.space))

@@ -83,8 +83,28 @@ def test_records_export_import(tuned, tmp_path, monkeypatch, capsys):
     assert "imported 0 trials" in capsys.readouterr().out
 
 
-def test_compile_uses_the_local_records(tuned, monkeypatch, capsys):
+def test_compile_uses_the_local_records(tuned, monkeypatch, capsys, tmp_path):
+    import shutil
+
+    from emmy.records.store import BEST_ATTR, open_store
+
     home, _ = tuned
+    # the cost measurer's records are never evidence: compiling reports them as skipped
+    monkeypatch.setenv("EMMY_HOME", str(home))
+    assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert all(line.split()[3] == "rule" for line in lines[2:lines.index("")])
+    assert "not a measurement: written by the cost measurer" in out
+    # test data: the same records as a GPU run would have written them
+    home = tmp_path / "home"
+    shutil.copytree(tuned[0], home)
+    store = open_store(default_url(home), create=False)
+    for name in store.study_names():
+        study = store.load(name)
+        best = dict(study.user_attrs[BEST_ATTR])
+        best["env"] = {**best["env"], "card": "NVIDIA H200 (test data)"}
+        study.set_user_attr(BEST_ATTR, best)
     monkeypatch.setenv("EMMY_HOME", str(home))
     assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain"]) == 0
     out = capsys.readouterr().out
