@@ -69,7 +69,8 @@ def _samples(args, target: str):
     keys, skipped = samples_of(data, target, _modules(args, target))
     if not keys:
         where = ", ".join(name for name, _ in data)
-        raise EmmyError(f"no measurements for {target} in {where}",
+        why = "".join(f"\n  skipped: {line}" for line in skipped)
+        raise EmmyError(f"no measurements for {target} in {where}{why}",
                         hint="tune kernels on that target first (emmy tune --target ...), or give other records")
     return keys, [name for name, _ in data], skipped
 

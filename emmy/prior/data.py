@@ -87,6 +87,7 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
     study that does not keep one."""
     from emmy.records.store import KEY_ATTR
     from emmy.schedule.key import SPACE_VERSION
+    from emmy.search.cost import CARD as COST_CARD
     from emmy.targets import get_target
 
     tgt = get_target(target)
@@ -118,8 +119,12 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
                     skipped.append(f"{where}: {first_line(e)}")
                     continue
             model = str(attrs.get(MODEL_ATTR) or key.get("structure_id") or name)
-            n = stale = 0
+            n = stale = unmeasured = 0
             for t in study["trials"]:
+                env = (t.get("user_attrs") or {}).get("env") or {}
+                if isinstance(env, Mapping) and env.get("card") == COST_CARD:
+                    unmeasured += 1  # the cost measurer's ranking, not a measurement
+                    continue
                 try:
                     s = _sample(t, kd, name, str(key.get("structure_id", name)), model, str(attrs.get("emmy.kernel", "")))
                 except EmmyError:
@@ -130,6 +135,8 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
                     n += 1
             if stale:
                 skipped.append(f"{where}: {stale} trials whose values the current plan no longer builds")
+            if unmeasured:
+                skipped.append(f"{where}: {unmeasured} trials written by the cost measurer (not measurements)")
             if not n:
                 skipped.append(f"{where}: no trial measured ok")
     return {k: v for k, v in keys.items() if v.samples}, skipped
