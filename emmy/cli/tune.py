@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
                    help="the store: any database URL Optuna accepts (default: sqlite under EMMY_HOME)")
     p.add_argument("--target", default=None, help="sm_80|sm_86|sm_89|sm_90|sm_90a (default: the GPU's)")
     p.add_argument("--workers", type=int, default=1, metavar="W", help="measuring processes (default 1)")
+    p.add_argument("--devices", default=None, metavar="all|0,1,...",
+                   help="one measuring worker per GPU, each pinned to its device (replaces --workers)")
     p.add_argument("--batch", type=int, default=4, metavar="N",
                    help="candidates a worker builds together ahead of the GPU (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler, the weights and the inputs")
@@ -87,6 +89,8 @@ def cmd_tune(args) -> int:
         raise EmmyError("emmy tune measures candidates on a GPU, and no CUDA device was found",
                         hint="to try the tuner without one, '--measurer cost' ranks candidates by a "
                              "deterministic cost from their plans (its times mean nothing)")
+    devices = parse_devices(args.devices, kind, args.workers) if args.devices is not None else None
+    workers = len(devices) if devices else args.workers
     target = args.target or default_target()
     if target not in TARGETS:
         raise EmmyError(f"unknown target '{target}'", hint="valid targets: " + ", ".join(TARGETS))
@@ -107,13 +111,38 @@ def cmd_tune(args) -> int:
     from emmy.cli.main import _emmy_home
 
     with store_errors(store.name):
-        outcomes, problems = tune(tasks, store, budget, args.measurer, args.workers, args.seed, args.batch,
-                                  cache_dir=_emmy_home(), progress=progress)
+        outcomes, problems = tune(tasks, store, budget, args.measurer, workers, args.seed, args.batch,
+                                  cache_dir=_emmy_home(), progress=progress, devices=devices)
     print(format_table(HEADER, outcome_rows(outcomes)))
     print(f"records in {store.name}")
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def parse_devices(text: str, measurer: str, workers: int, count: int | None = None) -> list[int]:
+    """`--devices all` or `0,1,...` as GPU indices (`count`: the GPUs there are, asked of PyTorch
+    when None). Each index is one measuring worker pinned to that GPU."""
+    if measurer != "gpu":
+        raise EmmyError(f"--devices {text}: only the GPU measurer measures on devices (not --measurer {measurer})")
+    if workers != 1:
+        raise EmmyError(f"--devices {text} with --workers {workers}: give one of them (--devices starts one worker per GPU)")
+    if count is None:
+        import torch
+
+        count = torch.cuda.device_count()
+    if text.strip() == "all":
+        devices = list(range(count))
+    else:
+        try:
+            devices = [int(d) for d in text.split(",") if d.strip()]
+        except ValueError:
+            raise EmmyError(f"--devices '{text}': expected 'all' or GPU indices separated by commas, e.g. 0,1") from None
+    bad = [d for d in devices if not 0 <= d < count]
+    if not devices or bad or len(set(devices)) != len(devices):
+        what = f"no GPU {bad[0]}" if bad else "each GPU once, at least one"
+        raise EmmyError(f"--devices '{text}': {what}", hint=f"this machine has {count} GPU(s): 0..{count - 1}")
+    return devices
 
 
 def _quiet_optuna() -> None:
@@ -123,4 +152,4 @@ def _quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-__all__ = ["add_parser", "cmd_tune"]
+__all__ = ["add_parser", "cmd_tune", "parse_devices"]

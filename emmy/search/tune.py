@@ -5,7 +5,8 @@ best named after re-measuring, and a table.
     print(format_table(HEADER, outcome_rows(outcomes)))
 
 With one worker the studies run in this process, one after the other. With W > 1, W worker
-processes (started fresh, `spawn`) go through the studies in the same order, each with its own
+processes (started fresh, `spawn`; with `devices`, one per GPU, each pinned to it) go through
+the studies in the same order, each with its own
 measurer and TPE seed (seed + worker index), cooperating through the store exactly as separate
 `emmy tune` processes on other hosts would; this process shows the progress (one bar per study,
 read from the store) and, once they are done, re-measures each study's top candidates and names
@@ -48,9 +49,11 @@ def tune(
     batch: int = 1,
     cache_dir=None,
     progress: TextIO | None = sys.stderr,
+    devices: Sequence[int] | None = None,
 ) -> tuple[list[Outcome], list[str]]:
     """Tune every task into `store`; returns the outcomes and the problems met (workers that
-    stopped), which the caller reports."""
+    stopped), which the caller reports. `devices`: one worker per GPU index, each pinned to its
+    GPU (`workers` is then their number)."""
     from emmy.search.cost import make_measurer
 
     problems: list[str] = []
@@ -58,12 +61,13 @@ def tune(
     try:
         measurer = None
         if workers == 1:
+            _pin(devices[0] if devices else None)
             measurer = make_measurer(measurer_spec, cache_dir)
             for i, task in enumerate(tasks):
                 run_trials(store, task, measurer, budget, seed=seed, batch=batch,
                            on_trial=lambda n, best, i=i: bars.update(i, n, best))
         else:
-            problems = _run_workers(tasks, store, budget, measurer_spec, workers, seed, batch, cache_dir, bars)
+            problems = _run_workers(tasks, store, budget, measurer_spec, workers, seed, batch, cache_dir, bars, devices)
         measurer = measurer or make_measurer(measurer_spec, cache_dir)  # (after the workers: the GPU is free)
         outcomes = [_outcome(store, task, measurer) for task in tasks]
     finally:
@@ -71,12 +75,13 @@ def tune(
     return outcomes, problems
 
 
-def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, bars) -> list[str]:
+def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, bars, devices=None) -> list[str]:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     procs = [
-        ctx.Process(target=worker_main, args=(store.url, list(tasks), budget, spec, seed + w, batch, cache_dir),
+        ctx.Process(target=worker_main, args=(store.url, list(tasks), budget, spec, seed + w, batch, cache_dir,
+                                              devices[w] if devices else None),
                     name=f"emmy-tune-worker-{w}")
         for w in range(workers)
     ]
@@ -97,13 +102,15 @@ def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, ba
             for w, p in enumerate(procs) if p.exitcode != 0]
 
 
-def worker_main(url: str, tasks: list[TuneTask], budget: Budget, spec: str, seed: int, batch: int, cache_dir) -> None:
-    """A worker process: every study in order, to its budget."""
+def worker_main(url: str, tasks: list[TuneTask], budget: Budget, spec: str, seed: int, batch: int, cache_dir,
+                device: int | None = None) -> None:
+    """A worker process: every study in order, to its budget (on GPU `device` when given)."""
     from emmy.diagnostics import EmmyError
     from emmy.records.store import store_errors
     from emmy.search.cost import make_measurer
 
     try:
+        _pin(device)
         store = open_store(url)
         assert store is not None
         measurer = make_measurer(spec, cache_dir)
@@ -115,6 +122,15 @@ def worker_main(url: str, tasks: list[TuneTask], budget: Budget, spec: str, seed
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(1)
+
+
+def _pin(device: int | None) -> None:
+    """Measure on GPU `device` from now on in this process (PyTorch's current device, whose
+    context the measurer launches in; the GPU lock is per device)."""
+    if device is not None:
+        import torch
+
+        torch.cuda.set_device(device)
 
 
 def _outcome(store: Store, task: TuneTask, measurer) -> Outcome:

@@ -13,6 +13,8 @@ from pathlib import Path
 import optuna
 import pytest
 
+from emmy.diagnostics import EmmyError
+
 from emmy.cli.main import run
 from emmy.cli.report import run_guarded
 from emmy.records import SCHEMA, default_url, open_store
@@ -236,3 +238,36 @@ def test_records_import_bad_file(tmp_path, capsys):
 def test_records_export_unwritable(tuned, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("EMMY_HOME", str(tuned[0]))
     assert "cannot write" in _error(capsys, ["records", "export", str(tmp_path / "no" / "dir" / "x.json")])
+
+
+# --- --devices (one measuring worker per GPU) ---------------------------------------------------
+
+
+def test_devices_parse():
+    from emmy.cli.tune import parse_devices
+
+    assert parse_devices("all", "gpu", 1, count=4) == [0, 1, 2, 3]
+    assert parse_devices("1,3", "gpu", 1, count=4) == [1, 3]
+
+
+@pytest.mark.parametrize(
+    "text, measurer, workers, fragment",
+    [
+        ("0,x", "gpu", 1, "expected 'all' or GPU indices"),
+        ("0,2", "gpu", 1, "--devices '0,2': no GPU 2"),
+        ("0,0", "gpu", 1, "each GPU once"),
+        ("0", "cost", 1, "only the GPU measurer measures on devices"),
+        ("0,1", "gpu", 3, "--devices 0,1 with --workers 3: give one of them"),
+    ],
+)
+def test_devices_errors(text, measurer, workers, fragment):
+    from emmy.cli.tune import parse_devices
+
+    with pytest.raises(EmmyError) as e:
+        parse_devices(text, measurer, workers, count=2)
+    assert fragment in str(e.value)
+
+
+def test_devices_on_the_command_line_without_a_gpu(capsys):
+    err = _error(capsys, [*TUNE, "--measurer", "cost", "--devices", "0"])
+    assert "only the GPU measurer measures on devices" in err
