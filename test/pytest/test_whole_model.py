@@ -193,7 +193,9 @@ def test_weights_are_lazy_and_seeded():
     assert len(model.layers) == 28 and len(model.distinct_layers()) == 1
     assert model.embedding.params.materialized() == []  # the 151669x1024 table is never built
     assert all(layer.params.materialized() == [] for layer in model.layers[1:])
-    assert len(model.layers[0].params.materialized()) == 11  # layer 0 was traced with real weights
+    # layer 0 was traced on uninitialized weights: only the norms, which the capture checks, are read
+    assert sorted(model.layers[0].params.materialized()) == [
+        "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.k_norm.weight", "self_attn.q_norm.weight"]
     alone = trace_layer(src, 27, 16, seed=1)
     assert all(torch.equal(model.layers[27].params[k], alone.params[k]) for k in alone.params)
     assert print_module(model.layers[27].module) == print_module(alone.module)
