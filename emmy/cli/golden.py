@@ -1,8 +1,10 @@
 """`emmy golden`: check the shipped golden files, and promote tuning records into them.
 
-    emmy golden check [DIR]                        # DIR: the golden folder (default: ./golden)
+    emmy golden check [DIR]                        # DIR: the golden folder (default: the one a compile reads)
     emmy golden promote MODEL [--layer N] --tokens T[,T...] [--target sm_XX] [--storage URL]
-                        [--out FILE]               # default FILE: golden/<target>/<model>.json
+                        [--out FILE]               # default FILE: <golden folder>/<target>/<model>.json
+
+The golden folder is the one a compile reads: EMMY_GOLDEN, else the folder that ships with Emmy.
 
 `check` prints one line per problem (file, entry, what) and exits 1 when there is any.
 `promote` writes the entries of every kernel of the model with a recorded best in the store into
@@ -36,7 +38,7 @@ def cmd_golden(args) -> int:
     if args.action not in ACTIONS:
         raise EmmyError(f"emmy golden: unknown action '{args.action}'", hint="valid actions: " + ", ".join(ACTIONS))
     if args.action == "check":
-        return _check(Path(args.argument or "golden"))
+        return _check(Path(args.argument or _default_folder()))
     return _promote(args)
 
 
@@ -76,18 +78,26 @@ def _promote(args) -> int:
     store = open_store(url, create=False)
     if store is None:
         raise EmmyError(f"there is no store at {display_url(url)} (nothing has been tuned)")
-    out = Path(args.out) if args.out else Path("golden") / target / f"{_file_name(args.argument)}.json"
+    out = Path(args.out) if args.out else Path(_default_folder()) / target / f"{_file_name(args.argument)}.json"
     old = list(read_file(out).entries) if out.exists() else []
     with store_errors(store.name):
         entries, missing = promote(store, args.argument, args.layer, tokens, target)
     if not entries:
-        raise EmmyError(f"no records in {store.name} for {args.argument} at {', '.join(map(str, tokens))} tokens on {target}",
-                        hint="tune it first: emmy tune " + args.argument)
+        lines = "".join(f"\n  no record: {m}" for m in missing)
+        raise EmmyError(f"nothing to promote for {args.argument} at {', '.join(map(str, tokens))} tokens on {target} "
+                        f"from {store.name}{lines}", hint="tune it first, on a GPU: emmy tune " + args.argument)
     write_file(out, target, merge(old, entries))
     print(f"promoted {len(entries)} entries into {out} ({len(old)} were there)")
     for m in missing:
         print(f"no record: {m}")
     return 0
+
+
+def _default_folder() -> str:
+    """The golden folder a compile reads: EMMY_GOLDEN, else the one that ships with Emmy."""
+    from emmy.cli.main import _golden_dir
+
+    return _golden_dir() or "golden"
 
 
 def _file_name(model: str) -> str:

@@ -56,13 +56,14 @@ class Evidence:
         """`keys`: kernel name -> its KernelKey. `stored`, `golden`: what the store and the golden
         files hold (`stored_knowns`, `golden_knowns`)."""
         ev = cls()
-        unmeasured = [k for k in stored if not k.measured]
+        unmeasured = [("local", k) for k in stored if not k.measured] + [("golden", k) for k in golden if not k.measured]
         stored = [k for k in stored if k.measured]
+        golden = [k for k in golden if k.measured]
         for name, key in keys.items():
-            for k in unmeasured:
+            for tier, k in unmeasured:
                 if k.structure == key.structure and k.target == target:
                     ev.stale.setdefault(name, []).append(
-                        Skipped("local", k.source, "not a measurement: written by the cost measurer (emmy tune --measurer cost)"))
+                        Skipped(tier, k.source, "not a measurement: written by the cost measurer (emmy tune --measurer cost)"))
             for tier, known in (("local", stored), ("golden", golden)):
                 exact = [k for k in known if k.key_id == key.id]
                 getattr(ev, tier)[name] = [_candidate(tier, k, "") for k in exact]
@@ -113,6 +114,8 @@ def stored_knowns(store, target: str) -> list[Known]:
 
 def golden_knowns(files, target: str) -> list[Known]:
     """Every entry of the golden files for `target`."""
+    from emmy.search.cost import CARD as COST_CARD
+
     out = []
     for f in files:
         if f.target != target:
@@ -125,6 +128,7 @@ def golden_knowns(files, target: str) -> list[Known]:
                 source={"file": str(f.path), "entry": i, "kernel": e.kernel, "tokens": e.tokens,
                         "time_s": e.time_s, "card": e.card},
                 summary=f"golden: {e.time_s * 1e6:.2f} us on {e.card or 'an unknown card'} ({f.path.name} entry {i}: {e.kernel} at {e.tokens} tokens)",
+                measured=e.card != COST_CARD,
             ))
     return out
 

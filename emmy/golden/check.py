@@ -6,6 +6,7 @@ For every file under `golden/<target>/`: its layout (`emmy.golden.schema`), its 
 the file and each entry's key name the same one), and for every entry:
 
 - duplicates: no key appears twice (in one file or across files of the folder);
+- measurements: no entry comes from the cost measurer (its times measure nothing);
 - staleness: compiling the listed model (and layer) at the listed token count for the target
   still gives a kernel of that name with that key; a changed body, shape or space version
   gives another key, and the entry no longer describes anything the pipeline produces;
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from emmy.diagnostics import EmmyError
 from emmy.golden.schema import GoldenFile, read_file
+from emmy.search.cost import CARD as COST_CARD
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ def check_dir(directory: Path, compile_tasks=None) -> list[Finding]:
                 findings.append(Finding(where, f"duplicate: {seen[e.key]} has the same key {e.key}"))
                 continue
             seen[e.key] = where
+            if e.card == COST_CARD:
+                findings.append(Finding(where, "not a measurement: written by the cost measurer (emmy tune --measurer cost)"))
+                continue
             groups[(e.model, e.layer, e.tokens, f.target)].append((f, i))
     for (model, layer, tokens, target), members in groups.items():
         try:

@@ -6,7 +6,8 @@ The model is compiled at each token count (as `emmy tune` compiles it); every ke
 has a recorded best in the store becomes an entry: the key and its parts, where it came from
 (model, layer, tokens, kernel), the description, the best's values, time and spread, the few
 fastest other measured candidates as alternatives, and the measuring machine. Kernels without a
-record are returned as `missing` (the CLI says which). Review is the diff of the golden file.
+record are returned as `missing` (the CLI says which), and so are those whose only record the
+cost measurer wrote (`emmy tune --measurer cost`): golden files hold measurements. Review is the diff of the golden file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def promote(
     """(entries, missing): an entry per kernel key with a recorded best, and the
     'kernel at T tokens' of those without one."""
     from emmy.records.store import best_record
+    from emmy.search.cost import CARD as COST_CARD
 
     compile_tasks = compile_tasks or model_tasks(Path.cwd())
     entries: dict[str, Entry] = {}
@@ -38,6 +40,9 @@ def promote(
             record = best_record(store, task.key)
             if record is None:
                 missing.append(f"{name} at {t} tokens")
+                continue
+            if record.card == COST_CARD:
+                missing.append(f"{name} at {t} tokens (only the cost measurer's record: not a measurement)")
                 continue
             entries[task.key.id] = Entry(
                 key=task.key.id, structure=task.key.structure, shape=task.key.shape, version=task.key.version,

@@ -172,3 +172,11 @@ def test_a_broken_golden_file_is_named(tmp_path):
     bad.write_text("{")
     assert_user_error(emmy("compile", "tools/running_example.py:make", "--target", TARGET,
                            env={"EMMY_GOLDEN": str(tmp_path)}, cwd=ROOT), f"{bad}:1:2: not JSON")
+
+
+def test_a_cost_measurer_golden_entry_is_skipped(tmp_path, task16):
+    task, neighbour = task16
+    folder = golden_file(tmp_path, [entry(task, neighbour, card="cost model (no GPU)")])
+    op = kernels(compile_example(16, golden=folder))[task.kernel]
+    assert set(tiers(op).values()) == {"rule"}
+    assert any(s["tier"] == "golden" and "not a measurement" in s["why"] for s in report(op)["skipped"])

@@ -138,3 +138,24 @@ def test_cli_check_exit_codes(tmp_path, example_tasks):
 def test_shipped_golden_files_are_true():
     """What CI checks: every shipped golden file against the pipeline as it is now."""
     assert messages(check_dir(ROOT / "golden")) == ""
+
+
+def test_cost_measurer_entries_are_not_golden(tmp_path, example_tasks):
+    """Golden files hold measurements: an entry the cost measurer wrote fails the check."""
+    task = next(iter(example_tasks.values()))
+    write(tmp_path, TARGET, [entry_for(task, card="cost model (no GPU)")])
+    (f,) = check_dir(tmp_path)
+    assert "entry 0" in str(f) and "not a measurement: written by the cost measurer" in str(f)
+
+
+def test_promote_refuses_the_cost_measurers_records(tmp_path):
+    from test_cli import assert_user_error, emmy
+
+    env = {"EMMY_HOME": str(tmp_path / "home")}
+    tuned = emmy("tune", EXAMPLE, "--tokens", "16", "--target", "sm_80", "--trials", "3", "--measurer", "cost",
+                 "--quiet", env=env, cwd=ROOT)
+    assert tuned.returncode == 0, tuned.stderr
+    proc = emmy("golden", "promote", EXAMPLE, "--tokens", "16", "--target", "sm_80", "--out",
+                str(tmp_path / "g" / "sm_80" / "x.json"), env=env, cwd=ROOT)
+    assert_user_error(proc, "nothing to promote", "(only the cost measurer's record: not a measurement)")
+    assert not (tmp_path / "g").exists()
