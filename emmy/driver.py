@@ -173,6 +173,20 @@ class ModelCompileResult:
     def timings(self) -> list[tuple[str, float]]:
         return [(f"{p.name}: {name}", t) for p in self.parts for name, t in p.result.timings]
 
+    def chain(self, ids, cos, sin, step: Callable[[ModelPart, object, dict], object]):
+        """Run the model part by part: the embedding of `ids`, every decoder layer on the hidden
+        states before it (with `cos`, `sin`), the final norm; returns the norm's output.
+        `step(part, traced_part, values)` runs one part's compiled module on `values` (its
+        non-parameter inputs; the traced part holds its weights) and returns its output. One
+        order for every runner of a whole model (the GPU, the interpreter)."""
+        traced = self.traced
+        by_layer = {i: p for p in self.parts for i in p.layers}
+        parts = {p.name: p for p in self.parts}
+        hidden = step(parts["embed_tokens"], traced.embedding, {"input_ids": ids})
+        for i, layer in enumerate(traced.layers):
+            hidden = step(by_layer[i], layer, {"hidden_states": hidden, "cos": cos, "sin": sin})
+        return step(parts["norm"], traced.norm, {"hidden_states": hidden})
+
 
 def compile_whole_model(
     options: CompileOptions,

@@ -124,8 +124,6 @@ def run_model_interpreted(result, input_ids=None) -> RunReport:
     from emmy.interp.numeric import to_numpy
 
     traced = result.traced
-    by_layer = {i: p for p in result.parts for i in p.layers}
-    parts = {p.name: p for p in result.parts}
 
     def run(part, traced_part, values):
         fn = entry_function(part.result.module)
@@ -136,11 +134,7 @@ def run_model_interpreted(result, input_ids=None) -> RunReport:
 
     ids_t = traced.ids(input_ids)
     ids = ids_t.numpy()
-    hidden = run(parts["embed_tokens"], traced.embedding, {"input_ids": ids})
-    cos, sin = to_numpy(traced.cos), to_numpy(traced.sin)
-    for i, layer in enumerate(traced.layers):
-        hidden = run(by_layer[i], layer, {"hidden_states": hidden, "cos": cos, "sin": sin})
-    final = run(parts["norm"], traced.norm, {"hidden_states": hidden})
+    final = result.chain(ids, to_numpy(traced.cos), to_numpy(traced.sin), run)
     import torch
 
     from emmy.frontend.whole_model import pool

@@ -356,22 +356,15 @@ class GpuModel:
         traced = result.traced
         ids = traced.ids(input_ids)
         modules = {p.name: GpuModule(launch_plan(p.result.module), target, cache_dir) for p in result.parts}
-        by_layer = {i: p.name for p in result.parts for i in p.layers}
+        self.bindings = []
 
-        def cuda(d):
-            return {k: v.cuda() for k, v in d.items()}
-
-        emb = modules["embed_tokens"].bind({"input_ids": ids.cuda(), **cuda(traced.embedding.params)})
-        self.bindings = [emb]
-        hidden = emb.outputs[0]
-        cos, sin = traced.cos.cuda(), traced.sin.cuda()
-        for i, layer in enumerate(traced.layers):
-            b = modules[by_layer[i]].bind({"hidden_states": hidden, "cos": cos, "sin": sin, **cuda(layer.params)})
+        def bind(part, traced_part, values):  # each part bound once, chained through its output buffer
+            params = {k: v.cuda() for k, v in traced_part.params.items()}
+            b = modules[part.name].bind({**values, **params})
             self.bindings.append(b)
-            hidden = b.outputs[0]
-        norm = modules["norm"].bind({"hidden_states": hidden, **cuda(traced.norm.params)})
-        self.bindings.append(norm)
-        self.output = norm.outputs[0]
+            return b.outputs[0]
+
+        self.output = result.chain(ids.cuda(), traced.cos.cuda(), traced.sin.cuda(), bind)
 
     def launch(self, overlap: bool = True) -> None:
         for b in self.bindings:
