@@ -12,6 +12,22 @@
 // RUN: emmy-opt %S/../inputs/torch-layer.mlir -p 'convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,loop-hoist-params,convert-loop-to-tile,decide-forks{max-launches=6}' | filecheck %s --check-prefix=BUDGET
 // RUN: emmy-opt %S/../inputs/torch-layer.mlir -p 'convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,loop-hoist-params,convert-loop-to-tile,decide-forks' | filecheck %s --check-prefix=NOBUDGET
 // RUN: emmy-opt %inputs/decide-forks-bad-budget.mlir -p decide-forks --verify-diagnostics | filecheck %s --check-prefix=BADATTR
+// RUN: emmy-opt %s -p 'decide-forks{evidence="pinned,rule"}' | filecheck %s --check-prefix=EVIDENCE
+// RUN: emmy-opt %s -p 'decide-forks{evidence="gold,rule"}' --verify-diagnostics | filecheck %s --check-prefix=BADTIER
+// RUN: emmy-opt %s -p 'decide-forks{evidence="pinned"}' --verify-diagnostics | filecheck %s --check-prefix=NOCOMPLETER
+
+
+// The evidence tiers (option evidence): with tiers turned off, every kernel records where its
+// answers came from and why each higher tier had none (emmy.evidence, a JSON string with its key);
+// a plain run writes no such attribute (no evidence answered or was skipped). Bad tier lists are
+// errors naming the tiers.
+// CHECK-NOT:  emmy.evidence
+// EVIDENCE:   tile.kernel @rms_norm_qkv_proj
+// EVIDENCE:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = {{[0-9]+}}, "rule",
+// EVIDENCE:   emmy.evidence = "{\22key\22: \22{{[0-9a-f]+}}:{{[0-9a-f]+}}:sm_90a:v1\22, \22misses\22: {\22golden\22: \22turned off\22, \22local\22: \22turned off\22, \22nearest\22: \22turned off\22, \22prior\22: \22turned off\22}, \22skipped\22: [], \22sources\22: {}}"
+// BADTIER:    error: unknown evidence tier 'gold'
+// BADTIER-NEXT: valid tiers: pinned, local, golden, nearest, prior, rule
+// NOCOMPLETER: error: keep 'rule' or 'prior' on: one of them must complete every schedule
 
 // The launch budget (max-launches): Qwen3's layer at 32 tokens on sm_90 takes 7 launches per call
 // with the rules' answers (the down projection's parts added by a combine kernel); a budget of 6
