@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emmy.diagnostics import EmmyError, first_line
+from emmy.records.store import MODEL_ATTR
 
 MODULE_ATTR = "emmy.module"
-MODEL_ATTR = "emmy.model"
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 KEY_ATTR = "emmy.key"
 KERNEL_ATTR = "emmy.kernel"
 DESCRIPTION_ATTR = "emmy.description"
+MODEL_ATTR = "emmy.model"  # the model a study's kernel was first tuned from (the prior's leave-one-model-out)
 BEST_ATTR = "emmy.best"
 
 # Seconds between a measuring worker's heartbeats, and after which a silent worker's running

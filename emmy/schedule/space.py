@@ -314,7 +314,7 @@ class _Run(NamedTuple):
 
 def _rules(kind: str):
     """The legality rules of a kind, run one at a time here (`check` runs them all)."""
-    return legality._RULES.get(kind, ())
+    return legality.rules_for(kind)
 
 
 class _Builder:
@@ -330,7 +330,7 @@ class _Builder:
         self.prefix: dict[str, KnobValue] = {}  # the prefix being extended (one dict throughout)
         self.values: list[KnobValue] = [0] * len(order)  # the prefix's values by position
         self.view = _Asked(self.prefix, self.bits)
-        self.rule_values = legality._Values(self.view)
+        self.rule_values = legality.RuleValues(self.view)
         # depth -> open rules -> the earlier knobs they read (mask) -> those knobs' values -> (node, reads per rule)
         self.memo: list[dict[tuple[bool, ...], dict[int, dict]]] = [{} for _ in order]
         # prefix length -> rule -> the knobs a run read (mask) -> their values -> the run

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from emmy.measure import Measurement
-from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, KERNEL_ATTR, KEY_ATTR, HEARTBEAT_S, Store
+from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, Store
 
 # How many of the best candidates are re-measured, interleaved, before a study names its best,
 # and how many rounds.
@@ -126,6 +126,8 @@ def open_study(store: Store, task, seed: int = 0):
     study.set_user_attr(KEY_ATTR, _key_fields(task.key))
     study.set_user_attr(KERNEL_ATTR, task.kernel)
     study.set_user_attr(DESCRIPTION_ATTR, task.description)
+    if task.model:
+        study.set_user_attr(MODEL_ATTR, task.model)
     # For the prior (emmy.prior.data): the key is a digest and cannot give back the kernel, so
     # the isolated tile-stage module is kept; `emmy prior fit` rebuilds each trial's plan from it.
     study.set_user_attr("emmy.module", task.module)

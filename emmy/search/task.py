@@ -42,6 +42,7 @@ class TuneTask:
     default: Mapping[str, int | str]  # the answer before tuning (rules or pins)
     description: str
     tokens: int = 0
+    model: str = ""  # the model it was compiled from (where known): what leave-one-model-out holds out
 
     @property
     def key_id(self) -> str:
@@ -115,7 +116,7 @@ def tasks_of(options: CompileOptions, tokens: Sequence[int]) -> list[TuneTask]:
             modules = [compile_model(opts).module]
         for module in modules:
             for task in tasks_in(module, target, t):
-                seen.setdefault(task.key_id, task)
+                seen.setdefault(task.key_id, replace(task, model=options.model))
     return list(seen.values())
 
 

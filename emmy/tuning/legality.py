@@ -539,4 +539,14 @@ _RULES: dict[str, tuple[Rule, ...]] = {
 }
 
 
-__all__ = ["check", "is_legal", "k_steps", "output_tiles", "warp_grid"]
+def rules_for(kind: str) -> tuple[Rule, ...]:
+    """The legality rules of a kernel kind, each `rule(info, values, target, reasons)`: what
+    `check` runs one after the other, for callers that run them one at a time (the legal
+    space); `values` is `RuleValues(mapping)`."""
+    return _RULES.get(kind, ())
+
+
+RuleValues = _Values
+
+
+__all__ = ["RuleValues", "check", "is_legal", "k_steps", "output_tiles", "rules_for", "warp_grid"]

@@ -250,3 +250,14 @@ def test_tasks_of_a_whole_model_each_key_once(tmp_path):
     layer = tasks_of(CompileOptions(model=model, layer=0, target=TARGET), [4])
     assert {t.key_id for t in layer} <= set(ids)
     assert len({t.kernel for t in whole if t.tokens == 4}) > len(layer)  # the embedding and final norm too
+
+
+def test_a_study_records_the_model_it_was_tuned_from(store):
+    """The prior's leave-one-model-out holds out by this attribute."""
+    from emmy.records.store import MODEL_ATTR
+    from emmy.search.task import tasks_of
+
+    tasks = tasks_of(CompileOptions(model=MODEL, target=TARGET), [16])
+    assert tasks and all(t.model == MODEL for t in tasks)
+    tune(tasks[:1], store, Budget(trials=2), "cost", workers=1, progress=None)
+    assert store.study_attrs(tasks[0].key_id)[MODEL_ATTR] == MODEL
