@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING
 
-from emmy.schedule.contraction import LaunchPlan
-from emmy.schedule.reduction import MAX_VECTOR, largest_divisor_pow2
+from emmy.schedule.reduction import MAX_VECTOR, OneLaunchPlan, largest_divisor_pow2
 from emmy.targets import Target
 
 if TYPE_CHECKING:
@@ -32,7 +31,7 @@ def vector_width(info: KernelInfo, requested: int, axis: str) -> int:
 
 
 @dataclass(frozen=True)
-class ElementwisePlan:
+class ElementwisePlan(OneLaunchPlan):
     name: str
     threads: int
     items: int  # slots per thread
@@ -48,19 +47,6 @@ class ElementwisePlan:
     @property
     def smem_bytes(self) -> int:
         return 0
-
-    @property
-    def waves(self) -> int:
-        return -(-self.blocks // self.target.sms)
-
-    @property
-    def registers(self) -> int:
-        """Registers per thread, estimated: a few per vector lane besides addresses."""
-        return 32 + 2 * self.vector
-
-    @property
-    def launches(self) -> tuple[LaunchPlan, ...]:
-        return (LaunchPlan(self.name, (self.blocks, 1, 1), (self.threads, 1, 1), "main"),)
 
 
 def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name: str | None = None) -> ElementwisePlan:

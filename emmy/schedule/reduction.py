@@ -50,8 +50,26 @@ def row_major_strides(shape) -> list[int]:
     return strides
 
 
+class OneLaunchPlan:
+    """What the plans of the one-launch kernels (reduction, elementwise) derive alike from their
+    `name`, `blocks`, `threads`, `vector` and `target`: one main launch of `blocks` blocks."""
+
+    @property
+    def waves(self) -> int:
+        return -(-self.blocks // self.target.sms)
+
+    @property
+    def registers(self) -> int:
+        """Registers per thread, estimated: a few per vector lane besides addresses."""
+        return 32 + 2 * self.vector
+
+    @property
+    def launches(self) -> tuple[LaunchPlan, ...]:
+        return (LaunchPlan(self.name, (self.blocks, 1, 1), (self.threads, 1, 1), "main"),)
+
+
 @dataclass(frozen=True)
-class ReductionPlan:
+class ReductionPlan(OneLaunchPlan):
     name: str
     rows: int  # rows to reduce (the product of the row axes)
     rows_per_block: int
@@ -74,19 +92,6 @@ class ReductionPlan:
     @property
     def smem_bytes(self) -> int:
         return self.warps * 4
-
-    @property
-    def waves(self) -> int:
-        return -(-self.blocks // self.target.sms)
-
-    @property
-    def registers(self) -> int:
-        """Registers per thread, estimated: a few per vector lane besides addresses."""
-        return 32 + 2 * self.vector
-
-    @property
-    def launches(self) -> tuple[LaunchPlan, ...]:
-        return (LaunchPlan(self.name, (self.blocks, 1, 1), (self.threads, 1, 1), "main"),)
 
 
 def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name: str | None = None) -> ReductionPlan:
