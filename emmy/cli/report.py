@@ -55,8 +55,9 @@ def keyed_decisions(module) -> list[KeyedDecision]:
     from emmy.targets import module_target
 
     target = module_target(module)
-    per_knob = [(kernel_key(op, target).id, _evidence(op)) for op in module.walk() if isinstance(op, KernelOp)
-                for _ in op.knob_dict()]
+    per_kernel = [((kernel_key(op, target).id, _evidence(op)), len(op.knob_dict()))
+                  for op in module.walk() if isinstance(op, KernelOp)]
+    per_knob = [facts for facts, knobs in per_kernel for _ in range(knobs)]  # each kernel keyed once
     return [KeyedDecision(d.kernel, key, d.knob, d.value, d.tier, d.reason, ev)
             for d, (key, ev) in zip(decisions(module), per_knob)]
 
