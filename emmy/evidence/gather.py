@@ -86,20 +86,20 @@ def distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
 
 def stored_knowns(store, target: str) -> list[Known]:
     """The recorded best of every study of the store on `target`."""
-    from emmy.records.store import KEY_ATTR, best_record
+    from emmy.records.store import KEY_ATTR, best_record, store_errors
+    from emmy.schedule.key import KernelKey
     from emmy.search.cost import CARD as COST_CARD
 
+    with store_errors(store.name):
+        studies = [(name, store.study_attrs(name) or {}) for name in store.study_names()]
     out = []
-    for name in store.study_names():
-        attrs = store.study_attrs(name) or {}
+    for name, attrs in studies:
         fields = attrs.get(KEY_ATTR) or {}
         if fields.get("target") != target:
             continue
-        record = best_record(store, name)
+        record = best_record(store, name, attrs)
         if record is None:
             continue
-        from emmy.schedule.key import KernelKey
-
         key = KernelKey(str(fields.get("structure", "")), str(fields.get("shape", "")), target, int(fields.get("version", 0)))
         out.append(Known(
             key_id=name, structure=key.structure, shape=key.shape, target=target, version=key.version,

@@ -31,7 +31,7 @@ import contextlib
 import errno
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,13 +137,15 @@ def open_store(url: str, *, create: bool = True) -> Store | None:
     return Store(url=url, name=name, storage=storage)
 
 
-def best_record(store: Store | None, key) -> Record | None:
-    """The recorded best of a kernel key (a `KernelKey` or its id), or None."""
+def best_record(store: Store | None, key, attrs: Mapping | None = None) -> Record | None:
+    """The recorded best of a kernel key (a `KernelKey` or its id), or None. `attrs`: the study's
+    attributes where the caller has read them already (walking every study)."""
     if store is None:
         return None
     key_id = key if isinstance(key, str) else key.id
-    with store_errors(store.name):
-        attrs = store.study_attrs(key_id)
+    if attrs is None:
+        with store_errors(store.name):
+            attrs = store.study_attrs(key_id)
     if not attrs or BEST_ATTR not in attrs:
         return None
     fields = attrs.get(KEY_ATTR) or {}
