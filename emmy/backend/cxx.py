@@ -308,19 +308,9 @@ class KernelEmitter:
                 elts = ", ".join(n[e] for e in op.elements)
                 self.define(op.result, f"{c_type(op.result.type)}{{{{{elts}}}}}")
         elif isinstance(op, K.CallOp):
-            args = ", ".join(n[a] for a in op.args)
-            call = f"{op.callee.data}({args})"
-            if op.res:
-                self.define(op.res[0], call, "r")
-            else:
-                self.w(call + ";")
+            self._call(op, op.callee.data)
         elif isinstance(op, K.InvokeOp):
-            args = ", ".join(n[a] for a in op.args)
-            call = f"{n[op.fn]}({args})"
-            if op.res:
-                self.define(op.res[0], call, "r")
-            else:
-                self.w(call + ";")
+            self._call(op, n[op.fn])
         elif isinstance(op, K.LambdaOp):
             self._lambda(op)
         elif isinstance(op, K.ForOp):
@@ -423,6 +413,14 @@ class KernelEmitter:
             else:
                 self.op(inner)
         self.indent -= 1
+
+    def _call(self, op, callee: str) -> None:
+        """A call of a device function (kernel.call) or of a lambda (kernel.invoke)."""
+        call = f"{callee}({', '.join(self.names[a] for a in op.args)})"
+        if op.res:
+            self.define(op.res[0], call, "r")
+        else:
+            self.w(call + ";")
 
     def _lambda(self, op: K.LambdaOp) -> None:
         n = self.names
