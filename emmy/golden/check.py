@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emmy.diagnostics import EmmyError
-from emmy.golden.schema import GoldenFile, read_file
+from emmy.golden.schema import GoldenFile, golden_paths, read_file
 from emmy.search.cost import CARD as COST_CARD
 
 
@@ -44,14 +44,11 @@ def golden_files(directory: Path) -> tuple[list[GoldenFile], list[Finding]]:
     if not directory.is_dir():
         raise EmmyError(f"{directory}: no such golden folder")
     files, findings = [], []
-    for folder in sorted(p for p in directory.iterdir() if p.is_dir()):
-        for path in sorted(folder.glob("*.json")):
-            if path.name == "prior.json":
-                continue
-            try:
-                files.append(read_file(path))
-            except EmmyError as e:
-                findings.append(Finding("", str(e.args[0]).split("\n", 1)[0]))  # names the file itself
+    for path in golden_paths(directory):
+        try:
+            files.append(read_file(path))
+        except EmmyError as e:
+            findings.append(Finding("", str(e.args[0]).split("\n", 1)[0]))  # names the file itself
     return files, findings
 
 

@@ -121,16 +121,21 @@ def read_file(path: Path) -> GoldenFile:
     return GoldenFile(path, target, tuple(_entry(e, f"{path}: entry {i}") for i, e in enumerate(entries)))
 
 
-def read_dir(directory: Path, target: str | None = None) -> list[GoldenFile]:
-    """Every `*.json` golden file under `directory/<target>/` (all targets with None), sorted by
+def golden_paths(directory: Path, target: str | None = None) -> list[Path]:
+    """The golden files under `directory/<target>/` (every target's folder with None), sorted by
     path; `prior.json` (the prior's coefficients) is not a golden file."""
+    folders = [directory / target] if target else sorted(p for p in directory.iterdir() if p.is_dir())
+    return [f for d in folders if d.is_dir() for f in sorted(d.glob("*.json")) if f.name != "prior.json"]
+
+
+def read_dir(directory: Path, target: str | None = None) -> list[GoldenFile]:
+    """Every golden file under `directory/<target>/` (`golden_paths`), read; none where there is no
+    folder."""
     if not directory.exists():
         return []
     if not directory.is_dir():
         raise EmmyError(f"{directory}: the golden folder is not a folder")
-    folders = [directory / target] if target else sorted(p for p in directory.iterdir() if p.is_dir())
-    files = [f for d in folders if d.is_dir() for f in sorted(d.glob("*.json")) if f.name != "prior.json"]
-    return [read_file(f) for f in files]
+    return [read_file(f) for f in golden_paths(directory, target)]
 
 
 def write_file(path: Path, target: str, entries: list[Entry]) -> None:
@@ -215,4 +220,4 @@ def _kind(types) -> str:
     return "a number" if float in types else " or ".join(names[t] for t in types)
 
 
-__all__ = ["SCHEMA", "Alternative", "Entry", "GoldenFile", "read_dir", "read_file", "write_file"]
+__all__ = ["SCHEMA", "Alternative", "Entry", "GoldenFile", "golden_paths", "read_dir", "read_file", "write_file"]
