@@ -29,8 +29,10 @@ Producers (Q rows by query, K and V rows by key; columns = the head dimension):
   computed once per staged row (once per query row, once per key row and key block).
 - `elem` (kElem): any other value, one lambda `(i, d) -> f32`.
 The score lambda `(q, kv, dot) -> f32` is the max reduction's yielded value with the Q x K
-contraction replaced by `dot` (scale and mask); the output lambda `(q, e, o)` the stores, with
-the normalized P x V sum replaced by `o`.
+contraction replaced by `dot` (scale and mask); with a causal mask a second one, `free`, the
+same with the mask's select replaced by its unmasked operand, which the main loop uses in every
+key block wholly below the diagonal and inside the ends (no mask computed there); the output
+lambda `(q, e, o)` the stores, with the normalized P x V sum replaced by `o`.
 
 Launch: grid (product of the batch/head axes, query blocks), 32 * warps threads, dynamic shared
 memory for Q (block_q rows) and `stages` buffers of K and V (block_kv rows each). Blocks start in
@@ -303,11 +305,8 @@ def _flash_func(
             args += list(_producer_args(kb, top, p, em))
 
     idx = IndexType()
-    score = _lambda(kb, [idx, idx, f32], ["q", "kv", "dot"], f32)
-    q, kv, dot = score.body.block.args
-    with kb.at(score.body.block):
-        s = top.child({plan.query_axis: q, plan.key_axis: kv}, overrides={plan.dot: [dot]})
-        score.body.block.add_op(K.YieldOp(_f32(kb, s.one(plan.score))))
+    score = _score_lambda(kb, top, plan, masked=True)
+    free = _score_lambda(kb, top, plan, masked=False) if plan.mask is not None else score
 
     out = _lambda(kb, [idx, idx, f32], ["q", "e", "o"], None)
     q, e, o = out.body.block.args
@@ -319,12 +318,30 @@ def _flash_func(
     kb.call(
         run_callee(plan, sched, frozenset(materialized), {m[0]: m[2] for m in maps}),
         [
-            *args, score.result, out.result, q_block,
+            *args, score.result, free.result, out.result, q_block,
             kb.idx(plan.seq_q), kb.idx(plan.seq_kv), kb.idx(int(plan.causal)),
             kb.idx(plan.causal_offset), sbuf,
         ],
     )
     return kb.finish(), [m[3] for m in maps]
+
+
+def _score_lambda(kb: KB, top: Scope, plan: AttentionBody, masked: bool) -> K.LambdaOp:
+    """The score lambda `(q, kv, dot) -> f32` of the main loop: the max reduction's yielded value
+    with the Q x K contraction replaced by `dot`; unless `masked`, also its causal mask's select
+    replaced by the unmasked operand (`free`: the key blocks wholly below the diagonal)."""
+    idx = IndexType()
+    lam = _lambda(kb, [idx, idx, f32], ["q", "kv", "dot"], f32)
+    q, kv, dot = lam.body.block.args
+    axes = {plan.query_axis: q, plan.key_axis: kv}
+    with kb.at(lam.body.block):
+        overrides: dict[SSAValue, list[SSAValue]] = {plan.dot: [dot]}
+        if not masked:
+            assert plan.mask is not None and plan.unmasked is not None
+            overrides[plan.mask] = [top.child(axes, overrides={plan.dot: [dot]}).one(plan.unmasked)]
+        s = top.child(axes, overrides=overrides)
+        lam.body.block.add_op(K.YieldOp(_f32(kb, s.one(plan.score))))
+    return lam
 
 
 def _tma_maps(

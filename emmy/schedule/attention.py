@@ -80,6 +80,10 @@ class AttentionBody:
     causal_offset: int
     seq_q: int
     seq_kv: int
+    # causal: the select that applies the mask around the score, and its unmasked operand (the
+    # score of a key block wholly below the diagonal is the score with `mask` taken as `unmasked`)
+    mask: SSAValue | None = None
+    unmasked: SSAValue | None = None
 
 
 def _err(name: str, msg: str) -> EmmyError:
@@ -263,9 +267,19 @@ _CMP_GT = {4: ">", 8: ">", 5: ">=", 9: ">=", 2: "<", 6: "<", 3: "<=", 7: "<="}  
 _NEGATE = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
 
 
-def _causal(score: SSAValue, q: str, kv: str, dom: Domains) -> int | None:
-    """The offset c when the score is -inf whenever kv > q + c (a select on an affine compare
+def _causal(score: SSAValue, q: str, kv: str, dom: Domains) -> tuple[int, arith.SelectOp] | None:
+    """(c, the select) when the score is -inf whenever kv > q + c (a select on an affine compare
     of kv and q around the whole score), else None."""
+    sel = _mask_select(score)
+    if sel is None:
+        return None
+    c = _causal_offset(sel, q, kv, dom)
+    return None if c is None else (c, sel)
+
+
+def _mask_select(score: SSAValue) -> arith.SelectOp | None:
+    """The select on an integer compare with -inf on one side around the whole score (through
+    casts and multiplications by positive constants), else None."""
     v = score
     while True:
         o = v.owner
@@ -281,13 +295,14 @@ def _causal(score: SSAValue, q: str, kv: str, dom: Domains) -> int | None:
     o = v.owner
     if not isinstance(o, arith.SelectOp) or not isinstance(o.cond.owner, arith.CmpiOp):
         return None
-    if _is_neg_inf(o.lhs):
-        masked_when = True
-    elif _is_neg_inf(o.rhs):
-        masked_when = False
-    else:
-        return None
+    return o if _is_neg_inf(o.lhs) or _is_neg_inf(o.rhs) else None
+
+
+def _causal_offset(o: arith.SelectOp, q: str, kv: str, dom: Domains) -> int | None:
+    """The offset c when the select `o` (see _mask_select) gives -inf whenever kv > q + c."""
+    masked_when = _is_neg_inf(o.lhs)
     cmp = o.cond.owner
+    assert isinstance(cmp, arith.CmpiOp)
     rel = _CMP_GT.get(cmp.predicate.value.data)
     if rel is None:
         return None
@@ -427,7 +442,8 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
     bad = _reduces_in(score, {qk.result})
     if bad:
         raise _err(name, "the score reads a reduction other than the Q x K contraction")
-    offset = _causal(score, q_axis, kv_axis, dom)
+    causal = _causal(score, q_axis, kv_axis, dom)
+    offset, sel = causal if causal is not None else (None, None)
     return AttentionBody(
         name=name,
         batch_axes=batch,
@@ -445,6 +461,8 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
         causal_offset=offset or 0,
         seq_q=axes[q_axis],
         seq_kv=axes[kv_axis],
+        mask=sel.result if sel is not None else None,
+        unmasked=(sel.rhs if _is_neg_inf(sel.lhs) else sel.lhs) if sel is not None else None,
     )
 
 
@@ -481,7 +499,9 @@ class AttentionPlan:
     prep: tuple[int, int, int] | None  # the grid of `<name>_prep` (fusion = split with computed rows)
     target: Target = field(repr=False)
     wgmma: bool = False  # S = Q K^T with wgmma (emmy::attention::run's WGMMA)
-    tma: bool = False  # copy = tma: direct K and V rows by tensor-map copies (kTma)
+    tma: bool = False  # copy = tma: direct K and V rows by tensor-map copies (kTma); a ragged
+    # last key block is copied from seq_kv - block_kv, its repeated keys masked (key_start in
+    # attention.cuh), so that no copy crosses the end of the keys
 
     @property
     def threads(self) -> int:
@@ -563,9 +583,9 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     if copy not in ("cp_async", "tma"):
         raise _err(name, f"unknown copy '{copy}' (cp_async or tma)")
     tma = copy == "tma"
-    if tma and (not wgmma or stages < 3 or info.seq_kv % bkv):
+    if tma and (not wgmma or stages < 3 or bkv > info.seq_kv):
         raise _err(
-            name, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv that divides the keys "
+            name, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv of at most the keys "
             f"(have {workers}, {stages}, block_kv={bkv} for {info.seq_kv} keys)"
         )
     fusion = str(v["fusion"])

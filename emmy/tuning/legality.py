@@ -484,16 +484,16 @@ def _a_workers(info, v, t, reasons):
 
 def _a_copy(info, v, t, reasons):
     # tensor-map copies of K and V: issued by one thread on the key block's mbarrier, in the
-    # software-pipelined wgmma loop; whole key blocks only (rows past the keys would come from
-    # the next rows of the tensor, not as zeros)
+    # software-pipelined wgmma loop; a ragged last key block is copied from seq_kv - block_kv
+    # (its repeated keys masked), so a copy never reads past the keys but needs block_kv of them
     if not v.has("copy") or v["copy"] != "tma":
         return
     if v.has("workers") and v["workers"] != "wgmma":
         reasons.append(f"copy=tma copies K and V for the wgmma flash loop: it needs workers=wgmma, not {v['workers']}")
     if v.has("stages") and v["stages"] < 3:
         reasons.append(f"copy=tma needs the pipelined wgmma loop: stages at least 3 (stages={v['stages']})")
-    if v.has("block_kv") and info.seq_kv % v["block_kv"]:
-        reasons.append(f"copy=tma copies whole key blocks: block_kv={v['block_kv']} does not divide the {info.seq_kv} keys")
+    if v.has("block_kv") and v["block_kv"] > info.seq_kv:
+        reasons.append(f"copy=tma copies whole key blocks: block_kv={v['block_kv']} is more than the {info.seq_kv} keys")
 
 
 # --------------------------------------------------------------------------------------------

@@ -301,13 +301,28 @@ def test_kernel_ir():
     calls = [o for o in func.walk() if isinstance(o, K.CallOp)]
     assert [c.callee.data for c in calls] == ["emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0, 0>"]
     lambdas = [o for o in func.walk() if isinstance(o, K.LambdaOp)]
-    assert len(lambdas) == 6  # q term/elem, k term/elem, score, out
+    assert len(lambdas) == 7  # q term/elem, k term/elem, score, free (score without the mask), out
     (launch,) = built.launches
     assert len(launch.args) == len(op.operands) + 1
-    # every lambda argument is used, and the score lambda holds the causal select
-    score = lambdas[4]
+    # every lambda argument is used; the score lambda holds the causal select, the free one
+    # (the key blocks below the diagonal) none
+    score, free = lambdas[4], lambdas[5]
     assert any(isinstance(o, K.LoadOp) for o in lambdas[1].walk())
     assert any(o.name == "arith.select" for o in score.walk())
+    assert not any(o.name in ("arith.select", "arith.cmpi") for o in free.walk())
+    assert any(o.name == "arith.mulf" for o in free.walk())  # the scale stays
+    (call,) = calls
+    assert call.operands[6:9] == (score.result, free.result, lambdas[6].result)
+
+
+def test_non_causal_score_is_its_own_free_lambda():
+    """Without a causal mask the main loop gets the score lambda twice (score and free)."""
+    _, _, built = build_text(attention_ir(T=100, causal=False))
+    (func,) = built.funcs
+    lambdas = [o for o in func.walk() if isinstance(o, K.LambdaOp)]
+    assert len(lambdas) == 6  # q term/elem, k term/elem, score, out
+    (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
+    assert call.operands[6] is call.operands[7] is lambdas[4].result
 
 
 def test_cuda_text():
@@ -547,8 +562,8 @@ def test_tma_attention_maps_direct_rows():
 @pytest.mark.parametrize(
     "T, knobs, message",
     [
-        (256, {"stages": 2}, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv that divides the keys (have wgmma, 2, block_kv=64 for 256 keys)"),
-        (100, {}, "(have wgmma, 3, block_kv=64 for 100 keys)"),
+        (256, {"stages": 2}, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv of at most the keys (have wgmma, 2, block_kv=64 for 256 keys)"),
+        (48, {}, "(have wgmma, 3, block_kv=64 for 48 keys)"),
         (256, {"copy": "bulk"}, "unknown copy 'bulk' (cp_async or tma)"),
     ],
 )
@@ -559,11 +574,29 @@ def test_tma_attention_errors(T, knobs, message):
         _build(op, classify(op), values, get_target("sm_90a"))
 
 
+def test_tma_attention_at_ragged_lengths():
+    """copy=tma where block_kv does not divide the keys (100 = 64 + 36): the same maps and main
+    loop as at 256 keys (the last key block is copied from key 100 - 64 and its first 28 keys
+    masked, in attention.cuh), so the tensor-map copies need only block_kv <= the keys."""
+    op, built = _tma_build("split", T=100)
+    _, main = built.funcs
+    maps = [a.type for a in main.body.block.args if isinstance(a.type, K.TensorMapType)]
+    assert [[p.data for p in m.parameters[1:]][4:] for m in maps] == [[64, 64], [64, 64]]
+    (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
+    assert ", 0, 0, 3, 128, 3, " in call.callee.data
+    assert [constant(v) for v in call.operands[-5:-1]] == [100, 100, 1, 0]  # seq_q, seq_kv, causal, offset
+
+
+def constant(v):
+    """The value of an index constant."""
+    return v.owner.value.value.data
+
+
 @needs_nvcc
 @pytest.mark.nvcc
-@pytest.mark.parametrize("fusion", ["fused", "split"])
-def test_tma_attention_compiles(fusion, tmp_path):
-    _, built = _tma_build(fusion)
+@pytest.mark.parametrize("fusion, T", [("fused", 256), ("split", 256), ("split", 100)])
+def test_tma_attention_compiles(fusion, T, tmp_path):
+    _, built = _tma_build(fusion, T)
     log, obj = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
     _check_ptxas(log)
     if shutil.which("cuobjdump"):

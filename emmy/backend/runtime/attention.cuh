@@ -12,7 +12,8 @@
 //     S = Q K^T          (mma.sync m16n8k16 bf16, f32 accumulate; ldmatrix from shared memory;
 //                         with WGMMA, one warpgroup's wgmmas: S from shared memory, O += P V
 //                         with P from registers and V MN-major from shared memory)
-//     S = score(q, kv, S), out-of-range keys -> -inf
+//     S = score(q, kv, S), out-of-range keys -> -inf   (only in blocks crossing the causal
+//                         diagonal or an end; every other block takes S = free(q, kv, S))
 //     m' = max(m, rowmax S); P = exp(S - m'); l = l * exp(m - m') + rowsum P
 //     O = O * exp(m - m') + P V   (mma.sync, P kept in registers as bf16)
 //   O / l -> the output lambda
@@ -26,7 +27,7 @@
 // Entry point (all arguments but the lambdas are ints or pointers):
 //
 //   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED, WGMMA>(
-//       qa, qb, ka, kb, va, vb, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
+//       qa, qb, ka, kb, va, vb, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
 //
 // Each producer (Q rows indexed by query, K and V rows by key; columns d < D) is two arguments
 // (a, b) whose meaning depends on its MODE:
@@ -39,10 +40,17 @@
 //                tensor as rows of RED elements with 64-column, BKV-row boxes and 128-byte
 //                swizzle; b = int element offset of row 0: row i is D contiguous bf16 at
 //                element b + i * RED. K and V only, WGMMA with STAGES >= 3; thread 0 copies
-//                each key block's rows on an mbarrier the block waits on, so BKV must divide
-//                seq_kv (rows past it would be the next rows of the view, not zeros).
+//                each key block's rows on an mbarrier the block waits on. A copy never crosses
+//                the end of the keys (the rows after it are the next head's or batch's): the
+//                last key block, when BKV does not divide seq_kv, is copied from key
+//                seq_kv - BKV, and its keys below (j * BKV, those of the block before) are
+//                masked (key_start). So BKV <= seq_kv.
 // score = [](int q, int kv, float dot) -> float: the logit (-INFINITY when masked); called for
-//         q < seq_q and kv < seq_kv only.
+//         q < seq_q and kv < seq_kv only, in the key blocks that need a mask (block_masked:
+//         those crossing the causal diagonal, the end of the keys or of the queries).
+// free  = [](int q, int kv, float dot) -> float: the logit of a pair no mask applies to (score
+//         without its causal mask; the generated kernel passes score itself when it has none);
+//         called in every other key block.
 // out   = [](int q, int e, float o) -> void: stores the normalized output element, called once
 //         per q < seq_q, e < D.
 // q_block: query rows [q_block * BQ, q_block * BQ + BQ). causal != 0: key kv is masked for query
@@ -403,13 +411,32 @@ __device__ __forceinline__ float ex2_ftz(float x) {
   return y;
 }
 
+// Whether a key block needs the mask: its keys [k0, k0 + BKV) against query rows [q_first,
+// q_last] of a warp. Only a block that crosses the causal diagonal, the end of the keys or of the
+// queries, or that repeats keys of the block before (k_lo > k0: the shifted last block of the
+// tensor-map loop) does; every other block takes the scores through `free`, with no bounds
+// checks and no causal compare.
+template <int BKV>
+__device__ __forceinline__ bool block_masked(int k0, int k_lo, int q_first, int q_last, int seq_q, int seq_kv,
+                                             int causal, int causal_offset) {
+  return k_lo > k0 || k0 + BKV > seq_kv || q_last >= seq_q || (causal && k0 + BKV - 1 > q_first + causal_offset);
+}
+
+// A compile-time choice between the masked and the unmasked softmax (see softmax_row).
+template <bool B>
+struct MaskTag {
+  static constexpr bool value = B;
+};
+
 // Online softmax of one fragment row (h) of a 16-row S tile s[NT][4] for query q against keys
-// k0 ...: scores masked and scaled (sf), exponentiated in place relative to the new running max;
-// m_run and l_run updated. Returns the factor rescaling the row's earlier sums. The row's max
-// and sum are taken in four independent chains (the instructions of one chain wait on each other).
-template <int NT, class SF>
-__device__ __forceinline__ float softmax_row(const SF& sf, float (*s)[4], int h, int q, int k0, int t,
-                                             int seq_q, int seq_kv, float& m_run, float& l_run) {
+// k0 ...: scores scaled (and with MASK, masked: keys below k_lo or at or past seq_kv, queries at
+// or past seq_q and the score's own mask, through sf; without, through ff: no mask at all),
+// exponentiated in place relative to the new running max; m_run and l_run updated. Returns the
+// factor rescaling the row's earlier sums. The row's max and sum are taken in four independent
+// chains (the instructions of one chain wait on each other).
+template <int NT, bool MASK, class SF, class FF>
+__device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (*s)[4], int h, int q, int k0, int k_lo,
+                                             int t, int seq_q, int seq_kv, float& m_run, float& l_run) {
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kChains = NT % 2 == 0 ? 4 : 2;
   float mx[kChains];
@@ -421,7 +448,11 @@ __device__ __forceinline__ float softmax_row(const SF& sf, float (*s)[4], int h,
     for (int c = 0; c < 2; ++c) {
       const int kv = k0 + nt * 8 + 2 * t + c;
       float v = s[nt][2 * h + c];
-      v = (q < seq_q && kv < seq_kv) ? sf(q, kv, v) : -INFINITY;
+      if constexpr (MASK) {
+        v = (q < seq_q && kv < seq_kv && kv >= k_lo) ? sf(q, kv, v) : -INFINITY;
+      } else {
+        v = ff(q, kv, v);
+      }
       s[nt][2 * h + c] = v;
       float& m = mx[(2 * nt + c) % kChains];
       m = fmaxf(m, v);
@@ -454,6 +485,15 @@ __device__ __forceinline__ float softmax_row(const SF& sf, float (*s)[4], int h,
   return alpha;
 }
 
+// The first key of key block j: j * BKV, except where SHIFT (tensor-map copies) moves the last,
+// ragged block back to end at the last key (seq_kv - BKV; its keys below j * BKV, the block
+// before's, are masked): a copy never crosses the end of the keys into the rows after them.
+template <int BKV, bool SHIFT>
+__device__ __forceinline__ int key_start(int j, int seq_kv) {
+  if constexpr (SHIFT) return min(j * BKV, max(seq_kv - BKV, 0));
+  return j * BKV;
+}
+
 // The epilogue of one 16-row tile: O / l for rows q_row and q_row + 8 (acc[DT][4] in the
 // accumulator layout), through `of`.
 template <int DT, class OF>
@@ -479,8 +519,8 @@ __device__ __forceinline__ void store_rows(const OF& of, const float (*acc)[4], 
 // ---------------------------------------------------------------------------------------------
 // The main loop over producers.
 
-template <class C, class QF, class KF, class VF, class SF, class OF>
-__device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, const SF& sf,
+template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
+__device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                       const OF& of, int q_block, int seq_q, int seq_kv,
                                       int causal, int causal_offset, void* smem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -611,19 +651,28 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
       }
     }
 
-    // Scores, online softmax, P (bf16 A fragments) and O += P V.
+    // Scores (masked only where the block crosses the diagonal or an end), online softmax, P
+    // (bf16 A fragments) and O += P V.
+    auto softmax = [&](auto mask) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int q = q0 + wq0 + mt * 16 + g + h * 8;
-        const float alpha = softmax_row<NT>(sf, s[mt], h, q, k0, t, seq_q, seq_kv, m_run[mt][h], l_run[mt][h]);
+        for (int h = 0; h < 2; ++h) {
+          const int q = q0 + wq0 + mt * 16 + g + h * 8;
+          const float alpha = softmax_row<NT, decltype(mask)::value>(sf, ff, s[mt], h, q, k0, k0, t, seq_q, seq_kv,
+                                                                     m_run[mt][h], l_run[mt][h]);
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc[mt][dt][2 * h] *= alpha;
-          acc[mt][dt][2 * h + 1] *= alpha;
+          for (int dt = 0; dt < DT; ++dt) {
+            acc[mt][dt][2 * h] *= alpha;
+            acc[mt][dt][2 * h + 1] *= alpha;
+          }
         }
       }
+    };
+    if (block_masked<BKV>(k0, k0, q0 + wq0, q0 + wq0 + MT * 16 - 1, seq_q, seq_kv, causal, causal_offset)) {
+      softmax(MaskTag<true>{});
+    } else {
+      softmax(MaskTag<false>{});
     }
 
     if constexpr (C::kWgmma) {
@@ -721,10 +770,11 @@ __device__ __forceinline__ void rescale_acc(float (*acc)[4], const float* alpha)
 
 // flash_wgmma's loop for two warpgroups taking turns (kPingPong, see flash_wgmma): K and V by
 // tensor-map copies that thread 0 issues, Q rows staged by every thread.
-template <class C, class QF, class KF, class VF, class SF, class OF>
-__device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const OF& of,
-                                                     int q0, int n_blocks, int seq_q, int seq_kv, void* smem,
-                                                     long long* full, long long* empty) {
+template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
+__device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
+                                                     const OF& of, int q0, int n_blocks, int seq_q, int seq_kv,
+                                                     int causal, int causal_offset, void* smem, long long* full,
+                                                     long long* empty) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
   constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
@@ -739,8 +789,8 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     const int buf = j % STAGES;
     if (j >= STAGES) emmy::mbar_wait(empty + buf, (j / STAGES - 1) & 1);
     emmy::mbar_arrive_expect_tx(full + buf, 2 * BKV * C::D * 2);
-    kf.template copy<C::D, BKV>(sK + buf * C::kKVElems, j * BKV, full + buf);
-    vf.template copy<C::D, BKV>(sV + buf * C::kKVElems, j * BKV, full + buf);
+    kf.template copy<C::D, BKV>(sK + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
+    vf.template copy<C::D, BKV>(sV + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
   };
   stage_rows<C, BQ>(qf, sQ, q0, seq_q, warp, lane, tid);
   cp_async_commit();
@@ -771,9 +821,18 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
       __syncwarp();
     };
     auto softmax = [&](int j) {
+      const int k0 = key_start<BKV, true>(j, seq_kv), q_first = q0 + warp * 16;
+      auto rows = [&](auto mask) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        alpha[h] = softmax_row<NT>(sf, s, h, q0 + warp * 16 + g + h * 8, j * BKV, t, seq_q, seq_kv, m_run[h], l_run[h]);
+        for (int h = 0; h < 2; ++h)
+          alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q_first + g + h * 8, k0, j * BKV, t, seq_q,
+                                                            seq_kv, m_run[h], l_run[h]);
+      };
+      if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
+        rows(MaskTag<true>{});
+      } else {
+        rows(MaskTag<false>{});
+      }
     };
     turn(0);
     pass(0);
@@ -824,8 +883,8 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
 // step: thread 0 refills a buffer once every warp has arrived on its `empty` mbarrier (after
 // its last P x V on that block), and each warp waits only for the `full` mbarrier of the block
 // it multiplies.
-template <class C, class QF, class KF, class VF, class SF, class OF>
-__device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF& vf, const SF& sf,
+template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
+__device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                             const OF& of, int q_block, int seq_q, int seq_kv,
                                             int causal, int causal_offset, void* smem) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
@@ -876,16 +935,17 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     if constexpr (kAnyTma) {
       if (tid == 0) {
         emmy::mbar_arrive_expect_tx(full + buf, kTmaBytes);
-        if constexpr (KF::kTma) kf.template copy<C::D, BKV>(tK, j * BKV, full + buf);
-        if constexpr (VF::kTma) vf.template copy<C::D, BKV>(tV, j * BKV, full + buf);
+        if constexpr (KF::kTma) kf.template copy<C::D, BKV>(tK, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
+        if constexpr (VF::kTma) vf.template copy<C::D, BKV>(tV, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
       }
     }
-    if constexpr (!KF::kTma) stage_rows<C, BKV>(kf, tK, j * BKV, seq_kv, warp, lane, tid);
-    if constexpr (!VF::kTma) stage_rows<C, BKV>(vf, tV, j * BKV, seq_kv, warp, lane, tid);
+    if constexpr (!KF::kTma) stage_rows<C, BKV>(kf, tK, key_start<BKV, kAnyTma>(j, seq_kv), seq_kv, warp, lane, tid);
+    if constexpr (!VF::kTma) stage_rows<C, BKV>(vf, tV, key_start<BKV, kAnyTma>(j, seq_kv), seq_kv, warp, lane, tid);
   };
 
   if constexpr (kPingPong) {
-    flash_wgmma_pingpong<C>(qf, kf, vf, sf, of, q0, n_blocks, seq_q, seq_kv, smem, full, empty);
+    flash_wgmma_pingpong<C>(qf, kf, vf, sf, ff, of, q0, n_blocks, seq_q, seq_kv, causal, causal_offset, smem, full,
+                            empty);
     return;
   }
 
@@ -919,9 +979,18 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   };
   // Online softmax of block j's scores; the rescale factors of the rows' earlier sums in alpha.
   auto softmax = [&](int j, float (*s)[4], float* alpha) {
+    const int k0 = key_start<BKV, kAnyTma>(j, seq_kv);
+    auto rows = [&](auto mask) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      alpha[h] = softmax_row<NT>(sf, s, h, q0 + wq0 + g + h * 8, j * BKV, t, seq_q, seq_kv, m_run[h], l_run[h]);
+      for (int h = 0; h < 2; ++h)
+        alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q0 + wq0 + g + h * 8, k0, j * BKV, t, seq_q,
+                                                          seq_kv, m_run[h], l_run[h]);
+    };
+    if (block_masked<BKV>(k0, j * BKV, q0 + wq0, q0 + wq0 + 15, seq_q, seq_kv, causal, causal_offset)) {
+      rows(MaskTag<true>{});
+    } else {
+      rows(MaskTag<false>{});
+    }
   };
 
   if (n_blocks > 0) {
@@ -1031,9 +1100,9 @@ __device__ __forceinline__ void materialize(const A& a, const B& b, __nv_bfloat1
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
           int KRED, int VMODE, int VRED, int WGMMA = 0, class QA, class QB, class KA, class KB,
-          class VA, class VB, class SF, class OF>
+          class VA, class VB, class SF, class FF, class OF>
 __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
-                                    const VA& va, const VB& vb, const SF& score, const OF& out,
+                                    const VA& va, const VB& vb, const SF& score, const FF& free, const OF& out,
                                     int q_block, int seq_q, int seq_kv, int causal,
                                     int causal_offset, void* smem) {
   using C = Config<D, BQ, BKV, WARPS, STAGES, WGMMA>;
@@ -1041,9 +1110,9 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
   if constexpr (C::kWgmma && STAGES >= 3) {
-    detail::flash_wgmma<C>(qf, kf, vf, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+    detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   } else {
-    detail::flash<C>(qf, kf, vf, score, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+    detail::flash<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   }
 }
 
