@@ -45,6 +45,8 @@ from emmy.measure.builds import DEFAULT_SPILL_LIMIT, DEFAULT_TIMEOUT, Builder, B
 from emmy.measure.timing import l2_bytes, replayable, rotation_count, sample_replays, summarize, warm_up
 
 DEFAULT_TOLERANCE = 1e-2
+# keys per step of the sampled attention reference's online softmax (its memory grows with it)
+KEY_CHUNK = 1024
 
 
 @dataclass
@@ -311,27 +313,79 @@ def task_inputs(module_text: str, kernel_name: str, seed: int = 0, device: str =
     return _Inputs(values, [np.asarray(r, dtype=np.float32) for r in results], [None] * len(results))
 
 
-def sampled_reference(kernel, operands: Sequence[np.ndarray], rows: int) -> tuple[list, list] | None:
+def sampled_reference(kernel, operands: Sequence[np.ndarray], rows: int,
+                      key_chunk: int = KEY_CHUNK) -> tuple[list, list] | None:
     """For an attention kernel with more than 3 x `rows` queries: its results on three runs of
     `rows` queries (the first, the middle and the last), with the masks of those elements; the
     whole attention's cost grows with the square of the queries (at 4096 tokens, minutes of
-    numpy). None for other kernels and small ones, which are evaluated whole."""
+    numpy). None for other kernels and small ones, which are evaluated whole.
+
+    The keys are taken `key_chunk` at a time with an online softmax (running max, running sum,
+    output rescaled), so that memory stays bounded by the chunk whatever the sequence length
+    (whole, the key side alone of the Qwen3 layer's attention held about 20 GB at 32768 tokens);
+    the values of a chunk that do not depend on the queries (the keys' norm and rotation, ...)
+    are computed once per chunk for all three runs (`_key_side`)."""
     from emmy.analysis.classify import classify
-    from emmy.interp.tile_stage import _Kernel
+    from emmy.interp.tile_stage import _expand, _Kernel, _rescale_factor, _tiles
 
     info = classify(kernel)
     if info.attention is None or rows <= 0:
         return None
-    axis = info.attention.query_axis
+    att = info.attention
+    axis, key = att.query_axis, att.key_axis
     extent = info.axes[axis]
     if extent <= 3 * rows:
         return None
     k = _Kernel(kernel, info, operands)
-    for start in (0, (extent - rows) // 2 // rows * rows, extent - rows):
-        k.store_block({axis: (start, start + rows)}, {})
+    mx, sm, pv = att.max_reduce.result, att.sum_reduce.result, att.pv.reduce.result
+    runs = [(start, start + rows) for start in (0, (extent - rows) // 2 // rows * rows, extent - rows)]
+    state: dict[tuple[int, int], tuple] = {}  # run -> (max, sum, output, their axes)
+    for kr in _tiles(info.axes[key], max(1, key_chunk)):
+        shared = _key_side(k, att, {key: kr})
+        for qr in runs:
+            kb = {axis: qr, key: kr}
+            s_max, m_axes = k.value(mx, kb, shared)
+            m_old, l_old, acc_old, _ = state.get(qr, (None, None, None, None))
+            m_new = s_max if m_old is None else np.maximum(m_old, s_max)
+            m_safe = np.where(np.isneginf(m_new), np.float32(0), m_new).astype(np.float32)
+            over = {**shared, mx: m_safe}
+            p_sum, l_axes = k.value(sm, kb, over)
+            if att.pv_uses_sum:
+                over[sm] = np.ones_like(p_sum)
+            part, acc_axes = k.value(pv, kb, over)
+            if m_old is not None:
+                alpha = _rescale_factor(m_old, m_safe)
+                p_sum = l_old * _expand(alpha, m_axes, l_axes) + p_sum
+                part = acc_old * _expand(alpha, m_axes, acc_axes) + part
+            state[qr] = (m_new, p_sum, part, (l_axes, acc_axes))
+    for qr, (m, l, acc, (l_axes, acc_axes)) in state.items():
+        m_final = np.where(np.isneginf(m), np.float32(0), m).astype(np.float32)
+        if att.pv_uses_sum:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                acc = acc / _expand(l, l_axes, acc_axes)
+        k.store_block({axis: qr}, {mx: m_final, sm: l, pv: acc.astype(np.float32)})
     masks = [w > 0 for w in k.writes]
     refs = [np.asarray(round_to(o, element_dtype(r.type)), dtype=np.float32) for o, r in zip(k.outs, kernel.results)]
     return refs, masks
+
+
+def _key_side(k, att, ranges: Mapping[str, tuple[int, int]]) -> dict:
+    """The values of the attention's body over the keys in `ranges` that do not depend on the
+    queries but are used by values that do (the frontier between the key side and the rest),
+    as overrides: evaluated once, shared by every run of queries."""
+    from xdsl.ir import OpResult
+
+    domains = k.ev.domains
+    query, keys = domains.bit[att.query_axis], domains.bit[att.key_axis]
+    frontier: list = []
+    for op in k.ev.block.walk():
+        if not any(domains.mask(r) & query for r in op.results):
+            continue
+        for v in op.operands:
+            mask = domains.mask(v)
+            if isinstance(v, OpResult) and mask & keys and not mask & query and v not in frontier:
+                frontier.append(v)
+    return {v: k.value(v, dict(ranges))[0] for v in frontier}
 
 
 def check_outputs(outs: Sequence[object], reference: Sequence[np.ndarray],
