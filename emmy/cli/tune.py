@@ -1,7 +1,7 @@
 """`emmy tune`: answer every fork of a layer or model by measurement, into the tuning store.
 
     emmy tune MODEL [--layer N] [--tokens T[,T,...]] [--trials K] [--time-budget S]
-                    [--kernel NAME ...] [--storage URL] [--target sm_XX] [--workers W]
+                    [--kernel NAME ...] [--storage URL] [--target sm_XX] [--workers W] [--deadline S]
 
 One Optuna study per distinct kernel key (`emmy.search`), in the store at `--storage` (default:
 SQLite `records.db` under EMMY_HOME, `~/.cache/emmy`). Re-running continues the same studies.
@@ -37,6 +37,10 @@ def add_parser(sub) -> None:
     p.add_argument("--tracer", default="capture", metavar="capture|export", help="how the model is traced")
     p.add_argument("--measurer", default="gpu", metavar="gpu|cost[:S]",
                    help="gpu (default), or cost: a deterministic cost from each plan, no GPU (a test aid)")
+    p.add_argument("--deadline", type=float, default=None, metavar="S",
+                   help="seconds one candidate may take on the GPU before it is a failed trial with status "
+                        "'timeout' and its measuring process is replaced (default: the time budget within "
+                        "20..60 s, else 60)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -61,6 +65,17 @@ def budget_of(args):
     return Budget(trials=trials, seconds=args.time_budget)
 
 
+def deadline_of(args) -> float:
+    """Seconds one candidate's measurement may take (`--deadline`, else from the time budget)."""
+    if args.deadline is not None:
+        if not args.deadline > 0:
+            raise EmmyError(f"--deadline {args.deadline}: give a positive number of seconds")
+        return args.deadline
+    if args.time_budget is not None:
+        return min(60.0, max(20.0, args.time_budget))
+    return 60.0
+
+
 def storage_url(args) -> str:
     from emmy.cli.main import _emmy_home
     from emmy.records.store import default_url
@@ -74,6 +89,7 @@ def cmd_tune(args) -> int:
 
     tokens = parse_tokens(args.tokens)
     budget = budget_of(args)
+    deadline = deadline_of(args)
     if args.workers < 1:
         raise EmmyError(f"--workers {args.workers}: give at least 1 measuring process")
     if args.batch < 1:
@@ -96,7 +112,7 @@ def cmd_tune(args) -> int:
         raise EmmyError(f"unknown target '{target}'", hint="valid targets: " + ", ".join(TARGETS))
     from emmy.records.store import open_store, store_errors
 
-    _quiet_optuna()
+    optuna_level = _quiet_optuna()
     store = open_store(storage_url(args))
     assert store is not None
     from emmy.driver import CompileOptions
@@ -112,9 +128,17 @@ def cmd_tune(args) -> int:
 
     with store_errors(store.name):
         outcomes, problems = tune(tasks, store, budget, args.measurer, workers, args.seed, args.batch,
-                                  cache_dir=_emmy_home(), progress=progress, devices=devices)
+                                  cache_dir=_emmy_home(), progress=progress, devices=devices,
+                                  deadline_s=deadline, optuna_level=optuna_level)
     print(format_table(HEADER, outcome_rows(outcomes)))
     print(f"records in {store.name}")
+    for o in outcomes:
+        if o.timeouts:
+            print(f"note: {o.task.kernel} ({o.task.key_id}): {o.timeouts} candidate(s) passed the {deadline:g} s "
+                  "deadline (status 'timeout'; the measuring process was replaced each time; reasons: emmy records "
+                  f"show {o.task.key_id})", file=sys.stderr)
+        for note in o.notes:
+            print(f"note: {o.task.kernel} ({o.task.key_id}): {note}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0
@@ -145,11 +169,13 @@ def parse_devices(text: str, measurer: str, workers: int, count: int | None = No
     return devices
 
 
-def _quiet_optuna() -> None:
-    """Optuna logs each study it creates at INFO; the progress bars say enough."""
+def _quiet_optuna() -> int:
+    """Optuna logs each study it creates at INFO; the progress bars say enough. The level, for
+    the worker processes too."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.logging.WARNING
 
 
 __all__ = ["add_parser", "cmd_tune", "parse_devices"]

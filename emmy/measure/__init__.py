@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from emmy.dialects.tile import KnobValue
 
-STATUSES = ("ok", "wrong", "build_failed", "build_timeout", "launch_error", "spills")
+STATUSES = ("ok", "wrong", "build_failed", "build_timeout", "launch_error", "spills", "timeout")
 
 
 @dataclass(frozen=True)
 class Measurement:
     """What measuring one candidate found.
 
-    status: "ok" | "wrong" | "build_failed" | "build_timeout" | "launch_error" | "spills"
+    status: "ok" | "wrong" | "build_failed" | "build_timeout" | "launch_error" | "spills" | "timeout"
+      ("timeout": its measurement passed its deadline, `emmy.measure.child`)
     time_s: median seconds per call (status "ok" only)
     spread: relative spread of the repeats, (p90 - p10) / median
     error: max relative error against the reference (when the kernel ran)

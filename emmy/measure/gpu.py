@@ -21,8 +21,9 @@ Measuring processes on one host take turns on a GPU (`gpu_lock`: a file lock per
 kernel cache's folder): one checks and times while the others build. A launch that fails is
 status "launch_error". A CUDA error that poisons the context (an illegal
 address) leaves the process unable to use the GPU: every later candidate of the same measurer is
-then "launch_error" too, with the first error as its reason (run the measurer in a process of
-its own when candidates may fault).
+then "launch_error" too, with the first error as its reason. `emmy tune` runs it in a child
+process with a deadline (`child.py`: a kernel that never finishes is a "timeout", the child
+replaced), told when the GPU is held for each candidate (`measure_each`'s `started`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import hashlib
 import math
 import os
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,7 @@ class GpuMeasurer:
         self._builders: dict[str, Builder] = {}
         self._inputs: dict[tuple[str, str], _Inputs] = {}
         self._lost: str | None = None  # the error that left the CUDA context unusable
+        self._environment: dict[str, str] | None = None
 
     # Measurer protocol -------------------------------------------------------------------------
 
@@ -103,7 +105,9 @@ class GpuMeasurer:
         hash of Emmy's source (Python and device library)."""
         import torch
 
-        return {
+        if self._environment is not None:  # (nvcc --version and the source hash: once)
+            return dict(self._environment)
+        self._environment = {
             "card": torch.cuda.get_device_name(),
             "driver": _driver_version(),
             "cuda": _cuda_versions(),
@@ -111,16 +115,24 @@ class GpuMeasurer:
             "emmy": _emmy_version(),
             "source_hash": source_hash(),
         }
+        return dict(self._environment)
 
     def measure(self, task, candidates: Sequence[Mapping[str, object]]) -> list[Measurement]:
+        return list(self.measure_each(task, candidates))
+
+    def measure_each(self, task, candidates: Sequence[Mapping[str, object]],
+                     started: Callable[[int], None] | None = None) -> Iterator[Measurement]:
+        """`measure`, one Measurement at a time; `started(i)` is called once the GPU is held
+        for candidate i (what `emmy.measure.child` times against its deadline)."""
         futures = self._builder(task.target).submit_all([BuildJob(task.module, task.kernel, dict(c)) for c in candidates])
         inputs = self._task_inputs(task)  # while the builds run
-        out = []
         for i, future in enumerate(futures):
             built = self._builder(task.target).result(future)
             with gpu_lock(self.cache_dir, self.device):
-                out.append(self._measure_one(i, built, inputs, task.target))
-        return out
+                if started is not None:
+                    started(i)
+                m = self._measure_one(i, built, inputs, task.target)
+            yield m
 
     def _measure_one(self, index: int, built: Built, inputs: _Inputs, target: str) -> Measurement:
         loaded, failed = self._prepare(index, built, inputs, target)
@@ -136,12 +148,15 @@ class GpuMeasurer:
         finally:
             _unload(loaded)
 
-    def remeasure(self, task, candidates: Sequence[Mapping[str, object]], rounds: int) -> list[Measurement]:
+    def remeasure(self, task, candidates: Sequence[Mapping[str, object]], rounds: int,
+                  started: Callable[[int], None] | None = None) -> list[Measurement]:
         builder = self._builder(task.target)
         futures = builder.submit_all([BuildJob(task.module, task.kernel, dict(c)) for c in candidates])
         inputs = self._task_inputs(task)  # while the builds run
         builts = [builder.result(f) for f in futures]
         with gpu_lock(self.cache_dir, self.device):
+            if started is not None:
+                started(0)
             return self._remeasure_built(builts, inputs, task.target, rounds)
 
     def _remeasure_built(self, builts: list[Built], inputs: _Inputs, target: str, rounds: int) -> list[Measurement]:
@@ -239,6 +254,16 @@ class GpuMeasurer:
         except Exception as again:  # noqa: BLE001
             self._lost = f"{reason} ({type(again).__name__})"
         return Measurement("launch_error", reason=reason, facts=built.facts)
+
+
+def pinned_measurer(cache_dir: Path, device: int | None = None) -> GpuMeasurer:
+    """A GpuMeasurer on GPU `device` (PyTorch's current device from now on in this process: the
+    context it launches in and the lock it takes), or on the current one."""
+    if device is not None:
+        import torch
+
+        torch.cuda.set_device(device)
+    return GpuMeasurer(cache_dir=Path(cache_dir))
 
 
 def device_id() -> str:
@@ -526,5 +551,5 @@ def _cuda_versions() -> str:
     return f"torch {torch.version.cuda}, nvcc {nvcc}"
 
 
-__all__ = ["DEFAULT_TOLERANCE", "GpuMeasurer", "check_outputs", "device_id", "gpu_lock", "load", "source_hash",
-           "task_inputs", "working_set"]
+__all__ = ["DEFAULT_TOLERANCE", "KEY_CHUNK", "GpuMeasurer", "check_outputs", "device_id", "gpu_lock", "load",
+           "pinned_measurer", "source_hash", "task_inputs", "working_set"]

@@ -67,10 +67,12 @@ class CostMeasurer:
                            facts=facts)
 
 
-def make_measurer(spec: str, cache_dir=None):
+def make_measurer(spec: str, cache_dir=None, deadline_s: float | None = None, device: int | None = None):
     """The measurer a `--measurer` spec names: `gpu` (emmy.measure's GPU measurer, its builds
-    cached in `cache_dir`, EMMY_HOME, as `emmy run`'s), `cost` or `cost:SECONDS` (CostMeasurer with that delay per
-    candidate). The target comes with each task."""
+    cached in `cache_dir`, EMMY_HOME, as `emmy run`'s; on GPU `device` when given), `cost` or
+    `cost:SECONDS` (CostMeasurer with that delay per candidate). The target comes with each task.
+    The GPU measurer runs in a child process (`emmy.measure.child`) with `deadline_s` seconds per
+    candidate (default `DEFAULT_DEADLINE_S`): a kernel that never finishes is a "timeout"."""
     from emmy.diagnostics import EmmyError
 
     name, _, arg = spec.partition(":")
@@ -81,13 +83,15 @@ def make_measurer(spec: str, cache_dir=None):
             raise EmmyError(f"--measurer {spec}: the delay must be a number of seconds") from None
         return CostMeasurer(delay_s=delay)
     if name == "gpu":
+        from functools import partial
         from pathlib import Path
 
-        from emmy.measure.gpu import GpuMeasurer
+        from emmy.measure.child import DEFAULT_DEADLINE_S, ChildMeasurer
+        from emmy.measure.gpu import pinned_measurer
 
         if cache_dir is None:
             raise EmmyError("the GPU measurer needs a cache directory (EMMY_HOME)")
-        return GpuMeasurer(cache_dir=Path(cache_dir))
+        return ChildMeasurer(partial(pinned_measurer, Path(cache_dir), device), deadline_s or DEFAULT_DEADLINE_S)
     raise EmmyError(f"unknown measurer '{spec}'", hint="valid measurers: gpu, cost, cost:SECONDS")
 
 

@@ -3,7 +3,7 @@ the best.
 
     study = open_study(store, task)                 # created once, seeded once
     run_trials(store, task, measurer, Budget(trials=30), seed=0)   # one worker's loop
-    best = name_best(store, task, measurer)         # after re-measuring the top few
+    best = name_best(store, task, measurer)         # after re-measuring the top few (once per new trials)
 
 The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
@@ -13,8 +13,8 @@ workers, a fixed seed per worker) proposes the rest.
 
 Trials (the store's layout is in `emmy.records.store`):
 - measured "ok": COMPLETE, value = seconds per call;
-- any other status (`wrong`, `build_failed`, `build_timeout`, `launch_error`, `spills`): FAIL,
-  with `status` and `reason`: never chosen, never a crash;
+- any other status (`wrong`, `build_failed`, `build_timeout`, `launch_error`, `spills`,
+  `timeout`): FAIL, with `status` and `reason`: never chosen, never a crash;
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
   `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead; so is a draw
   that a part of the kernel cannot run (the legal space checks a kernel of several parts as one
@@ -376,9 +376,15 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
     """Re-measure the `top` fastest measured candidates and the recorded best, interleaved; the
     fastest that is still right becomes the study's best, unless a best is recorded and the
     newcomer is not faster than it by more than the larger of their spreads. None where nothing
-    measured right."""
+    measured right. A best named over the same measured trials as the study holds now is
+    recalled, not measured again (a re-run over finished studies names only what is missing)."""
     study = store.load(task.key_id)
-    ok = sorted((t for t in measured(study) if t.value is not None), key=lambda t: t.value)
+    trials = measured(study)
+    old = study.user_attrs.get(BEST_ATTR)
+    if old is not None and old.get("measured") == len(trials):
+        return Best(int(old["trial"]), dict(old["values"]), float(old["time_s"]), float(old.get("spread") or 0.0),
+                    kept=True)
+    ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)
     chosen, keys = [], set()
     for t in ok:
         if point_key(t.user_attrs["values"]) not in keys:
@@ -386,7 +392,6 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
             chosen.append(t)
         if len(chosen) == top:
             break
-    old = study.user_attrs.get(BEST_ATTR)
     candidates = [dict(t.user_attrs["values"]) for t in chosen]
     if old is not None and point_key(old["values"]) not in keys:
         candidates.append(dict(old["values"]))
@@ -404,16 +409,17 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
             margin = max(m.spread or 0.0, prev[2].spread or 0.0)
             if not m.time_s < prev[2].time_s * (1.0 - margin):
                 n, values, m = prev
-                _write_best(study, n, values, m, measurer.environment())
+                _write_best(study, n, values, m, measurer.environment(), len(trials))
                 return Best(n, values, m.time_s, m.spread or 0.0, kept=True)
-    _write_best(study, n, values, m, measurer.environment())
+    _write_best(study, n, values, m, measurer.environment(), len(trials))
     return Best(n, values, m.time_s, m.spread or 0.0, kept=old is not None and point_key(old["values"]) == point_key(values))
 
 
-def _write_best(study, trial: int, values, m: Measurement, env) -> None:
+def _write_best(study, trial: int, values, m: Measurement, env, count: int) -> None:
+    """The study's best; `measured`: how many measured trials it was chosen from."""
     study.set_user_attr(BEST_ATTR, {
         "trial": trial, "values": dict(values), "time_s": m.time_s, "spread": m.spread or 0.0,
-        "error": m.error, "env": dict(env), "date": _now(),
+        "error": m.error, "env": dict(env), "date": _now(), "measured": count,
     })
 
 

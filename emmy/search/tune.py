@@ -1,24 +1,33 @@
-"""A tuning run: every task's study to its budget, with W measuring workers, then each study's
-best named after re-measuring, and a table.
+"""A tuning run: every task's study to its budget, with W measuring workers, each study's best
+named as soon as its trials are done, and a table.
 
-    outcomes = tune(tasks, store, Budget(trials=30), measurer_spec="gpu", workers=2)
+    outcomes, problems = tune(tasks, store, Budget(trials=30), measurer_spec="gpu", workers=2)
     print(format_table(HEADER, outcome_rows(outcomes)))
 
-With one worker the studies run in this process, one after the other. With W > 1, W worker
-processes (started fresh, `spawn`; with `devices`, one per GPU, each pinned to it) go through
-the studies in the same order, each with its own
+With one worker the studies run in this process, one after the other, each study's best named
+right after its trials. With W > 1, W worker processes (started fresh, `spawn`; with `devices`,
+one per GPU, each pinned to it) go through the studies in the same order, each with its own
 measurer and TPE seed (seed + worker index), cooperating through the store exactly as separate
-`emmy tune` processes on other hosts would; this process shows the progress (one bar per study,
-read from the store) and, once they are done, re-measures each study's top candidates and names
-its best. A worker that dies loses only the trial it was measuring.
+`emmy tune` processes on other hosts would, and say on a queue when they are done with a study;
+this process shows the progress (one bar per study, read from the store) and names each study's
+best (re-measuring its top candidates) once every worker is done with it or has stopped, while
+the workers go on with later studies (measuring processes take turns on a GPU:
+`emmy.measure.gpu.gpu_lock`). A run killed at any point keeps every best it named; a re-run
+names only what is missing or has new trials (`name_best`). A worker that dies loses only the
+trial it was measuring.
+
+The GPU measurer runs in a child process of each worker (and of this process, for naming) with
+a deadline per candidate (`emmy.measure.child`): a kernel that never finishes is a failed trial
+with status "timeout", the child replaced, and the run goes on; each outcome counts them.
 """
 
 from __future__ import annotations
 
+import queue
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from emmy.records.store import Store, open_store
@@ -30,13 +39,16 @@ POLL_S = 0.5
 
 @dataclass(frozen=True)
 class Outcome:
-    """One study after a run: its measured trials, the named best, and the default's time."""
+    """One study after a run: its measured trials, the named best, the default's time, and how
+    many of its candidates passed their deadline ("timeout": the measuring process replaced)."""
 
     task: TuneTask
     trials: int
     best: Best | None
     default_time_s: float | None
     default_status: str
+    timeouts: int = 0
+    notes: tuple[str, ...] = field(default=())
 
 
 def tune(
@@ -50,45 +62,90 @@ def tune(
     cache_dir=None,
     progress: TextIO | None = sys.stderr,
     devices: Sequence[int] | None = None,
+    deadline_s: float | None = None,
+    optuna_level: int | None = None,
 ) -> tuple[list[Outcome], list[str]]:
     """Tune every task into `store`; returns the outcomes and the problems met (workers that
     stopped), which the caller reports. `devices`: one worker per GPU index, each pinned to its
-    GPU (`workers` is then their number)."""
-    from emmy.search.cost import make_measurer
-
-    problems: list[str] = []
+    GPU (`workers` is then their number). `deadline_s`: seconds one candidate's measurement may
+    take on the GPU (`emmy.measure.child`). `optuna_level`: Optuna's logging verbosity in the
+    worker processes (None: Optuna's default)."""
     bars = _Bars(tasks, budget, progress)
+    namer = _Namer(store, tasks, measurer_spec, cache_dir, deadline_s, devices[0] if devices else None)
+    problems: list[str] = []
     try:
-        measurer = None
         if workers == 1:
-            _pin(devices[0] if devices else None)
-            measurer = make_measurer(measurer_spec, cache_dir)
             for i, task in enumerate(tasks):
-                run_trials(store, task, measurer, budget, seed=seed, batch=batch,
+                run_trials(store, task, namer.measurer(), budget, seed=seed, batch=batch,
                            on_trial=lambda n, best, i=i: bars.update(i, n, best))
+                namer.name(i)
         else:
-            problems = _run_workers(tasks, store, budget, measurer_spec, workers, seed, batch, cache_dir, bars, devices)
-        measurer = measurer or make_measurer(measurer_spec, cache_dir)  # (after the workers: the GPU is free)
-        outcomes = [_outcome(store, task, measurer) for task in tasks]
+            problems = _run_workers(tasks, store, budget, measurer_spec, workers, seed, batch, cache_dir, bars,
+                                    namer, devices, deadline_s, optuna_level)
+        outcomes = [namer.name(i) for i in range(len(tasks))]  # (named already: read back)
     finally:
+        namer.close()
         bars.close()
     return outcomes, problems
 
 
-def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, bars, devices=None) -> list[str]:
+class _Namer:
+    """Names the studies' bests, each once, with this process's measurer (made on first use)."""
+
+    def __init__(self, store: Store, tasks: Sequence[TuneTask], spec: str, cache_dir, deadline_s, device):
+        self.store, self.tasks = store, list(tasks)
+        self.spec, self.cache_dir, self.deadline_s, self.device = spec, cache_dir, deadline_s, device
+        self.outcomes: dict[int, Outcome] = {}
+        self._measurer = None
+
+    def measurer(self):
+        if self._measurer is None:
+            from emmy.search.cost import make_measurer
+
+            self._measurer = make_measurer(self.spec, self.cache_dir, self.deadline_s, self.device)
+        return self._measurer
+
+    def name(self, i: int) -> Outcome:
+        """Study i's outcome, its best named now (once per run)."""
+        if i not in self.outcomes:
+            replaced = len(getattr(self._measurer, "replaced", ()))
+            self.outcomes[i] = _outcome(self.store, self.tasks[i], self.measurer)
+            notes = tuple(f"naming the best: {why}" for why in getattr(self._measurer, "replaced", ())[replaced:])
+            if notes:
+                self.outcomes[i] = replace(self.outcomes[i], notes=notes)
+        return self.outcomes[i]
+
+    def close(self) -> None:
+        close = getattr(self._measurer, "close", None)
+        if close is not None:
+            close()
+
+
+def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, bars, namer: _Namer, devices=None,
+                 deadline_s=None, optuna_level=None) -> list[str]:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
+    done = ctx.Queue()
     procs = [
         ctx.Process(target=worker_main, args=(store.url, list(tasks), budget, spec, seed + w, batch, cache_dir,
-                                              devices[w] if devices else None),
+                                              devices[w] if devices else None, w, done, deadline_s, optuna_level),
                     name=f"emmy-tune-worker-{w}")
         for w in range(workers)
     ]
     for p in procs:
         p.start()
+    finished: list[set[int]] = [set() for _ in tasks]  # the workers done with each study
     try:
-        while any(p.is_alive() for p in procs):
+        while True:
+            alive = [p.is_alive() for p in procs]
+            _drain(done, finished)
+            for i in range(len(tasks)):
+                if i not in namer.outcomes and all(w in finished[i] or not alive[w] for w in range(workers)):
+                    namer.name(i)
+                    bars.poll(store)
+            if not any(alive):
+                break
             time.sleep(POLL_S)
             bars.poll(store)
         bars.poll(store)
@@ -98,48 +155,75 @@ def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, ba
         for p in procs:
             p.join()
         raise
+    for p in procs:
+        p.join()
     return [f"worker {w} stopped with exit code {p.exitcode}; the trials it finished are in the store"
             for w, p in enumerate(procs) if p.exitcode != 0]
 
 
+def _drain(done, finished: list[set[int]]) -> None:
+    while True:
+        try:
+            w, i = done.get_nowait()
+        except queue.Empty:
+            return
+        finished[i].add(w)
+
+
 def worker_main(url: str, tasks: list[TuneTask], budget: Budget, spec: str, seed: int, batch: int, cache_dir,
-                device: int | None = None) -> None:
-    """A worker process: every study in order, to its budget (on GPU `device` when given)."""
+                device: int | None = None, index: int = 0, done=None, deadline_s: float | None = None,
+                optuna_level: int | None = None) -> None:
+    """A worker process: every study in order, to its budget (on GPU `device` when given),
+    putting (index, study) on the `done` queue after each."""
     from emmy.diagnostics import EmmyError
     from emmy.records.store import store_errors
     from emmy.search.cost import make_measurer
 
+    measurer = None
     try:
-        _pin(device)
+        if optuna_level is not None:
+            import optuna
+
+            optuna.logging.set_verbosity(optuna_level)
         store = open_store(url)
         assert store is not None
-        measurer = make_measurer(spec, cache_dir)
+        measurer = make_measurer(spec, cache_dir, deadline_s, device)
         with store_errors(store.name):
-            for task in tasks:
+            for i, task in enumerate(tasks):
                 run_trials(store, task, measurer, budget, seed=seed, batch=batch)
+                if done is not None:
+                    done.put((index, i))
     except EmmyError as e:
         sys.stderr.write(f"error: {e}\n")
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(1)
-
-
-def _pin(device: int | None) -> None:
-    """Measure on GPU `device` from now on in this process (PyTorch's current device, whose
-    context the measurer launches in; the GPU lock is per device)."""
-    if device is not None:
-        import torch
-
-        torch.cuda.set_device(device)
+    finally:
+        if hasattr(measurer, "close"):
+            measurer.close()
 
 
 def _outcome(store: Store, task: TuneTask, measurer) -> Outcome:
-    best = name_best(store, task, measurer)
+    """Name the study's best (`measurer`: a callable giving the measurer, asked only where a
+    study needs re-measuring) and sum up its trials."""
+    best = name_best(store, task, _Lazy(measurer))
     trials = measured(store.load(task.key_id))
     default = point_key(task.default)
     first = next((t for t in trials if point_key(t.user_attrs["values"]) == default), None)
     status = "not measured" if first is None else str(first.user_attrs["status"])
-    return Outcome(task, len(trials), best, None if first is None else first.value, status)
+    timeouts = sum(t.user_attrs["status"] == "timeout" for t in trials)
+    return Outcome(task, len(trials), best, None if first is None else first.value, status, timeouts)
+
+
+class _Lazy:
+    """A measurer made on its first use (naming a study that needs no re-measuring starts no
+    measuring process)."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def __getattr__(self, name):
+        return getattr(self.make(), name)
 
 
 class _Bars:
@@ -192,15 +276,16 @@ HEADER = ("kernel", "key", "trials", "best", "default", "speed-up")
 
 
 def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[str, ...]]:
-    """The final table's rows (`HEADER`): kernel, key, trials, best time and spread, the
-    default's time, speed-up."""
+    """The final table's rows (`HEADER`): kernel, key, trials (with the candidates that passed
+    their deadline), best time and spread, the default's time, speed-up."""
     rows = []
     for o in outcomes:
         best = o.best
         best_text = f"{_us(best.time_s)} +- {best.spread * 100:.1f}%" if best else "none right"
         default_text = _us(o.default_time_s) if o.default_time_s is not None else o.default_status
         speedup = f"{o.default_time_s / best.time_s:.2f}x" if best and o.default_time_s else "-"
-        rows.append((o.task.kernel, o.task.key_id, str(o.trials), best_text, default_text, speedup))
+        trials = f"{o.trials} ({o.timeouts} timeout)" if o.timeouts else str(o.trials)
+        rows.append((o.task.kernel, o.task.key_id, trials, best_text, default_text, speedup))
     return rows
 
 

@@ -130,14 +130,46 @@ def test_a_new_best_must_beat_the_old_by_more_than_the_spread(tasks, store):
     run_trials(store, task, CostMeasurer(), Budget(trials=8))
     first = name_best(store, task, CostMeasurer())
     old = point_key(first.values)
+    # (a best is named again only over new trials)
+    run_trials(store, task, CostMeasurer(), Budget(trials=10))
     # another candidate now re-measures 1% faster than the recorded best: within the 2% spread
     kept = name_best(store, task, _Remeasured(lambda c: 1e-5 if point_key(c) == old else 0.99e-5))
     assert kept.kept and point_key(kept.values) == old
     assert point_key(best_record(store, task.key).values) == old
     # 10% faster: replaces it
+    run_trials(store, task, CostMeasurer(), Budget(trials=12))
     new = name_best(store, task, _Remeasured(lambda c: 1e-5 if point_key(c) == old else 0.9e-5))
     assert not new.kept and point_key(new.values) != old
     assert point_key(best_record(store, task.key).values) == point_key(new.values)
+
+
+class _Counting(CostMeasurer):
+    """Counts its re-measurements."""
+
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "calls", [])
+
+    def remeasure(self, task, candidates, rounds):
+        self.calls.append(len(candidates))
+        return super().remeasure(task, candidates, rounds)
+
+
+def test_a_best_is_named_again_only_over_new_trials(tasks, store):
+    """Naming a study whose best was named over the same trials recalls it without measuring;
+    new trials make it re-measure."""
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=6))
+    counting = _Counting()
+    first = name_best(store, task, counting)
+    again = name_best(store, task, counting)
+    assert len(counting.calls) == 1
+    assert (again.trial, again.values, again.time_s) == (first.trial, first.values, first.time_s) and again.kept
+    assert store.load(task.key_id).user_attrs["emmy.best"]["measured"] == 6
+    run_trials(store, task, CostMeasurer(), Budget(trials=8))
+    name_best(store, task, counting)
+    assert len(counting.calls) == 2
+    assert store.load(task.key_id).user_attrs["emmy.best"]["measured"] == 8
 
 
 def test_tune_outcomes_and_table(tasks, store):
