@@ -5,6 +5,7 @@
     python tools/bench.py --cases layer --layer-sizes 32 --contenders emmy,compile \
         --variant fused=attention.fusion=fused      # the rules' Emmy against a pinned one
     python tools/bench.py --cases layer --model path/to/hf-dir # another Llama-family model's layer
+    python tools/bench.py --cases attention --attention-sizes 1000,3000,4096,8192   # attention alone
 
 For every case: correctness first (relative error against a float32 PyTorch reference on the same
 weights and inputs; a contender over `--tolerance`, or 1.5x PyTorch's own bf16 error where that is
@@ -16,6 +17,14 @@ FLOPs / measured bf16 matrix rate). The contenders are timed round-robin, so the
 torch.compile (default), and torch.compile(mode="max-autotune-no-cudagraphs"), plus any number of
 Emmy variants (`--variant NAME=PINS`: the same compile with knobs pinned), so that a schedule and
 the rules' choice are compared in the same rounds on the same card.
+
+`--cases attention`: causal grouped-query attention alone (head dim 128; `--attention-heads`,
+default Qwen3's 16 query / 8 key-value heads and 32 / 8) at `--attention-sizes` tokens. Emmy's
+attention kernel, compiled from a torch module that calls F.scaled_dot_product_attention on
+q, k, v in the layout of the projections' outputs ([1, T, heads, 128], transposed in the
+module), against torch's SDPA on the same tensors with the cuDNN back-end and with the flash
+back-end (torch.nn.attention.sdpa_kernel), timed alike; TFLOP/s count the causal half of
+4 * T^2 * heads * 128.
 """
 
 from __future__ import annotations
@@ -313,7 +322,13 @@ def main() -> None:
                     help="the model of the layer and model cases: a known id, a local Hugging Face directory "
                          "(config.json; random weights without safetensors) or path.py:fn")
     ap.add_argument("--model-sizes", default="512,4096", help="tokens for the whole-model case (--cases model)")
-    ap.add_argument("--contenders", default="emmy,eager,compile,max-autotune")
+    ap.add_argument("--attention-sizes", default="1000,3000,4096,8192", help="tokens for the attention case (--cases attention)")
+    ap.add_argument("--attention-heads", default="16/8,32/8", metavar="QUERY/KV[,...]",
+                    help="query / key-value heads of the attention case (head dim 128, causal)")
+    ap.add_argument("--contenders", default=None,
+                    help="emmy[-tuned,-rules,-prior], eager, compile, max-autotune; for --cases attention "
+                         "emmy... and sdpa-cudnn, sdpa-flash (default: emmy,eager,compile,max-autotune, and "
+                         "sdpa-cudnn,sdpa-flash with --cases attention)")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels (launched without overlap, "
@@ -332,7 +347,8 @@ def main() -> None:
                     help="compile every case and build its cubin into EMMY_HOME (no GPU needed)")
     args = ap.parse_args()
     cache = Path(os.environ.get("EMMY_HOME", "/tmp/emmy-home"))
-    contenders = args.contenders.split(",")
+    default = "emmy,eager,compile,max-autotune" + (",sdpa-cudnn,sdpa-flash" if "attention" in args.cases else "")
+    contenders = (args.contenders or default).split(",")
     variants = parse_variants(args.variant)
     if args.build_only:
         return build_only(args, cache, emmy_builds(["emmy"], args.knob, variants, ""))
@@ -348,8 +364,12 @@ def main() -> None:
     rows = []
     for name, make in _cases(args):
         traced, flops, bytes_ = make()
-        row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
-                       args.profile, args.tolerance)
+        if is_attention_case(name):
+            row = run_attention_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
+                                     args.tolerance)
+        else:
+            row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
+                           args.profile, args.tolerance)
         if args.knob:
             row["pins"] = list(args.knob)
         rows.append(row)
@@ -367,10 +387,132 @@ def main() -> None:
                                                    "torch": torch.__version__, "rows": rows}, indent=2))
         torch._dynamo.reset()
     print()
-    print(format_table(rows, shown))
+    others = [r for r in rows if not is_attention_case(r["case"])]
+    if others:
+        print(format_table(others, [c for c in shown if not c.startswith("sdpa-")]))
+    if len(others) < len(rows):
+        print(format_attention_table([r for r in rows if is_attention_case(r["case"])],
+                                     [c for c in shown if c.startswith(("emmy", "sdpa-"))]))
     if args.json:
         Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
                                                "torch": torch.__version__, "rows": rows}, indent=2))
+
+
+# --------------------------------------------------------------------------------------------
+# Attention alone
+# --------------------------------------------------------------------------------------------
+
+ATTENTION_HEAD_DIM = 128
+SDPA_BACKENDS = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION"}
+
+
+class SdpaAttention(torch.nn.Module):
+    """Causal grouped-query attention alone: q [1, T, heads, D], k and v [1, T, kv_heads, D] (the
+    layout of the q/k/v projections' outputs) to [1, T, heads, D] (the o projection's input),
+    through one F.scaled_dot_product_attention (enable_gqa where the heads differ)."""
+
+    def __init__(self, heads: int, kv_heads: int, head_dim: int = ATTENTION_HEAD_DIM):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+
+    def forward(self, q, k, v):
+        return sdpa(*(x.transpose(1, 2) for x in (q, k, v))).transpose(1, 2)
+
+
+def sdpa(q, k, v):
+    """Causal SDPA on [1, heads, T, D] views, grouped-query where the heads differ."""
+    gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+
+
+def make_attention(tokens: int, heads: int = 16, kv_heads: int = 8, head_dim: int = ATTENTION_HEAD_DIM,
+                   seed: int = 0):
+    """The SdpaAttention module and random bf16 q, k, v of `tokens` tokens (a model factory)."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(1, tokens, heads, head_dim), (1, tokens, kv_heads, head_dim), (1, tokens, kv_heads, head_dim)]
+    inputs = tuple(torch.randn(sh, generator=g).to(torch.bfloat16) for sh in shapes)
+    return SdpaAttention(heads, kv_heads, head_dim), inputs
+
+
+def attention_flops(tokens: int, heads: int, head_dim: int = ATTENTION_HEAD_DIM) -> int:
+    """QK^T and PV of causal attention: half of 2 * 2 * T^2 * heads * D (the diagonal's other
+    half-blocks not counted)."""
+    return 2 * tokens * tokens * heads * head_dim
+
+
+def attention_case(tokens: int, heads: int, kv_heads: int):
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="tools/bench.py:make_attention", kind="factory", model_id="sdpa-attention",
+                      factory=lambda: make_attention(tokens, heads, kv_heads))
+    traced = trace_layer(src, 0, tokens)
+    d = ATTENTION_HEAD_DIM
+    bytes_ = 2 * tokens * d * (2 * heads + 2 * kv_heads)  # q, k, v read and the output written once
+    return traced, attention_flops(tokens, heads), bytes_
+
+
+def run_attention_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, tolerance=1e-2):
+    """One attention case: Emmy's contenders (`builds`) and torch SDPA with each back-end of
+    `contenders` (sdpa-cudnn, sdpa-flash) on the same q, k, v, timed in the same rounds."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (x.cuda() for x in traced.inputs.values())
+    views = [x.transpose(1, 2) for x in (q, k, v)]
+    with torch.no_grad():
+        ref = traced.layer_module(*[x.float() for x in (q, k, v)])
+    row = {"case": name, "flops": flops, "bytes": bytes_}
+    row["floor_s"] = max(bytes_ / ceilings["bandwidth_Bps"], flops / ceilings["bf16_flops"])
+    fns = {}
+    for who in contenders:
+        backend = SDPA_BACKENDS.get(who.removeprefix("sdpa-")) if who.startswith("sdpa-") else None
+        if backend is None:
+            continue
+
+        def run(backend=getattr(SDPBackend, backend)):
+            with sdpa_kernel(backend):
+                return sdpa(*views)
+
+        fns[who] = (run, lambda o: o.transpose(1, 2).reshape(ref.shape))
+    for key, how in builds.items():
+        try:
+            emmy_fn, cs = emmy_layer(traced, target, cache, how)
+            row[f"{key}_compile_s"] = cs
+            fns[key] = (lambda f=emmy_fn: _first(f()), lambda o: o.reshape(ref.shape))
+        except Exception as e:  # report and carry on with the others
+            row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+    row["allowed_err"] = tolerance
+    timed = {}
+    with torch.no_grad():
+        for key, (fn, shape) in fns.items():
+            try:
+                row[f"{key}_err"] = results_error([shape(fn())], [ref])
+                if not row[f"{key}_err"] <= tolerance:
+                    row[f"{key}_error"] = f"relative error {row[f'{key}_err']:.2e} over {tolerance:.1e}: not timed"
+                    continue
+                timed[key] = replayable(fn)
+            except Exception as e:
+                row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+        for key, t in time_replays(timed).items():
+            row[f"{key}_s"] = t
+    return row
+
+
+def format_attention_table(rows, contenders) -> str:
+    """Times (us), TFLOP/s (causal) and Emmy's time over each SDPA back-end's."""
+    emmys = [c for c in contenders if c.startswith("emmy")]
+    sdpas = [c for c in contenders if c.startswith("sdpa-")]
+    head = (["case"] + [f"{c} us" for c in contenders] + [f"{c} TFLOP/s" for c in contenders]
+            + [f"{e}/{o}" for e in emmys for o in sdpas])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["case"]]
+        cells += [f"{r[f'{c}_s'] * 1e6:.1f}" if f"{c}_s" in r else "fail" for c in contenders]
+        cells += [f"{r['flops'] / r[f'{c}_s'] / 1e12:.0f}" if f"{c}_s" in r else "-" for c in contenders]
+        cells += [f"{r[f'{e}_s'] / r[f'{o}_s']:.2f}" if f"{e}_s" in r and f"{o}_s" in r else "-"
+                  for e in emmys for o in sdpas]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _cases(args):
@@ -384,7 +526,28 @@ def _cases(args):
     if "model" in args.cases:
         cases += [(f"{prefix}model T={t}", lambda t=t: model_case(t, args.model))
                   for t in map(int, args.model_sizes.split(","))]
+    if "attention" in args.cases:
+        cases += [(f"attention {h}/{kv} T={t}", lambda t=t, h=h, kv=kv: attention_case(t, h, kv))
+                  for h, kv in parse_heads(args.attention_heads) for t in map(int, args.attention_sizes.split(","))]
     return cases
+
+
+def is_attention_case(name: str) -> bool:
+    return name.startswith("attention ")
+
+
+def parse_heads(spec: str) -> list[tuple[int, int]]:
+    """`--attention-heads 16/8,32/8` as [(16, 8), (32, 8)]: query heads / key-value heads."""
+    from emmy.diagnostics import EmmyError
+
+    out = []
+    for part in spec.split(","):
+        h, sep, kv = part.partition("/")
+        if not (sep and h.isdigit() and kv.isdigit() and int(kv) > 0 and int(h) % int(kv) == 0):
+            raise EmmyError(f"--attention-heads '{spec}': expected QUERY/KV[,QUERY/KV...] with the key-value "
+                            f"heads dividing the query heads, got '{part}'")
+        out.append((int(h), int(kv)))
+    return out
 
 
 def build_only(args, cache, builds: dict[str, EmmyBuild]) -> None:

@@ -1,0 +1,84 @@
+"""tools/bench.py's attention case without a GPU: the module (causal grouped-query SDPA), its
+FLOP count, the --attention-heads option, the table, and that Emmy compiles the module to one
+flash-attention kernel (tensor-map K and V where pinned, at a ragged length too)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import bench  # noqa: E402
+
+
+def test_module_is_causal_grouped_query_attention():
+    """SdpaAttention on [1, T, heads, D] inputs equals causal softmax(q k^T / sqrt(D)) v with
+    each key-value head serving heads / kv_heads query heads, written out by hand."""
+    module, (q, k, v) = bench.make_attention(37, heads=6, kv_heads=2, head_dim=16)
+    q, k, v = q.double(), k.double(), v.double()
+    out = module(q, k, v)
+    assert out.shape == (1, 37, 6, 16)
+    for h in range(6):
+        qh, kh, vh = q[0, :, h], k[0, :, h // 3], v[0, :, h // 3]
+        s = qh @ kh.T / 4.0
+        s = s.masked_fill(torch.ones(37, 37, dtype=torch.bool).triu(1), float("-inf"))
+        assert torch.allclose(out[0, :, h], torch.softmax(s, -1) @ vh, atol=1e-12)
+
+
+def test_flops_count_the_causal_half():
+    assert bench.attention_flops(4096, 16) == 4 * 4096 * 4096 * 16 * 128 // 2
+
+
+def test_heads_option():
+    assert bench.parse_heads("16/8,32/8") == [(16, 8), (32, 8)]
+    from emmy.diagnostics import EmmyError
+
+    with pytest.raises(EmmyError, match=re.escape("--attention-heads '16/5': expected QUERY/KV[,QUERY/KV...] "
+                                                  "with the key-value heads dividing the query heads, got '16/5'")):
+        bench.parse_heads("16/5")
+
+
+def test_bad_heads_is_a_message(tmp_path):
+    """A bad --attention-heads: the reason and exit 1, no traceback."""
+    import os
+
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "bench.py"), "--build-only", "--cases", "attention",
+                        "--attention-heads", "16x8"], capture_output=True, text=True,
+                       env={**os.environ, "EMMY_HOME": str(tmp_path)})
+    assert p.returncode == 1
+    assert "error: --attention-heads '16x8': expected QUERY/KV" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_attention_table():
+    row = {"case": "attention 16/8 T=3000", "flops": bench.attention_flops(3000, 16), "emmy_s": 100e-6,
+           "sdpa-cudnn_s": 80e-6}
+    table = bench.format_attention_table([row], ["emmy", "sdpa-cudnn", "sdpa-flash"])
+    head, _, line = table.splitlines()
+    assert head.split(" | ")[1:4] == ["emmy us", "sdpa-cudnn us", "sdpa-flash us"]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:4] == ["attention 16/8 T=3000", "100.0", "80.0", "fail"]
+    assert cells[4:7] == ["369", "461", "-"]  # TFLOP/s: 3000^2 * 16 * 128 * 2 / 100 us
+    assert cells[7:] == ["1.25", "-"]  # emmy / cudnn, emmy / flash
+
+
+@pytest.mark.parametrize("tokens, pins, tma", [(3000, (), False), (3000, ("attention.copy=tma",), True),
+                                              (4096, (), True)])
+def test_module_compiles_to_one_flash_kernel(tokens, pins, tma):
+    """The module at 3000 and 4096 tokens: one flash-attention kernel (q, k, v read in place as
+    direct rows); tensor-map K and V at the ragged 3000 where pinned, and by the rules at 4096."""
+    traced, flops, _ = bench.attention_case(tokens, 16, 8)
+    plan, _ = bench.emmy_plan(traced, "sm_90a", bench.EmmyBuild(pins))
+    (call,) = re.findall(r"emmy::attention::run<[^>]*>", plan.source)
+    assert call.startswith("emmy::attention::run<128, ") and call.endswith(", 1>")  # wgmma
+    assert (", 3, 1024, 3, 1024, 1>" in call) == tma  # K and V rows of 8 heads x 128 through tensor maps
+    assert len(plan.kernels) == 1
+    assert flops == bench.attention_flops(tokens, 16)

@@ -1,0 +1,140 @@
+"""GPU tests of Emmy's attention kernel alone, at lengths no block divides.
+
+Causal grouped-query attention (tools/bench.py's SdpaAttention: q [1, T, heads, D], k and v
+[1, T, kv_heads, D] through one F.scaled_dot_product_attention) compiled by Emmy and run on the
+GPU, against torch's own attention in float32 on the same inputs. Lengths 1, 7, 63, 65, 1000,
+3000 and 5000 (none a multiple of the 64- or 128-key blocks but 1, 7 and 63 fit one block);
+grouped-query ratios 1, 2, 4 and 7; head dims 64 and 128; the rules' schedules, and tensor-map
+K and V copies pinned where the last key block is ragged (copied from seq_kv - block_kv, its
+repeated keys masked). Outputs start filled with NaN (`emmy.backend.run.poisoned`, at every
+bind), so an element the kernel never writes fails. Skipped without a CUDA device; kernels
+already built into EMMY_HOME (cached by source hash) are reused.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (tokens, query heads, key-value heads, head dim, pins)
+TMA = ("attention.copy=tma",)
+WIDE_TMA = ("attention.copy=tma", "attention.block_q=128", "attention.warps=8", "attention.block_kv=128")
+ATTENTION_GPU_CASES = [
+    # every length, Qwen3's heads (16 / 8, head dim 128), the rules' schedule
+    *[(t, 16, 8, 128, ()) for t in (1, 7, 63, 65, 1000, 3000, 5000)],
+    # grouped-query ratios 1, 4 and 7
+    (65, 4, 4, 128, ()), (1000, 4, 4, 128, ()),
+    (63, 8, 2, 128, ()), (1000, 8, 2, 128, ()),
+    (7, 14, 2, 128, ()), (1000, 14, 2, 128, ()), (3000, 14, 2, 128, ()),
+    # head dim 64 (Llama-3.2-1B's 32 / 8)
+    *[(t, 32, 8, 64, ()) for t in (1, 7, 65, 1000, 3000)],
+    (1000, 14, 2, 64, ()),
+    # tensor-map K and V at ragged lengths: the last key block shifted back to end at the last key
+    (300, 16, 8, 128, TMA), (1000, 16, 8, 128, TMA), (3000, 16, 8, 128, TMA), (5000, 16, 8, 128, TMA),
+    (1000, 16, 8, 128, WIDE_TMA), (3000, 16, 8, 128, WIDE_TMA), (5000, 32, 8, 128, WIDE_TMA),
+    (3000, 14, 2, 128, WIDE_TMA), (1000, 8, 8, 128, WIDE_TMA), (3000, 32, 8, 64, TMA),
+]
+# Below 257 tokens the module alone is not one flash kernel (its longest reduction, the head dim,
+# does not count as short: the scores are materialized by two contractions); the flash kernel at
+# those lengths, in the Qwen3 layer (q/k RMSNorm + rope computed while staging or by a prologue):
+# (tokens, pins)
+LAYER_FLASH_CASES = [
+    (1, ()), (63, ()), (65, ()), (65, ("attention.stages=3",) + TMA),
+    (65, ("attention.stages=3", "attention.fusion=fused") + TMA),
+    (200, ("attention.stages=3",) + WIDE_TMA), (1000, ("attention.fusion=fused",) + WIDE_TMA),
+]
+FLASH_FROM = 257  # tokens from which the module alone is one flash kernel
+
+
+def case_id(case) -> str:
+    t, h, kv, d, pins = case
+    return f"T{t}-{h}x{kv}-d{d}" + ("-" + ",".join(p.split(".", 1)[1] for p in pins) if pins else "")
+
+
+def _target() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+def _cache(tmp_path) -> Path:
+    return Path(os.environ["EMMY_HOME"]) if os.environ.get("EMMY_HOME") else tmp_path
+
+
+def traced_attention(tokens: int, heads: int, kv_heads: int, head_dim: int):
+    """tools/bench.py's attention module on random inputs, traced."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from bench import make_attention
+
+    from emmy.frontend.models import ModelSource
+    from emmy.frontend.trace import trace_layer
+
+    src = ModelSource(spec="tools/bench.py:make_attention", kind="factory", model_id="sdpa-attention",
+                      factory=lambda: make_attention(tokens, heads, kv_heads, head_dim))
+    return trace_layer(src, 0, tokens)
+
+
+def compiled(case, target: str):
+    """(traced module, Emmy's launch plan) of one case."""
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_traced
+
+    tokens, heads, kv_heads, head_dim, pins = case
+    traced = traced_attention(tokens, heads, kv_heads, head_dim)
+    opts = CompileOptions(model="sdpa-attention", layer=0, tokens=tokens, target=target, pins=pins)
+    return traced, launch_plan(compile_traced(traced, opts).module)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", ATTENTION_GPU_CASES, ids=case_id)
+def test_attention_matches_torch(case, tmp_path):
+    from emmy.backend.run import GpuLayer
+
+    target = _target()
+    if case[4] and target != "sm_90a":
+        pytest.skip("tensor-map attention needs wgmma (sm_90a)")
+    traced, plan = compiled(case, target)
+    assert ("emmy::attention::run<" in plan.source) == (case[0] >= FLASH_FROM)
+    layer = GpuLayer(plan, target, _cache(tmp_path))
+    layer.bind({k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()})
+    layer.launch()
+    torch.cuda.synchronize()
+    (out,) = layer.outputs()
+    with torch.no_grad():
+        ref = traced.layer_module.cuda()(*[x.cuda().float() for x in traced.inputs.values()])
+    out = out.float().reshape(ref.shape)
+    assert torch.isfinite(out).all(), "an output element was never written (NaN) or overflowed"
+    err = ((out - ref).norm() / ref.norm()).item()
+    assert err <= 1e-2, err
+
+
+def layer_case_id(case) -> str:
+    t, pins = case
+    return f"T{t}" + ("-" + ",".join(p.split(".", 1)[1] for p in pins) if pins else "")
+
+
+def layer_options(tokens: int, pins, target: str):
+    from emmy.driver import CompileOptions
+
+    return CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target=target, pins=pins)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", LAYER_FLASH_CASES, ids=layer_case_id)
+def test_layer_flash_attention_at_short_lengths(case, tmp_path):
+    from emmy.backend.run import run_on_gpu
+
+    tokens, pins = case
+    target = _target()
+    if pins and target != "sm_90a":
+        pytest.skip("tensor-map attention needs wgmma (sm_90a)")
+    report = run_on_gpu(layer_options(tokens, pins, target), cache_dir=_cache(tmp_path))
+    assert report.rel_error <= 1e-2, report.rel_error
