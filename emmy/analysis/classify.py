@@ -33,6 +33,8 @@ Kinds (docs/ir.md), tried in this order:
 | `has_fusion_fork` | the loop carries `emmy.fusion = "fused"` or has prologue reductions: the `fusion` knob exists |
 | `has_siblings_fork` | outputs over the same axes come from different reductions (k and v of the running example, not gate and up, whose one store reads both): the `siblings` knob exists |
 | `attention` | an `AttentionInfo` (below) for attention kernels, else None |
+| `raw_a_loads`, `stages_results` | contractions: the loads a computed A side reads that can be copied raw (each with whether it needs block_m rows), and whether the stores can be evaluated on the accumulators and staged as bf16 results (`emmy.analysis.operands`): facts of the shared-memory layout |
+| `op` | the `loop.fused` or `tile.kernel` classified |
 | `row_axes`, `reduced_axes` | reductions: the axes the reduce results depend on (one row each) and the axes reduced |
 
 `Contraction`: `reduce` (the `loop.reduce sum`), `k_axes`, `a` / `b` (the A-side and B-side factor
@@ -55,7 +57,7 @@ Convenience sizes: `M`, `N`, `K` (products of m-side, n-side, k extents; 1 when 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from math import prod
 
@@ -65,6 +67,7 @@ from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import Domains as BodyDomains
 from emmy.analysis.body import value_tree
+from emmy.analysis.operands import raw_a_loads, stages_results
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
 
@@ -150,6 +153,9 @@ class KernelInfo:
     attention: AttentionInfo | None = None
     row_axes: tuple[str, ...] = ()
     reduced_axes: tuple[str, ...] = ()
+    raw_a_loads: tuple[tuple[LoadOp, bool], ...] = ()
+    stages_results: bool = False
+    op: Operation | None = field(default=None, repr=False)
 
     def extent(self, axes: Iterable[str]) -> int:
         """Product of the extents of `axes` (1 for none)."""
@@ -318,6 +324,7 @@ def classify(op: Operation) -> KernelInfo:
         reduction_axes=reduction_axes,
         stores=stores,
         reductions=reduces,
+        op=op,
     )
 
     contractions = [c for r in reduces if (c := _contraction(r, dom, order)) is not None]
@@ -504,6 +511,7 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         c.a_loads or c.b_loads for c in same
     ) else 4
     k_axis = first.k_axes[-1]
+    op = base["op"]
     return KernelInfo(
         **base,
         kind="contraction",
@@ -520,6 +528,8 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         other_reductions=other,
         has_fusion_fork=fusion_marked or bool(prologue),
         has_siblings_fork=len(store_groups(base["stores"], True, dom)) > len(store_groups(base["stores"], False, dom)),
+        raw_a_loads=raw_a_loads(op, same, prologue, axes, dom),
+        stages_results=stages_results(op, base["stores"], same, prologue),
     )
 
 

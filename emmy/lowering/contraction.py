@@ -71,19 +71,18 @@ block's run: the only ones it may share).
 from __future__ import annotations
 
 
-from xdsl.dialects.builtin import BFloat16Type, TensorType, bf16, f32, i32, i64
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import TensorType, bf16, f32, i32, i64
+from xdsl.ir import SSAValue
 
-from emmy.analysis.body import value_tree
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
-from emmy.dialects.loop import LoadOp, StoreOp
+from emmy.dialects.loop import StoreOp
 from emmy.lowering import Built, In, Launch, Out, Tmp
-from emmy.lowering.common import RESULT_PAD, STAGE_PAD, c_ident, decompose, io_args
+from emmy.lowering.common import c_ident, decompose, io_args
 from emmy.lowering.kb import KB
 from emmy.lowering.reduction import reduce_rows
 from emmy.lowering.scalar import BodyEmitter
-from emmy.lowering.staging import Stager, direct_source, round_up, same_expr
+from emmy.lowering.staging import Stager, direct_source, same_expr
 from emmy.lowering.tma import MapOperand
 from emmy.schedule.contraction import ContractionPlan
 from emmy.schedule.reduction import largest_divisor_pow2
@@ -135,7 +134,6 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         if self.g.bk % self.chunk:
             self.chunk = largest_divisor_pow2(self.g.bk, self.chunk)
         self._maps: list[MapOperand] | None = None  # tma_operands()
-        self._stages_results: bool | None = None  # stages_results()
         self.map_args: list[SSAValue] = []  # their kernel arguments (build_main)
         self.counters: SSAValue | None = None  # combine = last_block: the per-tile counters (build_main)
         # fragments(): the row of each wgmma fragment -> its slot among the thread's rows
@@ -282,68 +280,10 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         return kb.finish()
 
     # -- main kernel ------------------------------------------------------------------------------------
-    def smem_layout(self, stats_in_smem: bool, raw: list | None = None) -> tuple[int, int, int, int]:
-        """(A tile elements per stage, B tile elements per stage, stats offset, total bytes).
-        Raw copies (`raw`: (load, rows) pairs) follow the B tiles, then the row statistics."""
-        g = self.g
-        a_elems = g.bm * g.bk
-        b_elems = g.bn * g.bk
-        tiles = g.stages * (a_elems + g.nc * b_elems) * 2
-        for _, rows in raw or ():
-            tiles += round_up(g.stages * rows * g.bk * 2, 128)
-        stats_off = tiles
-        stats_bytes = len(self.prologue) * g.bm * 4 if stats_in_smem else 0
-        total = tiles + stats_bytes
-        if g.producer:  # full and empty mbarriers per slot, 8 bytes each
-            total = self.bars_offset(stats_off, stats_in_smem) + 2 * g.stages * 8
-        if g.persistent:  # the epilogue's own staging tiles, when they fit after the barriers
-            off, room = self.staging_room(self.bars_offset(stats_off, stats_in_smem))
-            width = self.staging_width(room, None)
-            if width is not None:
-                total = off + self.staging_bytes(width)
-        if g.wgmma:
-            total += 1024  # the runtime rounds the shared-memory base up to 1024 bytes
-        return a_elems, b_elems, stats_off, total
-
-    def staging_room(self, bars_off: int) -> tuple[int, int]:
-        """schedule = persistent: the producer fills the k loop's slots with the next tile while
-        the consumers run the epilogue, so a staged epilogue gets shared memory of its own,
-        after the mbarriers: (its offset, the bytes a block has left there)."""
-        off = round_up(bars_off + 2 * self.g.stages * 8, 16)
-        return off, self.target.smem_per_block - 1024 - off
-
-    def staging_bytes(self, width: int | None = None) -> int:
-        """Shared memory of the staged epilogue's tiles, `width` columns (block_n) each: f32
-        accumulators, or the bf16 results of each store (stages_results)."""
-        g = self.g
-        if self.stages_results():
-            return len(self.stores) * g.bm * ((width or g.bn) + RESULT_PAD) * 2
-        return g.nc * g.bm * ((width or g.bn) + STAGE_PAD) * 4
-
     def stages_results(self) -> bool:
-        """Whether the staged epilogue evaluates the loop body on the accumulator fragments and
-        stages its bf16 results rather than the f32 accumulators: every store is bf16 and its
-        value reads nothing but the contractions, the row statistics, axes and constants (no
-        tensor, so nothing to gather in the fragments' layout; RMSNorm's row scale). Half the
-        shared-memory traffic, and the rounding at the same point."""
-        if self._stages_results is None:
-            self._stages_results = bool(self.stores) and all(self._register_only(st) for st in self.stores)
-        return self._stages_results
-
-    def _register_only(self, store: StoreOp) -> bool:
-        t = self.op.results[store.output_index].type
-        if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
-            return False
-        given = {c.result for c in self.cs} | {r.result for r in self.prologue}
-        for v in value_tree([store.value], stop=given):
-            op = v.owner
-            if not isinstance(op, Operation) or isinstance(op, LoadOp) or op.regions:
-                return False
-        return True
-
-    def bars_offset(self, stats_off: int, stats_in_smem: bool) -> int:
-        """Where wgmma_ws's mbarriers start: after the row statistics, 8-byte aligned."""
-        return round_up(stats_off + (len(self.prologue) * self.g.bm * 4 if stats_in_smem else 0), 8)
+        """Whether the staged epilogue evaluates the stores on the accumulator fragments and stages
+        their bf16 results (a fact of the kernel: KernelInfo.stages_results)."""
+        return self.info.stages_results
 
     def build_main(self, types, names, *, stats: bool, workspace: bool) -> K.KernelFuncOp:
         g = self.g
@@ -365,12 +305,10 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         maps = self.tma_operands()
         arg_types += [m.view for m in maps]
         arg_names += [f"tma_{m.side}{m.index if m.side == 'b' and g.nc > 1 else ''}" for m in maps]
-        stats_in_smem = bool(self.prologue) and not stats
+        layout = g.smem  # every offset below, and whether A is computed from raw copies (a_source)
         a_loads = self.raw_a_loads()
-        raw = None if g.producer else a_loads
-        if raw is not None and self.smem_layout(stats_in_smem, raw)[3] > self.target.smem_per_block:
-            raw = None  # no room for the raw copies: compute A from global loads instead
-        a_elems, b_elems, stats_off, smem = self.smem_layout(stats_in_smem, raw)
+        raw = list(zip(a_loads or (), layout.raw)) if layout.a_source == "raw_copies" else []
+        a_elems, b_elems, stats_off, smem = layout.a_elems, layout.b_elems, layout.stats_offset, layout.total
         if smem > self.target.smem_per_block:
             raise EmmyError(
                 f"tile.kernel @{self.info.name}: {smem} bytes of shared memory exceed the {self.target.smem_per_block} a block may use on {self.target.name}"
@@ -410,23 +348,21 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         align_b = 8 * 2 * g.slab if g.wgmma else 128
         sa = kb.shared(bf16, g.stages * a_elems, 0, align_a, "sA")
         if g.joint:  # slot s: the nc B tiles one after the other
-            sb = kb.shared(bf16, g.stages * g.nc * b_elems, g.stages * a_elems * 2, align_b, "sB")
+            sb = kb.shared(bf16, g.stages * g.nc * b_elems, layout.b_offsets[0], align_b, "sB")
             sbs = [kb.ptr_add(sb, c * b_elems) for c in range(g.nc)]
         else:
             sbs = [
                 kb.shared(
-                    bf16, g.stages * b_elems, g.stages * (a_elems + c * b_elems) * 2,
-                    min(align_b, largest_divisor_pow2(g.stages * (a_elems + c * b_elems) * 2, 1024)),
+                    bf16, g.stages * b_elems, off, min(align_b, largest_divisor_pow2(off, 1024)),
                     f"sB{c}" if g.nc > 1 else "sB",
                 )
-                for c in range(g.nc)
+                for c, off in enumerate(layout.b_offsets)
             ]
-        raw_bufs = []
-        off = g.stages * (a_elems + g.nc * b_elems) * 2
-        for i, (load, rows) in enumerate(raw or ()):
-            raw_bufs.append((load, rows, kb.shared(bf16, g.stages * rows * g.bk, off, 128, f"raw{i}")))
-            off += round_up(g.stages * rows * g.bk * 2, 128)
-        rs = kb.shared(f32, len(self.prologue) * g.bm, stats_off, 16, "rs") if stats_in_smem else None
+        raw_bufs = [
+            (load, rows, kb.shared(bf16, g.stages * rows * g.bk, off, 128, f"raw{i}"))
+            for i, ((load, _), (off, rows)) in enumerate(raw)
+        ]
+        rs = kb.shared(f32, len(self.prologue) * g.bm, stats_off, 16, "rs") if layout.stats_bytes else None
         tid = kb.thread_id()
 
         # statistics of the rows of the tile at row m0 of batch index `batch`
@@ -462,12 +398,10 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
                     f"tile.kernel @{self.info.name}: schedule=persistent cannot compute the A side from row statistics summed before the k loop; use schedule=grid"
                 )
             accs = self.accumulators(kb)
-            bars_off = self.bars_offset(stats_off, stats_in_smem)
-            bars = kb.shared(i64, 2 * g.stages, bars_off, 8, "bars")
+            bars = kb.shared(i64, 2 * g.stages, layout.bars_offset, 8, "bars")
             self.specialized_loop(
                 kb, em, tid, None, stat_at, sa, sbs, bars, accs, a_elems, g.b_stride, ws_ptr,
-                self.staging_room(bars_off), rs if producer_stats else None, inplace, a_loads, stats_leaf,
-                early_stat_at,
+                rs if producer_stats else None, inplace, a_loads, stats_leaf, early_stat_at,
             )
             return kb.finish()
         m_tile, n_tile = self.grid_tile(kb)
@@ -501,11 +435,10 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
                 kb.store(zero, acc, i)
 
         if g.producer:
-            bars = kb.shared(i64, 2 * g.stages, self.bars_offset(stats_off, stats_in_smem), 8, "bars")
+            bars = kb.shared(i64, 2 * g.stages, layout.bars_offset, 8, "bars")
             self.specialized_loop(
                 kb, em, tid, (m0, n0, batch, part, kt0, kt1), stat_at, sa, sbs, bars, accs, a_elems, g.b_stride,
-                ws_ptr, (0, stats_off), rs if producer_stats else None, inplace, a_loads, stats_leaf,
-                early_stat_at,
+                ws_ptr, rs if producer_stats else None, inplace, a_loads, stats_leaf, early_stat_at,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)
@@ -555,7 +488,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
                 kb.barrier()
         kb.call("emmy::cp_async_wait<0>")
 
-        self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, (0, stats_off), kb.barrier)
+        self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, kb.barrier)
         return kb.finish()
 
 

@@ -11,17 +11,13 @@ the epilogues walk (`fragments`).
 from __future__ import annotations
 
 
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type, f32
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import f32
+from xdsl.ir import SSAValue
 
-from emmy.analysis.body import value_tree
-from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp
 from emmy.lowering.common import fragment_row
 from emmy.lowering.kb import KB
 from emmy.lowering.reduction import reduce_rows
 from emmy.lowering.scalar import BodyEmitter
-from emmy.lowering.staging import direct_source, same_expr
 
 
 class ComputeMixin:
@@ -62,40 +58,11 @@ class ComputeMixin:
 
 
     def raw_a_loads(self) -> list | None:
-        """When the A side is computed (not a plain copy) and every tensor element it reads is a
-        bf16 load contiguous along k indexed by m-side/batch/k axes only: those loads with the rows
-        their copies need (block_m, or 1 for loads without m-side axes). Their tiles are then
-        copied raw with cp.async, stages deep, and A is computed from shared memory."""
-        c0 = self.cs[0]
-        em = BodyEmitter(None, self.op, {}, [])  # analysis only
-        kset = frozenset(self.k_axes)
-        value = c0.a_value
-        if self.chunk != 8:
-            return None
-        if value is not None and direct_source(em, value, kset, self.k_last) is not None:
-            return None  # a plain copy already
-        roots = [value] if value is not None else list(c0.a_factors)
-        allowed = frozenset(self.m_axes) | frozenset(self.b_axes) | kset
-        side = frozenset(self.m_axes) | frozenset(self.b_axes)
-        prologue = {r.result for r in self.prologue}
-        loads: list = []
-        for v in value_tree(roots, stop=prologue, leaves=(ReduceOp, LoadOp)):  # a load's indices are not A
-            op = v.owner
-            if isinstance(op, LoadOp):
-                t = op.tensor.type
-                if not isinstance(t.element_type, BFloat16Type) or not (em.dom(v) <= allowed):
-                    return None
-                contiguous, aligned = em.access(t, op.indices, self.k_last, 8)
-                if not (contiguous and aligned):
-                    return None
-                if not any(same_expr(op.result, l.result) for l, _ in loads):
-                    loads.append((op, self.g.bm if em.dom(v) & side else 1))
-                continue
-            if isinstance(op, (AxisOp, arith.ConstantOp)):
-                continue
-            if not isinstance(op, Operation) or op.regions or op.dialect_name() not in ("arith", "math"):
-                return None
-        return loads or None
+        """The loads a computed A side reads whose tiles can be copied raw, with the rows their
+        copies need (block_m, or 1 for a load without m-side or batch axes): the kernel's fact
+        `KernelInfo.raw_a_loads` (emmy.analysis.operands); None when there are none. Whether
+        the copies are made is the plan's `a_source`."""
+        return [(load, self.g.bm if full else 1) for load, full in self.info.raw_a_loads] or None
 
     # -- prologue: row statistics in shared memory ---------------------------------------------------
     def emit_prologue(self, kb: KB, em: BodyEmitter, rs, tid, m0, batch) -> None:

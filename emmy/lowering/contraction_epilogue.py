@@ -13,35 +13,15 @@ from __future__ import annotations
 from xdsl.dialects.builtin import IndexType, VectorType, bf16, f32
 
 from emmy.dialects import kernel as K
-from emmy.lowering.common import EPILOGUE_BARRIER, RESULT_PAD, STAGE_PAD
+from emmy.lowering.common import EPILOGUE_BARRIER
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
+from emmy.schedule.contraction_smem import RESULT_PAD, STAGE_PAD
 from emmy.schedule.reduction import largest_divisor_pow2
 
 
 class EpilogueMixin:
     """Methods of ContractionBuilder (see the module docstring)."""
-
-    def staging_width(self, free_bytes: int, ws_ptr) -> int | None:
-        """The columns of the tile one round of a staged epilogue (staged_epilogue) holds, or None
-        for an epilogue straight from the fragments. Staging needs tensor-core workers, no
-        split-k workspace, 8-column chunks that never straddle the innermost output axis, and
-        whole chunks per thread; the f32 tiles must fit in `free_bytes`: all block_n columns,
-        or with wgmma a slice of them (block_n / 2, / 4, ...) in as many rounds."""
-        g = self.g
-        n_last = self.n_axes[-1] if self.n_axes else None
-        if ws_ptr is not None or not (g.wgmma or g.workers == "mma_sync"):
-            return None
-        if n_last is None or self.ext[n_last] % 8:
-            return None
-        width = g.bn
-        while width % 8 == 0 and g.bn % width == 0 and (g.bm * width // 8) % g.consumers == 0:
-            if self.staging_bytes(width) <= free_bytes:
-                return width
-            if not g.wgmma:
-                break
-            width //= 2
-        return None
 
     def staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int = 0, width: int | None = None) -> None:
         """The epilogue through shared memory: the accumulators go to f32 tiles there (rows
@@ -141,23 +121,24 @@ class EpilogueMixin:
                     overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> bool:
-        """The epilogue of the computing threads: staged through shared memory where its tiles
-        fit in `room` ((offset, bytes) free there; `sync` waits for all computing threads),
-        else straight from the fragments. Returns whether it was staged."""
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync) -> bool:
+        """The epilogue of the computing threads: staged through shared memory where the plan's
+        layout gives it room (`epilogue_width` columns at `epilogue_offset`; `sync` waits for
+        all computing threads), else straight from the fragments (or, with `ws_ptr`, into
+        split_k's workspace). Returns whether it was staged."""
         if ws_ptr is not None and self.g.last_block:
-            self.last_block_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync)
+            self.last_block_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync)
             return False
-        offset, free_bytes = room
-        width = self.staging_width(free_bytes, ws_ptr)
+        layout = self.g.smem
+        width = layout.epilogue_width if ws_ptr is None else None
         if width is not None:
-            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, layout.epilogue_offset, width)
             return True
         else:
             self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
             return False
 
-    def last_block_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, room, sync) -> None:
+    def last_block_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync) -> None:
         """split_k with `combine = last_block` (emmy_core.cuh, split_ticket ...): thread 0 takes
         the block's ticket on its tile's counters and the computing threads learn whether it was
         the last (a barrier that ors their flags). Any other block writes its accumulators to
@@ -194,7 +175,7 @@ class EpilogueMixin:
                 kb.call("emmy::split_wait", [self.counters, tile, kb.idx(g.split)])
             sync()
             self.add_parts(kb, accs, ws_ptr, g.split, slot, part, lambda p: kb.cmp("ne", part, p))
-            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
+            self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, sync)
 
     def fragment_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr) -> None:
         """The epilogue straight from each thread's accumulator fragments (two columns per

@@ -137,7 +137,7 @@ class WarpSpecializedMixin:
             r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
         )
 
-    def specialized_loop(self, kb, em, tid, origin, stat_at, sa, sbs, bars, accs, a_elems, b_elems, ws_ptr, room, rs=None, inplace=None, a_loads=None, stats_leaf=None, consumer_stat_at=None) -> None:
+    def specialized_loop(self, kb, em, tid, origin, stat_at, sa, sbs, bars, accs, a_elems, b_elems, ws_ptr, rs=None, inplace=None, a_loads=None, stats_leaf=None, consumer_stat_at=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others
         multiply and run the epilogue; per slot a `full` and an `empty` mbarrier hand the slot
         back and forth (emmy_core.cuh), so neither side waits on a block-wide barrier.
@@ -307,12 +307,12 @@ class WarpSpecializedMixin:
                 if run is not None:  # stream_k: a tile shared with other blocks is finished by the last
                     go = self.stream_k_fixup(kb, tid, kt0, kt1, run, accs, ws_ptr, sync)
                     with kb.if_(go):
-                        staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, room, sync)
+                        staged = self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, None, sync)
                         if staged:  # sC is read before the next tile writes it
                             sync()
                 else:  # (stream_k's whole tiles: its workspace is not split_k's)
                     staged = self.epilogue(
-                        kb, em, tid, m0, n0, batch, part, accs, stat, None if g.stream_k else ws_ptr, room, sync,
+                        kb, em, tid, m0, n0, batch, part, accs, stat, None if g.stream_k else ws_ptr, sync,
                     )
                     if g.persistent and staged:  # sC is read before the next tile writes it
                         sync()

@@ -9,9 +9,14 @@ tile geometry (block_m x block_n x block_k, the warp grid of mma.sync, the warpg
 the pipeline depth, the tile order (group_m, clusters), the split of k (split_k with its combine,
 split_tail as a head and a tail plan, stream-K's runs), the launches with their grids and the
 facts every plan has (`smem_bytes`, `threads`, `blocks`, `waves`, `registers`, `launches`).
+Its shared memory is laid out byte by byte in `smem` (`emmy.schedule.contraction_smem`: operand
+tiles, raw copies of A's tensors, row statistics, mbarriers, the staged epilogue, alignment);
+`smem_bytes` is that layout's total and `a_source` says where a computed A side comes from
+("raw_copies" in shared memory, or "global" loads, with `a_source_reason`).
 
 The same functions give legality (`emmy.tuning.legality`) its numbers for partial assignments:
-`block_threads`, `operand_smem_bytes`, `accumulators_per_thread`, `register_budget`, `warp_grid`.
+`block_threads`, `operand_smem_bytes`, `accumulators_per_thread`, `register_budget`, `warp_grid`,
+and for full ones the layout itself (`smem_for`).
 Values the lowering cannot build are an EmmyError naming the kernel (legality keeps deciders
 from choosing them; hand-written IR may still hold them).
 """
@@ -24,6 +29,7 @@ from math import ceil, prod
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
+from emmy.schedule.contraction_smem import SmemFacts, SmemLayout, SmemShape, operand_bytes, smem_layout
 from emmy.targets import Target
 from emmy.tuning.knobs import FEATURE_OFF, WGMMA_WORKERS, KnobValue, stream_k_blocks, stream_k_runs, stream_k_whole
 
@@ -61,12 +67,33 @@ def block_threads(warps: int, workers: str | None = None) -> int:
     return 32 * warps + (PRODUCER_THREADS if workers == "wgmma_ws" else 0)
 
 
-def operand_smem_bytes(stages: int, block_m: int, block_n: int, block_k: int, contractions: int, element_bytes: int) -> int:
+def operand_smem_bytes(stages: int, block_m: int, block_n: int, block_k: int, contractions: int) -> int:
     """Shared memory of the staged operand tiles: stages x (block_m + contractions x block_n)
-    rows of block_k elements (none with stages = 1: operands go straight to registers)."""
-    if stages < 2:
-        return 0
-    return stages * (block_m + contractions * block_n) * block_k * element_bytes
+    rows of block_k bf16 elements, the first part of the layout (`smem_for`) and a bound on it."""
+    return operand_bytes(stages, block_m, block_n, block_k, contractions)
+
+
+def stats_kernel_needed(prologue: bool, fusion: str, split: int) -> bool:
+    """The row statistics come from a kernel of their own (fusion = split, or split_k's parts,
+    which each see only part of a row)."""
+    return prologue and (fusion == "split" or split > 1)
+
+
+def smem_for(
+    facts: SmemFacts, target: Target, *, bm: int, bn: int, bk: int, stages: int, nc: int, workers: str, warps: int,
+    persistent: bool, stats_kernel: bool, workspace: bool,
+) -> SmemLayout:
+    """The shared-memory layout of a contraction's main kernel with these values (the plan's
+    `smem`; legality checks its total)."""
+    threads = block_threads(warps, workers)
+    producer = workers == "wgmma_ws"
+    shape = SmemShape(
+        bm=bm, bn=bn, bk=bk, stages=stages, nc=nc, wgmma=workers in WGMMA_WORKERS,
+        tensor_cores=workers in WGMMA_WORKERS or workers == "mma_sync", producer=producer,
+        consumers=threads - PRODUCER_THREADS if producer else threads, persistent=persistent,
+        stats_in_smem=facts.statistics > 0 and not stats_kernel, workspace=workspace,
+    )
+    return smem_layout(facts, shape, target)
 
 
 def accumulators_per_thread(info: KernelInfo, block_m: int, block_n: int, warps: int) -> float:
@@ -150,6 +177,7 @@ class ContractionPlan:
     tile_range: tuple[int, int] | None = None
     suffix: str = ""
     target: Target | None = field(default=None, repr=False)
+    facts: SmemFacts | None = field(default=None, repr=False)  # the kernel's part in its shared-memory layout
 
     # -- geometry ---------------------------------------------------------------------------------
     @property
@@ -170,7 +198,7 @@ class ContractionPlan:
     def stats_kernel(self) -> bool:
         """The row statistics come from a kernel of their own (fusion = split, or split_k's
         parts, which each see only part of a row)."""
-        return self.prologue and (self.fusion == "split" or self.split > 1)
+        return stats_kernel_needed(self.prologue, self.fusion, self.split)
 
     @property
     def wgmma(self) -> bool:
@@ -305,11 +333,29 @@ class ContractionPlan:
         """Rounds of one block per multiprocessor the main launch takes."""
         return -(-self.blocks // self._target.sms)
 
+    @cached_property
+    def smem(self) -> SmemLayout:
+        """The main kernel's shared memory, byte by byte (emmy.schedule.contraction_smem)."""
+        assert self.facts is not None
+        return smem_for(
+            self.facts, self._target, bm=self.bm, bn=self.bn, bk=self.bk, stages=self.stages, nc=self.nc,
+            workers=self.workers, warps=self.warps, persistent=self.persistent, stats_kernel=self.stats_kernel,
+            workspace=self.combine_kernel,
+        )
+
     @property
     def smem_bytes(self) -> int:
-        """Shared memory of the staged operand tiles (the kernel adds row statistics, barriers and
-        the staged epilogue where it has room)."""
-        return operand_smem_bytes(self.stages, self.bm, self.bn, self.bk, self.nc, self.element_bytes)
+        """Shared memory of a block of the main kernel: the layout's total."""
+        return self.smem.total
+
+    @property
+    def a_source(self) -> str:
+        """Where a computed A side comes from: "raw_copies" (shared memory) or "global" loads."""
+        return self.smem.a_source
+
+    @property
+    def a_source_reason(self) -> str:
+        return self.smem.a_source_reason
 
     def min_blocks(self, smem: int) -> int:
         """Blocks per multiprocessor promised to the register allocator (`__launch_bounds__`) for
@@ -343,6 +389,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         nc=nc, threads=block_threads(warps, workers), M=info.M, N=info.extent(info.n_axes), K=info.K,
         B=info.batch, prologue=bool(info.prologue), element_bytes=info.element_bytes,
         combine_lanes=2 if info.n_axes and info.axes[info.n_axes[-1]] % 2 == 0 else 1, fusion=str(v["fusion"]), target=target,
+        facts=SmemFacts.of(info),
     )
     if bk % 16 or (bk > 64 and bk % 64):
         raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")

@@ -12,7 +12,8 @@ and a full one is checked completely.
     ['shared memory: stages=5 x (block_m=128 + block_n=256) x block_k=64 x 2 bytes = 240.0 KB
       exceeds the 99.0 KB a block may use on sm_86', ...]
 
-Limits checked (contraction): threads per block; shared memory of the staged operand tiles;
+Limits checked (contraction): threads per block; shared memory (the staged operand tiles while
+other knobs are open, then the plan's whole layout: emmy/schedule/contraction_smem.py);
 accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling (16x8x16 per
 warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
@@ -44,8 +45,11 @@ from emmy.schedule.contraction import (
     operand_smem_bytes,
     output_tiles,
     register_budget,
+    smem_for,
+    stats_kernel_needed,
     warp_grid,
 )
+from emmy.schedule.contraction_smem import SmemFacts
 from emmy.targets import Target
 from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
 
@@ -160,19 +164,43 @@ def _c_threads(info, v, t, reasons):
         _threads(v, t, reasons, threads, what)
 
 
+# the knobs the shared-memory layout reads besides the tiles (fusion: with row statistics)
+_LAYOUT_KNOBS = ("workers", "warps", "split_k", "schedule")
+
+
 def _c_smem(info, v, t, reasons):
+    """The operand tiles alone while other knobs are open (a bound); the plan's whole layout
+    (emmy.schedule.contraction_smem) once every knob it reads is known."""
     if not v.has("stages", "block_m", "block_n", "block_k"):
         return
     st, bm, bn, bk = v["stages"], v["block_m"], v["block_n"], v["block_k"]
     nc = info.n_contractions
-    nbytes = operand_smem_bytes(st, bm, bn, bk, nc, info.element_bytes)
+    nbytes = operand_smem_bytes(st, bm, bn, bk, nc)
+    bn_text = f"{nc} x block_n={bn}" if nc > 1 else f"block_n={bn}"
+    tiles = f"stages={st} x (block_m={bm} + {bn_text}) x block_k={bk} x 2 bytes"
+    limit = f"exceeds the {_kb(t.smem_per_block)} a block may use on {t.name}"
     if nbytes > t.smem_per_block:
-        bn_text = f"{nc} x block_n={bn}" if nc > 1 else f"block_n={bn}"
-        reasons.append(
-            f"shared memory: stages={st} x (block_m={bm} + {bn_text}) x block_k={bk} x "
-            f"{info.element_bytes} bytes = {_kb(nbytes)} exceeds the {_kb(t.smem_per_block)} "
-            f"a block may use on {t.name}"
-        )
+        reasons.append(f"shared memory: {tiles} = {_kb(nbytes)} {limit}")
+        return
+    layout_knobs = _LAYOUT_KNOBS + (("fusion",) if info.prologue else ())
+    if not v.has(*layout_knobs):
+        return
+    split, combine = v["split_k"], v["combine"] if v.has("combine") else "kernel"
+    layout = smem_for(
+        SmemFacts.of(info), t, bm=bm, bn=bn, bk=bk, stages=st, nc=nc, workers=v["workers"], warps=v["warps"],
+        persistent=v["schedule"] in ("persistent", "stream_k"),
+        stats_kernel=stats_kernel_needed(bool(info.prologue), v["fusion"] if info.prologue else "fused", split),
+        workspace=split > 1 and combine != "last_block",  # (where the epilogue is staged: not the total)
+    )
+    if layout.total > t.smem_per_block:
+        parts = [tiles]
+        if layout.stats_bytes:
+            parts.append(f"{len(info.prologue)} row statistics x block_m={bm} x 4 bytes")
+        if layout.bars_offset is not None:
+            parts.append(f"2 x stages={st} mbarriers x 8 bytes")
+        if v["workers"] in WGMMA_WORKERS:
+            parts.append("1024 bytes of alignment for wgmma")
+        reasons.append(f"shared memory: {' + '.join(parts)} = {_kb(layout.total)} {limit}")
 
 
 def _c_registers(info, v, t, reasons):

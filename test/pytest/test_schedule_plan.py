@@ -85,7 +85,9 @@ def test_common_facts_follow_the_knobs():
     plan = plan_kernel(k, SM90A)
     part = plan.parts[0].plan
     assert part.threads == 8 * 32 + 128  # the producer warpgroup
-    assert part.smem_bytes == 4 * (128 + 128) * 64 * 2  # stages x (A + B rows) x block_k x bf16
+    # stages x (A + B rows) x block_k x bf16, then (fusion = split: no row statistics in the block)
+    # a full and an empty mbarrier per stage, and 1024 bytes for wgmma's alignment
+    assert part.smem_bytes == part.smem.total == 4 * (128 + 128) * 64 * 2 + 2 * 4 * 8 + 1024
     assert part.blocks == part.grid[0] * part.grid[1] * part.grid[2]
     assert part.waves == -(-part.blocks // SM90A.sms)
     assert 40 < part.registers <= SM90A.regs_per_thread

@@ -1,0 +1,225 @@
+"""Facts of a contraction's operands and stores that decide its shared-memory layout.
+
+    raw_a_loads(op, contractions, prologue, axes, dom) -> ((load, full_rows), ...)
+    stages_results(op, stores, contractions, prologue) -> bool
+
+`classify` keeps both on the `KernelInfo` (`raw_a_loads`, `stages_results`); the plan
+(`emmy.schedule.contraction_smem`) lays out shared memory from them and the lowering
+(`emmy.lowering.contraction`) stages from the same loads, so both read one answer.
+
+- `raw_a_loads`: when the A side is computed (not a plain copy) and every tensor element it reads
+  is a bf16 load contiguous along k (16-byte aligned chunks of 8) indexed by m-side, batch and k
+  axes only: those loads, each once, with whether its copy needs block_m rows (it has an m-side
+  or batch axis) or one (a norm weight). Empty otherwise. Their tiles can then be copied raw
+  with cp.async and A computed from shared memory.
+
+      %x = loop.load %X[%t, %k]        (block_m rows)
+      %w = loop.load %W[%k]            (one row)
+      %a = arith.mulf %x, %w           -> raw_a_loads: ((%x's load, True), (%w's load, False))
+
+- `stages_results`: every store is bf16 and its value reads nothing but the contractions, the
+  row statistics, axes and constants (no tensor, RMSNorm's row scale): a staged epilogue can
+  evaluate the stores on the accumulator fragments and stage their bf16 results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import gcd
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import BFloat16Type, IntegerAttr, TensorType
+from xdsl.ir import Operation, SSAValue
+
+from emmy.analysis.body import value_tree
+from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
+
+# elements of one staged access along k: 16 bytes of bf16
+CHUNK = 8
+
+Dom = Callable[[SSAValue], frozenset[str]]
+
+
+def raw_a_loads(op: Operation, contractions, prologue, axes: dict[str, int], dom: Dom) -> tuple[tuple[LoadOp, bool], ...]:
+    """The loads a computed A side reads, copied raw (module docstring), or ()."""
+    c0 = contractions[0]
+    k_axes, k_last = frozenset(c0.k_axes), c0.k_axes[-1]
+    if axes[k_last] % CHUNK:
+        return ()
+    lanes = _Lanes(dom)
+    value = c0.a_value
+    if value is not None and _plain_copy(value, k_axes, k_last, lanes, dom):
+        return ()  # a plain copy already
+    roots = [value] if value is not None else list(c0.a_factors)
+    side = frozenset(c0.m_axes) | frozenset(c0.batch_axes)
+    allowed = side | k_axes
+    stop = {r.result for r in prologue}
+    loads: list[tuple[LoadOp, bool]] = []
+    for v in value_tree(roots, stop=stop, leaves=(ReduceOp, LoadOp)):  # a load's indices are not A
+        owner = v.owner
+        if isinstance(owner, LoadOp):
+            if not _copyable(owner, k_last, lanes) or not dom(v) <= allowed:
+                return ()
+            if not any(same_expr(owner.result, seen.result) for seen, _ in loads):
+                loads.append((owner, bool(dom(v) & side)))
+            continue
+        if isinstance(owner, (AxisOp, arith.ConstantOp)):
+            continue
+        if not isinstance(owner, Operation) or owner.regions or owner.dialect_name() not in ("arith", "math"):
+            return ()
+    return tuple(loads)
+
+
+def stages_results(op: Operation, stores: Sequence[StoreOp], contractions, prologue) -> bool:
+    """Whether the stores can be evaluated on the accumulator fragments (module docstring)."""
+    given = {c.result for c in contractions} | {r.result for r in prologue}
+
+    def register_only(store: StoreOp) -> bool:
+        t = op.results[store.output_index].type
+        if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
+            return False
+        for v in value_tree([store.value], stop=given):
+            owner = v.owner
+            if not isinstance(owner, Operation) or isinstance(owner, LoadOp) or owner.regions:
+                return False
+        return True
+
+    return bool(stores) and all(register_only(s) for s in stores)
+
+
+def same_expr(a: SSAValue, b: SSAValue, memo: dict | None = None) -> bool:
+    """Structural equality of two loop-body values (same ops, tensors, axes, constants)."""
+    memo = {} if memo is None else memo
+    if a is b:
+        return True
+    key = (a, b)
+    if key in memo:
+        return memo[key]
+    oa, ob = a.owner, b.owner
+    ok = False
+    if isinstance(oa, Operation) and isinstance(ob, Operation) and type(oa) is type(ob):
+        if isinstance(oa, AxisOp):
+            ok = oa.axis_name == ob.axis_name
+        elif isinstance(oa, ReduceOp):
+            ok = False
+        else:
+            ok = (
+                oa.properties == ob.properties
+                and oa.attributes == ob.attributes
+                and len(oa.operands) == len(ob.operands)
+                and [r.type for r in oa.results] == [r.type for r in ob.results]
+                and all((x is y) or same_expr(x, y, memo) for x, y in zip(oa.operands, ob.operands))
+            )
+    memo[key] = ok
+    return ok
+
+
+def _plain_copy(v: SSAValue, k_axes: frozenset[str], k_last: str, lanes: _Lanes, dom: Dom) -> bool:
+    """A tree of selects (conditions independent of k) over copyable loads, casts looked through."""
+    while isinstance(v.owner, arith.ExtFOp):
+        v = v.owner.input
+    owner = v.owner
+    if isinstance(owner, LoadOp):
+        return _copyable(owner, k_last, lanes)
+    if isinstance(owner, arith.SelectOp):
+        return not (dom(owner.cond) & k_axes) and all(
+            _plain_copy(x, k_axes, k_last, lanes, dom) for x in (owner.lhs, owner.rhs)
+        )
+    return False
+
+
+def _copyable(load: LoadOp, k_last: str, lanes: _Lanes) -> bool:
+    """A bf16 load contiguous along k in aligned chunks of CHUNK elements (a cp.async of 16 bytes)."""
+    t = load.tensor.type
+    if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
+        return False
+    return lanes.access(t, load.indices, k_last) == (True, True)
+
+
+class _Lanes:
+    """How an index changes over CHUNK consecutive values of one axis (the lowering's access
+    analysis, emmy.lowering.scalar.BodyEmitter.access, for that one question)."""
+
+    def __init__(self, dom: Dom):
+        self.dom = dom
+        self.cache: dict = {}
+
+    def access(self, t: TensorType, indices: Sequence[SSAValue], axis: str) -> tuple[bool, bool]:
+        """(contiguous along `axis` with unit stride, base offset a multiple of CHUNK)."""
+        shape = t.get_shape()
+        strides = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+        coeff, mult = 0, 0
+        for idx, st in zip(indices, strides):
+            c, m = self.form(idx, axis)
+            if c is None:
+                return False, False
+            coeff += c * st
+            mult = gcd(mult, m * st)
+        return coeff == 1, mult % CHUNK == 0
+
+    def form(self, v: SSAValue, axis: str) -> tuple[int | None, int]:
+        """(a, m): v(base + j) = v(base) + a * j for j < CHUNK (a None: not so), m divides v(base)."""
+        key = (v, axis)
+        found = self.cache.get(key)
+        if found is None:
+            found = self.cache[key] = self._form(v, axis)
+        return found
+
+    def _form(self, v: SSAValue, axis: str) -> tuple[int | None, int]:
+        op, lanes = v.owner, CHUNK
+        if isinstance(op, AxisOp):
+            return (1, lanes) if op.axis_name == axis else (0, 1)
+        if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+            return 0, abs(op.value.value.data)
+        if not isinstance(op, Operation) or axis not in self.dom(v):
+            if not isinstance(op, (arith.AddiOp, arith.SubiOp, arith.MuliOp)):
+                return 0, 1
+        f = lambda x: self.form(x, axis)  # noqa: E731
+        if isinstance(op, (arith.AddiOp, arith.SubiOp)):
+            (a1, m1), (a2, m2) = f(op.lhs), f(op.rhs)
+            if a1 is None or a2 is None:
+                return None, 1
+            return (a1 + a2 if isinstance(op, arith.AddiOp) else a1 - a2), gcd(m1, m2)
+        if isinstance(op, arith.MuliOp):
+            (a1, m1), (a2, m2) = f(op.lhs), f(op.rhs)
+            c1, c2 = _const(op.lhs), _const(op.rhs)
+            if c2 is not None and a1 is not None:
+                return a1 * c2, m1 * abs(c2)
+            if c1 is not None and a2 is not None:
+                return a2 * c1, m2 * abs(c1)
+            if a1 == 0 and a2 == 0:
+                return 0, m1 * m2
+            return None, 1
+        if isinstance(op, (arith.DivUIOp, arith.RemUIOp)):
+            c = _const(op.rhs)
+            a, m = f(op.lhs)
+            if c is None or c <= 0 or a is None or a < 0:
+                return None, 1
+            g = gcd(m, c) if m else c
+            if a * (lanes - 1) >= g:
+                return (0, 1) if a == 0 else (None, 1)
+            if isinstance(op, arith.DivUIOp):
+                return 0, 1
+            return a, g
+        if isinstance(op, arith.SelectOp):
+            if axis in self.dom(op.cond):
+                return None, 1
+            (a1, m1), (a2, m2) = f(op.lhs), f(op.rhs)
+            if a1 is None or a1 != a2:
+                return None, 1
+            return a1, gcd(m1, m2)
+        if isinstance(op, arith.IndexCastOp):
+            return f(op.operands[0])
+        return None, 1
+
+
+def _const(v: SSAValue) -> int | None:
+    op = v.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    return None
+
+
+__all__ = ["CHUNK", "raw_a_loads", "same_expr", "stages_results"]
