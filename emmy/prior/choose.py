@@ -15,15 +15,21 @@ must predict that much faster). Its best candidate replaces the anchor only when
 
     predicted(best) * penalty(best) * margin <= predicted(anchor)
 
-with `margin = Prior.margin(kind) * exp(ENVELOPE_PENALTY * d(anchor))`: `Prior.margin(kind) =
-exp(Z * spread)` from the fit's residuals (about 2x for the unfitted defaults), grown by how far
-the anchor itself lies outside the fitted data (a shape never measured asks a larger gain), and
-`penalty(best)` counting only the distance past the anchor's. So: the pick is never predicted slower than the anchor (by construction);
-where the model's errors stay within its fitted band (a factor exp(Z * spread) either way) the
-pick measures at most `margin` times the anchor's time, and faster whenever the predicted gain
-holds; a candidate outside the fitted data must show a larger gain still. Coefficients that rank
-badly fit badly: their spread, and so their margin, grows until the anchor stands (a prior that
-predicts nothing finite stands down too). The anchor is scored without a penalty.
+with `margin = Prior.margin(kind) * exp(ENVELOPE_PENALTY * d(anchor))`: `Prior.margin(kind)` is
+calibrated on keys held out of the fit (`emmy.prior.fit.held_out_errors`: the factor by which the
+top-ranked candidate measured slower, against another candidate of its key, than predicted; the
+margin covers a high quantile of it), else exp(Z * spread) from the in-sample residuals (about 2x
+for the unfitted defaults); grown by how far the anchor itself lies outside the fitted data (a
+shape never measured asks a larger gain), and `penalty(best)` counting only the distance past the
+anchor's. So: the pick is never predicted slower than the anchor (by construction); when the
+model's ranking error between the pick and the anchor is a factor E (measured over predicted,
+the pick's against the anchor's), the pick measures at most E / margin times the anchor's time:
+no slower than the anchor whenever E stays within the margin (as it did for that quantile of the
+held-out pairs), at most `worst / margin` slower for the worst held-out error, and faster
+whenever the predicted gain holds. A candidate outside the fitted data must show a larger gain
+still. Coefficients that rank badly have large held-out errors, so a large margin, and the
+anchor stands (a prior that predicts nothing finite stands down too). The anchor is scored
+without a penalty.
 """
 
 from __future__ import annotations

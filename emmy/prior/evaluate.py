@@ -9,8 +9,13 @@ in turn: `emmy.prior.data`). For a held-out key with at least two measured candi
 prior ranks those candidates; the regret is the measured time of its pick over the best measured
 time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's first-ranked, and
 `bounded`, what the prior tier would deploy (`emmy.prior.choose`: the rules' answer stands unless
-the predicted gain beats the margin; where the rules' answer was not measured, `top`). The
-summary's figures are the bounded ones, the worse of the two schemes. A key whose measured
+the predicted gain beats the margin). Where the rules' answer was not measured (the tuner's first
+trial came from a higher tier, golden or nearest records, or the answer's trial failed), a
+**proxy anchor** stands in for it: the measured candidate differing from it in the fewest knobs
+(ties: the earliest measured), and the row's pick says so (`anchor~`, `prior~`); it is judged
+exactly like a measured anchor, never by the unbounded top pick. `top` remains only where the
+rules find no answer at all. The summary's figures are the bounded ones, the worse of the two
+schemes. A key whose measured
 candidates differ in `fusion` is a fusion fork: its row says which value measured best and
 which the prior picked (forks where fusing is the wrong choice are judged like any other).
 """
@@ -35,7 +40,7 @@ class Row:
     best_s: float
     top_s: float
     bounded_s: float
-    picked: str  # "prior", "anchor" or "top" (the anchor was not measured)
+    picked: str  # "prior" or "anchor"; "prior~" / "anchor~" against a proxy anchor; "top" (no anchor)
     fusion: str = ""  # a fusion fork: "best <value>, pick <value>" (whether fusing was right), else ""
 
     @property
@@ -66,6 +71,15 @@ def _median(xs: list[float]) -> float:
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
+def proxy_anchor(anchor: Mapping, measured: Sequence[Mapping]) -> dict:
+    """The measured candidate that stands in for an anchor nobody measured: the one differing
+    from it in the fewest knobs (ties: the earliest measured)."""
+    def differing(v: Mapping) -> int:
+        return sum(repr(v.get(k)) != repr(anchor.get(k)) for k in {*anchor, *v})
+
+    return dict(min(enumerate(measured), key=lambda iv: (differing(iv[1]), iv[0]))[1])
+
+
 def summarize(regrets: Sequence[float]) -> dict[str, float | int]:
     """Geometric mean and worst of the regrets, and their number."""
     if not regrets:
@@ -93,11 +107,14 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
     top = min(scored)[2]
     choices = decide(info, target, kd.space)
     anchor = {k: c.value for k, c in choices.items()} if choices else None
-    if anchor is not None and _vkey(anchor) in times:
-        choice = choose(info, target, [v for v, _ in times.values()], anchor, prior)
-        bounded, picked = _vkey(choice.values), choice.picked
-    else:
+    if anchor is None:  # the rules find no legal answer: nothing bounds the pick
         bounded, picked = top, "top"
+    else:
+        proxy = _vkey(anchor) not in times
+        if proxy:
+            anchor = proxy_anchor(anchor, [v for v, _ in times.values()])
+        choice = choose(info, target, [v for v, _ in times.values()], anchor, prior)
+        bounded, picked = _vkey(choice.values), choice.picked + ("~" if proxy else "")
     fusion = ""
     values = {k: v for k, (v, _) in times.items()}
     if any("fusion" in v for v in values.values()) and len({str(v.get("fusion")) for v in values.values()}) > 1:
@@ -151,4 +168,4 @@ def summary(rows: Sequence[Row]) -> dict:
     return {"geomean_regret": geo, "worst_regret": worst, "n": n, "by": per}
 
 
-__all__ = ["Row", "evaluate", "judge", "measured_times", "summarize", "summary"]
+__all__ = ["Row", "evaluate", "judge", "measured_times", "proxy_anchor", "summarize", "summary"]

@@ -30,9 +30,18 @@ target's hardware table (`emmy.targets`), none fitted:
                      for attention's key blocks (each an online-softmax update)
     workspace_bytes  split_k's and stream-K's partial sums written and read back (fp32), and
                      the row statistics a split prologue writes and reads
+    ticket_bytes     the partial sums one block reads back alone after the others finished
+                     (combine = last_block: a tile's split_k - 1 other parts; stream-K: the
+                     parts of the blocks sharing a tile): serial, at one SM's share of L2
     recompute_bytes  what fusion recomputes: a fused row statistic re-read for every column of
                      output tiles (the norm of x recomputed per output tile), and
-    recompute_flops  its arithmetic (FMA units)
+    recompute_flops  its arithmetic (FMA units); `recompute_rows`: the computed key and value
+                     rows one SM works through one after another in fused attention (every
+                     query block computes them all again, each a row reduction with barriers:
+                     latency, not throughput, at small shapes)
+    inflight_bytes   reductions and elementwise kernels: the bytes of loads an SM's resident
+                     threads keep in flight (threads with nothing to load count none; Little's
+                     law: too few pull less than the bandwidth)
     launches         kernel launches (helpers included: statistics, combine, tail, prep)
     spill_bytes      spilled bytes per thread where a build reported them (else 0), and
     reg_overflow     accumulator registers past the thread's budget (the plan's estimate)
@@ -62,7 +71,7 @@ NAMES = (
     "waves", "busy", "stages", "steps", "unstaged", "workspace_bytes",
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
-    "recompute_flops", "rounds", "softmax_steps",
+    "recompute_flops", "rounds", "softmax_steps", "inflight_bytes", "recompute_rows", "ticket_bytes",
 )
 
 Features = dict[str, float]
@@ -117,10 +126,7 @@ class Kernel:
         elif info.kind == "attention":
             _attention(f, plan, target, self.causal, self.computed_kv)
         else:  # reductions and elementwise kernels: memory, a little FMA arithmetic
-            f["peak_flops"] = target.fp32_flops
-            f["flops"] = 2.0 * (prod(info.axes.values()) if info.axes else 1)
-            f["intensity"] = 1.0
-            f["tile_area"] = float(plan.threads)
+            _one_launch(f, info, plan, target, resident)
         spill = (facts or {}).get("spill_bytes")
         if isinstance(spill, (int, float)) and not isinstance(spill, bool) and spill > 0:
             f["spill_bytes"] = float(spill)
@@ -179,6 +185,28 @@ def _waves(f: Features, blocks: int, target: Target) -> None:
     f["quant"] = ceil(blocks / target.sms) * target.sms / max(1, blocks)
 
 
+def _one_launch(f: Features, info: KernelInfo, plan, target: Target, resident: int) -> None:
+    """A reduction or elementwise kernel: FMA arithmetic (a reduction's: each reduce over its own
+    axes, once per row; the axes of two reduces are not nested), and the loads its threads keep
+    in flight (threads of a row with no element to load keep none)."""
+    f["peak_flops"] = target.fp32_flops
+    f["intensity"] = 1.0
+    f["tile_area"] = float(plan.threads)
+    if info.kind == "reduction":
+        per_row = sum(info.extent(r.axis_names) for r in info.reductions) or 1
+        f["flops"] = 2.0 * plan.rows * per_row
+        row = info.extent(info.reduced_axes) if info.reduced_axes else 1
+        active = plan.rows_per_block * min(plan.threads_per_row, ceil(row / plan.vector))
+        per_thread = plan.vector
+    else:
+        f["flops"] = 2.0 * (prod(info.axes.values()) if info.axes else 1)
+        active = plan.threads
+        per_thread = plan.vector * plan.items
+    f["warps_resident"] = float(min(resident * ceil(active / target.warp_size),
+                                    target.max_threads_per_sm // target.warp_size))
+    f["inflight_bytes"] = float(resident * active * per_thread * info.element_bytes)
+
+
 def _tensor_rate(target: Target, workers: str) -> float:
     if workers == "thread":
         return target.fp32_flops
@@ -206,9 +234,14 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     workspace = 0.0
     if split > 1:
         workspace += 2.0 * split * B * M * N * nc * 4
+    tile_bytes = bm * bn * nc * 4.0  # one fp32 partial tile
+    if plan.last_block and split > 1:  # a tile's last block reads the other parts back alone
+        f["ticket_bytes"] = (split - 1) * tile_bytes
     if plan.stream_k:  # tiles shared by blocks: their partial sums written and read (about two parts)
-        tiles, _, _, _, whole = plan.stream_k_plan
-        workspace += 2.0 * 2 * (tiles - whole) * bm * bn * nc * 4
+        tiles, _, _, most, whole = plan.stream_k_plan
+        workspace += 2.0 * 2 * (tiles - whole) * tile_bytes
+        if tiles > whole:  # ... the finishing block waits for and reads the others' parts
+            f["ticket_bytes"] = (most - 1) * tile_bytes
     if plan.stats_kernel:
         workspace += B * M * K * elt + 2.0 * B * M * 4  # the statistics pass reads the rows once
     f["workspace_bytes"] = workspace
@@ -250,8 +283,10 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     if plan.prep is not None:
         rows = plan.prep[0] * 32 * plan.prep[2]
         f["workspace_bytes"] = 2.0 * B * rows * D * 2
-    elif computed_kv:  # fused: every query block computes its key and value rows again
-        f["recompute_flops"] = RECOMPUTE_FLOPS * B * (qb - 1) * Skv * D * computed_kv * share
+    elif computed_kv:  # fused: every query block computes its key and value rows (in its loop)
+        f["recompute_flops"] = RECOMPUTE_FLOPS * B * qb * Skv * D * computed_kv * share
+        # ... one row after another on the critical path (each a row reduction and its barriers)
+        f["recompute_rows"] = f["rounds"] * Skv * computed_kv * share
     _, acc_budget = _budget(target, plan.threads)
     held = (bq * D + bq * bkv) / plan.threads  # output rows and scores a thread holds (fp32)
     f["reg_overflow"] = float(max(0.0, held - acc_budget))

@@ -31,7 +31,7 @@ import numpy as np
 from emmy.diagnostics import EmmyError
 from emmy.prior.data import Sample
 from emmy.prior.model import DEFAULTS, NAMES, predict
-from emmy.prior.store import CATEGORICAL_KNOBS, ENVELOPE_TERMS, Prior
+from emmy.prior.store import CATEGORICAL_KNOBS, ENVELOPE_TERMS, MIN_MARGIN, Prior
 
 RIDGE = 1e-4
 BOUND = 5.0
@@ -39,6 +39,11 @@ BOUND = 5.0
 # so it may be beaten by a little).
 CEILINGS = {"compute_eff": 1.0, "fma_eff": 1.0, "recompute_eff": 1.0, "dram_eff": 1.0, "l2_eff": 2.0}
 HUBER = 1.345
+# The margin: the QUANTILE of the held-out ranking errors (`held_out_errors`) over FOLDS folds of
+# keys, where a kind has at least MIN_PAIRS of them (else the in-sample spread's, `Prior.margin`).
+FOLDS = 4
+QUANTILE = 0.75
+MIN_PAIRS = 10
 MAX_STEPS = 60
 MIN_SAMPLES = 2
 
@@ -129,16 +134,21 @@ def robust_spread(r: np.ndarray) -> float:
 
 
 def fit(samples: Sequence[Sample], target: str, sources: Sequence[str] = (), emmy_version: str = "") -> Prior:
-    """A Prior for `target` fitted to `samples`, with its residual spread and envelope per kind
-    and a description of the data (keys and their counts, sources)."""
+    """A Prior for `target` fitted to `samples`, with its residual spread, held-out margin and
+    envelope per kind and a description of the data (keys and their counts, sources)."""
     coeffs = fit_coeffs(samples)
     r = within_key(samples, residuals(samples, coeffs))
+    errors = held_out_errors(samples, coeffs)
     kinds = sorted({s.kind for s in samples})
     res, env = {}, {}
     for kind in kinds:
         idx = [i for i, s in enumerate(samples) if s.kind == kind]
         ks = {samples[i].key for i in idx}
         res[kind] = {"spread": round(robust_spread(r[idx]), 6), "keys": len(ks), "trials": len(idx)}
+        e = np.array(errors.get(kind, []))
+        if e.size >= MIN_PAIRS:
+            res[kind]["held_out"] = {"margin": round(max(MIN_MARGIN, math.exp(float(np.quantile(e, QUANTILE)))), 4),
+                                     "worst": round(math.exp(float(e.max())), 4), "pairs": int(e.size)}
         env[kind] = envelope([samples[i] for i in idx])
     counts: dict[str, int] = {}
     for s in samples:
@@ -146,6 +156,37 @@ def fit(samples: Sequence[Sample], target: str, sources: Sequence[str] = (), emm
     data = {"trials": len(samples), "keys": dict(sorted(counts.items())), "sources": list(sources)}
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Prior(target, coeffs, res, env, data, date, emmy_version)
+
+
+def folds(samples: Sequence[Sample]) -> list[set[str]]:
+    """The keys of `samples` in `FOLDS` groups (every FOLDS-th key in id order; fewer groups
+    with fewer keys, none with one key: nothing would be left to fit on)."""
+    keys = sorted({s.key for s in samples})
+    n = min(FOLDS, len(keys))
+    return [] if n < 2 else [set(keys[i::n]) for i in range(n)]
+
+
+def held_out_errors(samples: Sequence[Sample], coeffs: Mapping[str, float]) -> dict[str, list[float]]:
+    """Per kind, the ranking errors of the prior on keys held out of its fit (cross-validated
+    over `folds`, each fit started from `coeffs`): in each held-out key, the log-time residual of
+    the candidate predicted fastest minus that of every other candidate. A positive error e is
+    the factor exp(e) by which the top-ranked candidate measured slower, against that other
+    candidate, than predicted: what a margin must cover for the pick not to measure slower than
+    the anchor."""
+    out: dict[str, list[float]] = {}
+    for held in folds(samples):
+        train = [s for s in samples if s.key not in held]
+        test = [s for s in samples if s.key in held]
+        fold = fit_coeffs(train, start=coeffs)
+        r = residuals(test, fold)
+        logp = np.log([s.time_s for s in test]) - r
+        by_key: dict[str, list[int]] = {}
+        for i, s in enumerate(test):
+            by_key.setdefault(s.key, []).append(i)
+        for idx in by_key.values():
+            top = min(idx, key=lambda i: (logp[i], i))
+            out.setdefault(test[top].kind, []).extend(float(r[top] - r[j]) for j in idx if j != top)
+    return out
 
 
 def envelope(samples: Sequence[Sample]) -> dict[str, list]:
@@ -162,4 +203,4 @@ def envelope(samples: Sequence[Sample]) -> dict[str, list]:
     return out
 
 
-__all__ = ["fit", "fit_coeffs", "matrix", "residuals", "robust_spread", "within_key"]
+__all__ = ["fit", "fit_coeffs", "folds", "held_out_errors", "matrix", "residuals", "robust_spread", "within_key"]

@@ -7,8 +7,9 @@
 The time of a kernel is its slower side, compute or memory, plus a share of the other (they
 overlap, not perfectly), times what keeps the units from their peak, plus its launches:
 
-    compute  = flops * quant / (peak_flops * eff * feed * hide) + recompute_flops / (fp32_flops
+    compute  = flops * quant / (peak_flops * eff * feed * hide) + recompute_flops * quant / (fp32_flops
                * recompute_eff * hide) + serial_steps * step_s + softmax_steps * softmax_step_s
+               + recompute_rows * recompute_row_s
                eff = compute_eff on tensor cores, fma_eff on FMA units; feed = min(1, intensity /
                knee) for tensor cores (a tile that stages too little per multiply-add starves
                them); hide = warps / (warps + hide_warps) (latency hiding)
@@ -17,10 +18,14 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
                pull = min(1, busy * busy_sms): a launch on few SMs pulls less than the bandwidth
                times (depth + depth_half) / depth, depth = stages - 1 loads in flight (a deeper
                pipeline hides more of their latency; 1 + depth_half unstaged, 1 without a k loop)
+               over flight = min(1, inflight_bytes / (dram / sms * mem_latency_s)) for kernels
+               without a k loop (Little's law: an SM pulls its share of the bandwidth only with
+               that many bytes of loads in flight; 1 where the term is 0)
     kernel   = (max(compute, memory) + overlap * min(compute, memory)) * (1 + unstaged_cost
                * unstaged) * (1 + single_slice_cost * single_slice)
                * (1 + multi_slice_cost * multi_slice) * (1 + spill_cost * spill_bytes / 1024)
                * (1 + reg_cost * reg_overflow / 64) + rounds * round_s
+               + ticket_bytes / (l2_bandwidth / sms * ticket_eff)
     seconds  = kernel + launches * launch_s
 
 The rates and bandwidths come from the target's table; the coefficients (all positive) are what
@@ -66,6 +71,9 @@ DEFAULTS: dict[str, float] = {
     "spill_cost": 0.5,  # per KiB spilled per thread
     "reg_cost": 1.0,  # per 64 accumulator registers past the budget
     "launch_s": 1.0e-6,  # one launch under CUDA-graph replay
+    "recompute_row_s": 2e-8,
+    "ticket_eff": 1.0,  # share of one SM's part of the L2 bandwidth a last block's read-back reaches  # one computed row of fused attention, on the critical path
+    "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
 }
 NAMES = tuple(DEFAULTS)
 
@@ -77,8 +85,10 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     hide = f["warps_resident"] / (f["warps_resident"] + c["hide_warps"])
     eff = np.where(f["tensor"] > 0, c["compute_eff"], c["fma_eff"])
     compute = f["flops"] * f["quant"] / (f["peak_flops"] * eff * feed * hide)
-    compute = compute + f["recompute_flops"] / (f["fp32_flops"] * c["recompute_eff"] * hide) + f["serial_steps"] * c["step_s"]
-    compute = compute + f["softmax_steps"] * c["softmax_step_s"]
+    # recomputation runs inside the blocks, so on the busiest SM too (quant), not spread over all
+    compute = compute + f["recompute_flops"] * f["quant"] / (f["fp32_flops"] * c["recompute_eff"] * hide) \
+        + f["serial_steps"] * c["step_s"]
+    compute = compute + f["softmax_steps"] * c["softmax_step_s"] + f["recompute_rows"] * c["recompute_row_s"]
     pull = np.minimum(1.0, f["busy"] * c["busy_sms"])
     # re-read tiles, recomputed rows and partial sums (read back soon): from L2 where they fit
     again = f["reread_bytes"] + f["recompute_bytes"] + f["workspace_bytes"]
@@ -89,20 +99,24 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     # stages = 0: a kernel without a k pipeline (elementwise, reductions: occupancy hides latency)
     hidden = np.where(depth > 0, (depth + c["depth_half"]) / np.maximum(depth, 1.0),
                       np.where(f["stages"] > 0, 1.0 + c["depth_half"], 1.0))
-    memory = (dram_s + l2_s) * hidden
+    # Little's law for kernels without a k pipeline: too few bytes in flight per SM pull less
+    need = f["dram_bandwidth"] / f["sms"] * c["mem_latency_s"]
+    flight = np.where(f["inflight_bytes"] > 0, np.minimum(1.0, f["inflight_bytes"] / need), 1.0)
+    memory = (dram_s + l2_s) * hidden / flight
     kernel = np.maximum(compute, memory) + c["overlap"] * np.minimum(compute, memory)
     kernel = kernel * (1.0 + c["unstaged_cost"] * f["unstaged"])
     kernel = kernel * (1.0 + c["single_slice_cost"] * f["single_slice"]) * (1.0 + c["multi_slice_cost"] * f["multi_slice"])
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
-    kernel = kernel + f["rounds"] * c["round_s"]
+    # a tile's last block adds the other parts alone, after the rest (at one SM's share of L2)
+    kernel = kernel + f["rounds"] * c["round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
     out = kernel + f["launches"] * c["launch_s"]
     return float(out) if np.ndim(out) == 0 else out
 
 
 def with_target(f: Mapping[str, float], target: Target) -> dict[str, float]:
-    """The terms and the target's bandwidths and FMA rate, as `predict` reads them."""
+    """The terms and the target's bandwidths, FMA rate and SM count, as `predict` reads them."""
     return {**f, "dram_bandwidth": target.dram_bandwidth, "l2_bandwidth": target.l2_bandwidth,
-            "fp32_flops": target.fp32_flops}
+            "fp32_flops": target.fp32_flops, "sms": float(target.sms)}
 
 
 def check_coeffs(coeffs: Mapping[str, object], where: str) -> dict[str, float]:

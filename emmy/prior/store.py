@@ -7,20 +7,26 @@
 
 `golden/<target>/prior.json` (schema `SCHEMA`):
 
-    {"format": "emmy-prior", "schema": 1, "target": "sm_90a", "emmy": "0.1.0", "date": "...",
+    {"format": "emmy-prior", "schema": 2, "target": "sm_90a", "emmy": "0.1.0", "date": "...",
      "coefficients": {"compute_eff": 0.71, ...},
-     "residuals": {"contraction": {"spread": 0.08, "keys": 40, "trials": 900}, ...},
+     "residuals": {"contraction": {"spread": 0.08, "keys": 40, "trials": 900,
+                                   "held_out": {"margin": 1.3, "worst": 2.9, "pairs": 800}}, ...},
      "envelope": {"contraction": {"tile_area": [lo, hi], ..., "workers": ["mma_sync", ...]}, ...},
      "data": {"trials": 1500, "keys": {"<key id>": 30, ...}, "sources": ["records.json"]}}
 
 `spread` is the robust standard deviation (1.4826 x the median absolute deviation) of the fit's
 log-time residuals, each taken relative to its key's mean (a prior only ever compares candidates
-of one kernel). The envelope holds, per kind, the range of each of `ENVELOPE_TERMS` (log1p of the
-term) over the fitted candidates and the categorical knob values seen.
+of one kernel). `held_out` is the margin calibrated on keys held out of the fit
+(`emmy.prior.fit.held_out_errors`: how much slower than predicted, against another candidate of
+its key, the top-ranked candidate measured; `margin` a high quantile of that factor, `worst` the
+largest, `pairs` how many). The envelope holds, per kind, the range of each of `ENVELOPE_TERMS`
+(log1p of the term) over the fitted candidates and the categorical knob values seen. Schema 1
+files (no `held_out`) are read: their margin is the spread's.
 
 The bound (what makes a many-times-slower choice impossible rather than unlikely) lives in
-`emmy.prior.choose`; its two inputs are here: `margin(kind) = exp(Z * spread)` (at least
-`MIN_MARGIN`; `DEFAULT_SPREAD` for a kind the fit never saw, and for the unfitted defaults), and
+`emmy.prior.choose`; its two inputs are here: `margin(kind)`: the held-out margin, else
+`exp(Z * spread)` (at least `MIN_MARGIN`; `DEFAULT_SPREAD` for a kind the fit never saw, and for
+the unfitted defaults), and
 `penalty(kind, f) = exp(ENVELOPE_PENALTY * d)` for a candidate at distance `d` (log units summed
 over the terms, plus one per unseen categorical value) outside the envelope (`emmy.prior.choose`
 counts only the distance past the anchor's).
@@ -38,7 +44,7 @@ from emmy.diagnostics import EmmyError
 from emmy.prior.model import DEFAULTS, check_coeffs
 
 FORMAT = "emmy-prior"
-SCHEMA = 1
+SCHEMA = 2  # 2: residuals[kind]["held_out"] (the cross-validated margin); 1 is read (no held_out)
 FILE_NAME = "prior.json"
 
 # Standard deviations of the residual spread a pick's predicted gain must exceed.
@@ -72,7 +78,11 @@ class Prior:
         return float(r["spread"]) if r else DEFAULT_SPREAD
 
     def margin(self, kind: str) -> float:
-        """How much faster the prior must predict a candidate than the anchor before it picks it."""
+        """How much faster the prior must predict a candidate than the anchor before it picks it:
+        the held-out margin the fit calibrated for the kind, else exp(Z * spread)."""
+        held = (self.residuals.get(kind) or {}).get("held_out")
+        if held:
+            return max(MIN_MARGIN, float(held["margin"]))
         return max(MIN_MARGIN, math.exp(Z * self.spread(kind)))
 
     def distance(self, kind: str, f: Mapping[str, float], values: Mapping[str, object] | None = None) -> float:
@@ -139,6 +149,12 @@ def prior_from(data: object, where: str, target: str) -> Prior:
         isinstance(r, dict) and _number(r.get("spread")) and r["spread"] >= 0 for r in residuals.values()
     ):
         raise EmmyError(f"{where}: \"residuals\" must map each kind to an object with a non-negative \"spread\"")
+    for kind, r in residuals.items():
+        held = r.get("held_out")
+        if held is not None and not (isinstance(held, dict) and _number(held.get("margin")) and held["margin"] >= 1
+                                     and _number(held.get("worst")) and isinstance(held.get("pairs"), int)):
+            raise EmmyError(f"{where}: residuals of {kind}: \"held_out\" must hold a \"margin\" of at least 1, "
+                            f"a \"worst\" factor and a count of \"pairs\"")
     envelope = data.get("envelope", {})
     if not isinstance(envelope, dict) or not all(isinstance(e, dict) for e in envelope.values()):
         raise EmmyError(f"{where}: \"envelope\" must map each kind to an object")
