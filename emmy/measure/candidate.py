@@ -53,25 +53,39 @@ def lower_candidate(module_text: str, kernel_name: str, values: Mapping[str, obj
     from emmy.context import make_context
     from emmy.dialects.tile import KernelOp
     from emmy.ir_io import parse_module, run_passes
+    from emmy.targets import module_target
 
     ctx = make_context()
     module = parse_module(ctx, module_text, f"<isolated {kernel_name}>")
     knobs: dict[str, object] = {}
+    sources: dict[str, str] = {}
 
     def record(p, m) -> None:
         if p.name == _FROM:
             for k in m.walk():
                 if isinstance(k, KernelOp) and k.kernel_name == kernel_name:
                     knobs.update(k.knob_values())
+                    sources.update(a_sources(k, module_target(m)))
 
     run_passes(ctx, module, candidate_passes(pin_spec(kernel_name, values)), after_each=record, verify_each=False)
     plan = launch_plan(module)
-    return Lowered(plan, plan_facts(plan, knobs))
+    return Lowered(plan, plan_facts(plan, knobs, sources))
 
 
-def plan_facts(plan, knobs: Mapping[str, object]) -> dict[str, object]:
-    """What the launch plan predicts: the knobs as decided, the forward launches, and per kernel
-    its threads per block, grid and shared memory (the largest over its launches)."""
+def a_sources(kernel, target) -> dict[str, str]:
+    """Per contraction part of a decided kernel, where its A side comes from (the plan's
+    `a_source` and its reason)."""
+    from emmy.schedule.contraction import ContractionPlan
+    from emmy.schedule.plan import plan_kernel
+
+    parts = plan_kernel(kernel, target).parts
+    return {p.plan.name: f"{p.plan.a_source} ({p.plan.a_source_reason})" for p in parts if isinstance(p.plan, ContractionPlan)}
+
+
+def plan_facts(plan, knobs: Mapping[str, object], a_source: Mapping[str, str] | None = None) -> dict[str, object]:
+    """What the launch plan predicts: the knobs as decided, the forward launches, per kernel its
+    threads per block, grid and shared memory (the largest over its launches), and where a
+    contraction's A side comes from (`a_source`, per part: `a_sources`) beside that memory."""
     forward = [launch for launch in plan.launches if not launch.prepare]
     kernels: dict[str, dict[str, object]] = {}
     for launch in forward:
@@ -84,8 +98,9 @@ def plan_facts(plan, knobs: Mapping[str, object]) -> dict[str, object]:
         "launches": len(forward),
         "kernels": kernels,
         "smem": max((int(k["smem"]) for k in kernels.values()), default=0),
+        **({"a_source": "; ".join(f"{part}: {why}" for part, why in a_source.items())} if a_source else {}),
         "threads": max((int(k["threads"]) for k in kernels.values()), default=0),
     }
 
 
-__all__ = ["Lowered", "candidate_passes", "lower_candidate", "pin_spec", "plan_facts"]
+__all__ = ["Lowered", "a_sources", "candidate_passes", "lower_candidate", "pin_spec", "plan_facts"]

@@ -8,7 +8,9 @@ A plan is a frozen dataclass and a pure function of the kernel's facts (`KernelI
 kind to `emmy.schedule.<kind>.plan` (`ContractionPlan`, `AttentionPlan`, `ReductionPlan`,
 `ElementwisePlan`); every plan has
 
-    smem_bytes   shared memory of a block of its main kernel (contraction: its staged operand tiles)
+    smem_bytes   shared memory of a block of its main kernel (contraction: the total of its layout,
+                 `ContractionPlan.smem`, which also says where a computed A side comes from:
+                 `a_source`)
     threads      threads per block of its main kernel
     blocks       blocks of its main launch
     waves        rounds of one block per multiprocessor that launch takes

@@ -48,6 +48,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from emmy.diagnostics import EmmyError
+from emmy.schedule.contraction import ContractionPlan
 from emmy.targets import Target
 from emmy.tuning import legality
 from emmy.tuning.knobs import KnobValue
@@ -496,14 +497,16 @@ class ConditionalSpace:
 # --------------------------------------------------------------------------------------------
 
 
-def candidate_facts(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> dict[str, int | float]:
+def candidate_facts(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> dict[str, int | float | str]:
     """What the plan (`emmy.schedule.plan.plan_for`) predicts for one legal point: shared memory
-    per block (bytes), threads per block, blocks of the main launch, waves on the target's SMs,
-    registers per thread (estimated) and launches in all."""
+    per block (bytes, the plan's whole layout), threads per block, blocks of the main launch,
+    waves on the target's SMs, registers per thread (estimated) and launches in all; for a
+    contraction also where a computed A side comes from (`a_source`: "raw_copies" or "global",
+    and why)."""
     from emmy.schedule.plan import plan_for
 
     plan = plan_for(info, values, target)
-    return {
+    facts: dict[str, int | float | str] = {
         "smem_bytes": plan.smem_bytes,
         "threads": plan.threads,
         "blocks": plan.blocks,
@@ -511,6 +514,9 @@ def candidate_facts(info: KernelInfo, values: Mapping[str, KnobValue], target: T
         "registers": plan.registers,
         "launches": len(plan.launches),
     }
+    if isinstance(plan, ContractionPlan):
+        facts["a_source"], facts["a_source_reason"] = plan.a_source, plan.a_source_reason
+    return facts
 
 
 __all__ = ["ConditionalSpace", "LegalSpace", "candidate_facts", "knob_order", "legal_points"]

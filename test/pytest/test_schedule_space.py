@@ -281,6 +281,7 @@ def test_candidate_facts_come_from_the_plan(contraction):
         assert facts == {
             "smem_bytes": plan.smem_bytes, "threads": plan.threads, "blocks": plan.blocks, "waves": plan.waves,
             "registers": plan.registers, "launches": len(plan.launches),
+            "a_source": plan.a_source, "a_source_reason": plan.a_source_reason,
         }
         assert 0 < facts["threads"] <= SM90A.max_threads_per_block and facts["smem_bytes"] <= SM90A.smem_per_block
         assert facts["waves"] == -(-facts["blocks"] // SM90A.sms)
