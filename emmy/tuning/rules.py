@@ -18,7 +18,8 @@ The preferences (tier `rule` in the IR):
   there are enough k-steps and shared memory; warps from the tile area; 16-byte vectors.
 - attention: wgmma for S = Q K^T on sm_90a (one warpgroup of 64 query rows), else mma.sync with
   one 16-row slice per warp; block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head
-  dims <= 64).
+  dims <= 64); on the pipelined wgmma loop K and V by tensor-map copies at every length of at
+  least one key block, and 128 x 128 tiles (two warpgroups) where they still fill the SMs twice.
 - reduction: 16-byte vectors; one warp per row for rows up to 1024 elements (several rows per
   block), a block per row for longer rows; enough blocks to fill the SMs.
 - elementwise: 16-byte vectors, 256 threads, more items per thread only for large tensors.
@@ -697,9 +698,14 @@ def _wide_wgmma_attention(info, target, chosen) -> bool:
     64 and less, where the softmax of a 128 x 128 block outweighs its two 64-deep products:
     Llama-3.2-1B's layer at 4096 tokens on the H200 (`--model` with its sizes, same run), the
     attention alone 300.3 us in 128 x 128 tiles against 266.9 in 64 x 128 and 265.6 in 128 x 64
-    (cuDNN 211); docs/bench/h200-family-llama-3.2-1b-tiles.*."""
+    (cuDNN 211); docs/bench/h200-family-llama-3.2-1b-tiles.*. Ragged lengths too (the last key
+    block copied from seq_kv - 128): the attention alone at 3000 tokens, 98.3 us against 107.7 in
+    64 x 64 tiles with tensor maps and 115.8 with cp.async (16 / 8 heads; 32 / 8: 192.1, 207.1,
+    222.1); in the Qwen3 layer at 3000 tokens the attention kernel 100.4 us against 120.3 with
+    the old 64 x 64 cp.async tiles (layer 308.7 against 328.1);
+    docs/bench/h200-attention-ragged-2026-12-01.log and h200-attention-ragged-rules-2026-12-01.log."""
     return (
-        chosen.get("workers") == "wgmma" and 64 < info.head_dim <= 128 and info.seq_kv % 128 == 0
+        chosen.get("workers") == "wgmma" and 64 < info.head_dim <= 128 and info.seq_kv >= 128
         and info.batch * ceil(info.seq_q / 128) >= 2 * target.sms
     )
 
@@ -751,10 +757,13 @@ def _a_stages(knob, info, target, chosen, memo) -> Prefs:
 def _a_copy(knob, info, target, chosen, memo) -> Prefs:
     # Measured on the H200 (tools/bench.py, Qwen3 layer at T=4096, same run): the attention
     # kernel with tensor-map K and V copies 209.6 us, with cp.async 250.1 us (ncu showed it
-    # bound by instruction issue: the copies were instructions of every thread).
+    # bound by instruction issue: the copies were instructions of every thread). At ragged
+    # lengths (the last key block copied from seq_kv - block_kv), the attention alone in 64 x 64
+    # tiles: 24.8 us against 26.8 at 1000 tokens, 107.7 against 115.8 at 3000 (16 / 8 heads);
+    # docs/bench/h200-attention-ragged-2026-12-01.log.
     cp = ("cp_async", "K and V rows by 16-byte cp.async from every thread")
     bkv = chosen.get("block_kv", 64)
-    if chosen.get("workers") != "wgmma" or chosen.get("stages", 1) < 3 or info.seq_kv % bkv:
+    if chosen.get("workers") != "wgmma" or chosen.get("stages", 1) < 3 or bkv > info.seq_kv:
         return [cp]
     why = (f"K and V blocks of {bkv} rows by tensor-map copies from one thread, the others only "
            "wait (H200: 16% faster)")

@@ -280,11 +280,19 @@ def test_rules_follow_the_shapes():
     wg = rules.decide(att_l, SM90A, knob_space_for(att_l, SM90A))
     assert (wg["workers"].value, wg["block_q"].value, wg["warps"].value) == ("wgmma", 64, 4)
     assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["workers"].value == "mma_sync"
-    # K and V by tensor-map copies where key blocks divide the keys, cp.async otherwise
+    # K and V by tensor-map copies on the pipelined wgmma loop, at ragged lengths too (the last
+    # key block copied from seq_kv - block_kv); cp.async otherwise
     assert wg["copy"].value == "tma" and "tensor-map copies" in wg["copy"].reason
     assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["copy"].value == "cp_async"
     att_odd = info_of(L.attention(1, 16, 8, 130, 128))
-    assert rules.decide(att_odd, SM90A, knob_space_for(att_odd, SM90A))["copy"].value == "cp_async"
+    assert rules.decide(att_odd, SM90A, knob_space_for(att_odd, SM90A))["copy"].value == "tma"
+    att_3k = info_of(L.attention(1, 16, 8, 3000, 128))  # 384 tiles of 128 rows: two warpgroups
+    wide_3k = rules.decide(att_3k, SM90A, knob_space_for(att_3k, SM90A))
+    assert [wide_3k[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [128, 128, 8, 3, "tma"]
+    assert check(att_3k, {k: c.value for k, c in wide_3k.items()}, SM90A) == []
+    att_1k = info_of(L.attention(1, 16, 8, 1000, 128))  # 128 tiles of 128 rows: one warpgroup
+    d_1k = rules.decide(att_1k, SM90A, knob_space_for(att_1k, SM90A))
+    assert [d_1k[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 64, 4, 3, "tma"]
     # long sequences: two warpgroups share each 128-key block, while the tiles still fill the SMs
     att_4k = info_of(L.attention(1, 16, 8, 4096, 128))
     wide = rules.decide(att_4k, SM90A, knob_space_for(att_4k, SM90A))
