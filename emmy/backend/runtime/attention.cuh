@@ -909,8 +909,8 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
 
   // K and V rows come through cp.async / shared stores by every thread, or as tensor-map copies
-  // that thread 0 issues on the block's `full` mbarrier (kTma producers; whole key blocks: the
-  // generated kernel uses them only when BKV divides seq_kv).
+  // that thread 0 issues on the block's `full` mbarrier (kTma producers; whole key blocks, the
+  // ragged last one moved back to end at the last key: key_start, for staged rows too).
   constexpr bool kAnyTma = KF::kTma || VF::kTma;
   constexpr bool kAnyStaged = !KF::kTma || !VF::kTma;
   constexpr int kTmaBytes = ((KF::kTma ? 1 : 0) + (VF::kTma ? 1 : 0)) * BKV * C::D * 2;
