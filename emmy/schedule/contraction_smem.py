@@ -115,6 +115,14 @@ def operand_bytes(stages: int, bm: int, bn: int, bk: int, nc: int) -> int:
     return stages * (bm + nc * bn) * bk * OPERAND_BYTES
 
 
+def most_bytes(facts: SmemFacts, bm: int, bn: int, bk: int, stages: int, nc: int) -> int:
+    """The most `smem_layout(...).total` can be with these tiles, whatever the other knobs: the
+    operand tiles, every row statistic, the mbarriers and wgmma's alignment (raw copies are left
+    out where they do not fit, and a persistent epilogue stages only into what is left)."""
+    bars = BARRIER_BYTES - 1 + 2 * stages * BARRIER_BYTES
+    return operand_bytes(stages, bm, bn, bk, nc) + facts.statistics * bm * 4 + bars + WGMMA_ALIGN
+
+
 def smem_layout(facts: SmemFacts, s: SmemShape, target: Target) -> SmemLayout:
     """The layout of the main kernel's shared memory (module docstring)."""
     limit = target.smem_per_block
@@ -200,4 +208,4 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-__all__ = ["SmemFacts", "SmemLayout", "SmemShape", "operand_bytes", "smem_layout"]
+__all__ = ["SmemFacts", "SmemLayout", "SmemShape", "most_bytes", "operand_bytes", "smem_layout"]

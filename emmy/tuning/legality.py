@@ -49,7 +49,7 @@ from emmy.schedule.contraction import (
     stats_kernel_needed,
     warp_grid,
 )
-from emmy.schedule.contraction_smem import SmemFacts
+from emmy.schedule.contraction_smem import SmemFacts, most_bytes
 from emmy.targets import Target
 from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
 
@@ -182,12 +182,15 @@ def _c_smem(info, v, t, reasons):
     if nbytes > t.smem_per_block:
         reasons.append(f"shared memory: {tiles} = {_kb(nbytes)} {limit}")
         return
+    facts = SmemFacts.of(info)
+    if most_bytes(facts, bm, bn, bk, st, nc) <= t.smem_per_block:
+        return  # fits whatever the other knobs say (and reads none of them: cheap for the legal space)
     layout_knobs = _LAYOUT_KNOBS + (("fusion",) if info.prologue else ())
     if not v.has(*layout_knobs):
         return
     split, combine = v["split_k"], v["combine"] if v.has("combine") else "kernel"
     layout = smem_for(
-        SmemFacts.of(info), t, bm=bm, bn=bn, bk=bk, stages=st, nc=nc, workers=v["workers"], warps=v["warps"],
+        facts, t, bm=bm, bn=bn, bk=bk, stages=st, nc=nc, workers=v["workers"], warps=v["warps"],
         persistent=v["schedule"] in ("persistent", "stream_k"),
         stats_kernel=stats_kernel_needed(bool(info.prologue), v["fusion"] if info.prologue else "fused", split),
         workspace=split > 1 and combine != "last_block",  # (where the epilogue is staged: not the total)
