@@ -16,7 +16,7 @@ must predict that much faster). Its best candidate replaces the anchor only when
     predicted(best) * penalty(best) * margin <= predicted(anchor)
 
 with `margin = Prior.margin(kind) * exp(ENVELOPE_PENALTY * d(anchor))`: `Prior.margin(kind)` is
-calibrated on keys held out of the fit (`emmy.prior.fit.held_out_errors`: the factor by which the
+calibrated on keys held out of the fit (`emmy.prior.fit.held_out`: the factor by which the
 top-ranked candidate measured slower, against another candidate of its key, than predicted; the
 margin covers a high quantile of it), else exp(Z * spread) from the in-sample residuals (about 2x
 for the unfitted defaults); grown by how far the anchor itself lies outside the fitted data (a

@@ -42,6 +42,9 @@ target's hardware table (`emmy.targets`), none fitted:
     inflight_bytes   reductions and elementwise kernels: the bytes of loads an SM's resident
                      threads keep in flight (threads with nothing to load count none; Little's
                      law: too few pull less than the bandwidth)
+    idle_rounds      reductions: rounds times the share of a block's threads with no element
+                     of their row to load (threads x vector past the row's length): their
+                     block-wide reductions and barriers span the idle threads all the same
     launches         kernel launches (helpers included: statistics, combine, tail, prep)
     spill_bytes      spilled bytes per thread where a build reported them (else 0), and
     reg_overflow     accumulator registers past the thread's budget (the plan's estimate)
@@ -72,6 +75,7 @@ NAMES = (
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
     "recompute_flops", "rounds", "softmax_steps", "inflight_bytes", "recompute_rows", "ticket_bytes",
+    "idle_rounds",
 )
 
 Features = dict[str, float]
@@ -198,6 +202,8 @@ def _one_launch(f: Features, info: KernelInfo, plan, target: Target, resident: i
         row = info.extent(info.reduced_axes) if info.reduced_axes else 1
         active = plan.rows_per_block * min(plan.threads_per_row, ceil(row / plan.vector))
         per_thread = plan.vector
+        # rounds of blocks whose block-wide reductions span idle threads (barriers, slots)
+        f["idle_rounds"] = f["rounds"] * (1.0 - active / plan.threads)
     else:
         f["flops"] = 2.0 * (prod(info.axes.values()) if info.axes else 1)
         active = plan.threads

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from emmy.diagnostics import EmmyError
+from emmy.prior.correction import correction, fit_correction
 from emmy.prior.data import Sample
 from emmy.prior.model import DEFAULTS, NAMES, predict
 from emmy.prior.store import CATEGORICAL_KNOBS, ENVELOPE_TERMS, MIN_MARGIN, Prior
@@ -39,7 +40,7 @@ BOUND = 5.0
 # so it may be beaten by a little).
 CEILINGS = {"compute_eff": 1.0, "fma_eff": 1.0, "recompute_eff": 1.0, "dram_eff": 1.0, "l2_eff": 2.0}
 HUBER = 1.345
-# The margin: the QUANTILE of the held-out ranking errors (`held_out_errors`) over FOLDS folds of
+# The margin: the QUANTILE of the held-out ranking errors (`held_out`) over FOLDS folds of
 # keys, where a kind has at least MIN_PAIRS of them (else the in-sample spread's, `Prior.margin`).
 FOLDS = 4
 QUANTILE = 0.75
@@ -134,18 +135,25 @@ def robust_spread(r: np.ndarray) -> float:
 
 
 def fit(samples: Sequence[Sample], target: str, sources: Sequence[str] = (), emmy_version: str = "") -> Prior:
-    """A Prior for `target` fitted to `samples`, with its residual spread, held-out margin and
-    envelope per kind and a description of the data (keys and their counts, sources)."""
+    """A Prior for `target` fitted to `samples`: its coefficients, per kind its residual spread,
+    the learned correction where it ranks better on held-out keys, the held-out margin and the
+    envelope, and a description of the data (keys and their counts, sources)."""
     coeffs = fit_coeffs(samples)
-    r = within_key(samples, residuals(samples, coeffs))
-    errors = held_out_errors(samples, coeffs)
+    raw = residuals(samples, coeffs)
+    weights = fit_correction(samples, raw)
+    held = held_out(samples, coeffs)
     kinds = sorted({s.kind for s in samples})
-    res, env = {}, {}
+    res, env, corr = {}, {}, {}
     for kind in kinds:
         idx = [i for i, s in enumerate(samples) if s.kind == kind]
         ks = {samples[i].key for i in idx}
+        plain, learnt = held.get(kind, ({}, {}))
+        use = bool(weights.get(kind)) and learnt.get("regret", math.inf) < plain.get("regret", math.inf)
+        if use:
+            corr[kind] = weights[kind]
+        r = within_key(samples, raw - np.array([correction(corr.get(s.kind, {}), s.values) for s in samples]))
         res[kind] = {"spread": round(robust_spread(r[idx]), 6), "keys": len(ks), "trials": len(idx)}
-        e = np.array(errors.get(kind, []))
+        e = np.array((learnt if use else plain).get("errors", []))
         if e.size >= MIN_PAIRS:
             res[kind]["held_out"] = {"margin": round(max(MIN_MARGIN, math.exp(float(np.quantile(e, QUANTILE)))), 4),
                                      "worst": round(math.exp(float(e.max())), 4), "pairs": int(e.size)}
@@ -155,7 +163,7 @@ def fit(samples: Sequence[Sample], target: str, sources: Sequence[str] = (), emm
         counts[s.key] = counts.get(s.key, 0) + 1
     data = {"trials": len(samples), "keys": dict(sorted(counts.items())), "sources": list(sources)}
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Prior(target, coeffs, res, env, data, date, emmy_version)
+    return Prior(target, coeffs, res, env, data, date, emmy_version, correction=corr)
 
 
 def folds(samples: Sequence[Sample]) -> list[set[str]]:
@@ -166,27 +174,37 @@ def folds(samples: Sequence[Sample]) -> list[set[str]]:
     return [] if n < 2 else [set(keys[i::n]) for i in range(n)]
 
 
-def held_out_errors(samples: Sequence[Sample], coeffs: Mapping[str, float]) -> dict[str, list[float]]:
-    """Per kind, the ranking errors of the prior on keys held out of its fit (cross-validated
-    over `folds`, each fit started from `coeffs`): in each held-out key, the log-time residual of
-    the candidate predicted fastest minus that of every other candidate. A positive error e is
-    the factor exp(e) by which the top-ranked candidate measured slower, against that other
-    candidate, than predicted: what a margin must cover for the pick not to measure slower than
-    the anchor."""
-    out: dict[str, list[float]] = {}
+def held_out(samples: Sequence[Sample], coeffs: Mapping[str, float]) -> dict[str, tuple[dict, dict]]:
+    """Per kind, how the prior ranks keys held out of its fit (cross-validated over `folds`, each
+    fit started from `coeffs`), without and with the learned correction: for each, `errors`, in
+    each held-out key the log-time residual of the candidate predicted fastest minus that of
+    every other candidate (a positive error e: the top-ranked candidate measured exp(e) times
+    slower, against that other candidate, than predicted; what a margin must cover for the pick
+    not to measure slower than the anchor), and `regret`, the geometric mean over the held-out
+    keys of the top-ranked candidate's measured time over the best."""
+    acc: dict[str, tuple[dict, dict]] = {}
     for held in folds(samples):
         train = [s for s in samples if s.key not in held]
         test = [s for s in samples if s.key in held]
         fold = fit_coeffs(train, start=coeffs)
+        weights = fit_correction(train, residuals(train, fold))
         r = residuals(test, fold)
-        logp = np.log([s.time_s for s in test]) - r
+        y = np.log([s.time_s for s in test])
         by_key: dict[str, list[int]] = {}
         for i, s in enumerate(test):
             by_key.setdefault(s.key, []).append(i)
         for idx in by_key.values():
-            top = min(idx, key=lambda i: (logp[i], i))
-            out.setdefault(test[top].kind, []).extend(float(r[top] - r[j]) for j in idx if j != top)
-    return out
+            kind = test[idx[0]].kind
+            c = np.array([correction(weights.get(kind, {}), test[i].values) for i in idx])
+            for variant, rr in zip(acc.setdefault(kind, ({}, {})), (r[idx], r[idx] - c)):
+                logp = y[idx] - rr
+                top = min(range(len(idx)), key=lambda j: (logp[j], j))
+                variant.setdefault("errors", []).extend(float(rr[top] - rr[j]) for j in range(len(idx)) if j != top)
+                variant.setdefault("regrets", []).append(float(y[idx][top] - y[idx].min()))
+    for variants in acc.values():
+        for v in variants:
+            v["regret"] = math.exp(float(np.mean(v.pop("regrets"))))
+    return acc
 
 
 def envelope(samples: Sequence[Sample]) -> dict[str, list]:
@@ -203,4 +221,4 @@ def envelope(samples: Sequence[Sample]) -> dict[str, list]:
     return out
 
 
-__all__ = ["fit", "fit_coeffs", "folds", "held_out_errors", "matrix", "residuals", "robust_spread", "within_key"]
+__all__ = ["fit", "fit_coeffs", "folds", "held_out", "matrix", "residuals", "robust_spread", "within_key"]

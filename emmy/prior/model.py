@@ -24,7 +24,7 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
     kernel   = (max(compute, memory) + overlap * min(compute, memory)) * (1 + unstaged_cost
                * unstaged) * (1 + single_slice_cost * single_slice)
                * (1 + multi_slice_cost * multi_slice) * (1 + spill_cost * spill_bytes / 1024)
-               * (1 + reg_cost * reg_overflow / 64) + rounds * round_s
+               * (1 + reg_cost * reg_overflow / 64) + rounds * round_s + idle_rounds * idle_round_s
                + ticket_bytes / (l2_bandwidth / sms * ticket_eff)
     seconds  = kernel + launches * launch_s
 
@@ -72,7 +72,8 @@ DEFAULTS: dict[str, float] = {
     "reg_cost": 1.0,  # per 64 accumulator registers past the budget
     "launch_s": 1.0e-6,  # one launch under CUDA-graph replay
     "recompute_row_s": 2e-8,
-    "ticket_eff": 1.0,  # share of one SM's part of the L2 bandwidth a last block's read-back reaches  # one computed row of fused attention, on the critical path
+    "ticket_eff": 1.0,
+    "idle_round_s": 1e-6,  # a round of reduction blocks with every thread idle: barriers over them all  # share of one SM's part of the L2 bandwidth a last block's read-back reaches  # one computed row of fused attention, on the critical path
     "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
 }
 NAMES = tuple(DEFAULTS)
@@ -108,7 +109,7 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     kernel = kernel * (1.0 + c["single_slice_cost"] * f["single_slice"]) * (1.0 + c["multi_slice_cost"] * f["multi_slice"])
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
     # a tile's last block adds the other parts alone, after the rest (at one SM's share of L2)
-    kernel = kernel + f["rounds"] * c["round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
+    kernel = kernel + f["rounds"] * c["round_s"] + f["idle_rounds"] * c["idle_round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
     out = kernel + f["launches"] * c["launch_s"]
     return float(out) if np.ndim(out) == 0 else out
 
@@ -156,9 +157,10 @@ def rank(info: KernelInfo, points: Iterable[Mapping[str, KnobValue]], target: Ta
 
 
 def score(kernel, values: Mapping[str, KnobValue], prior, penalized: bool = True, base: float = 0.0) -> float | None:
-    """Predicted seconds of one candidate of `kernel` (a features.Kernel), its envelope penalty
-    applied when `penalized` (for the distance past `base`: `Prior.penalty`); None when the plan
-    cannot build it or the prediction is not a positive number."""
+    """Predicted seconds of one candidate of `kernel` (a features.Kernel): the model's time times
+    a fitted Prior's learned correction (`Prior.corrected`), and its envelope penalty when
+    `penalized` (for the distance past `base`: `Prior.penalty`); None when the plan cannot build
+    it or the prediction is not a positive number."""
     from emmy.prior.store import Prior
 
     try:
@@ -167,7 +169,9 @@ def score(kernel, values: Mapping[str, KnobValue], prior, penalized: bool = True
         return None
     if isinstance(prior, Prior):
         coeffs = prior.coeffs
-        factor = prior.penalty(kernel.info.kind, f, values, base) if penalized else 1.0
+        factor = prior.corrected(kernel.info.kind, values)
+        if penalized:
+            factor *= prior.penalty(kernel.info.kind, f, values, base)
     else:
         coeffs, factor = (prior if prior is not None else DEFAULTS), 1.0
     with np.errstate(all="ignore"):

@@ -12,16 +12,20 @@
      "residuals": {"contraction": {"spread": 0.08, "keys": 40, "trials": 900,
                                    "held_out": {"margin": 1.3, "worst": 2.9, "pairs": 800}}, ...},
      "envelope": {"contraction": {"tile_area": [lo, hi], ..., "workers": ["mma_sync", ...]}, ...},
-     "data": {"trials": 1500, "keys": {"<key id>": 30, ...}, "sources": ["records.json"]}}
+     "data": {"trials": 1500, "keys": {"<key id>": 30, ...}, "sources": ["records.json"]},
+     "correction": {"contraction": {"combine=last_block": 0.12, "split_k=16": 0.3, ...}, ...}}
 
 `spread` is the robust standard deviation (1.4826 x the median absolute deviation) of the fit's
 log-time residuals, each taken relative to its key's mean (a prior only ever compares candidates
 of one kernel). `held_out` is the margin calibrated on keys held out of the fit
-(`emmy.prior.fit.held_out_errors`: how much slower than predicted, against another candidate of
+(`emmy.prior.fit.held_out`: how much slower than predicted, against another candidate of
 its key, the top-ranked candidate measured; `margin` a high quantile of that factor, `worst` the
 largest, `pairs` how many). The envelope holds, per kind, the range of each of `ENVELOPE_TERMS`
-(log1p of the term) over the fitted candidates and the categorical knob values seen. Schema 1
-files (no `held_out`) are read: their margin is the spread's.
+(log1p of the term) over the fitted candidates and the categorical knob values seen.
+`correction` holds, per kind where the fit kept it, the learned correction's weights
+(`emmy.prior.correction`: log-time per knob value; a candidate's time is the model's times
+exp(the sum of its values' weights)). Schema 1 files (no `held_out`, no `correction`) are read:
+their margin is the spread's.
 
 The bound (what makes a many-times-slower choice impossible rather than unlikely) lives in
 `emmy.prior.choose`; its two inputs are here: `margin(kind)`: the held-out margin, else
@@ -44,7 +48,7 @@ from emmy.diagnostics import EmmyError
 from emmy.prior.model import DEFAULTS, check_coeffs
 
 FORMAT = "emmy-prior"
-SCHEMA = 2  # 2: residuals[kind]["held_out"] (the cross-validated margin); 1 is read (no held_out)
+SCHEMA = 2  # 2: residuals[kind]["held_out"] (the cross-validated margin) and "correction"; 1 is read
 FILE_NAME = "prior.json"
 
 # Standard deviations of the residual spread a pick's predicted gain must exceed.
@@ -68,6 +72,7 @@ class Prior:
     date: str = ""
     emmy: str = ""
     path: str = ""  # the file it was read from ("" for the defaults)
+    correction: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # kind -> "knob=value" -> log weight
 
     @property
     def fitted(self) -> bool:
@@ -76,6 +81,12 @@ class Prior:
     def spread(self, kind: str) -> float:
         r = self.residuals.get(kind)
         return float(r["spread"]) if r else DEFAULT_SPREAD
+
+    def corrected(self, kind: str, values: Mapping[str, object]) -> float:
+        """The learned correction's factor for a candidate of `kind` (1 where none was kept)."""
+        from emmy.prior.correction import correction
+
+        return math.exp(correction(self.correction.get(kind, {}), values))
 
     def margin(self, kind: str) -> float:
         """How much faster the prior must predict a candidate than the anchor before it picks it:
@@ -164,8 +175,13 @@ def prior_from(data: object, where: str, target: str) -> Prior:
                 else isinstance(rng, list) and all(isinstance(x, str) for x in rng)
             if not ok:
                 raise EmmyError(f"{where}: envelope of {kind}: {term} must be [low, high] numbers or a list of values")
+    correction = data.get("correction", {})
+    if not isinstance(correction, dict) or not all(
+        isinstance(w, dict) and all(isinstance(k, str) and _number(v) for k, v in w.items()) for w in correction.values()
+    ):
+        raise EmmyError(f"{where}: \"correction\" must map each kind to an object of \"knob=value\": number")
     return Prior(target, coeffs, residuals, envelope, data.get("data", {}) or {}, str(data.get("date", "")),
-                 str(data.get("emmy", "")), where)
+                 str(data.get("emmy", "")), where, correction)
 
 
 def _number(x: object) -> bool:
@@ -177,6 +193,7 @@ def prior_json(prior: Prior) -> dict:
         "format": FORMAT, "schema": SCHEMA, "target": prior.target, "emmy": prior.emmy, "date": prior.date,
         "coefficients": dict(prior.coeffs), "residuals": {k: dict(v) for k, v in prior.residuals.items()},
         "envelope": {k: dict(v) for k, v in prior.envelope.items()}, "data": dict(prior.data),
+        "correction": {k: dict(v) for k, v in prior.correction.items()},
     }
 
 

@@ -1,0 +1,255 @@
+"""The prior's bound and how it is judged: the held-out margin, the learned correction, the
+proxy anchor of `evaluate`, and the feature terms added for small shapes (a reduction's flops
+and idle threads, the last block's read-back of split_k parts). Times here come from the model
+itself, multiplied by known factors: test data, not measurements."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from emmy.diagnostics import EmmyError
+from emmy.driver import CompileOptions, compile_model
+from emmy.prior.choose import choose, neighbourhood
+from emmy.prior.correction import correction, fit_correction, knob_terms
+from emmy.prior.data import KeyData, Sample
+from emmy.prior.evaluate import evaluate, proxy_anchor
+from emmy.prior.features import Kernel, features
+from emmy.prior.fit import fit, folds, held_out, residuals
+from emmy.prior.model import DEFAULTS, predict, score, with_target
+from emmy.prior.store import Prior, load_prior, prior_json, write_prior
+from emmy.search.task import tasks_in
+from emmy.targets import get_target
+from emmy.tuning.knobs import knob_space_for
+from emmy.tuning.legality import check
+from emmy.tuning.rules import decide
+
+TARGET = get_target("sm_90a")
+LINEAR = '''
+import torch
+from torch import nn
+
+def make(tokens: int = 512):
+    torch.manual_seed(0)
+    lin = nn.Linear(1024, 4096, bias=False).to(torch.bfloat16)
+    return lin, (torch.randn(1, tokens, 1024, dtype=torch.bfloat16),)
+'''
+NORM_LINEAR = '''
+import torch
+from torch import nn
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(256, eps=1e-6)
+        self.lin = nn.Linear(256, 512, bias=False)
+
+    def forward(self, x):
+        return self.lin(self.norm(x))
+
+def make(tokens: int = 1):
+    torch.manual_seed(0)
+    return M().to(torch.bfloat16), (torch.randn(1, tokens, 256, dtype=torch.bfloat16),)
+'''
+
+
+def _info(tmp_path_factory, source: str, tokens: int, kind: str):
+    path = tmp_path_factory.mktemp("model") / "m.py"
+    path.write_text(source)
+    result = compile_model(CompileOptions(model=f"{path}:make", tokens=tokens, target="sm_90a", stop_after="tile"))
+    return next(t.info() for t in tasks_in(result.module, TARGET, tokens) if t.info().kind == kind)
+
+
+@pytest.fixture(scope="module")
+def info(tmp_path_factory):
+    """x[512, 1024] @ W[4096, 1024]^T: one contraction m=512 n=4096 k=1024."""
+    return _info(tmp_path_factory, LINEAR, 512, "contraction")
+
+
+@pytest.fixture(scope="module")
+def reduction(tmp_path_factory):
+    """RMSNorm then a linear layer at one token: a reduction of 512 rows of 256, two reduces."""
+    return _info(tmp_path_factory, NORM_LINEAR, 1, "reduction")
+
+
+def _anchor(info):
+    return {k: c.value for k, c in decide(info, TARGET, knob_space_for(info, TARGET)).items()}
+
+
+def _held(margin: float, worst: float = 4.0) -> dict:
+    return {"contraction": {"spread": 0.1, "held_out": {"margin": margin, "worst": worst, "pairs": 100}}}
+
+
+# -- feature terms -------------------------------------------------------------------------------
+
+
+def test_a_reductions_flops_count_each_reduce_once_per_row(reduction):
+    assert reduction.axes == {"n": 512, "k": 256} and len(reduction.reductions) == 2
+    f = features(reduction, {"rows_per_block": 1, "threads": 256, "vector": 8}, TARGET)
+    assert f["flops"] == 2 * 512 * (256 + 256)  # the sum of squares and the dot product, per row
+    # 256 threads per row, 8 elements each, on a row of 256: 32 threads load, 224 idle
+    occupancy = f["occupancy"]
+    assert f["rounds"] == math.ceil(512 / (TARGET.sms * occupancy))
+    assert f["idle_rounds"] == pytest.approx(f["rounds"] * (1 - 32 / 256))
+    resident = min(occupancy, math.ceil(512 / TARGET.sms))
+    assert f["inflight_bytes"] == resident * 32 * 8 * 2 and f["warps_resident"] == resident * 1
+    full = features(reduction, {"rows_per_block": 1, "threads": 32, "vector": 8}, TARGET)
+    assert full["idle_rounds"] == 0  # 32 threads x 8 elements: the whole row
+
+
+def test_few_loads_in_flight_pull_less_than_the_bandwidth(reduction):
+    few = with_target(features(reduction, {"rows_per_block": 1, "threads": 32, "vector": 1}, TARGET), TARGET)
+    many = with_target(features(reduction, {"rows_per_block": 1, "threads": 32, "vector": 8}, TARGET), TARGET)
+    assert few["inflight_bytes"] * 8 == many["inflight_bytes"]
+    assert predict(few, DEFAULTS) > predict(many, DEFAULTS)
+    assert predict({**few, "inflight_bytes": 0.0}, DEFAULTS) < predict(few, DEFAULTS)  # 0: not applicable
+
+
+def test_the_last_block_reads_the_other_split_parts_back_alone(info):
+    v = {**_anchor(info), "split_k": 2, "combine": "last_block"}
+    assert not check(info, v, TARGET), check(info, v, TARGET)
+    f = features(info, v, TARGET)
+    bm, bn = int(v["block_m"]), int(v["block_n"])
+    assert f["ticket_bytes"] == (2 - 1) * bm * bn * 4 and f["launches"] == 1
+    kernel = features(info, {**v, "combine": "kernel"}, TARGET)
+    assert kernel["ticket_bytes"] == 0 and kernel["launches"] == 2
+
+
+# -- the bound -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("factor", [1.2, 1.5, 3.0])
+def test_a_model_wrong_by_a_known_factor_never_picks_past_the_bound(info, factor):
+    """Every candidate's measured time is the model's times a factor within [1/F, F]: the pick
+    measures at most F^2 / margin times the anchor (never slower than it once the margin covers
+    F^2), over many draws and margins; and it is never predicted slower than the anchor."""
+    rng = np.random.default_rng(int(factor * 10))
+    anchor = _anchor(info)
+    candidates = neighbourhood(info, TARGET, knob_space_for(info, TARGET), anchor)
+    kernel = Kernel(info, TARGET)
+    model = {repr(sorted(v.items())): score(kernel, v, DEFAULTS) for v in [anchor, *candidates]}
+    picked = 0
+    for margin in (1.03, factor, factor ** 2):
+        prior = Prior("sm_90a", dict(DEFAULTS), _held(margin))
+        assert prior.margin("contraction") == margin
+        for _ in range(5):
+            wrong = {k: t * math.exp(rng.uniform(-math.log(factor), math.log(factor))) for k, t in model.items() if t}
+            c = choose(info, TARGET, candidates, anchor, prior)
+            measured = wrong[repr(sorted(c.values.items()))] / wrong[repr(sorted(anchor.items()))]
+            assert measured <= factor ** 2 / c.margin * (1 + 1e-9)
+            assert c.predicted_s <= c.anchor_s
+            if margin >= factor ** 2:
+                assert measured <= 1 + 1e-9
+            picked += c.picked == "prior"
+    assert picked  # the bound was exercised: some picks were not the anchor
+
+
+def _synthetic(info, key: str, points, rng, wrong: float = 0.03, knob=None) -> list[Sample]:
+    """Times the default model predicts, times a lognormal error of `wrong` (log units), and
+    exp(0.5) more for candidates with the knob value `knob` (what a learned correction should
+    find)."""
+    kernel = Kernel(info, TARGET)
+    out = []
+    for v in points:
+        f = with_target(kernel.features(v), TARGET)
+        t = predict(f, DEFAULTS) * math.exp(rng.normal(0, wrong))
+        if knob is not None and v.get(knob[0]) == knob[1]:
+            t *= math.exp(0.5)
+        out.append(Sample(key, "s", key, info.kind, "linear", v, t, f))
+    return out
+
+
+def test_the_margin_is_calibrated_on_held_out_keys(info):
+    rng = np.random.default_rng(4)
+    points = neighbourhood(info, TARGET, knob_space_for(info, TARGET), _anchor(info))
+    exact = [s for i, k in enumerate("abcd") for s in _synthetic(info, k, points[i * 25:(i + 1) * 25], rng, 0.01)]
+    noisy = [s for i, k in enumerate("abcd") for s in _synthetic(info, k, points[i * 25:(i + 1) * 25], rng, 0.4)]
+    assert [sorted(f) for f in folds(exact)] == [["a"], ["b"], ["c"], ["d"]]
+    good, bad = fit(exact, "sm_90a"), fit(noisy, "sm_90a")
+    g, b = good.residuals["contraction"]["held_out"], bad.residuals["contraction"]["held_out"]
+    assert g["pairs"] == b["pairs"] == 4 * 24  # each held-out key: its top candidate against the 24 others
+    assert g["margin"] < 1.1 < b["margin"] <= b["worst"] and g["worst"] < 1.2 < 2 < b["worst"]
+    assert good.margin("contraction") == g["margin"] and bad.margin("contraction") == b["margin"]
+    one = fit(exact[:25], "sm_90a")  # one key: nothing to hold out, the in-sample spread decides
+    assert folds(exact[:25]) == [] and "held_out" not in one.residuals["contraction"]
+
+
+def test_the_learned_correction_finds_a_knob_value_the_model_misses(info):
+    rng = np.random.default_rng(5)
+    points = neighbourhood(info, TARGET, knob_space_for(info, TARGET), _anchor(info))
+    samples = [s for i, k in enumerate("abcd")
+               for s in _synthetic(info, k, points[i * 40:(i + 1) * 40], rng, 0.02, knob=("stages", 3))]
+    assert any(s.values["stages"] == 3 for s in samples) and any(s.values["stages"] != 3 for s in samples)
+    weights = fit_correction(samples, residuals(samples, DEFAULTS))["contraction"]
+    assert weights["stages=3"] > 0.2 and max(abs(w) for t, w in weights.items() if not t.startswith("stages")) < 0.1
+    v = next(s.values for s in samples if s.values["stages"] == 3)
+    assert correction(weights, v) == pytest.approx(sum(weights.get(t, 0.0) for t in knob_terms(v)))
+    plain, learnt = held_out(samples, DEFAULTS)["contraction"]
+    assert learnt["regret"] <= plain["regret"]
+    prior = Prior("sm_90a", dict(DEFAULTS), _held(1.1), correction={"contraction": weights})
+    kernel = Kernel(info, TARGET)
+    assert score(kernel, v, prior, penalized=False) == pytest.approx(score(kernel, v, DEFAULTS) * math.exp(correction(weights, v)))
+
+
+def test_a_prior_file_keeps_the_held_out_margin_and_the_correction(tmp_path):
+    path = tmp_path / "prior.json"
+    prior = Prior("sm_90a", dict(DEFAULTS), _held(1.25, 2.5), correction={"contraction": {"stages=3": 0.4}})
+    write_prior(path, prior)
+    back = load_prior(path, "sm_90a")
+    assert prior_json(back) == prior_json(prior) and back.margin("contraction") == 1.25
+    assert back.corrected("contraction", {"stages": 3}) == pytest.approx(math.exp(0.4))
+    assert back.corrected("attention", {"stages": 3}) == 1.0
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('"residuals": {"contraction": {"spread": 0.1, "held_out": {"margin": 0.5, "worst": 1, "pairs": 3}}}',
+     r"residuals of contraction: \"held_out\" must hold a \"margin\" of at least 1"),
+    ('"residuals": {"contraction": {"spread": 0.1, "held_out": 2}}', r"\"held_out\" must hold"),
+    ('"correction": {"contraction": {"stages=3": "big"}}', r"\"correction\" must map each kind"),
+    ('"correction": []', r"\"correction\" must map each kind"),
+])
+def test_a_broken_margin_or_correction_is_an_error_naming_the_file(tmp_path, extra, message):
+    path = tmp_path / "prior.json"
+    path.write_text('{"format": "emmy-prior", "schema": 2, "target": "sm_90a", "coefficients": {}, ' + extra + "}")
+    with pytest.raises(EmmyError, match=message) as e:
+        load_prior(path, "sm_90a")
+    assert str(path) in str(e.value)
+
+
+def test_a_schema_1_file_still_reads_with_the_spreads_margin(tmp_path):
+    path = tmp_path / "prior.json"
+    path.write_text('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {"knee": 40},'
+                    ' "residuals": {"contraction": {"spread": 0.1}}}')
+    prior = load_prior(path, "sm_90a")
+    assert prior.margin("contraction") == pytest.approx(math.exp(2 * 0.1)) and prior.correction == {}
+    assert prior.coeffs["ticket_eff"] == DEFAULTS["ticket_eff"]  # coefficients it predates: the defaults
+
+
+# -- judged against a proxy anchor ---------------------------------------------------------------
+
+
+def test_proxy_anchor_is_the_measured_candidate_with_fewest_differing_knobs():
+    anchor = {"a": 1, "b": 2, "c": 3}
+    measured = [{"a": 9, "b": 9, "c": 3}, {"a": 1, "b": 9, "c": 3}, {"a": 1, "b": 2, "c": 9}]
+    assert proxy_anchor(anchor, measured) == {"a": 1, "b": 9, "c": 3}  # ties: the earliest measured
+    assert proxy_anchor(anchor, measured[::-1]) == {"a": 1, "b": 2, "c": 9}
+
+
+def test_a_key_whose_rules_answer_was_not_measured_is_judged_against_its_proxy(info):
+    """The rules' answer was never measured; its nearest measured neighbour (one knob apart)
+    stands in. The unfitted prior's margin (about 2x) keeps it although another candidate
+    measured faster: the row shows the proxy's regret, not the unbounded top pick's."""
+    anchor = _anchor(info)
+    space = knob_space_for(info, TARGET)
+    near = next(c for c in neighbourhood(info, TARGET, space, anchor) if c["stages"] != anchor["stages"]
+                and all(c[k] == anchor[k] for k in anchor if k != "stages"))
+    far = {**anchor, "block_n": 64, "warps": 4, "workers": "wgmma", "stages": 3}
+    far = far if not check(info, far, TARGET) else next(
+        c for c in neighbourhood(info, TARGET, space, anchor) if sum(c[k] != anchor[k] for k in anchor) == 2)
+    kd = KeyData("p", "contraction", Kernel(info, TARGET), space)
+    for v, t in ((far, 10.0), (near, 15.0)):
+        kd.samples.append(Sample("p", "s", "p", "contraction", "linear", v, t * 1e-6, {}))
+    (row,) = evaluate({"p": kd}, "sm_90a", fitter=lambda train: Prior("sm_90a"), schemes=("shape",))
+    assert row.picked == "anchor~" and row.regret == pytest.approx(1.5) and row.bounded_s == pytest.approx(15e-6)
