@@ -47,11 +47,13 @@ from itertools import combinations, product
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from emmy.analysis.classify import classify
 from emmy.diagnostics import EmmyError
 from emmy.schedule.contraction import ContractionPlan
+from emmy.schedule.plan import split_by_outputs
 from emmy.targets import Target
 from emmy.tuning import legality
-from emmy.tuning.knobs import KnobValue
+from emmy.tuning.knobs import KnobValue, knob_space_for
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
@@ -63,8 +65,8 @@ if TYPE_CHECKING:
 # CPU for the four); the space's own order, with or without `workers` first, visits about 220,000
 # (8.5-8.9 s). Every order gives the same 8,867,628 points.
 PREFERRED_ORDER: tuple[str, ...] = (
-    "workers", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m", "copy", "epilogue",
-    "block_m", "block_n", "block_k", "warps", "stages",
+    "workers", "siblings", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m", "copy",
+    "epilogue", "block_m", "block_n", "block_k", "warps", "stages",
 )
 
 
@@ -86,7 +88,126 @@ def legal_points(
     order = knob_order(space) if order is None else tuple(order)
     if sorted(order) != sorted(space):
         raise EmmyError(f"legal space of @{info.name}: the order ({', '.join(order)}) must name each knob of the space ({', '.join(space)}) once")
-    return _Builder(info, space, target, order).build()
+    spaces = []
+    for siblings, rules in part_rules(info, space, target):
+        own = dict(space, siblings=(siblings,)) if siblings is not None else space
+        spaces.append(_Builder(info, own, target, order, rules).build())
+    if len(spaces) == 1:
+        return spaces[0]
+    domains = {n: tuple(v for v in space[n] if any(v in s.domains[n] for s in spaces)) for n in order}
+    return _union(spaces, order, domains, (info, target))
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels that run as parts
+# --------------------------------------------------------------------------------------------
+
+
+def part_rules(
+    info: KernelInfo, space: Mapping[str, Sequence[KnobValue]], target: Target
+) -> list[tuple[KnobValue | None, tuple[Rule, ...]]]:
+    """Where the kernel runs as parts (outputs over different axes,
+    `emmy.schedule.plan.split_by_outputs`), the rules a point must also pass: per value of
+    `siblings` (which decides the parts; None where the space has no such knob), one tuple of
+    rules per way of running the parts. A point is legal when it passes one of the tuples of its
+    `siblings` value; a kernel without parts has one empty tuple.
+
+    A part runs with the kernel's values (`emmy.schedule.plan.part_values`): each legality rule on
+    the part's own facts, and a check of its domains. A part with several contractions (k and v
+    paired) runs with block_n shared among them where that is legal, else with the kernel's
+    block_n: two ways, each such part doubles the tuples (their spaces are joined)."""
+    if info.kind != "contraction" or info.op is None:
+        return [(None, ())]
+    choices = [(v, v == "apart") for v in space["siblings"]] if "siblings" in space else [(None, False)]
+    out: list[tuple[KnobValue | None, tuple[Rule, ...]]] = []
+    for siblings, apart in choices:
+        ops = split_by_outputs(info.op, apart)
+        alone: list[Rule] = []  # rules of parts with one way to run
+        ways: list[tuple[tuple[Rule, ...], tuple[Rule, ...]]] = []  # (block_n shared, the kernel's) per part
+        for op in ops if len(ops) > 1 else ():
+            part = classify(op)
+            if part.n_contractions > 1:
+                ways.append((_rules_of_part(part, space, target, part.n_contractions), _rules_of_part(part, space, target, 1)))
+            else:
+                alone += _rules_of_part(part, space, target, 1)
+        out += [(siblings, tuple(alone) + tuple(r for rules in pick for r in rules)) for pick in product(*ways)]
+    if all(not rules for _, rules in out):
+        return [(None, ())]
+    return out
+
+
+def _rules_of_part(part: KernelInfo, space, target: Target, share: int) -> tuple[Rule, ...]:
+    """The legality rules run on the part `part` with block_n divided among `share` contractions
+    (part_values), and the part's domain check of the values it sees."""
+    own = knob_space_for(part, target)
+    names = [n for n in space if n != "siblings"]
+    checked = {
+        n: frozenset(own.get(n, ())) for n in names
+        if not set(space[n]) <= set(own.get(n, ())) or (n == "block_n" and share > 1)
+    }
+
+    def seen(values: legality.RuleValues) -> legality.RuleValues:
+        return legality.RuleValues(_SharedBlockN(values.values, share)) if share > 1 else values
+
+    def domain(info, values, target, reasons) -> None:
+        view = seen(values)
+        for n, allowed in checked.items():
+            if view.has(n) and view[n] not in allowed:
+                reasons.append(f"part @{part.name}: {n}={view[n]} is not in its domain")
+
+    def wrap(rule: Rule) -> Rule:
+        def run(info, values, target, reasons) -> None:
+            rule(part, seen(values), target, reasons)
+
+        return run
+
+    return ((domain,) if checked else ()) + tuple(wrap(rule) for rule in _rules(part.kind))
+
+
+class _SharedBlockN(Mapping):
+    """Knob values with block_n divided among `share` contractions, as `part_values` divides it
+    (at least 8, a multiple of 8); reads go through to the values (which record them)."""
+
+    __slots__ = ("values", "share")
+
+    def __init__(self, values: Mapping[str, KnobValue], share: int):
+        self.values, self.share = values, share
+
+    def __getitem__(self, name: str) -> KnobValue:
+        value = self.values[name]
+        return max(8, int(value) // self.share // 8 * 8) if name == "block_n" else value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _union(spaces: Sequence[LegalSpace], order: tuple[str, ...], domains: dict, source) -> LegalSpace:
+    """The points of any of `spaces` (in one `order`): their graphs merged, node by node."""
+    interner = _Interner()
+    memo: dict[frozenset[int], _Node | None] = {}
+
+    def merge(nodes: list[_Node], depth: int) -> _Node | None:
+        if depth == len(order):
+            return interner.leaf
+        key = frozenset(id(n) for n in nodes)
+        if key not in memo:
+            edges = []
+            for value in domains[order[depth]]:
+                children = [c for n in nodes if (c := n.child(value)) is not None]
+                if children and (merged := merge(children, depth + 1)) is not None:
+                    edges.append((value, merged))
+            memo[key] = interner.node(edges)
+        return memo[key]
+
+    roots = [s._root for s in spaces if s._root is not None]
+    root = merge(roots, 0) if roots else None
+    return LegalSpace(order, domains, root, len(interner.nodes) + 1, source)
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,7 +434,10 @@ class _Run(NamedTuple):
     read: int
 
 
-def _rules(kind: str):
+Rule = Callable[[Any, Any, Target, list], None]  # legality.rules_for's: rule(info, values, target, reasons)
+
+
+def _rules(kind: str) -> tuple[Rule, ...]:
     """The legality rules of a kind, run one at a time here (`check` runs them all)."""
     return legality.rules_for(kind)
 
@@ -322,12 +446,15 @@ class _Builder:
     """Builds the graph of a LegalSpace depth first (module docstring: settled and open rules,
     runs kept by the values they read, nodes shared by prefixes the open rules cannot tell apart)."""
 
-    def __init__(self, info: KernelInfo, space: Mapping[str, Sequence[KnobValue]], target: Target, order: tuple[str, ...]):
+    def __init__(
+        self, info: KernelInfo, space: Mapping[str, Sequence[KnobValue]], target: Target, order: tuple[str, ...],
+        extra: tuple[Rule, ...] = (),
+    ):
         self.info, self.target, self.order = info, target, order
         self.bits = {n: 1 << i for i, n in enumerate(order)}
         # the domain check and the rules of one knob alone, knob by knob
         self.domains = {n: tuple(v for v in space[n] if not legality.check(info, {n: v}, target)) for n in order}
-        self.rules = _rules(info.kind)
+        self.rules = _rules(info.kind) + extra  # (extra: the rules of the kernel's parts, part_rules)
         self.prefix: dict[str, KnobValue] = {}  # the prefix being extended (one dict throughout)
         self.values: list[KnobValue] = [0] * len(order)  # the prefix's values by position
         self.view = _Asked(self.prefix, self.bits)

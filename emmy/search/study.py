@@ -16,9 +16,8 @@ Trials (the store's layout is in `emmy.records.store`):
 - any other status (`wrong`, `build_failed`, `build_timeout`, `launch_error`, `spills`,
   `timeout`): FAIL, with `status` and `reason`: never chosen, never a crash;
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
-  `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead; so is a draw
-  that a part of the kernel cannot run (the legal space checks a kernel of several parts as one
-  product: `reason` names the part and why);
+  `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead (the legal space
+  checks each part of a kernel that runs as parts, so every draw is one that all parts can run);
 - a worker that dies mid-trial leaves a RUNNING trial that Optuna's heartbeat fails later (FAIL
   without `status`); finished trials are committed one by one and never lost. A live worker
   whose trial was failed that way (its heartbeats delayed past the grace period by a busy
@@ -182,7 +181,6 @@ def run_trials(
     start = clock()
     study = open_study(store, task, seed)
     space = conditional_space(task)
-    kernel, target = task.kernel_op(), task.target_object()
     env = measurer.environment()
     done_here = repeats = 0
     while True:
@@ -204,9 +202,8 @@ def run_trials(
                 trial, point = _ask(store, study, space)
                 heart.add(trial._trial_id)
                 other = _repeats(study, trial, point)
-                why = f"repeats trial {other}" if other is not None else _parts_cannot_run(kernel, point, target)
-                if why:
-                    _prune(study, trial, space, point, why)
+                if other is not None:
+                    _prune(study, trial, space, point, f"repeats trial {other}")
                     repeats += 1
                     continue
                 trials.append(trial)
@@ -253,19 +250,6 @@ def _repeats(study, trial, point) -> int | None:
         if live and point_key(t.user_attrs["values"]) == key:
             return t.number
     return None
-
-
-def _parts_cannot_run(kernel, point, target) -> str:
-    """Why a kernel that runs as parts (outputs over different axes, `emmy.schedule.plan`) cannot
-    run with `point`, or "": the legal space checks the kernel as one product, and a part can
-    need more registers than the whole. Such a point is pruned, never built or measured."""
-    from emmy.schedule.plan import part_problems
-
-    problems = part_problems(kernel, point, target)
-    if not problems:
-        return ""
-    part, reasons = problems[0]
-    return f"part @{part} cannot run with these values: {reasons[0]}"
 
 
 def _prune(study, trial, space, point, why: str) -> None:
