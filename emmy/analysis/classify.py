@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import combinations
 from math import prod
 
@@ -213,7 +214,7 @@ class KernelInfo:
         layout instead of only converting the accumulators."""
         return any(isinstance(op, LoadOp) for op in self.epilogue)
 
-    @property
+    @cached_property
     def contraction_widths(self) -> tuple[int, ...]:
         """The column extent of each contraction: the first group's (all over the same axes),
         then each of the other reductions over the same k axes (q over 2048 columns, then k and v
