@@ -106,9 +106,18 @@ def _fit(args, target: str, keys, sources) -> int:
     write_prior(out, prior)
     print(f"fitted the {target} prior to {len(samples)} measured candidates of {len(keys)} kernel keys; wrote {out}")
     for kind, r in sorted(prior.residuals.items()):
-        print(f"  {kind}: {r['keys']} keys, {r['trials']} candidates, residual spread {r['spread']:.3f} "
-              f"(margin x{prior.margin(kind):.2f})")
+        print(f"  {kind}: {r['keys']} keys, {r['trials']} candidates, residual spread {r['spread']:.3f}, "
+              f"{_trust(prior, kind)}")
     return 0
+
+
+def _trust(prior, kind: str) -> str:
+    """The margin of a kind and where it comes from, and the learned correction kept for it."""
+    held = prior.residuals.get(kind, {}).get("held_out")
+    where = (f"held out: {held['pairs']} pairs, worst x{held['worst']:.2f}" if held else "from the spread")
+    weights = prior.correction.get(kind)
+    corr = f"learned correction of {len(weights)} knob values" if weights else "no learned correction"
+    return f"margin x{prior.margin(kind):.2f} ({where}), {corr}"
 
 
 def _show(path: Path | None, target: str) -> int:
@@ -126,7 +135,7 @@ def _show(path: Path | None, target: str) -> int:
         print(f"{target}: prior fitted {prior.date} by Emmy {prior.emmy or '?'} to {data.get('trials', '?')} "
               f"candidates of {len(data.get('keys') or {})} keys ({path})")
         for kind, r in sorted(prior.residuals.items()):
-            print(f"  {kind}: {r.get('keys', '?')} keys, residual spread {r['spread']:.3f}, margin x{prior.margin(kind):.2f}")
+            print(f"  {kind}: {r.get('keys', '?')} keys, residual spread {r['spread']:.3f}, {_trust(prior, kind)}")
     for name, v in prior.coeffs.items():
         print(f"  {name} = {v:.4g}" + ("" if v == DEFAULTS[name] else f"  (default {DEFAULTS[name]:.4g})"))
     return 0

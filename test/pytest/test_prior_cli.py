@@ -97,8 +97,12 @@ def test_fit_writes_a_prior_that_loads(export, tmp_path, capsys):
     prior = load_prior(out_path, "sm_90a")
     assert prior.fitted and prior.data["keys"] == {"aaaa0001": 30, "bbbb0002": 30, "cccc0003": 30}
     assert prior.data["sources"] == [str(export)] and prior.residuals["contraction"]["spread"] < 0.06
+    held = prior.residuals["contraction"]["held_out"]  # three keys: each held out in turn
+    assert held["pairs"] == 3 * 29 and prior.margin("contraction") == held["margin"]
     code, out, _ = _run(["prior", "show", "--prior", str(out_path)], capsys)
-    assert code == 0 and "prior fitted" in out and "margin x" in out
+    assert code == 0 and "prior fitted" in out
+    assert f"margin x{held['margin']:.2f} (held out: {3 * 29} pairs, worst x{held['worst']:.2f})" in out
+    assert "learned correction" in out
 
 
 def test_evaluate_prints_a_table_and_a_json_last_line(export, capsys):
