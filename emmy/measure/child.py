@@ -57,6 +57,7 @@ class ChildMeasurer:
         self._proc = None
         self._conn = None
         self._environment: dict[str, str] | None = None
+        self._died = False  # the last answer did not come because the child died
 
     # Measurer protocol -------------------------------------------------------------------------
 
@@ -139,11 +140,12 @@ class ChildMeasurer:
     def _failure(self, stage: str, deadline: float) -> tuple[str, Measurement]:
         """Stop the child after a missed deadline or its death; the Measurement of the
         candidate it was on."""
-        proc = self._proc
-        dead = proc is not None and not proc.is_alive()
+        proc, dead = self._proc, self._died
+        if dead and proc is not None:
+            proc.join(timeout=10)
         self._kill()
         if dead:
-            why = (f"the measuring process died (exit code {proc.exitcode}) while "
+            why = (f"the measuring process died (exit code {proc.exitcode if proc else None}) while "
                    f"{'measuring' if stage == 'gpu' else 'preparing'} this candidate; it was replaced")
             self.replaced.append(why)
             return stage, Measurement("launch_error", reason=why)
@@ -176,11 +178,13 @@ class ChildMeasurer:
     def _receive(self, limit: float):
         """The child's next answer, or None when it gave none within `limit` seconds or died.
         An error it reports is raised here."""
+        self._died = False
         try:
             if not self._conn.poll(limit):
                 return None
             answer = self._conn.recv()
         except (EOFError, OSError):
+            self._died = True
             return None
         if answer[0] == "error":
             self._kill()
@@ -197,7 +201,7 @@ class ChildMeasurer:
 
 def serve(conn, make: Callable[[], object]) -> None:
     """The child: make the measurer, then answer requests until the pipe closes."""
-    _die_with_parent()
+    die_with_parent()
     try:
         measurer = make()
     except EmmyError as e:
@@ -243,13 +247,13 @@ def _answer(conn, measurer, request: tuple) -> None:
             conn.send(("value", measurer.remeasure(task, candidates, rounds)))
 
 
-def _die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when its parent dies (a killed worker leaves no child
-    hung on the GPU, holding its lock)."""
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent dies (a killed `emmy tune` leaves no
+    worker measuring on, a killed worker no child hung on the GPU holding its lock)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
 
-__all__ = ["DEFAULT_DEADLINE_S", "PREPARE_S", "ChildMeasurer", "serve"]
+__all__ = ["DEFAULT_DEADLINE_S", "PREPARE_S", "ChildMeasurer", "die_with_parent", "serve"]

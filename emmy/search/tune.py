@@ -179,6 +179,9 @@ def worker_main(url: str, tasks: list[TuneTask], budget: Budget, spec: str, seed
     from emmy.records.store import store_errors
     from emmy.search.cost import make_measurer
 
+    from emmy.measure.child import die_with_parent
+
+    die_with_parent()
     measurer = None
     try:
         if optuna_level is not None:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -141,6 +142,7 @@ def test_no_gpu(capsys):
     (["--storage", "not a url"], "--storage 'not a url' is not a database URL"),
     (["--storage", "nosuchdb://h/x"], "--storage 'nosuchdb://h/x': unknown database kind 'nosuchdb'"),
     (["--target", "sm_70"], "unknown target 'sm_70'"),
+    (["--deadline", "0"], "--deadline 0.0: give a positive number of seconds"),
 ])
 def test_bad_arguments(args, message, capsys, home):
     err = _error(capsys, [*TUNE, "--measurer", "cost", *args])
@@ -271,3 +273,84 @@ def test_devices_errors(text, measurer, workers, fragment):
 def test_devices_on_the_command_line_without_a_gpu(capsys):
     err = _error(capsys, [*TUNE, "--measurer", "cost", "--devices", "0"])
     assert "only the GPU measurer measures on devices" in err
+
+
+def test_deadline_follows_the_time_budget():
+    from argparse import Namespace
+
+    from emmy.cli.tune import deadline_of
+
+    assert deadline_of(Namespace(deadline=None, time_budget=None)) == 60.0
+    assert deadline_of(Namespace(deadline=None, time_budget=5.0)) == 20.0
+    assert deadline_of(Namespace(deadline=None, time_budget=45.0)) == 45.0
+    assert deadline_of(Namespace(deadline=None, time_budget=600.0)) == 60.0
+    assert deadline_of(Namespace(deadline=7.5, time_budget=600.0)) == 7.5
+
+
+def _tune_process(home: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "EMMY_HOME": str(home)}
+    env.pop("EMMY_DUMP_DIR", None)
+    return subprocess.Popen([sys.executable, "-m", "emmy.cli.main", *TUNE, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_quiet_workers_print_no_optuna_lines(tmp_path):
+    proc = _tune_process(tmp_path / "home", "--workers", "2", "--trials", "3", "--measurer", "cost")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "A new study created" not in err and "[I " not in err, err
+    assert "speed-up" in out
+
+
+def _bests(url: str) -> dict:
+    store = open_store(url, create=False)
+    if store is None:
+        return {}
+    return {name: store.load(name).user_attrs.get("emmy.best") for name in store.study_names()}
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_killed_run_keeps_the_bests_it_named(workers, tmp_path):
+    """kill -9 once the first study's best is named (the second still measuring): the best
+    stays, the workers stop with the run, and a re-run names only the missing best (the first
+    is not named again)."""
+    home = tmp_path / "home"
+    url = default_url(home)
+    proc = _tune_process(home, "--trials", "6", "--measurer", "cost:0.4", "--workers", workers)
+    named: dict = {}
+    for _ in range(1200):
+        time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        if home.exists():
+            named = {k: v for k, v in _bests(url).items() if v is not None}
+        if named:
+            break
+    assert len(named) == 1, "the first study was not named while the second was measured"
+    children = _children(proc.pid)
+    proc.kill()
+    proc.communicate(timeout=60)
+    for _ in range(100):  # the workers die with the run (PR_SET_PDEATHSIG)
+        if not any(_alive(c) for c in children):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("a worker outlived the killed run")
+    assert {k: v for k, v in _bests(url).items() if v is not None} == named
+    again = _tune_process(home, "--trials", "6", "--measurer", "cost", "--workers", workers)
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    after = _bests(url)
+    (first,) = named
+    assert after[first] == named[first]  # recalled, not measured and written again
+    assert all(v is not None for v in after.values()) and len(after) == 2
