@@ -18,6 +18,13 @@ The loss is least squares on log time, robust and anchored:
 
 The residual spread a Prior keeps is per kind and taken within keys (each sample's residual
 relative to its key's mean residual): the prior only ever compares candidates of one kernel.
+
+What bounds the prior's picks is measured on keys it was not fitted on (`held_out`): the keys
+fall in `FOLDS` folds, each ranked by coefficients fitted to the others; in each held-out key the
+top-ranked candidate's residual against every other candidate's is a ranking error, and a kind's
+margin is the `QUANTILE` of those errors (as a factor). The same folds decide whether the learned
+correction (`emmy.prior.correction`) is kept for a kind: only where it lowers the held-out regret
+of the top-ranked pick.
 """
 
 from __future__ import annotations
