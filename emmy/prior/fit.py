@@ -193,6 +193,8 @@ def held_out(samples: Sequence[Sample], coeffs: Mapping[str, float]) -> dict[str
     for held in folds(samples):
         train = [s for s in samples if s.key not in held]
         test = [s for s in samples if s.key in held]
+        if len(train) < MIN_SAMPLES:  # the other folds hold too little to fit
+            continue
         fold = fit_coeffs(train, start=coeffs)
         weights = fit_correction(train, residuals(train, fold))
         r = residuals(test, fold)

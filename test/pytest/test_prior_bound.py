@@ -174,6 +174,8 @@ def test_the_margin_is_calibrated_on_held_out_keys(info):
     assert good.margin("contraction") == g["margin"] and bad.margin("contraction") == b["margin"]
     one = fit(exact[:25], "sm_90a")  # one key: nothing to hold out, the in-sample spread decides
     assert folds(exact[:25]) == [] and "held_out" not in one.residuals["contraction"]
+    lone = fit(exact[:25] + exact[25:26], "sm_90a")  # holding out key a leaves one sample to fit on
+    assert lone.residuals["contraction"]["keys"] == 2 and "held_out" not in lone.residuals["contraction"]
 
 
 def test_the_learned_correction_finds_a_knob_value_the_model_misses(info):
