@@ -153,7 +153,6 @@ class ContractionPlan:
     B: int  # batch
     fusion: str  # "fused" or "split" (row statistics in a kernel of their own); "fused" without a prologue
     prologue: bool  # the kernel has a prologue reduction (row statistics)
-    element_bytes: int
     combine_lanes: int  # outputs per thread of the split_k combine kernel along the last n axis
     # mma_sync
     wm: int = 1
@@ -387,7 +386,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     g: dict = dict(
         name=name or info.name, bm=bm, bn=bn, bk=bk, stages=stages, workers=workers, warps=warps, split=split,
         nc=nc, threads=block_threads(warps, workers), M=info.M, N=info.extent(info.n_axes), K=info.K,
-        B=info.batch, prologue=bool(info.prologue), element_bytes=info.element_bytes,
+        B=info.batch, prologue=bool(info.prologue),
         combine_lanes=2 if info.n_axes and info.axes[info.n_axes[-1]] % 2 == 0 else 1, fusion=str(v["fusion"]), target=target,
         facts=SmemFacts.of(info),
     )
