@@ -129,7 +129,7 @@ def cmd_tune(args) -> int:
     with store_errors(store.name):
         outcomes, problems = tune(tasks, store, budget, args.measurer, workers, args.seed, args.batch,
                                   cache_dir=_emmy_home(), progress=progress, devices=devices,
-                                  deadline_s=deadline, optuna_level=optuna_level)
+                                  deadline_s=deadline, optuna_level=optuna_level, log=sys.stderr)
     print(format_table(HEADER, outcome_rows(outcomes)))
     print(f"records in {store.name}")
     for o in outcomes:

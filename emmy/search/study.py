@@ -347,13 +347,15 @@ class _Heartbeat:
 @dataclass(frozen=True)
 class Best:
     """What a study names after re-measuring: the trial, its values, time and spread; `kept`
-    when the recorded best stayed (the new one was not faster by more than the spread)."""
+    when the recorded best stayed (the new one was not faster by more than the spread);
+    `recalled` when it was named over the same trials before and read back, not measured."""
 
     trial: int
     values: Mapping[str, object]
     time_s: float
     spread: float
     kept: bool
+    recalled: bool = False
 
 
 def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS) -> Best | None:
@@ -367,7 +369,7 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
     old = study.user_attrs.get(BEST_ATTR)
     if old is not None and old.get("measured") == len(trials):
         return Best(int(old["trial"]), dict(old["values"]), float(old["time_s"]), float(old.get("spread") or 0.0),
-                    kept=True)
+                    kept=True, recalled=True)
     ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)
     chosen, keys = [], set()
     for t in ok:

@@ -64,14 +64,17 @@ def tune(
     devices: Sequence[int] | None = None,
     deadline_s: float | None = None,
     optuna_level: int | None = None,
+    log: TextIO | None = None,
 ) -> tuple[list[Outcome], list[str]]:
     """Tune every task into `store`; returns the outcomes and the problems met (workers that
     stopped), which the caller reports. `devices`: one worker per GPU index, each pinned to its
     GPU (`workers` is then their number). `deadline_s`: seconds one candidate's measurement may
     take on the GPU (`emmy.measure.child`). `optuna_level`: Optuna's logging verbosity in the
-    worker processes (None: Optuna's default)."""
+    worker processes (None: Optuna's default). `log`: where a line says each study's best as it
+    is named (what a run that is killed later has kept)."""
     bars = _Bars(tasks, budget, progress)
-    namer = _Namer(store, tasks, measurer_spec, cache_dir, deadline_s, devices[0] if devices else None)
+    namer = _Namer(store, tasks, measurer_spec, cache_dir, deadline_s, devices[0] if devices else None,
+                   bars.writer(log))
     problems: list[str] = []
     try:
         if workers == 1:
@@ -92,8 +95,9 @@ def tune(
 class _Namer:
     """Names the studies' bests, each once, with this process's measurer (made on first use)."""
 
-    def __init__(self, store: Store, tasks: Sequence[TuneTask], spec: str, cache_dir, deadline_s, device):
-        self.store, self.tasks = store, list(tasks)
+    def __init__(self, store: Store, tasks: Sequence[TuneTask], spec: str, cache_dir, deadline_s, device,
+                 say=None):
+        self.store, self.tasks, self.say = store, list(tasks), say
         self.spec, self.cache_dir, self.deadline_s, self.device = spec, cache_dir, deadline_s, device
         self.outcomes: dict[int, Outcome] = {}
         self._measurer = None
@@ -109,7 +113,10 @@ class _Namer:
         """Study i's outcome, its best named now (once per run)."""
         if i not in self.outcomes:
             replaced = len(getattr(self._measurer, "replaced", ()))
+            start = time.monotonic()
             self.outcomes[i] = _outcome(self.store, self.tasks[i], self.measurer)
+            if self.say is not None:
+                self.say(_named_line(self.outcomes[i], time.monotonic() - start))
             notes = tuple(f"naming the best: {why}" for why in getattr(self._measurer, "replaced", ())[replaced:])
             if notes:
                 self.outcomes[i] = replace(self.outcomes[i], notes=notes)
@@ -159,6 +166,14 @@ def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, ba
         p.join()
     return [f"worker {w} stopped with exit code {p.exitcode}; the trials it finished are in the store"
             for w, p in enumerate(procs) if p.exitcode != 0]
+
+
+def _named_line(o: Outcome, seconds: float) -> str:
+    """What naming a study found: `named KERNEL KEY: best T +- S% (N trials, M timeout) in X s`."""
+    best = f"best {_us(o.best.time_s)} +- {o.best.spread * 100:.1f}%" if o.best else "no best (none right)"
+    recalled = ", recalled" if o.best and o.best.recalled else ""
+    timeouts = f", {o.timeouts} timeout" if o.timeouts else ""
+    return f"named {o.task.kernel} {o.task.key_id}: {best} ({o.trials} trials{timeouts}{recalled}) in {seconds:.1f} s"
 
 
 def _drain(done, finished: list[set[int]]) -> None:
@@ -265,6 +280,16 @@ class _Bars:
             trials = measured(study)
             times = [t.value for t in trials if t.value is not None]
             self.update(i, len(trials), min(times) if times else None)
+
+    def writer(self, out: TextIO | None):
+        """A function writing a line to `out` above the bars (None: no `out`)."""
+        if out is None:
+            return None
+        if not self.bars:
+            return lambda line: print(line, file=out, flush=True)
+        from tqdm import tqdm
+
+        return lambda line: tqdm.write(line, file=out)
 
     def close(self) -> None:
         for bar in self.bars:

@@ -164,7 +164,8 @@ def test_a_best_is_named_again_only_over_new_trials(tasks, store):
     first = name_best(store, task, counting)
     again = name_best(store, task, counting)
     assert len(counting.calls) == 1
-    assert (again.trial, again.values, again.time_s) == (first.trial, first.values, first.time_s) and again.kept
+    assert (again.trial, again.values, again.time_s) == (first.trial, first.values, first.time_s)
+    assert again.recalled and not first.recalled
     assert store.load(task.key_id).user_attrs["emmy.best"]["measured"] == 6
     run_trials(store, task, CostMeasurer(), Budget(trials=8))
     name_best(store, task, counting)
