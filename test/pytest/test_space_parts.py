@@ -89,3 +89,12 @@ def test_paired_parts_run_two_ways(qkv):
     assert [s for s, _ in found] == ["paired", "paired", "apart"]
     assert all(rules for _, rules in found)
     assert part_rules(replace(problem.info, op=None), problem.space, SM90A) == [(None, ())]
+
+
+@pytest.mark.parametrize("pins", [(), ("siblings=apart",), ("workers=mma_sync",)], ids=lambda p: ";".join(p) or "rules")
+def test_the_decided_kernel_is_a_point_of_its_space(pins):
+    """decide-forks fits a kernel's parts (emmy.passes.decide_forks): what it decides is legal for
+    every part, so it is a point of the space."""
+    k = kernels(300, pins=tuple(f"{QKV}.{p}" for p in pins))[QKV]
+    problem = problem_of(k, SM90A)
+    assert k.knob_values() in legal_points(problem.info, problem.space, SM90A)
