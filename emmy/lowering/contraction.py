@@ -13,7 +13,8 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
      e.g. concatenated weights) is copied with `cp.async` 16 bytes at a time (zero-filled past
      the edges);
    - a computed A side (RMSNorm's `bf16(bf16(x * rstd) * norm_w)`) whose reads are all such bf16
-     loads: those tensors' tiles (x: block_m rows, norm_w: one row) are copied raw with cp.async,
+     loads (`KernelInfo.raw_a_loads`), where the plan's `a_source` is "raw_copies" (they fit):
+     those tensors' tiles (x: block_m rows, norm_w: one row) are copied raw with cp.async,
      stages deep, and after the step's barrier the A tile is computed from shared memory (the
      loop body's scalar code in f32, rounded to bf16, out-of-range elements zero), then a
      second barrier;
@@ -50,8 +51,9 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    the same way by the last of them (stream_k_fixup), a tile wholly its own as usual.
 
 Every number comes from the kernel's plan (`emmy.schedule.contraction.ContractionPlan`: tiles,
-warp grid, pipeline, tile order, split, launches). This module assembles the kernels (the
-statistics kernel, the main kernel's shared-memory layout and body); the jobs inside live in
+warp grid, pipeline, tile order, split, launches, and the shared-memory layout `smem`: every
+buffer's offset and the total the kernel declares). This module assembles the kernels (the
+statistics kernel, the main kernel's buffers and body); the jobs inside live in
 modules of their own: contraction_compute.py (row prologue, one k-step on tensor cores),
 contraction_ws.py (the warp-specialized producer/consumer loop), contraction_order.py (grid
 order, persistent loops, stream-K runs and their fix-up), contraction_epilogue.py (epilogues,
