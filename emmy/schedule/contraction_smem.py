@@ -133,9 +133,9 @@ def smem_layout(facts: SmemFacts, s: SmemShape, target: Target) -> SmemLayout:
         why = "workers=wgmma_ws: the producer warpgroup stages A itself"
     elif facts.raw_rows:
         raw = _raw_copies(facts, s, tiles)
-        with_raw = _layout(facts, s, target, raw, "raw_copies", "")
+        with_raw = _layout(facts, s, target, raw, "raw_copies", "A is computed in shared memory from raw copies of the tensors it reads")
         if with_raw.total <= limit:
-            return _layout(facts, s, target, raw, "raw_copies", "A is computed in shared memory from raw copies of the tensors it reads")
+            return with_raw
         why = (
             f"the raw copies of the tensors A reads need {with_raw.total} bytes of shared memory, over the "
             f"{limit} a block may use on {target.name}: A is computed from global loads while staging"
