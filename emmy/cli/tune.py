@@ -123,13 +123,18 @@ def cmd_tune(args) -> int:
     options = CompileOptions(model=args.model, layer=layer, tokens=tokens[0], target=target, seed=args.seed,
                              tracer=args.tracer, verify_each=False, golden=_golden_dir())
     tasks = select(tasks_of(options, tokens), args.kernel)
+    from emmy.evidence.prior import prior_decider
+    from emmy.targets import get_target
+
+    decider = prior_decider(options.golden, get_target(target))  # a fitted prior only
     progress = None if args.quiet else sys.stderr
     from emmy.cli.main import _emmy_home
 
     with store_errors(store.name):
         outcomes, problems = tune(tasks, store, budget, args.measurer, workers, args.seed, args.batch,
                                   cache_dir=_emmy_home(), progress=progress, devices=devices,
-                                  deadline_s=deadline, optuna_level=optuna_level, log=sys.stderr)
+                                  deadline_s=deadline, optuna_level=optuna_level, log=sys.stderr,
+                                  prior=decider.prior if decider else None)
     print(format_table(HEADER, outcome_rows(outcomes)))
     print(f"records in {store.name}")
     for o in outcomes:

@@ -7,8 +7,8 @@ the best.
 
 The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
-default answer (what Emmy chooses without records) and its legal neighbours as the first trials;
-then TPE (multivariate, grouped for the conditional space, a constant liar for parallel
+default answer (what Emmy chooses without records) and its legal neighbours as the first trials,
+then, where a fitted prior for the target exists, the prior's top few candidates; then TPE (multivariate, grouped for the conditional space, a constant liar for parallel
 workers, a fixed seed per worker) proposes the rest.
 
 Trials (the store's layout is in `emmy.records.store`):
@@ -50,6 +50,12 @@ TOP = 3
 ROUNDS = 5
 # Neighbours of the default answer enqueued as first trials.
 NEIGHBOURS = 6
+# With a fitted prior: its fastest predicted candidates enqueued after them, ranked among the
+# default's nearest legal points and a fixed sample of the legal space (which can hold millions
+# of points: the prior ranks about ten thousand a second).
+PRIOR_TOP = 3
+PRIOR_POOL = 64
+PRIOR_SAMPLE = 1000
 # Consecutive repeated draws after which a worker stops (the sampler has little left to offer).
 MAX_REPEATS = 50
 # Seconds a worker waits while other workers measure the last trials of the budget.
@@ -111,9 +117,13 @@ class _Recorder:
         return value
 
 
-def open_study(store: Store, task, seed: int = 0):
+def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     """The study of the task's key; created (with its attributes and first trials) when missing.
-    Several processes may call this at once: exactly one creates and seeds."""
+    Several processes may call this at once: exactly one creates and seeds. `space`: the task's
+    `conditional_space` where the caller has it (building it costs about half a second).
+    `prior`: a fitted `emmy.prior.store.Prior` for the target, whose top candidates
+    (`prior_picks`) are enqueued after the default and its neighbours (user attribute
+    `enqueued`: "prior")."""
     import optuna
 
     sampler = _sampler(seed)
@@ -130,14 +140,39 @@ def open_study(store: Store, task, seed: int = 0):
     # For the prior (emmy.prior.data): the key is a digest and cannot give back the kernel, so
     # the isolated tile-stage module is kept; `emmy prior fit` rebuilds each trial's plan from it.
     study.set_user_attr("emmy.module", task.module)
-    space = conditional_space(task)
+    space = space or conditional_space(task)
     default = dict(task.default)
     first = [default, *space.neighbours(default, NEIGHBOURS)] if default else []
     for point in first:
         params = params_of(space, point)
         if params is not None:
             study.enqueue_trial(params, skip_if_exists=True)
+    if prior is not None:
+        for point in prior_picks(task, space, prior, {point_key(p) for p in first}):
+            study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "prior"}, skip_if_exists=True)
     return study
+
+
+def prior_picks(task, space, prior, skip=frozenset()) -> list[dict]:
+    """The prior's `PRIOR_TOP` fastest predicted legal points (`emmy.prior.model.rank`) among the
+    default's `PRIOR_POOL` nearest legal points and a fixed sample of `PRIOR_SAMPLE` points of
+    the legal space, leaving out the point keys in `skip`."""
+    import random
+
+    from emmy.prior.model import rank
+
+    n = len(space.space)
+    sample = range(n) if n <= PRIOR_SAMPLE else sorted(random.Random(0).sample(range(n), PRIOR_SAMPLE))
+    default = dict(task.default)
+    pool = [*(space.neighbours(default, PRIOR_POOL) if default else []), *(dict(space.space[i]) for i in sample)]
+    out, seen = [], set(skip)
+    for values, _ in rank(task.info(), pool, task.target_object(), prior):
+        if point_key(values) not in seen and params_of(space, values) is not None:
+            seen.add(point_key(values))
+            out.append(values)
+        if len(out) == PRIOR_TOP:
+            break
+    return out
 
 
 def _key_fields(key) -> dict[str, object]:
@@ -172,15 +207,16 @@ def run_trials(
     batch: int = 1,
     on_trial: Callable[[int, float | None], None] | None = None,
     clock: Callable[[], float] | None = None,
+    prior=None,
 ) -> int:
     """One worker's loop on one study: ask up to `batch` trials, measure them together, tell,
     until the study has `budget.trials` measured trials, `budget.seconds` have passed, or every
     legal point is measured. Returns the trials this worker measured. `on_trial(measured so far,
-    best time)` is called after each batch."""
+    best time)` is called after each batch. `prior`: see `open_study`."""
     clock = clock or time.monotonic
     start = clock()
-    study = open_study(store, task, seed)
     space = conditional_space(task)
+    study = open_study(store, task, seed, space, prior)
     env = measurer.environment()
     done_here = repeats = 0
     while True:
@@ -409,4 +445,5 @@ def _write_best(study, trial: int, values, m: Measurement, env, count: int) -> N
     })
 
 
-__all__ = ["Best", "Budget", "conditional_space", "measured", "name_best", "open_study", "params_of", "run_trials"]
+__all__ = ["Best", "Budget", "conditional_space", "measured", "name_best", "open_study", "params_of", "prior_picks",
+           "run_trials"]

@@ -65,13 +65,15 @@ def tune(
     deadline_s: float | None = None,
     optuna_level: int | None = None,
     log: TextIO | None = None,
+    prior=None,
 ) -> tuple[list[Outcome], list[str]]:
     """Tune every task into `store`; returns the outcomes and the problems met (workers that
     stopped), which the caller reports. `devices`: one worker per GPU index, each pinned to its
     GPU (`workers` is then their number). `deadline_s`: seconds one candidate's measurement may
     take on the GPU (`emmy.measure.child`). `optuna_level`: Optuna's logging verbosity in the
     worker processes (None: Optuna's default). `log`: where a line says each study's best as it
-    is named (what a run that is killed later has kept)."""
+    is named (what a run that is killed later has kept). `prior`: a fitted prior for the target,
+    whose top candidates each new study tries first (`emmy.search.study.open_study`)."""
     bars = _Bars(tasks, budget, progress)
     namer = _Namer(store, tasks, measurer_spec, cache_dir, deadline_s, devices[0] if devices else None,
                    bars.writer(log))
@@ -80,11 +82,11 @@ def tune(
         if workers == 1:
             for i, task in enumerate(tasks):
                 run_trials(store, task, namer.measurer(), budget, seed=seed, batch=batch,
-                           on_trial=lambda n, best, i=i: bars.update(i, n, best))
+                           on_trial=lambda n, best, i=i: bars.update(i, n, best), prior=prior)
                 namer.name(i)
         else:
             problems = _run_workers(tasks, store, budget, measurer_spec, workers, seed, batch, cache_dir, bars,
-                                    namer, devices, deadline_s, optuna_level)
+                                    namer, devices, deadline_s, optuna_level, prior)
         outcomes = [namer.name(i) for i in range(len(tasks))]  # (named already: read back)
     finally:
         namer.close()
@@ -129,14 +131,15 @@ class _Namer:
 
 
 def _run_workers(tasks, store, budget, spec, workers, seed, batch, cache_dir, bars, namer: _Namer, devices=None,
-                 deadline_s=None, optuna_level=None) -> list[str]:
+                 deadline_s=None, optuna_level=None, prior=None) -> list[str]:
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     done = ctx.Queue()
     procs = [
         ctx.Process(target=worker_main, args=(store.url, list(tasks), budget, spec, seed + w, batch, cache_dir,
-                                              devices[w] if devices else None, w, done, deadline_s, optuna_level),
+                                              devices[w] if devices else None, w, done, deadline_s, optuna_level,
+                                              prior),
                     name=f"emmy-tune-worker-{w}")
         for w in range(workers)
     ]
@@ -187,7 +190,7 @@ def _drain(done, finished: list[set[int]]) -> None:
 
 def worker_main(url: str, tasks: list[TuneTask], budget: Budget, spec: str, seed: int, batch: int, cache_dir,
                 device: int | None = None, index: int = 0, done=None, deadline_s: float | None = None,
-                optuna_level: int | None = None) -> None:
+                optuna_level: int | None = None, prior=None) -> None:
     """A worker process: every study in order, to its budget (on GPU `device` when given),
     putting (index, study) on the `done` queue after each."""
     from emmy.diagnostics import EmmyError
@@ -208,7 +211,7 @@ def worker_main(url: str, tasks: list[TuneTask], budget: Budget, spec: str, seed
         measurer = make_measurer(spec, cache_dir, deadline_s, device)
         with store_errors(store.name):
             for i, task in enumerate(tasks):
-                run_trials(store, task, measurer, budget, seed=seed, batch=batch)
+                run_trials(store, task, measurer, budget, seed=seed, batch=batch, prior=prior)
                 if done is not None:
                     done.put((index, i))
     except EmmyError as e:

@@ -173,6 +173,27 @@ def test_a_best_is_named_again_only_over_new_trials(tasks, store):
     assert store.load(task.key_id).user_attrs["emmy.best"]["measured"] == 8
 
 
+def test_the_priors_top_candidates_come_after_the_default_and_its_neighbours(tasks, store):
+    """With a prior for the target, a new study enqueues its 3 fastest predicted legal
+    candidates (other than the default and its neighbours) after them; the first trials
+    measure them all."""
+    from emmy.prior.store import Prior
+    from emmy.search.study import NEIGHBOURS, conditional_space, prior_picks
+
+    task, prior = tasks[0], Prior(TARGET)
+    space = conditional_space(task)
+    first = [dict(task.default), *space.neighbours(dict(task.default), NEIGHBOURS)]
+    picks = prior_picks(task, space, prior, {point_key(p) for p in first})
+    assert len(picks) == 3 and all(check(task.info(), p, get_target(TARGET)) == [] for p in picks)
+    assert not {point_key(p) for p in picks} & {point_key(p) for p in first}
+    study = open_study(store, task, prior=prior)
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [t.user_attrs.get("enqueued") for t in waiting] == [None] * len(first) + ["prior"] * 3
+    assert [{k.partition("|")[0]: v for k, v in t.system_attrs["fixed_params"].items()} for t in waiting[-3:]] == picks
+    run_trials(store, task, CostMeasurer(), Budget(trials=len(first) + 3), prior=prior)
+    assert [point_key(v) for v in _values(store.load(task.key_id))] == [point_key(p) for p in first + picks]
+
+
 def test_tune_outcomes_and_table(tasks, store):
     outcomes, problems = tune(tasks, store, Budget(trials=6), "cost", workers=1, progress=None)
     assert problems == []
