@@ -200,27 +200,29 @@ class ChildMeasurer:
 
 
 def serve(conn, make: Callable[[], object]) -> None:
-    """The child: make the measurer, then answer requests until the pipe closes."""
+    """The child: make the measurer, then answer requests until the pipe closes (or Ctrl-C)."""
     die_with_parent()
+    measurer = None
     try:
-        measurer = make()
-    except EmmyError as e:
-        conn.send(("error", e.message, e.hint or ""))
-        return
-    while True:
         try:
-            request = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            break
-        try:
-            _answer(conn, measurer, request)
+            measurer = make()
         except EmmyError as e:
             conn.send(("error", e.message, e.hint or ""))
-        except Exception as e:  # noqa: BLE001  (a bug: said in words, the run stops cleanly)
-            conn.send(("error", f"the measuring process failed: {first_line(e)}", ""))
-    close = getattr(measurer, "close", None)
-    if close is not None:
-        close()
+            return
+        while True:
+            request = conn.recv()
+            try:
+                _answer(conn, measurer, request)
+            except EmmyError as e:
+                conn.send(("error", e.message, e.hint or ""))
+            except Exception as e:  # noqa: BLE001  (a bug: said in words, the run stops cleanly)
+                conn.send(("error", f"the measuring process failed: {first_line(e)}", ""))
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass
+    finally:
+        close = getattr(measurer, "close", None)
+        if close is not None:
+            close()
 
 
 def _answer(conn, measurer, request: tuple) -> None:
