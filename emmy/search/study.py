@@ -217,7 +217,7 @@ def run_trials(
     start = clock()
     space = conditional_space(task)
     study = open_study(store, task, seed, space, prior)
-    env = measurer.environment()
+    env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     while True:
         _fail_stale(study)
@@ -245,6 +245,8 @@ def run_trials(
                 trials.append(trial)
                 points.append(point)
             results = measurer.measure(task, points) if trials else []
+        if trials and env is None:
+            env = measurer.environment()
         for trial, point, m in zip(trials, points, results):
             _tell(study, trial, point, m, env)
         if not trials:
