@@ -117,7 +117,7 @@ def cmd_tune(args) -> int:
     assert store is not None
     from emmy.driver import CompileOptions
     from emmy.search.task import select, tasks_of
-    from emmy.search.tune import HEADER, outcome_rows, tune
+    from emmy.search.tune import HEADER, outcome_notes, outcome_rows, tune
 
     layer = args.layer
     options = CompileOptions(model=args.model, layer=layer, tokens=tokens[0], target=target, seed=args.seed,
@@ -137,13 +137,8 @@ def cmd_tune(args) -> int:
                                   prior=decider.prior if decider else None)
     print(format_table(HEADER, outcome_rows(outcomes)))
     print(f"records in {store.name}")
-    for o in outcomes:
-        if o.timeouts:
-            print(f"note: {o.task.kernel} ({o.task.key_id}): {o.timeouts} candidate(s) passed the {deadline:g} s "
-                  "deadline (status 'timeout'; the measuring process was replaced each time; reasons: emmy records "
-                  f"show {o.task.key_id})", file=sys.stderr)
-        for note in o.notes:
-            print(f"note: {o.task.kernel} ({o.task.key_id}): {note}", file=sys.stderr)
+    for note in outcome_notes(outcomes, deadline):
+        print(f"note: {note}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -320,4 +320,18 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[str, ...]]:
     return rows
 
 
-__all__ = ["HEADER", "Outcome", "outcome_rows", "tune", "worker_main"]
+def outcome_notes(outcomes: Sequence[Outcome], deadline_s: float) -> list[str]:
+    """What the table does not say: per study, the candidates that timed out (each time the
+    measuring process was replaced) and what happened while naming its best."""
+    notes = []
+    for o in outcomes:
+        where = f"{o.task.kernel} ({o.task.key_id})"
+        if o.timeouts:
+            notes.append(f"{where}: {o.timeouts} candidate(s) timed out (status 'timeout': past the {deadline_s:g} s "
+                         "deadline on the GPU, or no answer while preparing; the measuring process was replaced "
+                         "each time; the reasons are in the store)")
+        notes += [f"{where}: {note}" for note in o.notes]
+    return notes
+
+
+__all__ = ["HEADER", "Outcome", "outcome_notes", "outcome_rows", "tune", "worker_main"]

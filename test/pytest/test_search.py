@@ -205,6 +205,34 @@ def test_tune_outcomes_and_table(tasks, store):
             assert o.default_time_s >= o.best.time_s * 0.999 or o.best.kept
 
 
+def test_each_best_is_said_as_it_is_named(tasks, store):
+    import io
+
+    out = io.StringIO()
+    tune(tasks, store, Budget(trials=4), "cost", workers=1, progress=None, log=out)
+    lines = out.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == [t.kernel for t in tasks]
+    assert all(line.startswith("named ") and ": best " in line and "(4 trials) in " in line for line in lines)
+    again = io.StringIO()
+    tune(tasks, store, Budget(trials=4), "cost", workers=1, progress=None, log=again)
+    assert all("(4 trials, recalled) in " in line for line in again.getvalue().splitlines())
+
+
+def test_timeouts_show_in_the_table_and_notes(tasks):
+    from emmy.search.study import Best
+    from emmy.search.tune import Outcome, outcome_notes
+
+    o = Outcome(tasks[0], 5, Best(1, {}, 2e-6, 0.01, kept=False), 3e-6, "ok", timeouts=2,
+                notes=("naming the best: timeout: ...",))
+    assert outcome_rows([o])[0][2] == "5 (2 timeout)"
+    notes = outcome_notes([o], 60.0)
+    assert notes[0] == (f"{tasks[0].kernel} ({tasks[0].key_id}): 2 candidate(s) timed out (status 'timeout': past "
+                        "the 60 s deadline on the GPU, or no answer while preparing; the measuring process was "
+                        "replaced each time; the reasons are in the store)")
+    assert notes[1] == f"{tasks[0].kernel} ({tasks[0].key_id}): naming the best: timeout: ..."
+    assert outcome_notes([replace(o, timeouts=0, notes=())], 60.0) == []
+
+
 def test_select_names_the_kernels(tasks):
     from emmy.diagnostics import EmmyError
 
