@@ -133,3 +133,23 @@ def test_qwen3_layer_kernels_at_512_tokens(kernel, qwen_tasks, tmp_path):
         print(f"  remeasured {str(QWEN_CANDIDATES[kernel][i]):40} {r.status} {r.time_s * 1e6:8.2f} us +-{r.spread:.1%}")
     assert results[0].status == "ok", results[0].reason
     assert all(r.status in ("ok", "build_failed", "spills") for r in results), [r.reason for r in results]
+
+
+def test_the_gpu_measurer_in_its_child_process(tmp_path):
+    """What `emmy tune` runs: the GPU measurer in a child process with a deadline per
+    candidate (emmy.measure.child), answers as the measurer itself does."""
+    from functools import partial
+
+    from emmy.measure.child import ChildMeasurer
+    from emmy.measure.gpu import pinned_measurer
+
+    task = _Task(KERNEL, _isolated_text())
+    with ChildMeasurer(partial(pinned_measurer, _cache(tmp_path), 0), deadline_s=60.0) as m:
+        env = m.environment()
+        results = m.measure(task, [{}, {"block_m": 7}])
+        again = m.remeasure(task, [{}], rounds=3)
+        assert m.replaced == []
+    assert env["card"]
+    assert results[0].status == "ok" and results[0].time_s > 0, results[0].reason
+    assert results[1].status == "build_failed"
+    assert again[0].status == "ok" and again[0].time_s > 0
