@@ -8,8 +8,9 @@ the best.
 The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
 default answer (what Emmy chooses without records) and its legal neighbours as the first trials,
-then, where a fitted prior for the target exists, the prior's top few candidates; then TPE (multivariate, grouped for the conditional space, a constant liar for parallel
-workers, a fixed seed per worker) proposes the rest.
+then, where a fitted prior for the target exists, the prior's top few candidates; then TPE
+(multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
+seed per worker) proposes the rest.
 
 Trials (the store's layout is in `emmy.records.store`):
 - measured "ok": COMPLETE, value = seconds per call;
