@@ -14,7 +14,10 @@ whose kernels spill more than `spill_limit` bytes (stores plus loads, ptxas) is 
 when a worker process dies the pool is started afresh and the builds it held are submitted again
 (once: a build that kills its worker twice is `build_failed`).
 
-Workers are started with `spawn` (a forked copy of a process holding a CUDA context is unsafe).
+Workers are started with `spawn` (a forked copy of a process holding a CUDA context is unsafe), on
+demand by the thread that submits, and are killed when the process that started
+them dies (`emmy.measure.child.die_with_parent`: a measuring child killed past its deadline leaves
+no build worker behind); use a Builder from a thread that lives as long as it.
 """
 
 from __future__ import annotations
@@ -140,8 +143,11 @@ class Builder:
             self._pool = None
 
     def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"))
+        from emmy.measure.child import die_with_parent
+
+        if self._pool is None:  # (its workers die with this process: a killed measuring child leaks none)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=get_context("spawn"),
+                                             initializer=die_with_parent)
         return self._pool
 
     def submit(self, job: BuildJob) -> Future:

@@ -200,6 +200,38 @@ def test_builder_survives_a_dead_worker(tmp_path):
     assert third.status == "build_failed" and "split_k" in third.reason
 
 
+def _own_a_builder(conn, cache: str) -> None:
+    """(In a process of its own) start a Builder's pool, send its workers' pids, wait."""
+    import time
+
+    builder = Builder("sm_90a", Path(cache), workers=2)
+    builder.result(builder.submit(BuildJob("not a module", "k", {})))
+    conn.send([p.pid for p in builder._pool._processes.values()])
+    time.sleep(3600)
+
+
+def test_build_workers_die_with_the_process_that_started_them(tmp_path):
+    """A measuring child killed past its deadline leaves no build worker behind."""
+    import multiprocessing
+    import os
+    import time
+
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    owner = ctx.Process(target=_own_a_builder, args=(theirs, str(tmp_path)))
+    owner.start()
+    pids = mine.recv()
+    assert pids
+    owner.kill()
+    owner.join()
+    for _ in range(100):
+        if not any(os.path.exists(f"/proc/{p}") for p in pids):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"build workers {pids} outlived the process that started them")
+
+
 def test_builder_needs_a_worker(tmp_path):
     with pytest.raises(EmmyError, match="at least one worker process"):
         Builder("sm_90a", tmp_path, workers=0)
