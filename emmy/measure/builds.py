@@ -5,9 +5,11 @@
         built = builder.result(futures[0])      # a Built: status, reason, facts, plan, cubin
 
 Each job runs in a worker process: the isolated module through the pipeline from decide-forks on
-with the candidate pinned (`candidate.py`), then nvcc with ptxas's report (`-Xptxas -v`), into
-the kernel cache that `emmy run` uses (`emmy.backend.run.cubin_path`; the report is kept beside
-the cubin, so a candidate built once is never built again). A build never raises and never loses
+with the candidate pinned (`candidate.py`; the lowering is kept in the kernel cache too,
+`lower_cached`, so re-measuring a study's top candidates lowers nothing again), then nvcc with
+ptxas's report (`-Xptxas -v`), into the kernel cache that `emmy run` uses
+(`emmy.backend.run.cubin_path`; the report is kept beside the cubin, so a candidate built once
+is never built again). A build never raises and never loses
 a worker: a candidate the pipeline rejects or nvcc fails on is status `build_failed` with the
 message, one past the time limit is `build_timeout` (nvcc and its compilers are stopped), one
 whose kernels spill more than `spill_limit` bytes (stores plus loads, ptxas) is `spills`, and
@@ -22,7 +24,9 @@ no build worker behind); use a Builder from a thread that lives as long as it.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import traceback
 from collections.abc import Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
@@ -102,12 +106,41 @@ def spill_facts(report: Mapping[str, Mapping[str, object]]) -> dict[str, int]:
     }
 
 
-def build_candidate(job: BuildJob, arch: str, cache_dir: str, timeout: float, spill_limit: int) -> Built:
-    """Lower and build one candidate (runs in a worker process); never raises."""
+def lowered_path(job: BuildJob, cache_dir: Path) -> Path:
+    """Where a candidate's lowering is kept: named by a hash of Emmy's source, the isolated
+    module, the kernel and the values (any change to the compiler lowers it afresh)."""
+    from emmy.measure.gpu import source_hash
+
+    text = "\0".join([source_hash(), job.module_text, job.kernel_name, repr(sorted(job.values.items()))])
+    return Path(cache_dir) / "lowered" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.pickle"
+
+
+def lower_cached(job: BuildJob, cache_dir: Path):
+    """The candidate lowered (`candidate.lower_candidate`), read from the kernel cache where an
+    earlier build (another worker's, the naming's) kept it; an unreadable entry is lowered again.
+    A candidate the pipeline rejects raises its EmmyError (not kept)."""
+    from emmy.backend.run import store_atomically
     from emmy.measure.candidate import lower_candidate
 
+    path = lowered_path(job, cache_dir)
     try:
-        lowered = lower_candidate(job.module_text, job.kernel_name, job.values)
+        return pickle.loads(path.read_bytes())
+    except Exception:  # noqa: BLE001  (missing, half-written by a killed process, from another Emmy)
+        pass
+    lowered = lower_candidate(job.module_text, job.kernel_name, job.values)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store_atomically(path, pickle.dumps(lowered))
+    except OSError:
+        pass  # (a read-only cache: lowered each time)
+    return lowered
+
+
+def build_candidate(job: BuildJob, arch: str, cache_dir: str, timeout: float, spill_limit: int) -> Built:
+    """Lower (or find the lowering in the cache) and build one candidate (runs in a worker
+    process); never raises."""
+    try:
+        lowered = lower_cached(job, Path(cache_dir))
     except EmmyError as e:
         return Built("build_failed", f"the pipeline rejects the candidate: {e}")
     except Exception as e:  # a bug in a pass: reported with where it happened, the worker lives on
@@ -188,4 +221,4 @@ class Builder:
 
 
 __all__ = ["DEFAULT_SPILL_LIMIT", "DEFAULT_TIMEOUT", "BuildJob", "Built", "Builder", "build_candidate",
-           "build_source", "spill_facts"]
+           "build_source", "lower_cached", "lowered_path", "spill_facts"]

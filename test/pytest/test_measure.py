@@ -200,6 +200,29 @@ def test_builder_survives_a_dead_worker(tmp_path):
     assert third.status == "build_failed" and "split_k" in third.reason
 
 
+def test_a_lowering_is_kept_and_read_back(tmp_path, monkeypatch):
+    """A candidate lowered once is read from the kernel cache after (re-measuring a study's top
+    candidates lowers nothing again); a damaged entry is lowered afresh."""
+    import emmy.measure.candidate as candidate
+    from emmy.measure.builds import lower_cached, lowered_path
+
+    job = BuildJob(_isolated_text(), KERNEL, {"block_m": 64})
+    first = lower_cached(job, tmp_path)
+    assert lowered_path(job, tmp_path).exists()
+
+    def never(*args):
+        raise AssertionError("lowered again")
+
+    monkeypatch.setattr(candidate, "lower_candidate", never)
+    again = lower_cached(job, tmp_path)
+    assert again.plan.source == first.plan.source and again.facts == first.facts
+    monkeypatch.undo()
+    lowered_path(job, tmp_path).write_bytes(b"half a pick")
+    assert lower_cached(job, tmp_path).plan.source == first.plan.source
+    other = BuildJob(_isolated_text(), KERNEL, {"block_m": 128})
+    assert lowered_path(other, tmp_path) != lowered_path(job, tmp_path)
+
+
 def _own_a_builder(conn, cache: str) -> None:
     """(In a process of its own) start a Builder's pool, send its workers' pids, wait."""
     import time
