@@ -67,7 +67,8 @@ class Measurer(Protocol):
 
     def measure(self, task, candidates: Sequence[Mapping[str, KnobValue]]) -> list[Measurement]:
         """One Measurement per candidate, in order: builds in parallel ahead of the GPU, then
-        times them one by one."""
+        times them one by one. A measurer may stop short after a candidate that timed out
+        (`emmy.measure.child`): the candidates past the list's end were not measured."""
         ...
 
     def remeasure(self, task, candidates: Sequence[Mapping[str, KnobValue]], rounds: int) -> list[Measurement]:

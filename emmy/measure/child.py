@@ -11,13 +11,13 @@ this process waits for each answer with a deadline:
 
 - once the child holds the GPU for a candidate (it says so: `started`), the candidate has
   `deadline_s` seconds to be checked and timed; past them the child is killed and the
-  candidate is a "timeout" Measurement (its reason says why), and the candidates after it go
-  to a fresh child;
+  candidate is a "timeout" Measurement (its reason says why), and `measure` returns without
+  the candidates after it (the next request starts a fresh child);
 - before that (its build, the task's reference, waiting for the GPU's lock while another
   process measures), `prepare_s` seconds; past them every candidate left in the request is a
   "timeout" (a fresh child would spend as long on them again);
 - a child that dies (a crash in the driver) makes its candidate a "launch_error" and is
-  replaced the same way.
+  replaced; the candidates after it go to the fresh child.
 
 The caller's bookkeeping (the Optuna trial) stays in the caller: no trial is lost or left
 RUNNING by a kill. The child exits when this process does (its end of the pipe closes; on Linux
@@ -71,6 +71,9 @@ class ChildMeasurer:
         return dict(self._environment)
 
     def measure(self, task, candidates: Sequence[Mapping[str, object]]) -> list[Measurement]:
+        """One Measurement per candidate, except after a timeout on the GPU: the candidates
+        after it are not measured (a shorter list; the caller's time budget is looked at before
+        a fresh child spends a deadline on each of a family of hanging kernels)."""
         out: list[Measurement] = []
         left = [dict(c) for c in candidates]
         while left:
@@ -84,6 +87,8 @@ class ChildMeasurer:
                 out += [m] * len(rest)
                 break
             out.append(m)
+            if m.status == "timeout":
+                break
             left = rest[1:]
         return out
 

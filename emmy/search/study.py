@@ -19,6 +19,8 @@ Trials (the store's layout is in `emmy.records.store`):
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
   `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead (the legal space
   checks each part of a kernel that runs as parts, so every draw is one that all parts can run);
+- a trial the measurer did not measure (it stops a batch after a candidate timed out: see
+  `emmy.measure.child`) is FAIL without `status`, `reason` "not measured: ...";
 - a worker that dies mid-trial leaves a RUNNING trial that Optuna's heartbeat fails later (FAIL
   without `status`); finished trials are committed one by one and never lost. A live worker
   whose trial was failed that way (its heartbeats delayed past the grace period by a busy
@@ -250,10 +252,12 @@ def run_trials(
             env = measurer.environment()
         for trial, point, m in zip(trials, points, results):
             _tell(study, trial, point, m, env)
+        for trial in trials[len(results):]:  # the measurer stopped short (after a timeout)
+            _unmeasured(study, trial, "not measured: the measurer stopped this batch after a timeout")
         if not trials:
             continue
         repeats = 0
-        done_here += len(trials)
+        done_here += len(results)
         if on_trial is not None:
             on_trial(len(measured(study)), _best_time(study))
     return done_here
@@ -305,6 +309,18 @@ def _prune(study, trial, space, point, why: str) -> None:
         if point_key(n) not in seen and params is not None:
             study.enqueue_trial(params, skip_if_exists=True)
             return
+
+
+def _unmeasured(study, trial, why: str) -> None:
+    """A trial asked for but not measured: FAIL without a status (not counted, its point may be
+    drawn again), with the reason."""
+    import optuna
+
+    try:
+        trial.set_user_attr("reason", why)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass  # failed by another worker meanwhile
 
 
 def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:

@@ -79,16 +79,18 @@ def make_hangs_on_the_default():
 
 
 def test_a_candidate_past_its_deadline_is_a_timeout_and_the_next_is_measured():
+    """The candidates after a timeout are left out (the caller's budget is looked at first); the
+    next request goes to a fresh child."""
     with ChildMeasurer(make_fake, deadline_s=1.0) as m:
         pid = m.environment()["pid"]
         out = m.measure(None, [{"n": 1}, {"n": -1}, {"n": 3}])
-        assert [x.status for x in out] == ["ok", "timeout", "ok"]
-        assert out[0].time_s == 1e-6 and out[2].time_s == 3e-6
+        assert [x.status for x in out] == ["ok", "timeout"]
+        assert out[0].time_s == 1e-6
         assert out[1].reason.startswith("timeout: the candidate was not checked and timed within 1 s")
         assert "replaced" in out[1].reason and len(m.replaced) == 1
         assert m.environment()["pid"] == pid  # (read once)
         # the fresh child measures on
-        assert [x.status for x in m.measure(None, [{"n": 5}])] == ["ok"]
+        assert [(x.status, x.time_s) for x in m.measure(None, [{"n": 3}])] == [("ok", 3e-6)]
 
 
 def test_a_child_that_dies_is_a_launch_error_and_is_replaced():
@@ -124,8 +126,9 @@ def test_a_measurer_that_cannot_start_is_an_error():
 
 def test_the_trial_loop_goes_on_past_a_hung_candidate(tmp_path):
     """The default candidate (the study's first trial) hangs in the measuring child: its trial
-    is failed with status 'timeout' and its reason, the child is replaced, the next trials are
-    measured, and no trial is left running."""
+    is failed with status 'timeout' and its reason, the child is replaced, the rest of its
+    batch is failed unmeasured (no status: not counted), the next trials are measured, and no
+    trial is left running."""
     from emmy.driver import CompileOptions, compile_model
     from emmy.search.task import tasks_in
     from emmy.targets import get_target
@@ -144,3 +147,6 @@ def test_the_trial_loop_goes_on_past_a_hung_candidate(tmp_path):
     assert first.user_attrs["reason"].startswith("timeout: ")
     assert len(trials) == 4 and all(t.user_attrs["status"] in ("ok", "build_failed") for t in trials[1:])
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    (skipped,) = [t for t in study.trials if "status" not in t.user_attrs and t.state == optuna.trial.TrialState.FAIL]
+    assert skipped.number == 1 and skipped.state == optuna.trial.TrialState.FAIL
+    assert skipped.user_attrs["reason"] == "not measured: the measurer stopped this batch after a timeout"
