@@ -171,6 +171,11 @@ class ChildMeasurer:
         return answer
 
     def _send(self, request: tuple) -> None:
+        """Send a request, to a fresh child where there is none (or the last one died idle)."""
+        if self._proc is not None and not self._proc.is_alive():
+            self.replaced.append(f"the measuring process died (exit code {self._proc.exitcode}) between "
+                                 "candidates; it was replaced")
+            self._kill()
         if self._proc is None:
             ctx = get_context("spawn")
             mine, theirs = ctx.Pipe()

@@ -100,6 +100,18 @@ def test_a_child_that_dies_is_a_launch_error_and_is_replaced():
         assert "the measuring process died (exit code 3)" in out[0].reason
 
 
+def test_a_child_that_died_idle_is_replaced_at_the_next_request():
+    with ChildMeasurer(make_fake, deadline_s=30.0) as m:
+        pid = int(m.environment()["pid"])
+        os.kill(pid, 9)
+        for _ in range(200):  # (until it is gone)
+            if not m._proc.is_alive():
+                break
+            time.sleep(0.05)
+        assert [x.status for x in m.measure(None, [{"n": 2}])] == ["ok"]
+        assert m.replaced == ["the measuring process died (exit code -9) between candidates; it was replaced"]
+
+
 def test_a_hang_before_the_gpu_fails_the_rest_of_the_request():
     """Past the preparing limit (a build, the reference, the GPU lock), every candidate left is
     a timeout: a fresh child would spend as long on each."""
