@@ -41,7 +41,8 @@ def add_parser(sub) -> None:
                    help="seconds one candidate may take on the GPU before it is a failed trial with status "
                         "'timeout' and its measuring process is replaced (default: the time budget within "
                         "20..60 s, else 60)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars, and no line per kernel as its best is named (only the table)")
 
 
 def parse_tokens(text: str) -> list[int]:
@@ -133,7 +134,7 @@ def cmd_tune(args) -> int:
     with store_errors(store.name):
         outcomes, problems = tune(tasks, store, budget, args.measurer, workers, args.seed, args.batch,
                                   cache_dir=_emmy_home(), progress=progress, devices=devices,
-                                  deadline_s=deadline, optuna_level=optuna_level, log=sys.stderr,
+                                  deadline_s=deadline, optuna_level=optuna_level, log=progress,
                                   prior=decider.prior if decider else None)
     print(format_table(HEADER, outcome_rows(outcomes)))
     print(f"records in {store.name}")

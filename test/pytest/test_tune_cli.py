@@ -302,6 +302,18 @@ def test_quiet_workers_print_no_optuna_lines(tmp_path):
     assert "speed-up" in out
 
 
+def test_each_best_is_said_as_it_is_named_unless_quiet(tmp_path):
+    argv = [sys.executable, "-m", "emmy.cli.main", *[a for a in TUNE if a != "--quiet"], "--trials", "3",
+            "--measurer", "cost"]
+    env = {**os.environ, "EMMY_HOME": str(tmp_path / "home")}
+    env.pop("EMMY_DUMP_DIR", None)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("named ") == 2 and ": best " in proc.stderr and "(3 trials) in " in proc.stderr
+    quiet = subprocess.run([*argv, "--quiet"], capture_output=True, text=True, env=env)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
 def _bests(url: str) -> dict:
     store = open_store(url, create=False)
     if store is None:
