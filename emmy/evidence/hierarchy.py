@@ -60,9 +60,10 @@ class Hierarchy:
         if "pinned" in tiers:
             deciders.append(PinnedDecider(pins))
         deciders.append(KeptDecider())
+        vet = _nearest_vet(prior) if "prior" in tiers else None
         for tier in ("local", "golden", "nearest"):
             if tier in tiers:
-                d = RecordedDecider(tier, getattr(ev, tier))
+                d = RecordedDecider(tier, getattr(ev, tier), vet=vet if tier == "nearest" else None)
                 recorded.append(d)
                 deciders.append(d)
         if "prior" in tiers and prior is not None:
@@ -100,6 +101,14 @@ class Hierarchy:
             del used["prior"]
         key = self.keys[kernel]
         return {"key": key.id, "sources": used, "skipped": skipped, "misses": misses}
+
+
+def _nearest_vet(prior):
+    """The fitted prior's check of borrowed answers (emmy.evidence.prior.NearestVet), or None."""
+    from emmy.evidence.prior import NearestVet
+
+    fitted = prior is not None and getattr(prior.prior, "fitted", False)
+    return NearestVet(prior.prior) if fitted else None
 
 
 def _store(url: str):

@@ -6,6 +6,12 @@ rules' answer, this decider answers nothing and the rules answer (tier `rule`, w
 reasons), unless the rules are turned off (`completes`): then the kept answer is the prior's
 (tier `prior`). The report says what the prior ranked either way. Its coefficients come from
 `<golden folder>/<target>/prior.json` when there is one, else the target's unfitted defaults.
+
+A fitted prior also vets the nearest tier (`NearestVet`): values measured on another shape are
+borrowed unless the prior predicts the rules' answer faster on this shape by more than
+`MIN_MARGIN`. A tile that gave one full wave at 512 tokens can leave a wave and a half at 768; the
+rules and the prior count waves, a copied answer does not. A vetted-out candidate is reported as
+skipped evidence with both predicted times, and the tiers below answer.
 """
 
 from __future__ import annotations
@@ -50,6 +56,34 @@ class PriorDecider:
                 "runner_up": runner, "margin": round(c.margin, 4), "candidates": c.candidates, "why": c.reason}
 
 
+@dataclass(frozen=True)
+class NearestVet:
+    """The prior's check of a borrowed (nearest) assignment against the rules' answer here."""
+
+    prior: object  # emmy.prior.store.Prior (fitted)
+
+    def __call__(self, problem: Problem, fixed: Mapping[str, Answer], values: Mapping[str, object]) -> str:
+        from emmy.prior.features import Kernel
+        from emmy.prior.model import score
+        from emmy.prior.store import MIN_MARGIN
+        from emmy.tuning.rules import decide
+
+        pinned = {k: a.value for k, a in fixed.items()}
+        choices = decide(problem.info, problem.target, problem.space, pinned)
+        if choices is None:
+            return ""
+        rules = {**{k: c.value for k, c in choices.items()}, **{k: v for k, v in pinned.items() if k in problem.space}}
+        if all(str(rules.get(k)) == str(v) for k, v in values.items() if k in problem.space):
+            return ""
+        kernel = Kernel(problem.info, problem.target)
+        borrowed_s = score(kernel, values, self.prior, penalized=False)
+        rules_s = score(kernel, rules, self.prior, penalized=False)
+        if borrowed_s is None or rules_s is None or rules_s * MIN_MARGIN >= borrowed_s:
+            return ""
+        return (f"the prior predicts the rules' answer faster on this shape ({rules_s * 1e6:.2f} us against "
+                f"{borrowed_s * 1e6:.2f} us for the borrowed values, over the margin x{MIN_MARGIN:.2f})")
+
+
 def prior_decider(golden: str, target, required: bool = False) -> PriorDecider | None:
     """The prior for `target`: fitted coefficients from the golden folder's prior.json (a broken
     file is an EmmyError naming it). Without a fitted prior there is none (its unfitted defaults
@@ -64,4 +98,4 @@ def prior_decider(golden: str, target, required: bool = False) -> PriorDecider |
     return PriorDecider(Prior(target.name)) if required else None
 
 
-__all__ = ["PriorDecider", "prior_decider"]
+__all__ = ["NearestVet", "PriorDecider", "prior_decider"]

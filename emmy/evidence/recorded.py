@@ -3,12 +3,14 @@
 The `local`, `golden` and `nearest` tiers all answer the same way: each has, per kernel, a list
 of candidates (full knob assignments with where they came from), best first; the first one that
 agrees with the stronger answers and is legal on this kernel and target answers every knob it
-names. The ones passed over are reported (`skipped`), with why.
+names. The ones passed over are reported (`skipped`), with why. A tier may also have a `vet`: a
+last check of a legal candidate on this kernel (the nearest tier's: `emmy.evidence.prior.NearestVet`,
+the prior's comparison of the borrowed values with the rules' answer on this shape).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 from emmy.tuning.deciders import Answer, Problem
@@ -49,12 +51,16 @@ class RecordedDecider:
     candidates: Mapping[str, Sequence[Candidate]]
     used: MutableMapping[str, Candidate] = field(default_factory=dict)
     skipped: MutableMapping[str, list[Skipped]] = field(default_factory=dict)
+    # (problem, fixed, the full assignment) -> why not to use a legal candidate here, or ""
+    vet: Callable[[Problem, Mapping[str, Answer], Mapping[str, KnobValue]], str] | None = None
 
     def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
         notes = self.skipped.setdefault(problem.kernel, [])
         del notes[:]  # a kernel decided again (fitting parts, a launch budget) reports once
         for c in self.candidates.get(problem.kernel, ()):
             why = self._unusable(problem, fixed, c)
+            if not why and self.vet is not None:
+                why = self.vet(problem, fixed, {**dict(c.values), **{k: a.value for k, a in fixed.items()}})
             if why:
                 notes.append(Skipped(self.name, c.source, why))
                 continue

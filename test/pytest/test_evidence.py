@@ -180,3 +180,57 @@ def test_a_cost_measurer_golden_entry_is_skipped(tmp_path, task16):
     op = kernels(compile_example(16, golden=folder))[task.kernel]
     assert set(tiers(op).values()) == {"rule"}
     assert any(s["tier"] == "golden" and "not a measurement" in s["why"] for s in report(op)["skipped"])
+
+
+def _fitted_prior(folder: Path) -> None:
+    """A fitted prior for TARGET in `folder` (the default coefficients, a small spread): enough
+    for the nearest tier's vet, which compares predictions only."""
+    from emmy.prior.store import Prior, prior_path, write_prior
+
+    write_prior(prior_path(folder, TARGET), Prior(TARGET, residuals={"contraction": {"spread": 0.05, "keys": 2, "trials": 9}}))
+
+
+def test_the_prior_vets_a_borrowed_answer(tmp_path, task16):
+    """A nearest candidate the fitted prior predicts slower here than the rules' answer (by more
+    than MIN_MARGIN) is skipped, with both predicted times; one it does not is borrowed."""
+    from emmy.evidence.prior import NearestVet
+    from emmy.prior.features import Kernel
+    from emmy.prior.model import score
+    from emmy.prior.store import MIN_MARGIN, load_prior, prior_path
+    from emmy.search.study import conditional_space
+    from emmy.tuning.legality import check
+
+    task, _ = task16
+    there = model_tasks(ROOT)(EXAMPLE, None, 32, TARGET)[task.kernel]
+    _fitted_prior(tmp_path)
+    prior = load_prior(prior_path(tmp_path, TARGET), TARGET)
+    kernel, info16 = Kernel(there.info(), there.target_object()), task.info()
+    rules_s = score(kernel, dict(there.default), prior, penalized=False)
+    slow = fast = None
+    for n in conditional_space(there).neighbours(dict(there.default), 40):
+        if check(info16, n, task.target_object()):
+            continue  # the entry must be legal where it was measured
+        t = score(kernel, n, prior, penalized=False)
+        if t is not None and t > 1.5 * rules_s and slow is None:
+            slow = n
+        if t is not None and t <= rules_s and fast is None:
+            fast = n
+    assert slow is not None
+    golden_file(tmp_path, [entry(task, slow)])
+    op = kernels(compile_example(32, golden=str(tmp_path)))[task.kernel]
+    assert "nearest" not in set(tiers(op).values())
+    why = [s["why"] for s in report(op)["skipped"] if s["tier"] == "nearest"]
+    assert why and why[0].startswith("the prior predicts the rules' answer faster on this shape (")
+    # the vet itself: the rules' own answer is never vetted out
+    vet = NearestVet(prior)
+    from emmy.tuning.deciders import Problem
+
+    problem = Problem(there.kernel, there.info(), there.target_object(), there.space, {})
+    assert vet(problem, {}, dict(there.default)) == ""
+    assert vet(problem, {}, slow) != ""
+    if fast is not None:
+        assert vet(problem, {}, fast) == ""
+    # without a fitted prior (or with the prior turned off) nothing is vetted
+    (tmp_path / TARGET / "prior.json").unlink()
+    op = kernels(compile_example(32, golden=str(tmp_path)))[task.kernel]
+    assert not any("prior predicts" in s["why"] for s in report(op)["skipped"])
