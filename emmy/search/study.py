@@ -411,6 +411,7 @@ class Best:
     spread: float
     kept: bool
     recalled: bool = False
+    default_s: float | None = None  # the default answer's time in the same interleaved rounds (None: not right)
 
 
 def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS) -> Best | None:
@@ -418,13 +419,17 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
     fastest that is still right becomes the study's best, unless a best is recorded and the
     newcomer is not faster than it by more than the larger of their spreads. None where nothing
     measured right. A best named over the same measured trials as the study holds now is
-    recalled, not measured again (a re-run over finished studies names only what is missing)."""
+    recalled, not measured again (a re-run over finished studies names only what is missing).
+    The task's default (the answer before tuning) is re-measured in the same rounds, so the
+    speed-up a run reports compares two times taken alike (`Best.default_s`), never a trial's
+    single measurement with a re-measured one."""
     study = store.load(task.key_id)
     trials = measured(study)
     old = study.user_attrs.get(BEST_ATTR)
     if old is not None and old.get("measured") == len(trials):
+        d = old.get("default_s")
         return Best(int(old["trial"]), dict(old["values"]), float(old["time_s"]), float(old.get("spread") or 0.0),
-                    kept=True, recalled=True)
+                    kept=True, recalled=True, default_s=None if d is None else float(d))
     ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)
     chosen, keys = [], set()
     for t in ok:
@@ -438,8 +443,13 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
         candidates.append(dict(old["values"]))
     if not candidates:
         return None
-    again = measurer.remeasure(task, candidates, rounds)
     numbers = [t.number for t in chosen] + ([int(old["trial"])] if len(candidates) > len(chosen) else [])
+    default = dict(task.default) if task.default else None
+    extra = default is not None and point_key(default) not in {point_key(c) for c in candidates}
+    again = measurer.remeasure(task, candidates + ([default] if extra else []), rounds)
+    timed = [(point_key(v), m) for v, m in zip(candidates + ([default] if extra else []), again)]
+    default_m = next((m for k, m in timed if default is not None and k == point_key(default)), None)
+    default_s = default_m.time_s if default_m is not None and default_m.ok else None
     results = [(n, v, m) for n, v, m in zip(numbers, candidates, again) if m.ok and m.time_s is not None]
     if not results:
         return None
@@ -450,17 +460,19 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
             margin = max(m.spread or 0.0, prev[2].spread or 0.0)
             if not m.time_s < prev[2].time_s * (1.0 - margin):
                 n, values, m = prev
-                _write_best(study, n, values, m, measurer.environment(), len(trials))
-                return Best(n, values, m.time_s, m.spread or 0.0, kept=True)
-    _write_best(study, n, values, m, measurer.environment(), len(trials))
-    return Best(n, values, m.time_s, m.spread or 0.0, kept=old is not None and point_key(old["values"]) == point_key(values))
+                _write_best(study, n, values, m, measurer.environment(), len(trials), default_s)
+                return Best(n, values, m.time_s, m.spread or 0.0, kept=True, default_s=default_s)
+    _write_best(study, n, values, m, measurer.environment(), len(trials), default_s)
+    return Best(n, values, m.time_s, m.spread or 0.0, kept=old is not None and point_key(old["values"]) == point_key(values),
+                default_s=default_s)
 
 
-def _write_best(study, trial: int, values, m: Measurement, env, count: int) -> None:
-    """The study's best; `measured`: how many measured trials it was chosen from."""
+def _write_best(study, trial: int, values, m: Measurement, env, count: int, default_s: float | None = None) -> None:
+    """The study's best; `measured`: how many measured trials it was chosen from; `default_s`:
+    the default answer's time in the same rounds."""
     study.set_user_attr(BEST_ATTR, {
         "trial": trial, "values": dict(values), "time_s": m.time_s, "spread": m.spread or 0.0,
-        "error": m.error, "env": dict(env), "date": _now(), "measured": count,
+        "error": m.error, "env": dict(env), "date": _now(), "measured": count, "default_s": default_s,
     })
 
 

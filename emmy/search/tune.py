@@ -233,7 +233,9 @@ def _outcome(store: Store, task: TuneTask, measurer) -> Outcome:
     first = next((t for t in trials if point_key(t.user_attrs["values"]) == default), None)
     status = "not measured" if first is None else str(first.user_attrs["status"])
     timeouts = sum(t.user_attrs["status"] == "timeout" for t in trials)
-    return Outcome(task, len(trials), best, None if first is None else first.value, status, timeouts)
+    # the default's time re-measured beside the best (the trial's own single measurement otherwise)
+    default_s = best.default_s if best is not None and best.default_s is not None else (None if first is None else first.value)
+    return Outcome(task, len(trials), best, default_s, status, timeouts)
 
 
 class _Lazy:

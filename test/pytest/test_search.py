@@ -343,3 +343,27 @@ def test_a_study_records_the_model_it_was_tuned_from(store):
     assert tasks and all(t.model == MODEL for t in tasks)
     tune(tasks[:1], store, Budget(trials=2), "cost", workers=1, progress=None)
     assert store.study_attrs(tasks[0].key_id)[MODEL_ATTR] == MODEL
+
+
+def test_the_default_is_remeasured_beside_the_best(tasks, store):
+    """The default answer is timed in the same interleaved rounds as the best, and the run's
+    speed-up compares those two times (a trial's single measurement can differ from a
+    re-measurement by more than the spread); a recalled best keeps it."""
+    from emmy.search.tune import _outcome
+
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=6))
+    default = point_key(task.default)
+    seen = []
+
+    class Slow(_Remeasured):
+        def remeasure(self, task, candidates, rounds):
+            seen.extend(point_key(c) for c in candidates)
+            return super().remeasure(task, candidates, rounds)
+
+    times = lambda c: 2e-5 if point_key(c) == default else 1e-5  # noqa: E731
+    best = name_best(store, task, Slow(times))
+    assert default in seen and best.default_s == 2e-5 and point_key(best.values) != default
+    assert store.load(task.key_id).user_attrs["emmy.best"]["default_s"] == 2e-5
+    out = _outcome(store, task, lambda: Slow(times))
+    assert out.best.recalled and out.default_time_s == 2e-5
