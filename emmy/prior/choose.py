@@ -102,8 +102,8 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
                            f"(a gain over the margin x{margin:.2f})")
     runner = (best, best_s) if best != anchor else next(((v, t) for v, t in others), None)
     why = ("the rules' answer ranks first" if best == anchor else
-           f"the best other candidate predicts {best_s * 1e6:.2f} us, not faster than the rules' "
-           f"{anchor_s * 1e6:.2f} us by the margin x{margin:.2f}")
+           f"the best other candidate predicts {best_s * 1e6:.2f} us against the rules' "
+           f"{anchor_s * 1e6:.2f} us (a gain under the margin x{margin:.2f})")
     return PriorChoice(anchor, anchor_s, anchor, anchor_s, runner, "anchor", margin, len(ranked), why)
 
 
