@@ -46,7 +46,7 @@ def raw_a_loads(op: Operation, contractions, prologue, axes: dict[str, int], dom
     k_axes, k_last = frozenset(c0.k_axes), c0.k_axes[-1]
     if axes[k_last] % CHUNK:
         return ()
-    lanes = _Lanes(dom)
+    lanes = LaneForms(dom)
     value = c0.a_value
     if value is not None and _plain_copy(value, k_axes, k_last, lanes, dom):
         return ()  # a plain copy already
@@ -114,7 +114,7 @@ def same_expr(a: SSAValue, b: SSAValue, memo: dict | None = None) -> bool:
     return ok
 
 
-def _plain_copy(v: SSAValue, k_axes: frozenset[str], k_last: str, lanes: _Lanes, dom: Dom) -> bool:
+def _plain_copy(v: SSAValue, k_axes: frozenset[str], k_last: str, lanes: LaneForms, dom: Dom) -> bool:
     """A tree of selects (conditions independent of k) over copyable loads, casts looked through."""
     while isinstance(v.owner, arith.ExtFOp):
         v = v.owner.input
@@ -128,7 +128,7 @@ def _plain_copy(v: SSAValue, k_axes: frozenset[str], k_last: str, lanes: _Lanes,
     return False
 
 
-def _copyable(load: LoadOp, k_last: str, lanes: _Lanes) -> bool:
+def _copyable(load: LoadOp, k_last: str, lanes: LaneForms) -> bool:
     """A bf16 load contiguous along k in aligned chunks of CHUNK elements (a cp.async of 16 bytes)."""
     t = load.tensor.type
     if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
@@ -136,39 +136,41 @@ def _copyable(load: LoadOp, k_last: str, lanes: _Lanes) -> bool:
     return lanes.access(t, load.indices, k_last) == (True, True)
 
 
-class _Lanes:
-    """How an index changes over CHUNK consecutive values of one axis (the lowering's access
-    analysis, emmy.lowering.scalar.BodyEmitter.access, for that one question)."""
+class LaneForms:
+    """How an index changes over `lanes` consecutive values of one axis (base a multiple of
+    `lanes`): the access analysis of the lowering (emmy.lowering.scalar.BodyEmitter: vector
+    loads and stores) and of the plan's facts (which A loads are raw 16-byte copies)."""
 
     def __init__(self, dom: Dom):
         self.dom = dom
         self.cache: dict = {}
 
-    def access(self, t: TensorType, indices: Sequence[SSAValue], axis: str) -> tuple[bool, bool]:
-        """(contiguous along `axis` with unit stride, base offset a multiple of CHUNK)."""
+    def access(self, t: TensorType, indices: Sequence[SSAValue], axis: str, lanes: int = CHUNK) -> tuple[bool, bool]:
+        """(contiguous along `axis` with unit stride, base offset a multiple of `lanes`)."""
         shape = t.get_shape()
         strides = [1] * len(shape)
         for i in range(len(shape) - 2, -1, -1):
             strides[i] = strides[i + 1] * shape[i + 1]
         coeff, mult = 0, 0
         for idx, st in zip(indices, strides):
-            c, m = self.form(idx, axis)
+            c, m = self.form(idx, axis, lanes)
             if c is None:
                 return False, False
             coeff += c * st
             mult = gcd(mult, m * st)
-        return coeff == 1, mult % CHUNK == 0
+        return coeff == 1, mult % lanes == 0
 
-    def form(self, v: SSAValue, axis: str) -> tuple[int | None, int]:
-        """(a, m): v(base + j) = v(base) + a * j for j < CHUNK (a None: not so), m divides v(base)."""
-        key = (v, axis)
+    def form(self, v: SSAValue, axis: str, lanes: int = CHUNK) -> tuple[int | None, int]:
+        """(a, m): v(base + j) = v(base) + a * j for j < lanes (a None: not so), and m divides
+        v(base) (0: v(base) is 0)."""
+        key = (v, axis, lanes)
         found = self.cache.get(key)
         if found is None:
-            found = self.cache[key] = self._form(v, axis)
+            found = self.cache[key] = self._form(v, axis, lanes)
         return found
 
-    def _form(self, v: SSAValue, axis: str) -> tuple[int | None, int]:
-        op, lanes = v.owner, CHUNK
+    def _form(self, v: SSAValue, axis: str, lanes: int) -> tuple[int | None, int]:
+        op = v.owner
         if isinstance(op, AxisOp):
             return (1, lanes) if op.axis_name == axis else (0, 1)
         if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
@@ -176,7 +178,7 @@ class _Lanes:
         if not isinstance(op, Operation) or axis not in self.dom(v):
             if not isinstance(op, (arith.AddiOp, arith.SubiOp, arith.MuliOp)):
                 return 0, 1
-        f = lambda x: self.form(x, axis)  # noqa: E731
+        f = lambda x: self.form(x, axis, lanes)  # noqa: E731
         if isinstance(op, (arith.AddiOp, arith.SubiOp)):
             (a1, m1), (a2, m2) = f(op.lhs), f(op.rhs)
             if a1 is None or a2 is None:
@@ -222,4 +224,4 @@ def _const(v: SSAValue) -> int | None:
     return None
 
 
-__all__ = ["CHUNK", "raw_a_loads", "same_expr", "stages_results"]
+__all__ = ["CHUNK", "LaneForms", "raw_a_loads", "same_expr", "stages_results"]

@@ -73,10 +73,8 @@ def extent(extents: Mapping[str, int], axes: Sequence[str]) -> int:
     return prod(extents[a] for a in axes)
 
 
-# Contraction kernels (emmy/lowering/contraction*.py): paddings of staged epilogue tiles and the
-# named barriers of their warpgroups.
-STAGE_PAD = 8  # f32 columns of padding per row of a staged epilogue tile (32 bytes)
-RESULT_PAD = 8  # bf16 columns of padding per row of a tile of staged results (16 bytes)
+# Contraction kernels (emmy/lowering/contraction*.py): the named barriers of their warpgroups (the
+# staged epilogue tiles' paddings are part of the plan's layout: emmy/schedule/contraction_smem.py).
 EPILOGUE_BARRIER = 8  # named barrier of wgmma_ws's computing warpgroups around the staged epilogue
 PERSISTENT_BARRIER = 9  # schedule = persistent: the consumers have read the row statistics of a tile
 OWN_EPILOGUE_BARRIER = 10  # + warpgroup: epilogue = staggered, one warpgroup around its own rows

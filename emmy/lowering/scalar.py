@@ -24,7 +24,6 @@ that do not depend on the axes they rebind.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from math import gcd
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
@@ -35,6 +34,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from emmy.analysis.classify import Domains
+from emmy.analysis.operands import LaneForms
 from emmy.lowering.kb import KB
 from emmy.schedule.reduction import row_major_strides
 from emmy.diagnostics import EmmyError
@@ -64,7 +64,7 @@ class BodyEmitter:
         self.dom = dom or Domains(owner)
         self.extents: dict[str, int] = owner.properties["axes"].as_dict()  # type: ignore[union-attr]
         self._affine_cache: dict = {}
-        self._lane_cache: dict = {}
+        self._lanes = LaneForms(self.dom)
 
     def scope(
         self,
@@ -81,81 +81,18 @@ class BodyEmitter:
             s.load_hooks = dict(load_hooks)
         return s
 
-    # -- access analysis -----------------------------------------------------------------------------
+    # -- access analysis (emmy.analysis.operands.LaneForms, shared with the plan's facts) ------------
     def access(self, tensor_type: TensorType, indices: Sequence[SSAValue], lane_axis: str | None, lanes: int) -> tuple[bool, bool]:
         """(contiguous along lane_axis with unit stride, base offset provably a multiple of lanes),
         for a load or store whose lane axis takes base + 0 .. base + lanes-1, base a multiple of lanes."""
         if lane_axis is None or lanes == 1:
             return False, False
-        strides = row_major_strides(tensor_type.get_shape())
-        coeff = 0
-        mult = 0
-        for idx, st in zip(indices, strides):
-            c, m = self.lane_form(idx, lane_axis, lanes)
-            if c is None:
-                return False, False
-            coeff += c * st
-            mult = gcd(mult, m * st)
-        return coeff == 1, mult % lanes == 0
+        return self._lanes.access(tensor_type, indices, lane_axis, lanes)
 
     def lane_form(self, v: SSAValue, lane_axis: str, lanes: int) -> tuple[int | None, int]:
         """(a, m): v(base + j) = v(base) + a * j for j < lanes (a None: not so), and m divides
         v(base) (0: v(base) is 0)."""
-        key = (v, lane_axis, lanes)
-        r = self._lane_cache.get(key)
-        if r is None:
-            r = self._lane_form(v, lane_axis, lanes)
-            self._lane_cache[key] = r
-        return r
-
-    def _lane_form(self, v: SSAValue, lane_axis: str, lanes: int) -> tuple[int | None, int]:
-        op = v.owner
-        if isinstance(op, AxisOp):
-            return (1, lanes) if op.axis_name == lane_axis else (0, 1)
-        if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-            return 0, abs(op.value.value.data)
-        if not isinstance(op, Operation) or lane_axis not in self.dom(v):
-            if isinstance(op, (arith.AddiOp, arith.SubiOp, arith.MuliOp)):
-                pass  # fall through: alignment of lane-invariant arithmetic
-            else:
-                return 0, 1
-        f = lambda x: self.lane_form(x, lane_axis, lanes)  # noqa: E731
-        if isinstance(op, (arith.AddiOp, arith.SubiOp)):
-            (a1, m1), (a2, m2) = f(op.lhs), f(op.rhs)
-            if a1 is None or a2 is None:
-                return None, 1
-            return (a1 + a2 if isinstance(op, arith.AddiOp) else a1 - a2), gcd(m1, m2)
-        if isinstance(op, arith.MuliOp):
-            (a1, m1), (a2, m2) = f(op.lhs), f(op.rhs)
-            c1, c2 = _const(op.lhs), _const(op.rhs)
-            if c2 is not None and a1 is not None:
-                return a1 * c2, m1 * abs(c2)
-            if c1 is not None and a2 is not None:
-                return a2 * c1, m2 * abs(c1)
-            if a1 == 0 and a2 == 0:
-                return 0, m1 * m2
-            return None, 1
-        if isinstance(op, (arith.DivUIOp, arith.RemUIOp)):
-            c = _const(op.rhs)
-            a, m = f(op.lhs)
-            if c is None or c <= 0 or a is None or a < 0:
-                return None, 1
-            g = gcd(m, c) if m else c
-            if a * (lanes - 1) >= g:
-                return (0, 1) if a == 0 else (None, 1)
-            if isinstance(op, arith.DivUIOp):
-                return 0, 1
-            return a, g
-        if isinstance(op, arith.SelectOp):
-            if lane_axis in self.dom(op.cond):
-                return None, 1
-            (a1, m1), (a2, m2) = f(op.lhs), f(op.rhs)
-            if a1 is None or a1 != a2:
-                return None, 1
-            return a1, gcd(m1, m2)
-        if isinstance(op, arith.IndexCastOp):
-            return f(op.operands[0])
-        return None, 1
+        return self._lanes.form(v, lane_axis, lanes)
 
 
 class Scope:
@@ -387,13 +324,6 @@ class Scope:
         idx = [self.value(i) for i in op.indices]
         for j in range(self.lanes):
             kb.store(_cast(kb, vals[j], elt), ptr, self._offset(t, idx, j), m)
-
-
-def _const(v: SSAValue) -> int | None:
-    op = v.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    return None
 
 
 def _combine(kb: KB, kind: str, acc: SSAValue, y: SSAValue) -> SSAValue:

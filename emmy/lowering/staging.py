@@ -3,7 +3,7 @@ fills the pipeline slots with it.
 
 - Operand analysis: `direct_source` finds operands that are plain bf16 loads contiguous along k
   (or selects between such loads, e.g. concatenated weights: `Leaf`, `Pick`), which are copied
-  with cp.async; `same_expr` compares loop-body values structurally.
+  with cp.async; `same_expr` (emmy.analysis.operands) compares loop-body values structurally.
 - `Stager` stages the A and B tiles of one k-step into a slot: cp.async for direct sources,
   computed values otherwise (from global loads, from raw copies in shared memory, or, for the
   producer warpgroup of `wgmma_ws`, from registers loaded a k-step ahead).
@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import BFloat16Type, IndexType, TensorType, VectorType, bf16, f32
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import SSAValue
 
+from emmy.analysis.operands import same_expr
 from emmy.lowering.common import decompose
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope
 from emmy.diagnostics import EmmyError
-from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp
+from emmy.dialects.loop import LoadOp
 
 if TYPE_CHECKING:
     from emmy.lowering.contraction import ContractionBuilder
@@ -76,35 +77,6 @@ def direct_source(em: BodyEmitter, v: SSAValue, k_axes: frozenset[str], k_last: 
             return None
         return Pick(op.cond, a, b)
     return None
-
-
-def same_expr(a: SSAValue, b: SSAValue, memo: dict | None = None) -> bool:
-    """Structural equality of two loop-body values (same ops, tensors, axes, constants)."""
-    memo = {} if memo is None else memo
-    if a is b:
-        return True
-    key = (a, b)
-    if key in memo:
-        return memo[key]
-    oa, ob = a.owner, b.owner
-    ok = False
-    if isinstance(oa, Operation) and isinstance(ob, Operation) and type(oa) is type(ob):
-        if isinstance(oa, AxisOp):
-            ok = oa.axis_name == ob.axis_name
-        elif isinstance(oa, ReduceOp):
-            ok = False
-        else:
-            ok = (
-                oa.properties == ob.properties
-                and oa.attributes == ob.attributes
-                and len(oa.operands) == len(ob.operands)
-                and [r.type for r in oa.results] == [r.type for r in ob.results]
-                and all(
-                    (x is y) or same_expr(x, y, memo) for x, y in zip(oa.operands, ob.operands)
-                )
-            )
-    memo[key] = ok
-    return ok
 
 
 # ---------------------------------------------------------------------------------------------
