@@ -4,6 +4,7 @@
     emmy records show KEY [--storage URL]        # KEY: a key id or a unique prefix of one
     emmy records export FILE [--storage URL]     # schema-versioned JSON
     emmy records import FILE [--storage URL]
+    emmy records efficiency [--within PCT] [--storage URL]   # trials each study took to come within PCT% of its fastest
 
 The store is `--storage` or SQLite `records.db` under EMMY_HOME (`~/.cache/emmy`). Listing,
 showing and exporting never create a store.
@@ -17,15 +18,17 @@ from pathlib import Path
 
 from emmy.diagnostics import EmmyError
 
-ACTIONS = ("list", "show", "export", "import")
+ACTIONS = ("list", "show", "export", "import", "efficiency")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("records", help="list, show, export or import tuning records")
-    p.add_argument("action", metavar="list|show|export|import")
+    p = sub.add_parser("records", help="list, show, export or import tuning records, or how fast studies found their best")
+    p.add_argument("action", metavar="list|show|export|import|efficiency")
     p.add_argument("argument", nargs="?", default=None, metavar="KEY|FILE")
     p.add_argument("--storage", default=None, metavar="URL",
                    help="the store: any database URL Optuna accepts (default: sqlite under EMMY_HOME)")
+    p.add_argument("--within", default=5.0, type=float, metavar="PCT",
+                   help="efficiency: how close to a study's fastest trial counts as there, in percent (default 5)")
 
 
 def cmd_records(args) -> int:
@@ -34,7 +37,9 @@ def cmd_records(args) -> int:
 
     if args.action not in ACTIONS:
         raise EmmyError(f"emmy records: unknown action '{args.action}'", hint="valid actions: " + ", ".join(ACTIONS))
-    if args.action != "list" and not args.argument:
+    if args.action == "efficiency" and not 0 <= args.within <= 100:
+        raise EmmyError(f"emmy records efficiency: --within must be a percentage from 0 to 100, not {args.within:g}")
+    if args.action not in ("list", "efficiency") and not args.argument:
         what = "KEY" if args.action == "show" else "FILE"
         raise EmmyError(f"emmy records {args.action}: give the {what}")
     _quiet_optuna()
@@ -54,7 +59,7 @@ def cmd_records(args) -> int:
     if store is None:
         from emmy.records.store import display_url
 
-        if args.action == "list":
+        if args.action in ("list", "efficiency"):
             print(f"no records: there is no store at {display_url(url)} (nothing has been tuned)")
             return 0
         raise EmmyError(f"there is no store at {display_url(url)} (nothing has been tuned)")
@@ -63,6 +68,8 @@ def cmd_records(args) -> int:
             return _list(store)
         if args.action == "show":
             return _show(store, args.argument)
+        if args.action == "efficiency":
+            return _efficiency(store, args.within / 100.0)
         return _export(store, Path(args.argument))
 
 
@@ -133,6 +140,27 @@ def _show(store, key: str) -> int:
     for t in ok:
         values = ", ".join(f"{k}={v}" for k, v in t.user_attrs["values"].items())
         print(f"  trial {t.number}: {t.value * 1e6:.2f} us  {values}")
+    return 0
+
+
+def _efficiency(store, within: float) -> int:
+    from emmy.cli.table import format_table
+    from emmy.records.efficiency import efficiency_rows, median_needed
+
+    rows = efficiency_rows(store, within)
+    if not rows:
+        print(f"no records in {store.name}")
+        return 0
+    pct = f"{within * 100:g}%"
+    table = [(r.key, r.kernel, str(r.trials), f"{r.best_s * 1e6:.2f} us" if r.best_s is not None else "-",
+              str(r.needed) if r.needed is not None else "-") for r in rows]
+    print(format_table(("key", "kernel", "trials", "fastest trial", f"trials to {pct}"), table))
+    median = median_needed(rows)
+    longest = max(r.trials for r in rows)
+    print(f"median trials to within {pct} of each study's fastest trial: "
+          f"{median:g} over {sum(r.needed is not None for r in rows)} studies" if median is not None else
+          "no study has a trial that measured right")
+    print(f"(each study against its own fastest: a lower bound unless the studies are long; the longest has {longest} trials)")
     return 0
 
 

@@ -213,9 +213,34 @@ def test_read_only_home():
     (["records", "show"], "emmy records show: give the KEY"),
     (["records", "export"], "emmy records export: give the FILE"),
     (["records", "show", "abc"], "there is no store at"),
+    (["records", "efficiency", "--within", "-5"], "--within must be a percentage from 0 to 100, not -5"),
 ])
 def test_records_bad_input(args, message, capsys):
     assert message in _error(capsys, args)
+
+
+def test_records_efficiency(tuned, monkeypatch, capsys):
+    """A row per study (trials, fastest trial, trials to come within the margin of it) and the
+    median, said to be against each study's own fastest trial."""
+    monkeypatch.setenv("EMMY_HOME", str(tuned[0]))
+    assert run(["records", "efficiency"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[-3:] == ["trials", "to", "5%"] and len(out) == 2 + 2 + 2
+    assert all(1 <= int(line.split()[-1]) <= 6 and line.split()[2] == "6" for line in out[2:4])
+    assert out[4].startswith("median trials to within 5% of each study's fastest trial: ")
+    assert out[4].endswith(" over 2 studies") and "the longest has 6 trials" in out[5]
+    assert run(["records", "efficiency", "--within", "0"]) == 0
+
+
+def test_to_within_counts_trials_in_measuring_order():
+    from emmy.records.efficiency import median_needed, study_efficiency, to_within
+
+    assert to_within([12.0, None, 10.3, 9.9, 10.0], 0.05) == 3
+    assert to_within([12.0, None, 10.3, 9.9, 10.0], 0.0) == 4
+    assert to_within([None, None], 0.05) is None and to_within([], 0.05) is None
+    rows = [study_efficiency("a", "k", [2.0, 1.0], 0.05), study_efficiency("b", "k", [1.0], 0.05),
+            study_efficiency("c", "k", [None], 0.05)]
+    assert [r.needed for r in rows] == [2, 1, None] and median_needed(rows) == 1.5
 
 
 def test_records_list_without_a_store(home, capsys):
