@@ -63,16 +63,14 @@ class NearestVet:
     prior: object  # emmy.prior.store.Prior (fitted)
 
     def __call__(self, problem: Problem, fixed: Mapping[str, Answer], values: Mapping[str, object]) -> str:
+        from emmy.prior.choose import rules_anchor
         from emmy.prior.features import Kernel
         from emmy.prior.model import score
         from emmy.prior.store import MIN_MARGIN
-        from emmy.tuning.rules import decide
 
-        pinned = {k: a.value for k, a in fixed.items()}
-        choices = decide(problem.info, problem.target, problem.space, pinned)
-        if choices is None:
+        rules = rules_anchor(problem.info, problem.target, problem.space, {k: a.value for k, a in fixed.items()})
+        if rules is None:
             return ""
-        rules = {**{k: c.value for k, c in choices.items()}, **{k: v for k, v in pinned.items() if k in problem.space}}
         if all(str(rules.get(k)) == str(v) for k, v in values.items() if k in problem.space):
             return ""
         kernel = Kernel(problem.info, problem.target)

@@ -144,6 +144,17 @@ def prior_decision(info: KernelInfo, target: Target, space: Mapping[str, Sequenc
     """The prior tier's answer for a kernel: the rules' answer (completing the pins `fixed`) as
     the anchor, its legal neighbourhood ranked, the bound applied. None where the rules find no
     legal completion (decide-forks reports that as it does today)."""
+    anchor = rules_anchor(info, target, space, fixed)
+    if anchor is None:
+        return None
+    return choose(info, target, neighbourhood(info, target, space, anchor, fixed), anchor, prior)
+
+
+def rules_anchor(info: KernelInfo, target: Target, space: Mapping[str, Sequence[KnobValue]],
+                 fixed: Mapping[str, KnobValue] | None = None) -> dict | None:
+    """The hand-written rules' full answer completing the pins `fixed` (the prior's anchor, and
+    what the nearest tier's vet compares a borrowed answer with); None where the rules find no
+    legal completion."""
     from emmy.tuning.rules import decide
 
     choices = decide(info, target, space, fixed)
@@ -151,7 +162,7 @@ def prior_decision(info: KernelInfo, target: Target, space: Mapping[str, Sequenc
         return None
     anchor = {k: c.value for k, c in choices.items()}
     anchor.update({k: v for k, v in (fixed or {}).items() if k in space})
-    return choose(info, target, neighbourhood(info, target, space, anchor, fixed), anchor, prior)
+    return anchor
 
 
-__all__ = ["PAIRED", "PriorChoice", "choose", "neighbourhood", "prior_decision"]
+__all__ = ["PAIRED", "PriorChoice", "choose", "neighbourhood", "prior_decision", "rules_anchor"]

@@ -90,9 +90,8 @@ def summarize(regrets: Sequence[float]) -> dict[str, float | int]:
 
 def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
     """The row of one held-out key (None with fewer than two measured candidates)."""
-    from emmy.prior.choose import choose
+    from emmy.prior.choose import choose, rules_anchor
     from emmy.prior.model import score
-    from emmy.tuning.rules import decide
 
     times = measured_times(kd.samples)
     if len(times) < 2:
@@ -105,9 +104,8 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
     if not scored:
         return None
     top = min(scored)[2]
-    choices = decide(info, target, kd.space)
-    anchor = {k: c.value for k, c in choices.items()} if choices else None
-    if anchor is None:  # the rules find no legal answer: nothing bounds the pick
+    anchor = rules_anchor(info, target, kd.space)
+    if not anchor:  # the rules find no legal answer: nothing bounds the pick
         bounded, picked = top, "top"
     else:
         proxy = _vkey(anchor) not in times
