@@ -446,9 +446,9 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
     numbers = [t.number for t in chosen] + ([int(old["trial"])] if len(candidates) > len(chosen) else [])
     default = dict(task.default) if task.default else None
     extra = default is not None and point_key(default) not in {point_key(c) for c in candidates}
-    again = measurer.remeasure(task, candidates + ([default] if extra else []), rounds)
-    timed = [(point_key(v), m) for v, m in zip(candidates + ([default] if extra else []), again)]
-    default_m = next((m for k, m in timed if default is not None and k == point_key(default)), None)
+    timing = candidates + ([default] if extra else [])  # the default is timed in the same rounds
+    again = measurer.remeasure(task, timing, rounds)
+    default_m = dict(zip(map(point_key, timing), again)).get(point_key(default)) if default is not None else None
     default_s = default_m.time_s if default_m is not None and default_m.ok else None
     results = [(n, v, m) for n, v, m in zip(numbers, candidates, again) if m.ok and m.time_s is not None]
     if not results:
