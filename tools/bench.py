@@ -33,8 +33,6 @@ import argparse
 import json
 import os
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -43,6 +41,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
+from emmy.measure.layer import (  # noqa: E402  (a layer's build, check and timing: the tuner's layer check too)
+    EmmyBuild,
+    ModelCase,
+    allowed_error,
+    build_emmy,
+    checked_replays,
+    emmy_layer,
+    emmy_plan,
+    reference,
+    results_error,
+)
 from emmy.measure.timing import replayable, time_fn, time_replays  # noqa: E402  (the tuner times alike)
 
 
@@ -62,89 +71,6 @@ def measure_ceilings() -> dict:
     t = time_fn(lambda: x @ y, graph=False, reps=10)
     rate = 2 * m**3 / t
     return {"bandwidth_Bps": bandwidth, "bf16_flops": rate}
-
-
-def rel_err(out, ref) -> float:
-    out, ref = out.float(), ref.float()
-    if not torch.isfinite(out).all():
-        return float("inf")
-    return ((out - ref).norm() / ref.norm()).item()
-
-
-@dataclass(frozen=True)
-class EmmyBuild:
-    """How one Emmy contender compiles: pins, the tuning store decide-forks' local tier reads
-    ("" = none) and the evidence tiers turned on ("" = all)."""
-
-    pins: tuple[str, ...] = ()
-    records: str = ""
-    evidence: str = ""
-
-    def options(self, **kw):
-        from emmy.driver import CompileOptions
-
-        from emmy.golden import default_dir
-
-        golden = default_dir()  # the shipped golden files and fitted prior, as a user's compile reads them
-        return CompileOptions(pins=tuple(self.pins), records=self.records, evidence=self.evidence,
-                              golden=str(golden) if golden.is_dir() else "", **kw)
-
-
-def emmy_plan(traced, target, build: EmmyBuild = EmmyBuild()):
-    from emmy.backend.plan import launch_plan
-    from emmy.driver import compile_traced
-
-    opts = build.options(model="bench", layer=0, tokens=1, target=target)
-    t0 = time.perf_counter()
-    result = compile_traced(traced, opts)
-    return launch_plan(result.module), time.perf_counter() - t0
-
-
-def emmy_layer(traced, target, cache, build: EmmyBuild = EmmyBuild()):
-    """Emmy's version of a traced module: (a function launching it and returning its outputs,
-    compile seconds)."""
-    from emmy.backend.run import GpuLayer
-
-    plan, compile_s = emmy_plan(traced, target, build)
-    layer = GpuLayer(plan, target, cache)
-    values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
-    layer.bind(values)
-
-    def run(overlap=True):
-        layer.launch(overlap=overlap)
-        return layer.outputs()
-
-    return run, compile_s
-
-
-class ModelCase:
-    """A whole model as a case: `layer_module`/`inputs` for the PyTorch contenders, `emmy` for Emmy."""
-
-    def __init__(self, traced):
-        self.traced = traced
-        self.layer_module = traced.torch_module()
-        self.inputs = {"input_ids": traced.input_ids, "cos": traced.cos, "sin": traced.sin}
-
-    def compile(self, target, build: EmmyBuild = EmmyBuild()):
-        """Emmy's compile of the whole model (every distinct part once)."""
-        from emmy.driver import compile_whole_model
-
-        return compile_whole_model(build.options(model=self.traced.model_id, layer=None, tokens=self.traced.tokens,
-                                                 target=target))
-
-    def emmy(self, target, cache, build: EmmyBuild = EmmyBuild()):
-        from emmy.backend.run import GpuModel
-
-        t0 = time.perf_counter()
-        result = self.compile(target, build)
-        compile_s = time.perf_counter() - t0
-        model = GpuModel(result, target, cache, self.traced.input_ids)
-
-        def run(overlap=True):
-            model.launch(overlap)
-            return [model.output]
-
-        return run, compile_s
 
 
 def kernel_times(fn, reps: int = 20) -> dict[str, float]:
@@ -167,63 +93,36 @@ def kernel_times(fn, reps: int = 20) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def results_error(outs, refs) -> float:
-    """The largest relative error of a contender's results against the reference's; a contender
-    returning another number of results than the reference is an error (not a shorter zip)."""
-    torch.cuda.synchronize()
-    if len(outs) != len(refs):
-        raise ValueError(f"{len(outs)} results where the reference has {len(refs)}")
-    return max(rel_err(o.reshape(r.shape), r) for o, r in zip(outs, refs))
-
-
 def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, profile=False,
              tolerance=1e-2):
     """Time every contender on one traced module; returns a result row. `builds` (see
     emmy_builds) are Emmy's contenders and how each compiles, timed in the same rounds as the others."""
-    module = traced.layer_module.cuda()
-    inputs = {k: v.cuda() for k, v in traced.inputs.items()}
-    args = list(inputs.values())
-
-    def eager():
-        return module(*args)
-
-    with torch.no_grad():
-        refs = _all(_float_copy(module)(*[a.float() if a.is_floating_point() else a for a in args]))
+    ref = reference(traced)
+    module, args = ref.module, ref.args
     row = {"case": name, "flops": flops, "bytes": bytes_}
     row["floor_s"] = max(bytes_ / ceilings["bandwidth_Bps"], flops / ceilings["bf16_flops"])
     fns = {}
     with torch.no_grad():
         if "eager" in contenders:
-            fns["eager"] = eager
+            fns["eager"] = ref.eager
         if "compile" in contenders:
             compiled = torch.compile(module)
             fns["compile"] = lambda: compiled(*args)
         if "max-autotune" in contenders:
             tuned = torch.compile(module, mode="max-autotune-no-cudagraphs")
             fns["max-autotune"] = lambda: tuned(*args)
-        build = traced.emmy if isinstance(traced, ModelCase) else (lambda t, c, p: emmy_layer(traced, t, c, p))
         for key, how in builds.items():
             try:
-                emmy_fn, cs = build(target, cache, how)
+                emmy_fn, cs = build_emmy(traced, target, cache, how)
                 row[f"{key}_compile_s"] = cs
                 fns[key] = emmy_fn
             except Exception as e:  # report and carry on with the others
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
         # correctness first: a contender that fails, or whose error is over the allowed one, is
-        # reported with its error and not timed. Allowed: the tolerance, or 1.5x PyTorch's own
-        # bf16 error where that is larger (a whole model's many layers of rounding)
-        row["allowed_err"] = max(tolerance, 1.5 * results_error(_all(eager()), refs))
-        timed = {}
-        for key, fn in fns.items():
-            try:
-                row[f"{key}_err"] = results_error(_all(fn()), refs)
-                if not row[f"{key}_err"] <= row["allowed_err"]:
-                    row[f"{key}_error"] = (f"relative error {row[f'{key}_err']:.2e} over the allowed "
-                                           f"{row['allowed_err']:.1e}: not timed")
-                    continue
-                timed[key] = replayable(fn)  # a contender that cannot be captured fails here, alone
-            except Exception as e:
-                row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+        # reported with its error and not timed (emmy.measure.layer, as the tuner's layer check).
+        # Allowed: the tolerance, or 1.5x PyTorch's own bf16 error where that is larger
+        row["allowed_err"] = allowed_error(ref, tolerance)
+        timed = checked_replays(fns, ref, row["allowed_err"], row)
         for key, t in time_replays(timed).items():
             row[f"{key}_s"] = t
         for key in (k for k in builds if k in timed and profile):
@@ -236,18 +135,8 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, b
     return row
 
 
-def _float_copy(module):
-    import copy
-
-    return copy.deepcopy(module).float()
-
-
 def _first(x):
     return x[0] if isinstance(x, (tuple, list)) else x
-
-
-def _all(x):
-    return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
 def example_case(tokens: int):

@@ -1,6 +1,6 @@
 """`emmy records`: inspect and move the tuning store's records.
 
-    emmy records list [--storage URL]
+    emmy records list [--storage URL]            # the studies, then the layer checks
     emmy records show KEY [--storage URL]        # KEY: a key id or a unique prefix of one
     emmy records export FILE [--storage URL]     # schema-versioned JSON
     emmy records import FILE [--storage URL]
@@ -51,9 +51,13 @@ def cmd_records(args) -> int:
         store = open_store(url)
         from emmy.records.transfer import import_records
 
+        from emmy.records.transfer import import_layers
+
         with store_errors(store.name):
             added = import_records(store, data, args.argument)
-        print(f"imported {added} trials of {len(data['studies'])} studies into {store.name}")
+            layers = import_layers(store, data, args.argument)
+        print(f"imported {added} trials of {len(data['studies'])} studies into {store.name}"
+              + (f", and {layers} of {len(data.get('layers', []))} layer checks" if data.get("layers") else ""))
         return 0
     store = open_store(url, create=False)
     if store is None:
@@ -93,11 +97,35 @@ def _list(store) -> int:
         target = (attrs.get("emmy.key") or {}).get("target", "")
         rows.append((name, str(attrs.get("emmy.kernel", "")), str(target), str(len(measured(study))),
                      rec.summary() if rec else "-", rec.date if rec else ""))
-    if not rows:
+    checks = _layer_rows(store)
+    if not rows and not checks:
         print(f"no records in {store.name}")
         return 0
-    print(format_table(("key", "kernel", "target", "trials", "best", "date"), rows))
+    if rows:
+        print(format_table(("key", "kernel", "target", "trials", "best", "date"), rows))
+    if checks:
+        print(("\n" if rows else "") + "layer checks (the layer timed with all its tuned answers):")
+        print(format_table(("layer", "model", "tokens", "target", "tuned", "untuned", "deploy answer kept for",
+                            "date"), checks))
     return 0
+
+
+def _layer_rows(store) -> list[tuple[str, ...]]:
+    """One row per layer check (`emmy.records.layer`)."""
+    from emmy.records.layer import LAYER_SCHEMA, layer_checks
+
+    def us(t: float, spread: float) -> str:
+        return f"{t * 1e6:.2f} us +- {spread * 100:.1f}%"
+
+    rows = []
+    for name, c in layer_checks(store).items():
+        if c.schema > LAYER_SCHEMA:
+            rows.append((name, "", str(c.tokens), c.target, f"(layer schema {c.schema}: a newer Emmy's)", "", "", c.date))
+            continue
+        kept = ", ".join(r.kernel for r in c.reverted.values()) or "-"
+        rows.append((name, c.model, str(c.tokens), c.target, us(c.final_s, c.final_spread),
+                     us(c.deploy_s, c.deploy_spread), kept, c.date))
+    return rows
 
 
 def _find(store, key: str) -> str:

@@ -5,6 +5,9 @@
 
 One Optuna study per distinct kernel key (`emmy.search`), in the store at `--storage` (default:
 SQLite `records.db` under EMMY_HOME, `~/.cache/emmy`). Re-running continues the same studies.
+With `--layer N` (and no `--kernel`), the layer is then timed with all its tuned answers against
+its deploy answers at each token count, and the tuned answers that lose in context are recorded
+so that compiles of that layer keep the deploy answer (`emmy.search.layer_check`).
 `--measurer cost` replaces the GPU by a deterministic cost from each candidate's plan (for
 tests and for trying the tuner without a GPU: its times mean nothing).
 """
@@ -136,13 +139,56 @@ def cmd_tune(args) -> int:
                                   cache_dir=_emmy_home(), progress=progress, devices=devices,
                                   deadline_s=deadline, optuna_level=optuna_level, log=progress,
                                   prior=decider.prior if decider else None)
-    print(format_table(HEADER, outcome_rows(outcomes)))
+    layers, layer_note = [], ""
+    if args.kernel:
+        layer_note = "the layer check (the layer timed with all its tuned answers) skipped: --kernel tunes only some kernels"
+    elif layer is None:
+        layer_note = ("the layer check (the layer timed with all its tuned answers) times one layer: tune with "
+                      "--layer N to check it; a whole model's chosen set is not timed together")
+    else:
+        with store_errors(store.name):
+            layers = _check_layers(args, options, tokens, tasks, outcomes, store, devices, progress)
+    from emmy.search.layer_check import layer_rows
+
+    print(format_table(HEADER, outcome_rows(outcomes) + layer_rows(layers)))
     print(f"records in {store.name}")
     for note in outcome_notes(outcomes, deadline):
         print(f"note: {note}", file=sys.stderr)
+    if layer_note and progress is not None:  # (--quiet: only the table)
+        print(f"note: {layer_note}", file=sys.stderr)
+    for o in layers:
+        if o.verdict is not None and o.verdict.problem:
+            print(f"note: layer {layer} at {o.layer.tokens} tokens: the layer check {o.note}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _check_layers(args, options, tokens, tasks, outcomes, store, devices, progress):
+    """The layer check at each token count (`emmy.search.layer_check`): with the GPU measurer the
+    layer is traced and timed on the GPU (the first of `devices`), with the cost measurer its
+    kernels' costs are summed (the logic runs; the times mean nothing)."""
+    from emmy.search.layer_check import CostLayerTimer, GpuLayerTimer, check_layers
+
+    bests = {o.task.key_id: dict(o.best.values) for o in outcomes if o.best is not None}
+    alone = {o.task.key_id: o.best.time_s for o in outcomes if o.best is not None}
+    if args.measurer.partition(":")[0] == "gpu":
+        from emmy.cli.main import _emmy_home
+
+        def make_timer(layer):
+            import torch
+
+            from emmy.frontend import resolve_model, trace_layer
+
+            if devices:
+                torch.cuda.set_device(devices[0])
+            traced = trace_layer(resolve_model(options.model), options.layer, layer.tokens, seed=options.seed,
+                                 tracer=options.tracer)
+            return GpuLayerTimer(traced, options.target, _emmy_home())
+    else:
+        make_timer = CostLayerTimer
+    say = (lambda line: print(line, file=progress, flush=True)) if progress is not None else None
+    return check_layers(store, options, tokens, tasks, bests, alone, make_timer, say)
 
 
 def parse_devices(text: str, measurer: str, workers: int, count: int | None = None) -> list[int]:

@@ -10,6 +10,11 @@
   first. The distance between two shapes is the sum over their axes of |log2(a / b)|, so 512
   and 1024 tokens are as far apart as 2048 and 4096; ties go to the store, then by key.
 
+A local record that lost in a layer check of this very layer (`emmy.records.layer`: the layer,
+timed with all its tuned answers, was faster with this kernel's deploy answer) is skipped in this
+layer, with the check's figures; a layer check that no longer applies (the study names another
+best now, another space version, a newer layer schema, the cost measurer's) is reported, never used.
+
 A record or entry whose structure and shape match but whose space version is another is stale:
 reported, never used. So is a record the cost measurer wrote (`emmy tune --measurer cost`): its
 "times" rank candidates by their predicted facts and were never measured.
@@ -50,11 +55,15 @@ class Evidence:
     golden: dict[str, list[Candidate]] = field(default_factory=dict)
     nearest: dict[str, list[Candidate]] = field(default_factory=dict)
     stale: dict[str, list[Skipped]] = field(default_factory=dict)
+    lost: dict[str, str] = field(default_factory=dict)  # kernel -> the layer check its local record lost in
 
     @classmethod
-    def collect(cls, keys: Mapping[str, object], target: str, stored: Sequence[Known], golden: Sequence[Known]) -> Evidence:
+    def collect(cls, keys: Mapping[str, object], target: str, stored: Sequence[Known], golden: Sequence[Known],
+                layers: Sequence = ()) -> Evidence:
         """`keys`: kernel name -> its KernelKey. `stored`, `golden`: what the store and the golden
-        files hold (`stored_knowns`, `golden_knowns`)."""
+        files hold (`stored_knowns`, `golden_knowns`). `layers`: the store's layer checks on the
+        target (`emmy.records.layer.LayerCheck`): a kernel's local record that lost in this
+        layer's check is skipped, with why."""
         ev = cls()
         unmeasured = [("local", k) for k in stored if not k.measured] + [("golden", k) for k in golden if not k.measured]
         stored = [k for k in stored if k.measured]
@@ -75,7 +84,54 @@ class Evidence:
                       if k.structure == key.structure and k.target == target and k.version == key.version and k.shape != key.shape]
             others.sort(key=lambda t: (t[0], t[1]))
             ev.nearest[name] = [_candidate("nearest", k, key.shape, d) for d, _, k in others[:NEAREST]]
+        if layers:
+            ev._apply_layers(keys, layers)
         return ev
+
+    def _apply_layers(self, keys: Mapping[str, object], layers: Sequence) -> None:
+        """Skip the local records that lost in this layer's check (the check of the module's own
+        signature); report the checks that cannot be read here: of a newer layer schema, of tuned
+        values the study no longer names best, of another space version, or not measured."""
+        from emmy.records.layer import LAYER_SCHEMA, layer_signature, unversioned
+
+        ids = {name: key.id for name, key in keys.items()}  # type: ignore[attr-defined]
+        signature = layer_signature(ids.values())
+        bases = {unversioned(i) for i in ids.values()}
+        for check in layers:
+            if check.signature == signature:
+                for name, key_id in ids.items():
+                    self._judge(name, key_id, check, LAYER_SCHEMA)
+            elif {unversioned(i) for i in check.kernels.values()} == bases:
+                lost = {unversioned(i) for i in check.reverted}
+                for name, key_id in ids.items():
+                    if unversioned(key_id) in lost:
+                        self.stale.setdefault(name, []).append(Skipped("local", {"layer": check.study}, (
+                            f"stale layer check: made under another space version ({check.kernels.get(name, '?')}, "
+                            f"this Emmy's key is {key_id}); the layer was not checked with this key")))
+
+    def _judge(self, name: str, key_id: str, check, schema: int) -> None:
+        local = self.local.get(name, [])
+        if check.schema > schema:
+            if local:
+                self.stale.setdefault(name, []).append(Skipped("local", {"layer": check.study}, (
+                    f"layer check of a newer Emmy (layer schema {check.schema}; this Emmy reads {schema} "
+                    "and older): not read")))
+            return
+        lost = check.reverted.get(key_id)
+        if lost is None or not local:
+            return
+        where = {**local[0].source, "layer": check.study}
+        if not check.measured:
+            self.stale.setdefault(name, []).append(Skipped("local", where, (
+                "layer check not a measurement: made by the cost measurer (emmy tune --measurer cost)")))
+        elif dict(local[0].values) != dict(lost.tuned):
+            self.stale.setdefault(name, []).append(Skipped("local", where, (
+                f"stale layer check: it judged the tuned values {_values(lost.tuned)}, the study's best is now "
+                f"{_values(local[0].values)} (tune the layer again to check it)")))
+        else:
+            self.local[name] = local[1:]
+            self.stale.setdefault(name, []).append(Skipped("local", where, check.why(key_id)))
+            self.lost[name] = check.study
 
 
 def distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
@@ -112,6 +168,17 @@ def stored_knowns(store, target: str) -> list[Known]:
     return out
 
 
+def stored_layers(store, target: str) -> list:
+    """The store's layer checks on `target` (`emmy.records.layer`)."""
+    from emmy.records.layer import layer_checks
+
+    return [c for c in layer_checks(store).values() if c.target == target]
+
+
+def _values(values: Mapping[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
 def golden_knowns(files, target: str) -> list[Known]:
     """Every entry of the golden files for `target`."""
     from emmy.search.cost import CARD as COST_CARD
@@ -142,4 +209,4 @@ def _candidate(tier: str, k: Known, shape: str, d: float = 0.0) -> Candidate:
     return Candidate(dict(k.values), reason, source)  # type: ignore[arg-type]
 
 
-__all__ = ["NEAREST", "Evidence", "Known", "distance", "golden_knowns", "stored_knowns"]
+__all__ = ["NEAREST", "Evidence", "Known", "distance", "golden_knowns", "stored_knowns", "stored_layers"]

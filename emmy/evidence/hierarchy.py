@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from emmy.evidence import TIERS
-from emmy.evidence.gather import Evidence, golden_knowns, stored_knowns
+from emmy.evidence.gather import Evidence, golden_knowns, stored_knowns, stored_layers
 from emmy.evidence.recorded import RecordedDecider, Skipped
 from emmy.tuning.deciders import Decider, KeptDecider, PinnedDecider, RuleDecider
 from emmy.tuning.pins import Pins
@@ -54,7 +54,8 @@ class Hierarchy:
         files, golden_note = _golden(options.golden, target.name) if {"golden", "nearest"} & set(tiers) else ([], "")
         stored = stored_knowns(store, target.name) if store is not None else []
         gold = golden_knowns(files, target.name)
-        ev = Evidence.collect(keys, target.name, stored, gold)
+        layers = stored_layers(store, target.name) if store is not None and "local" in tiers else []
+        ev = Evidence.collect(keys, target.name, stored, gold, layers)
         recorded = []
         deciders: list[Decider] = []
         if "pinned" in tiers:
@@ -138,7 +139,9 @@ def _misses(tiers, name, ev: Evidence, store_note: str, golden_note: str, option
         if tier not in tiers:
             out[tier] = "turned off"
         elif not getattr(ev, tier).get(name):
-            if tier == "local":
+            if tier == "local" and name in ev.lost:
+                out[tier] = f"its record lost in this layer's check ({ev.lost[name]}; see the evidence skipped)"
+            elif tier == "local":
                 out[tier] = f"no record of this key ({store_note})" if options.records else "no store"
             elif tier == "golden":
                 out[tier] = f"no entry for this key in {golden_note}" if options.golden else "no golden folder"

@@ -12,6 +12,9 @@ Layout (schema `SCHEMA`, `emmy.records.record`):
   version), `emmy.kernel` (the kernel's name where it was first tuned), `emmy.description`,
   and `emmy.best` once a tuning run has named one (trial, values, time_s, spread, error, env,
   date; `emmy.search.study` writes it after re-measuring the top candidates interleaved);
+- one study per layer check, named `emmy.layer.<signature>`, with no trials and the user
+  attribute `emmy.layer` (`emmy.records.layer`: a layer timed with its tuned answers together,
+  and the kernels whose tuned answer lost there);
 - one trial per measured candidate; its user attributes: `values` (knob -> value), `status`
   (`emmy.measure.STATUSES`), `time_s`, `spread`, `error`, `reason`, `env` (card, driver, cuda,
   torch, emmy, source_hash), `date`, `uid`. A candidate that failed (did not build, computed the
@@ -37,6 +40,9 @@ from pathlib import Path
 
 from emmy.diagnostics import EmmyError, first_line
 from emmy.records.record import SCHEMA, Record, record_from
+
+# The studies of layer checks (emmy.records.layer): not kernel keys.
+LAYER_PREFIX = "emmy.layer."
 
 META_STUDY = "emmy.store"
 DEFAULT_FILE = "records.db"
@@ -98,7 +104,12 @@ class Store:
 
     def study_names(self) -> list[str]:
         """The kernel keys with a study, sorted."""
-        return sorted(s.study_name for s in self.storage.get_all_studies() if s.study_name != META_STUDY)
+        return sorted(s.study_name for s in self.storage.get_all_studies()
+                      if s.study_name != META_STUDY and not s.study_name.startswith(LAYER_PREFIX))
+
+    def layer_names(self) -> list[str]:
+        """The studies of layer checks (`emmy.records.layer`), sorted."""
+        return sorted(s.study_name for s in self.storage.get_all_studies() if s.study_name.startswith(LAYER_PREFIX))
 
     def study_attrs(self, name: str) -> dict | None:
         """A study's user attributes (None when there is no such study)."""

@@ -1,7 +1,8 @@
 """Moving records between stores: schema-versioned JSON.
 
-    data = export_records(store)             # {"format": "emmy-records", "schema": 1, "studies": [...]}
+    data = export_records(store)             # {"format": "emmy-records", "schema": 1, "studies": [...], "layers": [...]}
     added = import_records(store, data)      # trials added (those already there are skipped)
+    import_layers(store, data)               # layer checks added (where the store has none of that layer)
 
 A study in the file: `name` (the key id), `attrs` (the study's Emmy attributes: key, kernel,
 description, best) and `trials`: each with `number` (in the exporting store), `state`,
@@ -9,7 +10,8 @@ description, best) and `trials`: each with `number` (in the exporting store), `s
 status, time, spread, error, reason, env, date, uid). Importing adds the trials whose `uid` the
 store does not have yet (importing a file twice adds nothing), creates missing studies, and
 takes the file's recorded best only for a study that has none. Running and waiting trials are
-not exported. A file of a newer schema, or one that is not an export, is refused before
+not exported. `layers`: the store's layer checks (`emmy.records.layer`), each `name` (its study)
+and `check`; importing adds a check only where the store has none of that layer. A file of a newer schema, or one that is not an export, is refused before
 anything is written.
 """
 
@@ -46,7 +48,19 @@ def export_records(store: Store, names: list[str] | None = None) -> dict:
             for t in study.get_trials(deepcopy=False, states=finished)
         ]
         studies.append({"name": name, "attrs": study.user_attrs, "trials": trials})
-    return {"format": FORMAT, "schema": SCHEMA, "studies": studies}
+    return {"format": FORMAT, "schema": SCHEMA, "studies": studies, "layers": export_layers(store)}
+
+
+def export_layers(store: Store) -> list[dict]:
+    """The store's layer checks (`emmy.records.layer`) as JSON-ready data: name and check."""
+    from emmy.records.layer import LAYER_ATTR
+
+    out = []
+    for name in store.layer_names():
+        data = (store.study_attrs(name) or {}).get(LAYER_ATTR)
+        if data is not None:
+            out.append({"name": name, "check": data})
+    return out
 
 
 def read_export(text: str, where: str) -> dict:
@@ -70,7 +84,33 @@ def read_export(text: str, where: str) -> dict:
         if not (isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("attrs"), dict)
                 and isinstance(s.get("trials"), list)):
             raise EmmyError(f"{where}: study {i}: needs \"name\" (text), \"attrs\" (object) and \"trials\" (list)")
+    layers = data.get("layers", [])
+    if not isinstance(layers, list):
+        raise EmmyError(f"{where}: \"layers\" must be a list")
+    for i, layer in enumerate(layers):
+        if not (isinstance(layer, dict) and isinstance(layer.get("name"), str) and isinstance(layer.get("check"), dict)):
+            raise EmmyError(f"{where}: layer {i}: needs \"name\" (text) and \"check\" (object)")
     return data
+
+
+def import_layers(store: Store, data: Mapping, where: str = "<data>") -> int:
+    """Add an export's layer checks to `store`, each where the store has no check of that layer
+    (never replacing one); returns how many were added. Every check is read before the first is
+    written."""
+    from emmy.records.layer import LAYER_PREFIX, check_from, layer_checks, write_layer_data
+
+    checks = []
+    for i, layer in enumerate(data.get("layers", [])):
+        check = check_from(layer["check"], f"{where}: layer {i}")
+        if layer["name"] != check.study or not layer["name"].startswith(LAYER_PREFIX):
+            raise EmmyError(f"{where}: layer {i}: named '{layer['name']}', but its check is of {check.study}; "
+                            "nothing was imported")
+        checks.append((check.study, layer["check"]))
+    have = layer_checks(store)
+    added = [(name, raw) for name, raw in checks if name not in have]
+    for name, raw in added:
+        write_layer_data(store, name, raw)
+    return len(added)
 
 
 def import_records(store: Store, data: Mapping, where: str = "<data>") -> int:
@@ -119,4 +159,4 @@ def _trial(t: Mapping, where: str):
         raise EmmyError(f"{where}: malformed ({first_line(e)}); nothing was imported") from None
 
 
-__all__ = ["FORMAT", "export_records", "import_records", "read_export"]
+__all__ = ["FORMAT", "export_layers", "export_records", "import_layers", "import_records", "read_export"]

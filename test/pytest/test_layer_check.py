@@ -1,0 +1,400 @@
+"""The layer check (emmy.search.layer_check, emmy.records.layer): the greedy revert with an
+injected deterministic layer timer, the store round trip (record, list, export, import), the
+local tier skipping a record that lost in its layer (with why in --explain), stale checks
+reported, the `emmy tune --measurer cost` path, and its error messages. One GPU test times the
+running example's layer for real."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from emmy.cli.main import run
+from emmy.cli.report import run_guarded
+from emmy.diagnostics import EmmyError
+from emmy.measure.layer import LayerTime
+from emmy.records import default_url, open_store
+from emmy.records.layer import LAYER_ATTR, LAYER_SCHEMA, LayerCheck, Reverted, layer_checks, layer_signature, write_layer_check
+from emmy.records.store import BEST_ATTR
+from emmy.records.transfer import export_records, import_layers, import_records, read_export
+from emmy.search.layer_check import Layer, LayerKernel, check_layer, faster, layer_line, layer_rows, LayerOutcome
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = f"{ROOT}/test/pytest/models/mlp_block.py:make"
+TUNE = ["tune", MODEL, "--tokens", "16", "--target", "sm_90", "--quiet", "--measurer", "cost", "--trials", "6"]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMMY_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+# --- the greedy revert, with a deterministic layer timer ----------------------------------------
+
+A, B, C = "a", "b", "c"
+TUNED = {A: {"x": 2}, B: {"x": 2}, C: {"x": 2}}
+DEPLOY = {A: {"x": 1}, B: {"x": 1}, C: {"x": 1}}
+LAYER = Layer("m", 0, 512, "sm_90a", tuple(LayerKernel(n, f"key-{n}", DEPLOY[n]) for n in (A, B, C)))
+
+
+class Timer:
+    """Each kernel 10 us at its deploy answer, 9 us at its tuned one (faster alone); `penalty`:
+    extra us when all the named kernels are at their tuned answers together (an interaction);
+    every set timed with `spread`. Records the rounds it timed."""
+
+    def __init__(self, penalties=(), spread=0.01):
+        self.penalties, self.spread, self.rounds = list(penalties), spread, []
+
+    def environment(self):
+        return {"card": "test card"}
+
+    def cost(self, s):
+        t = sum(9.0 if s[k]["x"] == 2 else 10.0 for k in s)
+        t += sum(p for kernels, p in self.penalties if all(s[k]["x"] == 2 for k in kernels))
+        return t * 1e-6
+
+    def time(self, sets):
+        self.rounds.append(sorted(sets))
+        return {label: LayerTime(self.cost(s), self.spread, 0.0) for label, s in sets.items()}
+
+
+def test_faster_needs_more_than_the_spread():
+    assert faster(LayerTime(9e-6, 0.05), LayerTime(10e-6, 0.05))
+    assert not faster(LayerTime(9.6e-6, 0.05), LayerTime(10e-6, 0.01))  # 4% faster, 5% spread
+    assert not faster(LayerTime(None, problem="wrong"), LayerTime(10e-6, 0.0))
+
+
+def test_a_faster_chosen_set_is_kept_whole():
+    timer = Timer()
+    v = check_layer(LAYER, TUNED, timer)
+    assert v.reverted == {} and not v.problem
+    assert v.final.time_s == pytest.approx(27e-6) and v.deploy.time_s == pytest.approx(30e-6)
+    assert timer.rounds == [["deploy", "tuned"]]  # one round: nothing to search
+
+
+def test_a_kernel_that_slows_the_layer_is_reverted():
+    """b's tuned answer is faster alone but costs 5 us beside c's tuned answer: the layer is
+    slower than the deploy set; reverting b (first in order whose revert helps) fixes it, and c
+    stays tuned (reverting c after b gains nothing)."""
+    timer = Timer(penalties=[((B, C), 5.0)])
+    v = check_layer(LAYER, TUNED, timer)
+    assert v.tuned.time_s == pytest.approx(32e-6) and v.deploy.time_s == pytest.approx(30e-6)
+    assert list(v.reverted) == [B]
+    assert v.reverted[B] == pytest.approx((32 - 28) / 32)
+    assert v.final.time_s == pytest.approx(28e-6)
+    # the first round, a revert tried per differing kernel, and a last round of all three sets
+    assert timer.rounds[0] == ["deploy", "tuned"] and timer.rounds[-1] == ["deploy", "final", "tuned"]
+    assert len(timer.rounds) == 1 + 3 + 1
+
+
+def test_a_revert_within_the_spread_is_not_kept():
+    timer = Timer(penalties=[((A, B, C), 3.5)], spread=0.2)  # 30.5 against 30 us: within 20%
+    v = check_layer(LAYER, TUNED, timer)
+    assert v.reverted == {} and len(timer.rounds) == 1
+
+
+def test_several_kernels_reverted():
+    timer = Timer(penalties=[((A,), 5.0), ((C,), 5.0)])
+    v = check_layer(LAYER, TUNED, timer)
+    assert list(v.reverted) == [A, C] and v.final.time_s == pytest.approx(29e-6)
+
+
+def test_a_set_not_timed_is_a_problem_not_a_verdict():
+    class Wrong(Timer):
+        def time(self, sets):
+            out = super().time(sets)
+            out["tuned"] = LayerTime(None, error=0.5, problem="relative error 5.00e-01 over the allowed 1.0e-02")
+            return out
+
+    v = check_layer(LAYER, TUNED, Wrong())
+    assert v.problem == "the chosen set was not timed: relative error 5.00e-01 over the allowed 1.0e-02"
+    assert v.reverted == {}
+    assert layer_line(LayerOutcome(LAYER, v, v.problem)) == f"layer 0 at 512 tokens: {v.problem}"
+    assert layer_rows([LayerOutcome(LAYER, v, v.problem)]) == []
+
+
+def test_the_line_and_row():
+    v = check_layer(LAYER, TUNED, Timer(penalties=[((B, C), 5.0)]))
+    o = LayerOutcome(LAYER, v)
+    assert layer_line(o) == ("layer 0 at 512 tokens: tuned 28.00 us +- 1.0%, untuned 30.00 us +- 1.0%: 1.07x; "
+                             "the chosen set alone 32.00 us +- 1.0%; kept the deploy answer of b "
+                             "(the layer 12% faster with it)")
+    assert layer_rows([o]) == [("layer 0", "512 tokens", "-", "28.00 us +- 1.0% (1 reverted)",
+                                "30.00 us +- 1.0%", "1.07x")]
+
+
+# --- the store ----------------------------------------------------------------------------------
+
+
+def _check(signature="s" * 24, reverted=None, tokens=512, **kw) -> LayerCheck:
+    reverted = {"key-b": Reverted("b", {"x": 2}, {"x": 1}, 12.1e-6, 0.03)} if reverted is None else reverted
+    return LayerCheck(signature=signature, target="sm_90", tokens=tokens, kernels={"a": "key-a", "b": "key-b"},
+                      tuned_s=32e-6, tuned_spread=0.01, deploy_s=30e-6, deploy_spread=0.01, final_s=28e-6,
+                      final_spread=0.01, reverted=reverted, model="m", layer=0, env={"card": "NVIDIA H200"},
+                      date="2026-12-01T20:00:00Z", **kw)
+
+
+def test_a_check_round_trips_through_the_store(tmp_path):
+    store = open_store(default_url(tmp_path))
+    write_layer_check(store, _check())
+    assert store.study_names() == []  # a layer check is not a kernel's study
+    assert store.layer_names() == ["emmy.layer." + "s" * 24]
+    (back,) = layer_checks(store).values()
+    assert back == _check()
+    write_layer_check(store, _check(reverted={}))  # a newer check of the same layer replaces it
+    assert list(layer_checks(store).values())[0].reverted == {}
+
+
+def test_checks_are_exported_and_imported(tmp_path):
+    a = open_store(default_url(tmp_path / "a"))
+    write_layer_check(a, _check())
+    data = read_export(json.dumps(export_records(a)), "f.json")
+    assert data["layers"] == [{"name": "emmy.layer." + "s" * 24, "check": _check().to_json()}]
+    b = open_store(default_url(tmp_path / "b"))
+    assert import_records(b, data) == 0 and import_layers(b, data) == 1
+    assert list(layer_checks(b).values()) == [_check()]
+    write_layer_check(b, _check(reverted={}))
+    assert import_layers(b, data) == 0  # never replaces the store's own check of that layer
+    assert list(layer_checks(b).values())[0].reverted == {}
+
+
+@pytest.mark.parametrize("layers, message", [
+    ('"no"', 'f.json: "layers" must be a list'),
+    ('[{"name": 1}]', 'f.json: layer 0: needs "name" (text) and "check" (object)'),
+])
+def test_bad_layers_in_an_export(layers, message):
+    text = f'{{"format": "emmy-records", "schema": 1, "studies": [], "layers": {layers}}}'
+    with pytest.raises(EmmyError) as e:
+        read_export(text, "f.json")
+    assert message in str(e.value)
+
+
+def test_a_malformed_or_misnamed_check_imports_nothing(tmp_path):
+    store = open_store(default_url(tmp_path))
+    good = {"name": _check().study, "check": _check().to_json()}
+    bad = {"name": "emmy.layer.x", "check": {"kernels": {}}}
+    with pytest.raises(EmmyError, match="f.json: layer 1: a malformed layer check"):
+        import_layers(store, {"layers": [good, bad]}, "f.json")
+    misnamed = {"name": "emmy.layer.other", "check": _check().to_json()}
+    with pytest.raises(EmmyError) as e:
+        import_layers(store, {"layers": [good, misnamed]}, "f.json")
+    assert f"f.json: layer 1: named 'emmy.layer.other', but its check is of {_check().study}" in str(e.value)
+    assert store.layer_names() == []
+
+
+def test_a_malformed_check_in_the_store_is_reported(tmp_path, capsys):
+    store = open_store(default_url(tmp_path))
+    study = optuna.create_study(study_name="emmy.layer.bad", storage=store.storage)
+    study.set_user_attr(LAYER_ATTR, {"kernels": {"a": "k"}, "tokens": "many"})
+    assert run_guarded(run, ["records", "list", "--storage", default_url(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"error: store {default_url(tmp_path)}: emmy.layer.bad: a malformed layer check" in err
+    assert "Traceback" not in err
+
+
+# --- emmy tune, and compiles reading the checks --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A home whose store holds a cost run of the MLP block's layer, its records then marked as a
+    GPU's (test data: the local tier never uses the cost measurer's)."""
+    import os
+
+    home = tmp_path_factory.mktemp("layer") / "home"
+    os.environ["EMMY_HOME"] = str(home)
+    try:
+        assert run([*TUNE, "--layer", "0"]) == 0
+    finally:
+        del os.environ["EMMY_HOME"]
+    store = open_store(default_url(home), create=False)
+    for name in store.study_names():
+        study = store.load(name)
+        best = dict(study.user_attrs[BEST_ATTR])
+        best["env"] = {**best["env"], "card": "NVIDIA H200 (test data)"}
+        study.set_user_attr(BEST_ATTR, best)
+    return home
+
+
+def test_tune_checks_the_layer_with_the_cost_measurer(tuned, capsys):
+    from emmy.search.cost import CARD
+
+    store = open_store(default_url(tuned), create=False)
+    (check,) = layer_checks(store).values()
+    assert check.tokens == 16 and check.layer == 0 and check.env["card"] == CARD and not check.measured
+    assert set(check.kernels) == {"layer_norm_fc1_gelu", "gelu_fc2_residual"}
+    assert check.signature == layer_signature(check.kernels.values())
+    assert check.reverted == {}  # a sum of costs: the tuned set is never slower
+    assert check.final_s == check.tuned_s < check.deploy_s
+
+
+def test_tune_prints_the_layer_line_and_row(home, capsys):
+    assert run([*TUNE, "--layer", "0", "--trials", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].split()[:5] == ["layer", "0", "16", "tokens", "-"] and out[-2].endswith("x")
+    assert run([*TUNE[:-1], "4", "--layer", "0"]) == 0  # more trials: continued, the layer checked again
+    assert len(layer_checks(open_store(default_url(home), create=False))) == 1
+
+
+def test_tune_line_goes_with_the_progress(home, capsys):
+    argv = [a for a in TUNE if a != "--quiet"]
+    assert run([*argv, "--layer", "0", "--trials", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "layer 0 at 16 tokens: tuned " in err and ", untuned " in err
+
+
+@pytest.mark.parametrize("extra, note", [
+    (["--layer", "0", "--kernel", "gelu_fc2_residual"], "the layer check (the layer timed with all its tuned answers) "
+                                                        "skipped: --kernel tunes only some kernels"),
+    ([], "the layer check (the layer timed with all its tuned answers) times one layer: tune with --layer N to "
+         "check it; a whole model's chosen set is not timed together"),
+])
+def test_the_check_is_skipped_with_a_note(extra, note, home, capsys):
+    assert run([*[a for a in TUNE if a != "--quiet"], "--trials", "2", *extra]) == 0
+    assert f"note: {note}" in capsys.readouterr().err
+    assert run([*TUNE, "--trials", "2", *extra]) == 0
+    assert "note:" not in capsys.readouterr().err  # --quiet: only the table
+    assert layer_checks(open_store(default_url(home), create=False)) == {}
+
+
+def _lost_in_the_layer(home, tmp_path, **kw):
+    """A copy of the tuned home whose check (made measured) says gelu_fc2_residual's tuned answer
+    lost in the layer."""
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    store = open_store(default_url(copy), create=False)
+    (check,) = layer_checks(store).values()
+    key = check.kernels["gelu_fc2_residual"]
+    best = store.load(key).user_attrs[BEST_ATTR]
+    fields = check.to_json()
+    fields.update(env={"card": "NVIDIA H200 (test data)"}, date="2026-12-01T20:00:00Z", **kw)
+    fields["reverted"] = {key: {"kernel": "gelu_fc2_residual", "tuned": best["values"], "deploy": {},
+                                "alone_s": 12.1e-6, "gain": 0.03}}
+    from emmy.records.layer import write_layer_data
+
+    write_layer_data(store, check.study, fields)
+    return copy, store, key
+
+
+def _explain(capsys, home, monkeypatch) -> str:
+    monkeypatch.setenv("EMMY_HOME", str(home))
+    assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain"]) == 0
+    return capsys.readouterr().out
+
+
+def test_the_local_tier_skips_a_record_that_lost_in_its_layer(tuned, tmp_path, capsys, monkeypatch):
+    copy, _, _ = _lost_in_the_layer(tuned, tmp_path)
+    out = _explain(capsys, copy, monkeypatch)
+    decisions = out.split("\n\n")[0].splitlines()[2:]
+    by_kernel = {k: [r for r in decisions if r.split()[0] == k] for k in ("layer_norm_fc1_gelu", "gelu_fc2_residual")}
+    assert by_kernel["layer_norm_fc1_gelu"] and all(" local " in r for r in by_kernel["layer_norm_fc1_gelu"])
+    assert by_kernel["gelu_fc2_residual"] and not any(" local " in r for r in by_kernel["gelu_fc2_residual"])
+    assert ("tuned alone 12.1 us, but the layer 0 at 16 tokens was 3% faster with the deploy answer "
+            "(measured 2026-12-01T20:00:00Z, NVIDIA H200 (test data)") in out
+    assert "its record lost in this layer's check" in out
+
+
+def test_a_check_of_other_tuned_values_is_stale(tuned, tmp_path, capsys, monkeypatch):
+    copy, store, key = _lost_in_the_layer(tuned, tmp_path)
+    study = store.load(key)
+    best = dict(study.user_attrs[BEST_ATTR])
+    old = dict(best["values"])
+    best["values"] = {**old, next(iter(old)): "other"}
+    # the check judged `old`; the study names another best now: the check is reported, not used
+    check = store.study_attrs(layer_checks(store).popitem()[0])[LAYER_ATTR]
+    check["reverted"][key]["tuned"] = {**old, "threads": -1}
+    from emmy.records.layer import write_layer_data
+
+    write_layer_data(store, "emmy.layer." + check["signature"], check)
+    out = _explain(capsys, copy, monkeypatch)
+    assert "stale layer check: it judged the tuned values" in out and "the study's best is now" in out
+    decisions = out.split("\n\n")[0].splitlines()[2:]
+    assert all(" local " in r for r in decisions if r.split()[0] in ("layer_norm_fc1_gelu", "gelu_fc2_residual"))
+
+
+def test_a_check_of_a_newer_schema_is_reported(tuned, tmp_path, capsys, monkeypatch):
+    copy, _, _ = _lost_in_the_layer(tuned, tmp_path, schema=LAYER_SCHEMA + 1)
+    out = _explain(capsys, copy, monkeypatch)
+    assert f"layer check of a newer Emmy (layer schema {LAYER_SCHEMA + 1}; this Emmy reads {LAYER_SCHEMA}" in out
+    assert "tuned alone" not in out
+    monkeypatch.setenv("EMMY_HOME", str(copy))
+    assert run(["records", "list"]) == 0
+    assert f"(layer schema {LAYER_SCHEMA + 1}: a newer Emmy's)" in capsys.readouterr().out
+
+
+def test_a_check_of_another_space_version_is_stale(tuned, tmp_path, capsys, monkeypatch):
+    copy, store, key = _lost_in_the_layer(tuned, tmp_path)
+    name, check = layer_checks(store).popitem()
+    old = {n: k.rsplit(":v", 1)[0] + ":v0" for n, k in check.kernels.items()}
+    data = check.to_json()
+    data["kernels"] = old
+    data["signature"] = layer_signature(old.values())
+    data["reverted"] = {old["gelu_fc2_residual"]: data["reverted"][key]}
+    from emmy.records.layer import write_layer_data
+
+    store.storage.delete_study(store.storage.get_study_id_from_name(name))
+    write_layer_data(store, "emmy.layer." + data["signature"], data)
+    out = _explain(capsys, copy, monkeypatch)
+    assert "stale layer check: made under another space version" in out
+    decisions = out.split("\n\n")[0].splitlines()[2:]
+    assert all(" local " in r for r in decisions if r.split()[0] == "gelu_fc2_residual")
+
+
+def test_a_cost_check_is_never_used(tuned, tmp_path, capsys, monkeypatch):
+    from emmy.search.cost import CARD
+
+    copy, store, key = _lost_in_the_layer(tuned, tmp_path)
+    name, check = layer_checks(store).popitem()
+    data = check.to_json()
+    data["env"] = {"card": CARD}
+    from emmy.records.layer import write_layer_data
+
+    write_layer_data(store, name, data)
+    out = _explain(capsys, copy, monkeypatch)
+    assert "layer check not a measurement: made by the cost measurer" in out
+
+
+def test_records_list_shows_the_checks(tuned, monkeypatch, capsys):
+    monkeypatch.setenv("EMMY_HOME", str(tuned))
+    assert run(["records", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "layer checks (the layer timed with all its tuned answers):" in out
+    (row,) = [line for line in out.splitlines() if line.startswith("emmy.layer.")]
+    assert " 16 " in row and " sm_90 " in row and row.split()[-2] == "-"
+
+
+# --- on the GPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_the_running_example_layer_timed_on_the_gpu(tmp_path):
+    """The running example at 64 tokens: the deploy set and a set with a pinned answer, each
+    checked against PyTorch and timed together; then the layer check over them."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from dataclasses import replace
+
+    from emmy.driver import CompileOptions
+    from emmy.frontend import resolve_model, trace_layer
+    from emmy.search.layer_check import GpuLayerTimer, layer_of
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    model = f"{ROOT}/tools/running_example.py:make"
+    options = CompileOptions(model=model, layer=0, tokens=64, target="sm_90a")
+    layer = layer_of(options, 64)
+    timer = GpuLayerTimer(trace_layer(resolve_model(model), 0, 64), "sm_90a", tmp_path)
+    deploy = layer.deploy()
+    times = timer.time({"deploy": deploy, "again": deploy})
+    assert all(t.time_s and t.time_s > 0 and t.error is not None and t.error < 1e-2 for t in times.values()), times
+    v = check_layer(replace(layer), deploy, timer)
+    assert not v.problem and v.reverted == {}
+    assert timer.environment()["card"]
