@@ -70,6 +70,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from emmy.analysis.classify import KernelInfo
 from emmy.analysis.indexing import constant_int
+from emmy.diagnostics import EmmyError
 from emmy.lowering import Built, In, Launch, LaunchArg, Tmp
 from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args
 from emmy.lowering.kb import KB
@@ -153,7 +154,7 @@ def run_callee(
             args += [DIRECT, 0]
         else:
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
-    args.append(int(sched.wgmma))
+    args.append(2 if sched.warp_specialized else int(sched.wgmma))
     return "emmy::attention::run<" + ", ".join(str(a) for a in args) + ">"
 
 
@@ -259,6 +260,8 @@ def _flash_func(
     types = types + [K.PtrType(BFloat16Type())] * len(temps)
     names = names + [t[0] for t in temps]
     maps = _tma_maps(kernel_op, plan, sched, temps, temp_types)
+    if sched.warp_specialized:
+        _check_ws_operands(plan, {t[0] for t in temps}, {m[0] for m in maps})
     types = types + [m[1] for m in maps]
     names = names + [f"tma_{m[0]}" for m in maps]
     smem = sched.smem_bytes
@@ -324,6 +327,20 @@ def _flash_func(
         ],
     )
     return kb.finish(), [m[3] for m in maps]
+
+
+def _check_ws_operands(plan: AttentionBody, materialized: set[str], mapped: set[str]) -> None:
+    """workers = wgmma_ws: its consumers copy Q as plain rows and its producer copies K and V
+    through tensor maps only (the plan's legality sees to both; this names what slipped)."""
+    if plan.q.mode != DIRECT and "q_rows" not in materialized:
+        raise EmmyError(f"tile.kernel @{plan.name} (attention): workers=wgmma_ws needs plain Q rows (fusion=split)")
+    missing = [p.name.upper() for p in (plan.k, plan.v) if p.name not in mapped]
+    if missing:
+        raise EmmyError(
+            f"tile.kernel @{plan.name} (attention): workers=wgmma_ws copies K and V through tensor maps, "
+            f"and {' and '.join(missing)} has none (a computed operand needs fusion=split, a plain one "
+            "a whole number of rows in its tensor)"
+        )
 
 
 def _score_lambda(kb: KB, top: Scope, plan: AttentionBody, masked: bool) -> K.LambdaOp:

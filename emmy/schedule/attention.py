@@ -478,9 +478,21 @@ MAX_GRID_Y = 65535
 
 def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False) -> int:
     """Dynamic shared memory of emmy::attention::run (Config::kSmemBytes in attention.cuh), plus
-    what aligning the base to 1024 bytes may take for wgmma."""
+    what aligning the base to 1024 bytes may take for wgmma (the tensor-map copies' mbarriers,
+    2 * stages of 8 bytes, live in that slack: tma_barriers in attention.cuh)."""
     ld = head_dim if head_dim % 64 == 0 else head_dim + 8
     return (block_q * ld + 2 * stages * block_kv * ld) * 2 + (SMEM_ALIGN_WGMMA if wgmma else 0)
+
+
+# workers = wgmma_ws (emmy/backend/runtime/attention_ws.cuh): one producer warpgroup issuing the
+# tensor-map copies of K and V, 1 or 2 consumer warpgroups of 64 query rows each.
+WS_PRODUCER_THREADS = 128
+WS_MAX_CONSUMERS = 2  # two consumers take turns (ping-pong); more have no turn protocol
+# setmaxnreg with two consumers (384 threads; ptxas starts every thread at <= 168 registers):
+# the producer gives its registers back, the consumers take them (128 * 24 + 256 * 240 <= 65536).
+# With one consumer (256 threads) every thread may already have 255: no setmaxnreg.
+WS_PRODUCER_REGS = 24
+WS_CONSUMER_REGS = 240
 
 
 @dataclass(frozen=True)
@@ -504,8 +516,45 @@ class AttentionPlan:
     # attention.cuh), so that no copy crosses the end of the keys
 
     @property
+    def warp_specialized(self) -> bool:
+        """workers = wgmma_ws: a producer warpgroup copies K and V, the `warps` compute."""
+        return self.workers == "wgmma_ws"
+
+    @property
+    def consumers(self) -> int:
+        """Warpgroups that compute (wgmma_ws; 0 otherwise), each 64 query rows."""
+        return self.warps // 4 if self.warp_specialized else 0
+
+    @property
+    def overlap(self) -> str:
+        """How softmax overlaps the wgmmas: `pingpong` (two consumers take turns issuing, and
+        each overlaps its softmax with its own next QK^T: the wgmma loop's two warpgroups with
+        tensor-map copies, and wgmma_ws's two consumers), `intra` (a warpgroup's softmax of key
+        block j runs while its P_{j-1} V_{j-1} wgmmas do: the pipelined wgmma loop with 3+
+        stages, wgmma_ws with one consumer), or `none`."""
+        if self.warp_specialized:
+            return "pingpong" if self.consumers == 2 else "intra"
+        if self.wgmma and self.stages >= 3:
+            return "pingpong" if self.tma and self.warps == 8 else "intra"
+        return "none"
+
+    @property
     def threads(self) -> int:
-        return 32 * self.warps
+        return 32 * self.warps + (WS_PRODUCER_THREADS if self.warp_specialized else 0)
+
+    @property
+    def register_budgets(self) -> tuple[int, int] | None:
+        """(producer, consumer) registers per thread set by setmaxnreg (wgmma_ws with two
+        consumers), else None (ptxas's allocation for the whole block)."""
+        if self.warp_specialized and self.consumers == 2:
+            return WS_PRODUCER_REGS, WS_CONSUMER_REGS
+        return None
+
+    @property
+    def barriers(self) -> int:
+        """mbarriers in shared memory: a `full` and an `empty` one per stage with tensor-map
+        copies (8 bytes each, in the 1024-byte alignment slack of smem_bytes), else none."""
+        return 2 * self.stages if self.tma else 0
 
     @property
     def query_blocks(self) -> int:
@@ -531,8 +580,9 @@ class AttentionPlan:
     def registers(self) -> int:
         """Registers per thread, estimated: the output rows and scores a thread holds (fp32)
         besides addresses, at most what a thread may use."""
-        per_thread = (self.block_q * self.head_dim + self.block_q * self.block_kv) // self.threads
-        return min(self.target.regs_per_thread, per_thread + 40)
+        per_thread = (self.block_q * self.head_dim + self.block_q * self.block_kv) // (32 * self.warps)
+        budgets = self.register_budgets
+        return min(budgets[1] if budgets else self.target.regs_per_thread, per_thread + 40)
 
     @property
     def launches(self) -> tuple[LaunchPlan, ...]:
@@ -554,12 +604,12 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     if workers == "thread":
         raise _err(name, "workers=thread is not implemented for attention (use mma_sync)")
     wgmma = False
-    if workers == "wgmma":
+    if workers in ("wgmma", "wgmma_ws"):
         if not target.has("wgmma"):
-            raise _err(name, f"workers=wgmma needs sm_90a (target is {target.name})")
+            raise _err(name, f"workers={workers} needs sm_90a (target is {target.name})")
         if D % 64 or D > 256 or warps % 4 or bq != 16 * warps or bkv > 256:
             raise _err(
-                name, "workers=wgmma needs a head dim that is a multiple of 64 up to 256, a warpgroup "
+                name, f"workers={workers} needs a head dim that is a multiple of 64 up to 256, a warpgroup "
                 "per 64 query rows (warps a multiple of 4, block_q = 16 * warps) and "
                 f"block_kv <= 256 (have {D}, {bq}, {warps}, {bkv})"
             )
@@ -583,7 +633,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     if copy not in ("cp_async", "tma"):
         raise _err(name, f"unknown copy '{copy}' (cp_async or tma)")
     tma = copy == "tma"
-    if tma and (not wgmma or stages < 3 or bkv > info.seq_kv):
+    if tma and (not wgmma or (workers == "wgmma" and stages < 3) or bkv > info.seq_kv):
         raise _err(
             name, "copy=tma needs workers=wgmma, stages >= 3 and a block_kv of at most the keys "
             f"(have {workers}, {stages}, block_kv={bkv} for {info.seq_kv} keys)"
@@ -591,6 +641,12 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     fusion = str(v["fusion"])
     if fusion not in ("fused", "split"):
         raise _err(name, f"unknown fusion '{fusion}' (fused or split)")
+    if workers == "wgmma_ws":
+        why = ws_illegal(info, warps, copy, fusion)
+        if why:
+            raise _err(name, why)
+        if stages < 2:
+            raise _err(name, f"workers=wgmma_ws copies K and V into a ring of stages >= 2 buffers (stages={stages})")
     batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
@@ -605,12 +661,41 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     )
 
 
-def _computed_rows(info: KernelInfo) -> list[int]:
-    """The rows of each of Q, K and V that is computed (not a plain load of rows), in that
-    order. A body the flash kernel cannot run (analyze's EmmyError) has none here: its plan still
-    serves the tile interpreter, and building it raises that error."""
+def ws_illegal(info: KernelInfo, warps: int, copy: str, fusion: str) -> str:
+    """Why workers = wgmma_ws cannot run with these knobs (empty when it can; legality.py asks
+    the same). Its producer warpgroup only issues tensor-map copies, and the consumers copy their
+    Q rows with cp.async: every operand must be plain rows in memory, so computed Q, K or V
+    (RMSNorm, rotary embedding) need fusion = split, whose `_prep` kernel materializes them."""
+    if warps not in tuple(4 * c for c in range(1, WS_MAX_CONSUMERS + 1)):
+        return f"workers=wgmma_ws has 1 or 2 consumer warpgroups: warps must be 4 or 8, not {warps}"
+    if copy != "tma":
+        return f"workers=wgmma_ws: its producer warpgroup copies K and V with tensor maps (copy=tma, not {copy})"
+    if fusion == "fused":
+        computed = computed_operands(info)
+        if computed:
+            return (f"workers=wgmma_ws needs plain rows of Q, K and V, and {', '.join(computed)} "
+                    "computed (normalized, rotated) in the kernel: use fusion=split (a prologue "
+                    "kernel materializes them)")
+    return ""
+
+
+def computed_operands(info: KernelInfo) -> tuple[str, ...]:
+    """Which of "q", "k", "v" the body computes (not a plain load of rows). A body the flash
+    kernel cannot run (analyze's EmmyError) has none here: its plan still serves the tile
+    interpreter, and building it raises that error."""
+    return tuple(p for p, _ in _operand_rows(info))
+
+
+def _operand_rows(info: KernelInfo) -> list[tuple[str, int]]:
     try:
         body = analyze(info.stores[0].parent_op(), info)
     except EmmyError:
         return []
-    return [r for p, r in ((body.q, body.seq_q), (body.k, body.seq_kv), (body.v, body.seq_kv)) if p.mode != DIRECT]
+    return [(p.name, r) for p, r in ((body.q, body.seq_q), (body.k, body.seq_kv), (body.v, body.seq_kv))
+            if p.mode != DIRECT]
+
+
+def _computed_rows(info: KernelInfo) -> list[int]:
+    """The rows of each of Q, K and V that is computed (not a plain load of rows), in that
+    order (none for a body analyze rejects: see computed_operands)."""
+    return [r for _, r in _operand_rows(info)]

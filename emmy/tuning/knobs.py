@@ -8,7 +8,7 @@ job, `emmy/tuning/legality.py`).
 | kind | knobs (in this order) |
 |---|---|
 | contraction | block_m, block_n, block_k, split_k, combine, split_tail, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
-| attention | block_q, block_kv, workers (mma_sync; wgmma on sm_90a), stages, warps, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
+| attention | block_q, block_kv, workers (mma_sync; wgmma, wgmma_ws on sm_90a), stages, warps, copy, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
 
@@ -32,8 +32,18 @@ Meanings (what the kernel stage does with each value):
 - `workers`: who computes a tile: plain threads (`thread`), warps with `mma.sync` (`mma_sync`), or
   warpgroups with `wgmma` (`wgmma`, sm_90a only), or warpgroups with `wgmma` fed by one more
   warpgroup that only stages operands, handing pipeline slots over with mbarriers instead of
-  block-wide barriers (`wgmma_ws`, warp-specialized, sm_90a only).
-- `warps`: warps per block that compute (threads = 32 * warps, plus 128 with `wgmma_ws`).
+  block-wide barriers (`wgmma_ws`, warp-specialized, sm_90a only). In attention, `wgmma_ws`
+  is FlashAttention-3's schedule (emmy/backend/runtime/attention_ws.cuh): a producer
+  warpgroup (its registers lowered by setmaxnreg) issues the tensor-map copies of K and V into
+  a `stages`-deep ring guarded by full/empty mbarriers; each consumer warpgroup (1 or 2, 64
+  query rows each, registers raised) copies its Q rows once, then per key block issues
+  S_j = Q K_j^T and P_{j-1} V_{j-1} together and computes the softmax of S_j while P V runs
+  (intra-warpgroup overlap); two consumers also take turns issuing their wgmmas (named
+  barriers), so one's softmax runs while the other's products do (ping-pong). The overlap
+  follows from the warps (AttentionPlan.overlap), it is no knob of its own. Needs copy = tma
+  and plain Q, K and V rows (fusion = split where the body computes them).
+- `warps`: warps per block that compute (threads = 32 * warps, plus 128 with `wgmma_ws`,
+  contraction and attention alike).
 - `schedule`: how blocks meet tiles: one block per output tile (`grid`), or one block per
   multiprocessor looping over the tiles (`persistent`, `wgmma_ws` only, sm_90a): its producer
   warpgroup stages the next tile's first k-steps while the consumers run the epilogue of the
@@ -126,13 +136,15 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "block_q": (16, 32, 64, 128),
         "block_kv": (16, 32, 64, 128),
         # The flash kernel (emmy/backend/runtime/attention.cuh) on mma.sync, or with S = Q K^T
-        # on wgmma (sm_90a; one warpgroup of 64 query rows); the domain lists what the lowering
+        # on wgmma (sm_90a; one warpgroup of 64 query rows), or warp-specialized (wgmma_ws: a
+        # producer warpgroup, attention_ws.cuh); the domain lists what the lowering
         # implements, nothing it would reject.
-        "workers": ("mma_sync", "wgmma"),
+        "workers": ("mma_sync", "wgmma", "wgmma_ws"),
         "stages": (1, 2, 3),
         "warps": (1, 2, 4, 8),
         # K and V rows by cp.async from every thread, or by tensor-map copies from one
-        # (wgmma with 3+ stages, key blocks that divide the keys)
+        # (wgmma with 3+ stages or wgmma_ws, where it is the only way; key blocks of at most
+        # the keys)
         "copy": COPIES,
         "fusion": FUSION,
     },

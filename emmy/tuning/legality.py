@@ -37,6 +37,7 @@ from math import ceil
 from typing import TYPE_CHECKING
 
 from emmy.schedule.attention import smem_bytes as attention_smem_bytes
+from emmy.schedule.attention import ws_illegal as attention_ws_illegal
 from emmy.schedule.contraction import (
     MAX_ACC_PER_THREAD,
     STREAM_K_MAX_PARTS,
@@ -432,7 +433,10 @@ def _c_vector(info, v, t, reasons):
 
 
 def _a_threads(info, v, t, reasons):
-    if v.has("warps"):
+    if v.has("warps", "workers") and v["workers"] == "wgmma_ws":
+        # the producer warpgroup besides the computing warps
+        _threads(v, t, reasons, 32 * v["warps"] + 128, f"warps={v['warps']} x 32 + a producer warpgroup of 128")
+    elif v.has("warps"):
         _threads(v, t, reasons, 32 * v["warps"], f"warps={v['warps']} x 32")
 
 
@@ -445,7 +449,7 @@ def _a_smem(info, v, t, reasons):
         return
     # the flash kernel's tiles (the plan's model): rows padded to 8 elements past a multiple of
     # 64, the tiles' base aligned to 1024 bytes for wgmma
-    nbytes = attention_smem_bytes(d, bq, bkv, st, v.has("workers") and v["workers"] == "wgmma")
+    nbytes = attention_smem_bytes(d, bq, bkv, st, v.has("workers") and v["workers"] in WGMMA_WORKERS)
     if nbytes > t.smem_per_block:
         pad = "" if d % 64 == 0 else " (rows padded by 8)"
         reasons.append(
@@ -482,7 +486,7 @@ def _a_workers(info, v, t, reasons):
         return
     w = v["workers"]
     d, dv = info.head_dim, info.value_dim
-    if w in ("mma_sync", "wgmma"):
+    if w in ("mma_sync", *WGMMA_WORKERS):
         if d % 16:
             reasons.append(f"{w}: head dimension {d} is not a multiple of 16")
         if dv % 8:
@@ -496,9 +500,9 @@ def _a_workers(info, v, t, reasons):
                 f"mma_sync: block_q={bq} does not give each of the warps={wp} 16-row slices "
                 f"(block_q must be a multiple of {16 * wp})"
             )
-    if w == "wgmma":
+    if w in WGMMA_WORKERS:
         # the wgmma flash kernel: one warpgroup multiplies its 64 query rows by 64-column slabs
-        # of the head dimension (emmy/backend/runtime/attention.cuh)
+        # of the head dimension (emmy/backend/runtime/attention.cuh; wgmma_ws: attention_ws.cuh)
         if v.has("warps") and v["warps"] % 4:
             reasons.append(f"wgmma: warps={v['warps']} is not whole warpgroups (a multiple of 4)")
         if v.has("block_q", "warps") and v["block_q"] != 16 * v["warps"]:
@@ -510,7 +514,12 @@ def _a_workers(info, v, t, reasons):
         if v.has("block_kv") and v["block_kv"] > 256:
             reasons.append(f"wgmma: block_kv={v['block_kv']} is over 256")
         if v.has("stages") and v["stages"] < 2:
-            reasons.append("wgmma reads its operands from shared memory: stages must be at least 2")
+            reasons.append(f"{w} reads its operands from shared memory: stages must be at least 2")
+    if w == "wgmma_ws" and v.has("warps", "copy", "fusion"):
+        # the producer warpgroup issues tensor-map copies only; the consumers' Q rows by cp.async
+        why = attention_ws_illegal(info, v["warps"], v["copy"], v["fusion"])
+        if why:
+            reasons.append(why)
 
 
 def _a_copy(info, v, t, reasons):
@@ -519,9 +528,11 @@ def _a_copy(info, v, t, reasons):
     # (its repeated keys masked), so a copy never reads past the keys but needs block_kv of them
     if not v.has("copy") or v["copy"] != "tma":
         return
-    if v.has("workers") and v["workers"] != "wgmma":
-        reasons.append(f"copy=tma copies K and V for the wgmma flash loop: it needs workers=wgmma, not {v['workers']}")
-    if v.has("stages") and v["stages"] < 3:
+    if v.has("workers") and v["workers"] not in WGMMA_WORKERS:
+        reasons.append(
+            f"copy=tma copies K and V for the wgmma flash loop: it needs workers=wgmma or wgmma_ws, not {v['workers']}"
+        )
+    if v.has("workers", "stages") and v["workers"] == "wgmma" and v["stages"] < 3:
         reasons.append(f"copy=tma needs the pipelined wgmma loop: stages at least 3 (stages={v['stages']})")
     if v.has("block_kv") and v["block_kv"] > info.seq_kv:
         reasons.append(f"copy=tma copies whole key blocks: block_kv={v['block_kv']} is more than the {info.seq_kv} keys")

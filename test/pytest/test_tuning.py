@@ -77,7 +77,7 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("contraction", SM90A)["workers"] == ("thread", "mma_sync", "wgmma", "wgmma_ws")
     assert knob_space("contraction", SM90)["workers"] == ("thread", "mma_sync")
     assert knob_space("attention", SM80)["workers"] == ("mma_sync",)
-    assert knob_space("attention", SM90A)["workers"] == ("mma_sync", "wgmma")
+    assert knob_space("attention", SM90A)["workers"] == ("mma_sync", "wgmma", "wgmma_ws")
     assert knob_space("contraction", SM90A)["schedule"] == ("grid", "persistent", "stream_k")
     assert knob_space("contraction", SM90)["schedule"] == ("grid",)  # persistent blocks need wgmma_ws
     # tensor-map copies and block pairs feed wgmma_ws warpgroups: sm_90a only
@@ -204,7 +204,7 @@ def test_attention_and_reduction_limits():
     tma = dict(wg, stages=3, copy="tma")
     assert check(att, tma, SM90A) == []
     assert check(att, dict(tma, workers="mma_sync", block_q=64, warps=4), SM90A) == [
-        "copy=tma copies K and V for the wgmma flash loop: it needs workers=wgmma, not mma_sync",
+        "copy=tma copies K and V for the wgmma flash loop: it needs workers=wgmma or wgmma_ws, not mma_sync",
     ]
     assert check(att, dict(tma, stages=2), SM90A) == [
         "copy=tma needs the pipelined wgmma loop: stages at least 3 (stages=2)",

@@ -62,6 +62,9 @@
 // WGMMA != 0 (sm_90a only): S = Q K^T and O += P V with wgmma, one warpgroup per 64 query rows;
 // needs D % 64 == 0, D <= 256, WARPS % 4 == 0, BQ == 16 * WARPS, BKV <= 256 and `smem`
 // 1024-byte aligned (the tiles are stored in wgmma's swizzled layout).
+// WGMMA == 2 (workers = wgmma_ws, sm_90a): warp-specialized (attention_ws.cuh): 128 more threads
+// (a producer warpgroup issuing the tensor-map copies of K and V; the WARPS = 4 or 8 warps
+// compute), kDirect Q, kTma K and V, STAGES >= 2; called by all 32 * WARPS + 128 threads.
 //
 // Element producers are staged by each warp in groups of EMMY_ATTENTION_ROW_UNROLL rows (default
 // 4), in three straight-line phases (every row's statistic loads, the warp sums, every element)
@@ -1046,6 +1049,14 @@ __device__ __forceinline__ Rows<MODE, RED, A, B> make_rows(const A& a, const B& 
 
 }  // namespace detail
 
+}  // namespace attention
+}  // namespace emmy
+
+#include "attention_ws.cuh"  // WGMMA == 2: the warp-specialized loop, on the helpers above
+
+namespace emmy {
+namespace attention {
+
 // ---------------------------------------------------------------------------------------------
 // Materializing a producer into global memory (the "split" variant: Q and K computed once by a
 // prologue kernel, then read by `run` as kDirect rows).
@@ -1109,7 +1120,9 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
-  if constexpr (C::kWgmma && STAGES >= 3) {
+  if constexpr (WGMMA == 2) {
+    detail::flash_ws<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+  } else if constexpr (C::kWgmma && STAGES >= 3) {
     detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   } else {
     detail::flash<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);

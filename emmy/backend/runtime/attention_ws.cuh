@@ -1,0 +1,205 @@
+// Emmy's warp-specialized flash attention for sm_90a (workers = wgmma_ws): FlashAttention-3's
+// schedule on the pieces of attention.cuh (which includes this file after its helpers, and calls
+// flash_ws from emmy::attention::run when WGMMA == 2).
+//
+// Roles (threads = 128 + 32 * WARPS; WARPS = 4 or 8 consumer warps, BQ = 16 * WARPS):
+//
+//   warpgroup 0, the producer: one thread issues the tensor-map copies of K and V, key block
+//     after key block, into a STAGES-deep ring of buffers. Buffer b has a `full` mbarrier (the
+//     copies' bytes land on it: arrive_expect_tx) and an `empty` one (every consumer warp
+//     arrives once its last wgmma on the buffer is done); block j waits for `empty` of block
+//     j - STAGES before it is copied. A ragged last key block is copied from seq_kv - BKV (its
+//     keys below j * BKV masked: key_start), so no copy crosses the end of the keys.
+//   warpgroups 1 .. WARPS / 4, the consumers: consumer c owns query rows [q0 + 64 c, q0 + 64 c
+//     + 64). It copies its Q rows once with cp.async (Q is read once per block, so no third
+//     tensor map and no hand-over from the producer: its first K/V copies are in flight
+//     meanwhile), then for each key block j: waits for `full`, issues S_j = Q K_j^T and
+//     O += P_{j-1} V_{j-1} as two wgmma groups, waits for S_j only and computes its online
+//     softmax while P V runs (intra-warpgroup overlap), waits for P V, releases block j - 1's
+//     buffer (`empty`) and rescales O.
+//   With two consumers they take turns issuing their wgmmas (named barriers 1 and 2, as
+//     flash_wgmma_pingpong): one's softmax runs while the other's products keep the tensor
+//     cores busy (inter-warpgroup ping-pong).
+//
+// Registers: with two consumers (384 threads, ptxas starts every thread at <= 168) the producer
+// lowers its budget to kProducerRegs with setmaxnreg and the consumers raise theirs to
+// kConsumerRegs (128 * 24 + 256 * 240 <= 65536); with one consumer (256 threads) every thread
+// may already use 255 and nothing is changed. emmy/schedule/attention.py (WS_PRODUCER_REGS,
+// WS_CONSUMER_REGS) carries the same numbers into the plan.
+//
+// Requirements: Q plain rows (kDirect: fusion = split materializes computed ones), K and V
+// kTma, STAGES >= 2, the wgmma Config (attention.cuh), sm_90a.
+#pragma once
+
+namespace emmy {
+namespace attention {
+namespace detail {
+
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+
+// setmaxnreg (sm_90a): every thread of the warpgroup executes the same one.
+template <int N>
+__device__ __forceinline__ void regs_raise() {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void regs_lower() {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+// Consumer warpgroup `wg`'s 64 rows of Q into its rows of the wgmma Q tile (cp.async, rows at
+// or past seq_q zero), visible to its wgmmas: its 128 threads (ctid = thread within it) only.
+template <class C, class QF>
+__device__ __forceinline__ void stage_q_ws(const QF& qf, __nv_bfloat16* sQ, int wg, int ctid, int q0, int seq_q) {
+  constexpr int CHUNKS = C::D / 8;  // 16-byte chunks per row
+  static_assert((64 * CHUNKS) % 128 == 0, "a warpgroup copies whole rounds of chunks");
+#pragma unroll
+  for (int it = 0; it < 64 * CHUNKS / 128; ++it) {
+    const int c = ctid + it * 128;
+    const int r = c / CHUNKS, ch = c % CHUNKS;
+    const int row = q0 + wg * 64 + r;
+    const bool valid = row < seq_q;
+    cp_async_16(smem_addr(sQ + at<C, C::BQ>(wg * 64 + r, ch * 8)), qf.row(valid ? row : q0) + ch * 8, valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  emmy::fence_proxy_async();                 // the async proxy (wgmma) reads them
+  emmy::named_barrier<128>(3 + wg);          // ... after every thread of the warpgroup copied
+}
+
+template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
+__device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
+                                         const OF& of, int q_block, int seq_q, int seq_kv, int causal,
+                                         int causal_offset, void* smem) {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES, D = C::D;
+  constexpr int NC = C::WARPS / 4;  // consumer warpgroups
+  static_assert(C::kWgmma && C::MT == 1 && (NC == 1 || NC == 2) && STAGES >= 2,
+                "wgmma_ws attention: 1 or 2 consumer warpgroups of 64 query rows, 2+ stages");
+  static_assert(QF::kDirect && KF::kTma && VF::kTma,
+                "wgmma_ws attention: plain Q rows, K and V by tensor maps (fusion = split, copy = tma)");
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = sQ + C::kQElems;
+  __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
+  const int q0 = q_block * BQ;
+  const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
+
+  long long* full = tma_barriers<C>(smem);
+  long long* empty = full + STAGES;
+  if (tid == 0) {
+#pragma unroll
+    for (int b = 0; b < STAGES; ++b) {
+      emmy::mbar_init(full + b, 1);
+      emmy::mbar_init(empty + b, C::WARPS);
+    }
+  }
+  __syncthreads();  // the last block-wide barrier: from here the roles only meet on mbarriers
+
+  if (warp < 4) {  // the producer warpgroup
+    if constexpr (NC == 2) regs_lower<kProducerRegs>();
+    if (tid == 0) {
+#pragma unroll 1
+      for (int j = 0; j < n_blocks; ++j) {
+        const int buf = j % STAGES;
+        if (j >= STAGES) emmy::mbar_wait(empty + buf, (j / STAGES - 1) & 1);
+        emmy::mbar_arrive_expect_tx(full + buf, 2 * BKV * D * 2);
+        const int k0 = key_start<BKV, true>(j, seq_kv);
+        kf.template copy<D, BKV>(sK + buf * C::kKVElems, k0, full + buf);
+        vf.template copy<D, BKV>(sV + buf * C::kKVElems, k0, full + buf);
+      }
+    }
+    return;
+  }
+
+  if constexpr (NC == 2) regs_raise<kConsumerRegs>();
+  const int cw = warp - 4;   // warp among the consumers: query rows q0 + 16 cw ..
+  const int wg = cw >> 2;    // consumer warpgroup: named barrier 1 + wg is its turn to issue
+  const int g = lane >> 2, t = lane & 3;
+  const int q_first = q0 + cw * 16;
+  stage_q_ws<C>(qf, sQ, wg, tid - 128 * (wg + 1), q0, seq_q);
+  const __nv_bfloat16* sQw = sQ + wg * 64 * 64;  // this warpgroup's 64 rows, slab 0
+
+  float acc[DT][4];
+  zero_acc<DT>(acc);
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  if (n_blocks > 0) {
+    uint32_t p[BKV / 16][4];
+    float s[NT][4];
+    float alpha[2];
+    // A turn: with two consumers, issue only after the other one issued its own wgmmas.
+    auto turn = [&]() {
+      if constexpr (NC == 2) emmy::named_barrier<256>(1 + wg);
+    };
+    auto pass = [&]() {
+      if constexpr (NC == 2) emmy::named_barrier_arrive<256>(2 - wg);
+    };
+    // S_j = Q K_j^T (one wgmma group, no wait), once block j's copies landed.
+    auto scores = [&](int j) {
+      emmy::mbar_wait(full + j % STAGES, (j / STAGES) & 1);
+      turn();
+      emmy::wgmma::tile<BKV, D, BQ, BKV, true>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
+    };
+    auto softmax = [&](int j) {
+      const int k0 = key_start<BKV, true>(j, seq_kv);
+      auto rows = [&](auto mask) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q_first + g + h * 8, k0, j * BKV, t, seq_q,
+                                                            seq_kv, m_run[h], l_run[h]);
+      };
+      if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
+        rows(MaskTag<true>{});
+      } else {
+        rows(MaskTag<false>{});
+      }
+    };
+    if constexpr (NC == 2) {
+      if (wg == 1) emmy::named_barrier_arrive<256>(1);  // consumer 0 issues first
+    }
+    scores(0);
+    pass();
+    emmy::wgmma::wait<0>();
+    emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
+    softmax(0);
+    pack_p<BKV>(p, s);
+#pragma unroll 1
+    for (int j = 1; j < n_blocks; ++j) {
+      scores(j);
+      emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+      pass();
+      emmy::wgmma::wait<1>();  // the scores; P x V may still run
+      emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
+      softmax(j);
+      emmy::wgmma::wait<0>();
+      emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
+      emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
+      if (lane == 0) emmy::mbar_arrive(empty + (j - 1) % STAGES);  // this warp is done with block j - 1
+      rescale_acc<DT>(acc, alpha);
+      pack_p<BKV>(p, s);
+    }
+    // the last block's P x V, in turn (consumer 1's is the last turn: it passes none on)
+    turn();
+    emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+    if constexpr (NC == 2) {
+      if (wg == 0) emmy::named_barrier_arrive<256>(2);
+    }
+    emmy::wgmma::wait<0>();
+    emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
+  }
+  store_rows<DT>(of, acc, l_run, q_first + g, t, seq_q);
+#else
+  __trap();  // needs sm_90a
+#endif
+}
+
+}  // namespace detail
+}  // namespace attention
+}  // namespace emmy

@@ -1,0 +1,192 @@
+"""The warp-specialized attention kernel (workers = wgmma_ws, emmy/backend/runtime/attention_ws.cuh).
+
+The plan (threads with the producer warpgroup, consumers, overlap, register budgets, barriers,
+shared memory), its legality (the plan's errors and legality.check's reasons agree), the legal
+space and candidate_facts, the tile interpreter (its result does not depend on the workers
+knob), the lowering (the template's WGMMA = 2 and 128 more threads) and nvcc for sm_90a without
+register spills at head dims 64 and 128, with one and two consumer warpgroups. The GPU runs are
+test_attention_gpu.py's wgmma_ws cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+import loop_examples as L
+from emmy.analysis.classify import classify
+from emmy.diagnostics import EmmyError
+from emmy.dialects import kernel as K
+from emmy.interp import tile_stage
+from emmy.lowering import attention as A
+from emmy.schedule.attention import WS_CONSUMER_REGS, WS_PRODUCER_REGS, computed_operands
+from emmy.schedule.plan import plan_for
+from emmy.schedule.space import candidate_facts, legal_points
+from emmy.targets import get_target
+from emmy.tuning.knobs import knob_space_for
+from emmy.tuning.legality import check
+
+from test_attention_lowering import (
+    _check_ptxas, _knobs, attention_ir, cuda_source, needs_nvcc, nvcc_compile, parse_kernel,
+)
+from test_tile_stage import random_args, tile_module
+
+SM90A = get_target("sm_90a")
+
+
+def _ws(block_q=128, **over):
+    """Knob values of a wgmma_ws attention (two consumers by default)."""
+    return {
+        "block_q": block_q, "block_kv": 64, "workers": "wgmma_ws", "stages": 2, "warps": block_q // 16,
+        "copy": "tma", "fusion": "split", **over,
+    }
+
+
+def _op(T=256, D=128, qwen=True):
+    op = parse_kernel(attention_ir(T=T, D=D, qwen=qwen, knobs=_knobs(workers="wgmma", stages=3)))
+    return op, classify(op)
+
+
+def test_plan_of_two_consumers():
+    op, info = _op()
+    plan = plan_for(info, _ws(), SM90A)
+    assert plan.warp_specialized and plan.wgmma and plan.tma
+    assert (plan.consumers, plan.threads, plan.overlap) == (2, 384, "pingpong")
+    assert plan.register_budgets == (WS_PRODUCER_REGS, WS_CONSUMER_REGS) == (24, 240)
+    assert 128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 65536  # setmaxnreg's pool
+    assert plan.barriers == 4  # a full and an empty mbarrier per stage
+    assert plan.smem_bytes == (128 * 128 + 2 * 2 * 64 * 128) * 2 + 1024
+    assert [ln.block for ln in plan.launches] == [(256, 1, 1), (384, 1, 1)]  # _prep, then the main kernel
+    facts = candidate_facts(info, _ws(), SM90A)
+    assert facts["threads"] == 384 and facts["overlap"] == "pingpong"
+    assert (facts["consumers"], facts["producer_registers"], facts["consumer_registers"]) == (2, 24, 240)
+
+
+def test_plan_of_one_consumer():
+    op, info = _op()
+    plan = plan_for(info, _ws(block_q=64, stages=3), SM90A)
+    assert (plan.consumers, plan.threads, plan.overlap, plan.register_budgets) == (1, 256, "intra", None)
+    assert candidate_facts(info, _ws(block_q=64, stages=3), SM90A)["consumer_registers"] == SM90A.regs_per_thread
+
+
+def test_overlap_of_the_other_workers():
+    op, info = _op()
+    wg = {**_ws(), "workers": "wgmma", "stages": 3}
+    assert plan_for(info, wg, SM90A).overlap == "pingpong"  # two warpgroups with tensor maps
+    assert plan_for(info, {**wg, "block_q": 64, "warps": 4}, SM90A).overlap == "intra"
+    assert plan_for(info, {**wg, "stages": 2, "copy": "cp_async"}, SM90A).overlap == "none"
+    assert "overlap" not in candidate_facts(info, wg, SM90A)
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"fusion": "fused"}, "workers=wgmma_ws needs plain rows of Q, K and V, and q, k computed (normalized, "
+         "rotated) in the kernel: use fusion=split (a prologue kernel materializes them)"),
+        ({"copy": "cp_async"}, "workers=wgmma_ws: its producer warpgroup copies K and V with tensor maps (copy=tma, not cp_async)"),
+        ({"block_q": 64, "warps": 4, "stages": 1}, "workers=wgmma_ws copies K and V into a ring of stages >= 2 buffers (stages=1)"),
+        ({"block_q": 256, "warps": 16}, "workers=wgmma_ws has 1 or 2 consumer warpgroups: warps must be 4 or 8, not 16"),
+        ({"block_q": 64, "warps": 8}, "workers=wgmma_ws needs a head dim that is a multiple of 64 up to 256, a warpgroup per 64 "
+         "query rows (warps a multiple of 4, block_q = 16 * warps) and block_kv <= 256 (have 128, 64, 8, 64)"),
+    ],
+)
+def test_plan_errors(over, message):
+    op, info = _op()
+    with pytest.raises(EmmyError, match=re.escape(message)):
+        plan_for(info, _ws(**over), SM90A)
+
+
+def test_needs_sm90a():
+    op, info = _op()
+    with pytest.raises(EmmyError, match=re.escape("workers=wgmma_ws needs sm_90a (target is sm_90)")):
+        plan_for(info, _ws(), get_target("sm_90"))
+
+
+def test_legality_agrees_with_the_plan():
+    op, info = _op()
+    assert computed_operands(info) == ("q", "k")
+    assert check(info, _ws(), SM90A) == []
+    assert check(info, _ws(block_q=64, stages=3), SM90A) == []
+    assert check(info, _ws(fusion="fused"), SM90A) == [
+        "workers=wgmma_ws needs plain rows of Q, K and V, and q, k computed (normalized, rotated) in the "
+        "kernel: use fusion=split (a prologue kernel materializes them)"
+    ]
+    assert check(info, _ws(copy="cp_async"), SM90A) == [
+        "workers=wgmma_ws: its producer warpgroup copies K and V with tensor maps (copy=tma, not cp_async)"
+    ]
+    assert "wgmma_ws reads its operands from shared memory: stages must be at least 2" in check(
+        info, _ws(stages=1), SM90A
+    )
+    # plain Q, K and V rows need no prologue: fused is legal
+    op, plain = _op(qwen=False)
+    assert computed_operands(plain) == ()
+    assert check(plain, _ws(fusion="fused"), SM90A) == []
+    # the producer warpgroup counts in the threads
+    small = dataclasses.replace(SM90A, max_threads_per_block=256)
+    assert any(r.startswith("threads: warps=8 x 32 + a producer warpgroup of 128") for r in check(info, _ws(), small))
+    assert check(info, _ws(block_q=64, stages=3), small) == []
+
+
+def test_legal_space_has_it():
+    op, info = _op()
+    space = knob_space_for(info, SM90A)
+    assert "wgmma_ws" in space["workers"]
+    points = legal_points(info, space, SM90A)
+    ws = [p for p in points if p["workers"] == "wgmma_ws"]
+    assert ws and all(p["copy"] == "tma" and p["fusion"] == "split" and p["warps"] in (4, 8) for p in ws)
+    assert {p["warps"] for p in ws} == {4, 8}
+    for p in ws[:: max(1, len(ws) // 20)]:
+        plan_for(info, p, SM90A)  # every legal point plans
+
+
+def test_interpreter_does_not_depend_on_workers():
+    """The tile interpreter follows the blocks (block_q, block_kv) and the online softmax, not
+    who computes them: wgmma_ws gives the same numbers as wgmma on the same tiles."""
+    text, shapes = L.attention(1, 4, 2, 130, 64, target="sm_90a")
+    args = random_args(shapes)
+    tiles = "block_q=128;block_kv=64;warps=8;copy=tma;fusion=split"
+    a = tile_stage.run_function(tile_module(text, f"workers=wgmma;stages=3;{tiles}"), args)
+    b = tile_stage.run_function(tile_module(text, f"workers=wgmma_ws;stages=2;{tiles}"), args)
+    assert len(a) == len(b) == 1 and np.array_equal(a[0], b[0])
+
+
+def _ws_build(T=256, D=128, qwen=True, **over):
+    op, info = _op(T, D, qwen)
+    return A.build(op, info, plan_for(info, _ws(**over), SM90A))
+
+
+def test_lowering_emits_the_warp_specialized_loop():
+    built = _ws_build()
+    prep, main = built.funcs
+    (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
+    assert call.callee.data.startswith("emmy::attention::run<128, 128, 64, 8, 2, 0, 0, 3, 128, 3, ")
+    assert call.callee.data.endswith(", 2>")  # WGMMA = 2: flash_ws
+    src = cuda_source(built)
+    assert "__launch_bounds__(384, 1)" in src
+
+
+def test_lowering_error_without_maps():
+    op, info = _op()
+    plan = A.analyze(op, info)
+    with pytest.raises(EmmyError, match=re.escape("workers=wgmma_ws copies K and V through tensor maps, and K has none")):
+        A._check_ws_operands(plan, {"q_rows", "k_rows"}, {"v"})
+    with pytest.raises(EmmyError, match=re.escape("workers=wgmma_ws needs plain Q rows (fusion=split)")):
+        A._check_ws_operands(plan, set(), {"k", "v"})
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize(
+    "D, block_q, block_kv, stages, T",
+    [(128, 128, 128, 2, 3000), (128, 128, 64, 3, 1000), (128, 64, 128, 3, 3000), (64, 128, 128, 3, 3000),
+     (64, 64, 64, 4, 100)],
+)
+def test_nvcc_no_spills(D, block_q, block_kv, stages, T, tmp_path):
+    built = _ws_build(T, D, block_q=block_q, block_kv=block_kv, stages=stages)
+    log, _ = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
+    _check_ptxas(log)
+    main = re.search(r"Function properties for attention\n.*?\n.*?Used (\d+) registers", log, re.S)
+    assert main is not None, log
