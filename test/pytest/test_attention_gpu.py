@@ -6,7 +6,8 @@ GPU, against torch's own attention in float32 on the same inputs. Lengths 1, 7, 
 3000 and 5000 (none a multiple of the 64- or 128-key blocks but 1, 7 and 63 fit one block);
 grouped-query ratios 1, 2, 4 and 7; head dims 64 and 128; the rules' schedules, and tensor-map
 K and V copies pinned where the last key block is ragged (copied from seq_kv - block_kv, its
-repeated keys masked). Outputs start filled with NaN (`emmy.backend.run.poisoned`, at every
+repeated keys masked), and the warp-specialized kernel (workers = wgmma_ws) with one and two
+consumer warpgroups. Outputs start filled with NaN (`emmy.backend.run.poisoned`, at every
 bind), so an element the kernel never writes fails. Skipped without a CUDA device; kernels
 already built into EMMY_HOME (cached by source hash) are reused.
 """
@@ -26,6 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # (tokens, query heads, key-value heads, head dim, pins)
 TMA = ("attention.copy=tma",)
 WIDE_TMA = ("attention.copy=tma", "attention.block_q=128", "attention.warps=8", "attention.block_kv=128")
+WS1 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=64", "attention.warps=4",
+       "attention.block_kv=64", "attention.stages=3")
+WS2 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=128", "attention.warps=8",
+       "attention.block_kv=128", "attention.stages=2")
 ATTENTION_GPU_CASES = [
     # every length, Qwen3's heads (16 / 8, head dim 128), the rules' schedule
     *[(t, 16, 8, 128, ()) for t in (1, 7, 63, 65, 1000, 3000, 5000)],
@@ -40,6 +45,15 @@ ATTENTION_GPU_CASES = [
     (300, 16, 8, 128, TMA), (1000, 16, 8, 128, TMA), (3000, 16, 8, 128, TMA), (5000, 16, 8, 128, TMA),
     (1000, 16, 8, 128, WIDE_TMA), (3000, 16, 8, 128, WIDE_TMA), (5000, 32, 8, 128, WIDE_TMA),
     (3000, 14, 2, 128, WIDE_TMA), (1000, 8, 8, 128, WIDE_TMA), (3000, 32, 8, 64, TMA),
+    # warp-specialized (workers = wgmma_ws, attention_ws.cuh): one consumer warpgroup (intra
+    # overlap, a 3-deep ring) and two (ping-pong, a 2-deep ring), every ratio, head dims 64, 128
+    *[(t, 16, 8, 128, WS1) for t in (300, 1000, 3000, 5000)],
+    *[(t, 16, 8, 128, WS2) for t in (1000, 3000, 5000)],
+    (1000, 4, 4, 128, WS2), (3000, 4, 4, 128, WS1),
+    (1000, 8, 4, 128, WS2), (3000, 8, 2, 128, WS2), (5000, 8, 2, 128, WS1),
+    (1000, 14, 2, 128, WS2), (3000, 14, 2, 128, WS1), (5000, 32, 8, 128, WS2),
+    *[(t, 32, 8, 64, WS2) for t in (1000, 3000, 5000)],
+    (1000, 14, 2, 64, WS1), (3000, 8, 8, 64, WS1),
 ]
 # Below 257 tokens the module alone is not one flash kernel (its longest reduction, the head dim,
 # does not count as short: the scores are materialized by two contractions); the flash kernel at
@@ -49,6 +63,13 @@ LAYER_FLASH_CASES = [
     (1, ()), (63, ()), (65, ()), (65, ("attention.stages=3",) + TMA),
     (65, ("attention.stages=3", "attention.fusion=fused") + TMA),
     (200, ("attention.stages=3",) + WIDE_TMA), (1000, ("attention.fusion=fused",) + WIDE_TMA),
+    # wgmma_ws needs plain Q and K rows: the prologue kernel materializes the normalized, rotated
+    # ones (fusion = split); at 7 tokens it is illegal (a key block of 16 is more than the keys:
+    # test_attention_ws.py checks the error), at 1 the attention is no flash kernel
+    (63, ("attention.fusion=split", "attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=64",
+          "attention.warps=4", "attention.block_kv=32", "attention.stages=2")),
+    (65, ("attention.fusion=split",) + WS1), (200, ("attention.fusion=split",) + WS2),
+    (1000, ("attention.fusion=split",) + WS2), (3000, ("attention.fusion=split",) + WS1),
 ]
 FLASH_FROM = 257  # tokens from which the module alone is one flash kernel
 

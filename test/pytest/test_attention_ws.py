@@ -190,3 +190,67 @@ def test_nvcc_no_spills(D, block_q, block_kv, stages, T, tmp_path):
     _check_ptxas(log)
     main = re.search(r"Function properties for attention\n.*?\n.*?Used (\d+) registers", log, re.S)
     assert main is not None, log
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU cases (test_attention_gpu.py) build here: their pins are legal and give flash_ws
+# --------------------------------------------------------------------------------------------
+
+
+def _gpu_cases():
+    try:
+        import torch  # noqa: F401  (test_attention_gpu.py skips itself without it)
+    except ImportError:
+        return [], []
+    from test_attention_gpu import ATTENTION_GPU_CASES, LAYER_FLASH_CASES
+
+    alone = [c for c in ATTENTION_GPU_CASES if "attention.workers=wgmma_ws" in c[4]]
+    layer = [c for c in LAYER_FLASH_CASES if "attention.workers=wgmma_ws" in c[1]]
+    return alone, layer
+
+
+def test_gpu_cases_cover_the_issue():
+    pytest.importorskip("torch")
+    alone, layer = _gpu_cases()
+    lengths = {c[0] for c in alone} | {c[0] for c in layer}
+    assert {63, 65, 1000, 3000, 5000} <= lengths  # 7: illegal (test_too_few_keys); 1: no flash kernel
+    assert {c[1] // c[2] for c in alone} == {1, 2, 4, 7}
+    assert {c[3] for c in alone} == {64, 128}
+    assert {"attention.warps=4", "attention.warps=8"} <= {p for c in alone for p in c[4]}
+
+
+@pytest.mark.parametrize("case", _gpu_cases()[0], ids=lambda c: f"T{c[0]}-{c[1]}x{c[2]}-d{c[3]}-w{c[4][3][-1]}")
+def test_gpu_case_builds_the_warp_specialized_kernel(case):
+    pytest.importorskip("torch")
+    from test_attention_gpu import compiled
+
+    _, plan = compiled(case, "sm_90a")
+    (call,) = [ln for ln in plan.source.splitlines() if "emmy::attention::run<" in ln]
+    assert re.search(r"emmy::attention::run<[^>]*, 2>\(", call), call
+    assert f"__launch_bounds__({32 * int(case[4][3].rsplit('=', 1)[1]) + 128}, 1)" in plan.source
+
+
+@pytest.mark.parametrize("case", _gpu_cases()[1], ids=lambda c: f"T{c[0]}")
+def test_gpu_layer_case_builds_the_warp_specialized_kernel(case):
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import compile_model
+
+    from test_attention_gpu import layer_options
+
+    result = compile_model(layer_options(case[0], case[1], "sm_90a"))
+    source = launch_plan(result.module).source
+    assert re.search(r"emmy::attention::run<[^>]*, 2>\(", source)
+    assert "attention_prep" in source  # Q and K normalized and rotated by the prologue
+
+
+@pytest.mark.parametrize("tokens", [7])
+def test_too_few_keys(tokens):
+    """A key block (16 at least) longer than the keys cannot be copied whole: wgmma_ws is not legal
+    (at 1 token the layer's attention is no flash kernel at all, but a reduction)."""
+    from emmy.driver import compile_model
+
+    from test_attention_gpu import layer_options
+
+    pins = ("attention.workers=wgmma_ws", "attention.fusion=split")
+    with pytest.raises(EmmyError, match=re.escape("kernel 'attention': no legal schedule on sm_90a with workers=wgmma_ws")):
+        compile_model(layer_options(tokens, pins, "sm_90a"))
