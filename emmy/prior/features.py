@@ -28,8 +28,9 @@ target's hardware table (`emmy.targets`), none fitted:
                      `serial_steps`: the k-steps one SM runs one after another (each pays a
                      barrier and a wait, however small the step); `softmax_steps`: the same
                      for attention's key blocks (each an online-softmax update)
-    workspace_bytes  split_k's and stream-K's partial sums written and read back (fp32), and
-                     the row statistics a split prologue writes and reads
+    workspace_bytes  split_k's and stream-K's partial sums written and read back (fp32)
+    stats_bytes      fusion = split: what the row-statistics launch reads and writes (the rows
+                     once, two floats per row; one launch for all the parts that share it)
     ticket_bytes     the partial sums one block reads back alone after the others finished
                      (combine = last_block: a tile's split_k - 1 other parts; stream-K: the
                      parts of the blocks sharing a tile): serial, at one SM's share of L2
@@ -75,7 +76,7 @@ NAMES = (
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
     "recompute_flops", "rounds", "softmax_steps", "inflight_bytes", "recompute_rows", "ticket_bytes",
-    "idle_rounds",
+    "idle_rounds", "thread_ops", "warp_ops", "stats_bytes",
 )
 
 Features = dict[str, float]
@@ -93,13 +94,15 @@ def features(info: KernelInfo, values: Mapping[str, KnobValue], target: Target,
 
 class Kernel:
     """One kernel on one target, for costing many candidates: what does not depend on the
-    knobs (its bytes, whether attention is causal) is found once."""
+    knobs (its bytes, whether attention is causal, the parts it is built as) is found once."""
 
     def __init__(self, info: KernelInfo, target: Target):
         self.info, self.target = info, target
         self.unique_bytes = float(io_bytes(info))
         self.a_reads_prologue = info.kind == "contraction" and info.a_reads_prologue  # (a walk of the body)
         self.causal, self.computed_kv = False, 0
+        self.row_ops = _row_ops(info) if info.kind == "reduction" else ()
+        self._parts: dict[bool, tuple[Kernel, ...]] = {}
         if info.kind == "attention":
             from emmy.schedule.attention import DIRECT, analyze
 
@@ -107,17 +110,57 @@ class Kernel:
             self.causal = body.causal
             self.computed_kv = sum(p.mode != DIRECT for p in (body.k, body.v))
 
-    def features(self, values: Mapping[str, KnobValue], facts: Mapping[str, object] | None = None) -> Features:
-        from emmy.schedule.plan import plan_for
+    def parts(self, apart: bool) -> tuple[Kernel, ...]:
+        """The parts the kernel is built as (`emmy.schedule.plan.split_by_outputs`: one per group
+        of outputs; with `apart`, k apart from v), each a Kernel of its own; () for one part."""
+        if apart not in self._parts:
+            from emmy.analysis.classify import classify
+            from emmy.schedule.plan import split_by_outputs
 
+            op = self.info.op
+            ops = split_by_outputs(op, apart) if op is not None and self.info.kind != "attention" else []
+            self._parts[apart] = tuple(Kernel(classify(p), self.target) for p in ops) if len(ops) > 1 else ()
+        return self._parts[apart]
+
+    def features(self, values: Mapping[str, KnobValue], facts: Mapping[str, object] | None = None) -> Features:
+        """The terms of what runs (`emmy.schedule.plan.plan_kernel`): a kernel built as parts is
+        costed part by part, each with its own plan, and the parts' terms combined as their
+        launches run (`combine`)."""
+        from emmy.schedule.plan import Part, _merge, part_values, plan_for
+
+        values = dict(values)
+        apart = values.pop("siblings", None) == "apart"  # used up by the split into parts
+        parts = self.parts(apart)
+        if not parts:
+            plan = plan_for(self.info, values, self.target)
+            f = self.terms(plan)
+            f["launches"] = float(len(plan.launches))
+        else:
+            planned = []
+            for k in parts:
+                own, reasons = part_values(k.info, values, self.target)
+                if reasons:
+                    raise EmmyError(f"tile.kernel @{self.info.name}: its part @{k.info.name} cannot run "
+                                    f"with these knobs: {'; '.join(reasons)}")
+                planned.append(Part(k.info.op, k.info, own, plan_for(k.info, own, self.target, k.info.name)))
+            merge = _merge(planned)
+            f = combine([k.terms(p.plan) for k, p in zip(parts, planned)], merge == "separate", self.target)
+            # launches: each part's, their shared row statistics once, side by side as one where merged
+            f["launches"] = float(len(planned[0].plan.launches) if merge != "separate" else
+                                  sum(len(p.plan.launches) for p in planned) - _shared_stats(planned))
+        spill = (facts or {}).get("spill_bytes")
+        if isinstance(spill, (int, float)) and not isinstance(spill, bool) and spill > 0:
+            f["spill_bytes"] = float(spill)
+        return f
+
+    def terms(self, plan) -> Features:
+        """The terms of this kernel (or part) run as `plan` says, launches and spills aside."""
         info, target = self.info, self.target
-        plan = plan_for(info, values, target)
         f = {n: 0.0 for n in NAMES}
         f.update(occupancy=1.0, busy=1.0, steps=1.0)  # stages 0: no k pipeline
         f["unique_bytes"] = self.unique_bytes
         f["l2_fraction"] = l2_fraction(self.unique_bytes, target)
         f["blocks"], f["threads"], f["smem_bytes"] = float(plan.blocks), float(plan.threads), float(plan.smem_bytes)
-        f["launches"] = float(len(plan.launches))
         occ = occupancy(target, plan.smem_bytes, plan.registers, plan.threads)
         f["occupancy"] = float(occ)
         resident = min(occ, ceil(plan.blocks / target.sms))  # blocks an SM holds at once
@@ -130,22 +173,87 @@ class Kernel:
         elif info.kind == "attention":
             _attention(f, plan, target, self.causal, self.computed_kv)
         else:  # reductions and elementwise kernels: memory, a little FMA arithmetic
-            _one_launch(f, info, plan, target, resident)
-        spill = (facts or {}).get("spill_bytes")
-        if isinstance(spill, (int, float)) and not isinstance(spill, bool) and spill > 0:
-            f["spill_bytes"] = float(spill)
+            _one_launch(f, info, plan, target, resident, self.row_ops)
         return f
 
 
+# Terms of parts that add up (work and traffic), and terms that are the most of any part (what
+# one block, tile or SM holds or waits for); per round of blocks: `PER_ROUND` (a part's term
+# over its rounds), counted again over the rounds of the launch the parts share.
+SUMMED = ("flops", "unique_bytes", "reread_bytes", "workspace_bytes", "recompute_bytes", "recompute_flops",
+          "blocks", "spill_bytes", "warp_ops")
+MOST = ("threads", "smem_bytes", "tile_area", "steps", "unstaged", "reg_overflow", "single_slice",
+        "multi_slice", "ticket_bytes", "recompute_rows", "tensor", "inflight_bytes", "stats_bytes")
+PER_ROUND = ("serial_steps", "idle_rounds", "thread_ops", "softmax_steps")
+
+
+def combine(fs: list[Features], separate: bool, target: Target) -> Features:
+    """The terms of a kernel built as parts, from each part's (`Kernel.terms`).
+
+    Side by side in one launch (`separate` False: `emmy.lowering.split.one_launch`): the
+    launch's blocks are all the parts' (its waves, quantization, rounds from their sum, the
+    occupancy the least of any part's), work and traffic add up, per-block terms are the
+    largest part's, and what a round of blocks waits for (k-steps, idle threads, a thread's
+    loads) is the slowest part's per round times the shared launch's rounds. One after another
+    (`separate`): the parts' rounds, waves and serial terms add up, and quantization and the
+    busy share are the flop-weighted (else byte-weighted) mean of the parts'."""
+    f = {n: 0.0 for n in NAMES}
+    for n in SUMMED:
+        f[n] = sum(p[n] for p in fs)
+    for n in MOST:
+        f[n] = max(p[n] for p in fs)
+    weight = [p["flops"] or p["unique_bytes"] or 1.0 for p in fs]
+    total = sum(weight)
+
+    def mean(n: str) -> float:
+        return sum(w * p[n] for w, p in zip(weight, fs)) / total
+
+    f["intensity"] = mean("intensity")
+    f["peak_flops"] = total / sum(w / p["peak_flops"] for w, p in zip(weight, fs)) if all(p["peak_flops"] for p in fs) else 0.0
+    f["stages"] = min(p["stages"] for p in fs)
+    f["l2_fraction"] = l2_fraction(f["unique_bytes"], target)
+    f["occupancy"] = min(p["occupancy"] for p in fs)
+    f["warps_resident"] = min(p["warps_resident"] for p in fs)
+    if separate:
+        for n in ("rounds", "waves", *PER_ROUND):
+            f[n] = sum(p[n] for p in fs)
+        f["quant"], f["busy"] = mean("quant"), mean("busy")
+    else:
+        blocks = int(f["blocks"])
+        _waves(f, blocks, target)
+        f["rounds"] = float(ceil(blocks / (target.sms * f["occupancy"])))
+        for n in PER_ROUND:
+            f[n] = f["rounds"] * max(p[n] / max(p["rounds"], 1.0) for p in fs)
+    return f
+
+
+def _shared_stats(parts) -> int:
+    """Row-statistics launches beyond the first among separately launched parts (launched once)."""
+    stats = sum(1 for p in parts for la in p.plan.launches if la.role == "stats")
+    return max(0, stats - 1)
+
+
+def _row_ops(info: KernelInfo) -> tuple[tuple[object, int], ...]:
+    """A reduction's top-level reduces, each with the operations its body makes per element
+    (loads, arithmetic, index computations): what a thread runs for every element of its share
+    of the row."""
+    return tuple((r, sum(1 for o in r.walk() if o is not r) - 1) for r in info.reductions)  # less the yield
+
+
 def io_bytes(info: KernelInfo) -> int:
-    """Bytes of the kernel's operands and results, each once (from the tile op's tensor types)."""
+    """Bytes of the kernel's operands and results, each once (from the tile op's tensor types):
+    the operands its body reads and the results it stores (a part, `Kernel.parts`, keeps every
+    operand and result of the kernel it was split from, but reads and stores only its own)."""
     from xdsl.dialects.builtin import TensorType
 
     from emmy.dtypes import dtype_bytes, element_dtype
 
     op = kernel_op(info)
+    args = op.regions[0].block.args
+    stored = {int(s.properties["output"].value.data) for s in info.stores}  # type: ignore[union-attr]
+    used = [v for v, a in zip(op.inputs, args) if a.uses]  # type: ignore[attr-defined]
     total = 0
-    for v in (*op.inputs, *op.outputs):  # type: ignore[attr-defined]
+    for v in (*used, *(r for i, r in enumerate(op.outputs) if i in stored)):  # type: ignore[attr-defined]
         t = v.type
         if isinstance(t, TensorType):
             total += prod(t.get_shape()) * dtype_bytes(element_dtype(t.element_type))
@@ -189,10 +297,14 @@ def _waves(f: Features, blocks: int, target: Target) -> None:
     f["quant"] = ceil(blocks / target.sms) * target.sms / max(1, blocks)
 
 
-def _one_launch(f: Features, info: KernelInfo, plan, target: Target, resident: int) -> None:
+def _one_launch(f: Features, info: KernelInfo, plan, target: Target, resident: int, row_ops=()) -> None:
     """A reduction or elementwise kernel: FMA arithmetic (a reduction's: each reduce over its own
-    axes, once per row; the axes of two reduces are not nested), and the loads its threads keep
-    in flight (threads of a row with no element to load keep none)."""
+    axes, once per row; the axes of two reduces are not nested), the loads its threads keep in
+    flight (threads of a row with no element to load keep none), and a reduction's
+    `thread_ops`: the operations one thread runs one after another (each reduce: its share of
+    the row, `vector` lanes per step on the steps of the lowering's chunk loop, times the
+    operations its body makes per element), per round of blocks, and `warp_ops`: those
+    operations issued by every warp the busiest SM runs."""
     f["peak_flops"] = target.fp32_flops
     f["intensity"] = 1.0
     f["tile_area"] = float(plan.threads)
@@ -204,6 +316,12 @@ def _one_launch(f: Features, info: KernelInfo, plan, target: Target, resident: i
         per_thread = plan.vector
         # rounds of blocks whose block-wide reductions span idle threads (barriers, slots)
         f["idle_rounds"] = f["rounds"] * (1.0 - active / plan.threads)
+        chain = sum(ceil(info.extent(r.axis_names) / lanes / plan.threads_per_row) * lanes * ops
+                    for r, ops in row_ops for lanes in [_lanes(info, r, plan.vector)])
+        f["thread_ops"] = f["rounds"] * chain
+        # ... and every warp of a block issues them, its idle threads' warps too (masked, not
+        # skipped): the busiest SM's warp instructions, at its schedulers' issue rate
+        f["warp_ops"] = float(ceil(plan.blocks / target.sms) * ceil(plan.threads / target.warp_size) * chain)
     else:
         f["flops"] = 2.0 * (prod(info.axes.values()) if info.axes else 1)
         active = plan.threads
@@ -211,6 +329,15 @@ def _one_launch(f: Features, info: KernelInfo, plan, target: Target, resident: i
     f["warps_resident"] = float(min(resident * ceil(active / target.warp_size),
                                     target.max_threads_per_sm // target.warp_size))
     f["inflight_bytes"] = float(resident * active * per_thread * info.element_bytes)
+
+
+def _lanes(info: KernelInfo, r, vector: int) -> int:
+    """Elements per access of a reduce's chunk loop (`emmy.lowering.reduction.reduce_rows`): the
+    largest power of two up to `vector` dividing its innermost reduced axis."""
+    from emmy.schedule.reduction import largest_divisor_pow2
+
+    axes = [a for a in r.axis_names if a != info.vector_axis] + [a for a in r.axis_names if a == info.vector_axis]
+    return largest_divisor_pow2(info.axes[axes[-1]], vector)
 
 
 def _tensor_rate(target: Target, workers: str) -> float:
@@ -248,8 +375,8 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
         workspace += 2.0 * 2 * (tiles - whole) * tile_bytes
         if tiles > whole:  # ... the finishing block waits for and reads the others' parts
             f["ticket_bytes"] = (most - 1) * tile_bytes
-    if plan.stats_kernel:
-        workspace += B * M * K * elt + 2.0 * B * M * 4  # the statistics pass reads the rows once
+    if plan.stats_kernel:  # the statistics pass reads the rows once (one pass for all parts)
+        f["stats_bytes"] = B * M * K * elt + 2.0 * B * M * 4
     f["workspace_bytes"] = workspace
     if plan.prologue and not plan.stats_kernel:
         # every column of tiles computes its rows' statistics (a sum of squares over k) again
@@ -298,4 +425,4 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     f["reg_overflow"] = float(max(0.0, held - acc_budget))
 
 
-__all__ = ["NAMES", "Features", "Kernel", "features", "io_bytes", "kernel_op", "l2_fraction", "occupancy"]
+__all__ = ["MOST", "NAMES", "PER_ROUND", "SUMMED", "Features", "Kernel", "combine", "features", "io_bytes", "kernel_op", "l2_fraction", "occupancy"]

@@ -15,6 +15,7 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
                them); hide = warps / (warps + hide_warps) (latency hiding)
     memory   = (unique + (1 - l2) * again) / (dram * dram_eff * pull)
                + l2 * again / (l2_bandwidth * l2_eff * pull),  again = reread + recompute + workspace
+               + stats
                pull = min(1, busy * busy_sms): a launch on few SMs pulls less than the bandwidth
                times (depth + depth_half) / depth, depth = stages - 1 loads in flight (a deeper
                pipeline hides more of their latency; 1 + depth_half unstaged, 1 without a k loop)
@@ -25,7 +26,8 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
                * unstaged) * (1 + single_slice_cost * single_slice)
                * (1 + multi_slice_cost * multi_slice) * (1 + spill_cost * spill_bytes / 1024)
                * (1 + reg_cost * reg_overflow / 64) + rounds * round_s + idle_rounds * idle_round_s
-               + ticket_bytes / (l2_bandwidth / sms * ticket_eff)
+               + ticket_bytes / (l2_bandwidth / sms * ticket_eff) + thread_ops * thread_op_s
+               + warp_ops * warp_op_s
     seconds  = kernel + launches * launch_s
 
 The rates and bandwidths come from the target's table; the coefficients (all positive) are what
@@ -71,10 +73,12 @@ DEFAULTS: dict[str, float] = {
     "spill_cost": 0.5,  # per KiB spilled per thread
     "reg_cost": 1.0,  # per 64 accumulator registers past the budget
     "launch_s": 1.0e-6,  # one launch under CUDA-graph replay
-    "recompute_row_s": 2e-8,
-    "ticket_eff": 1.0,
-    "idle_round_s": 1e-6,  # a round of reduction blocks with every thread idle: barriers over them all  # share of one SM's part of the L2 bandwidth a last block's read-back reaches  # one computed row of fused attention, on the critical path
+    "recompute_row_s": 2e-8,  # one computed row of fused attention, on the critical path
+    "ticket_eff": 1.0,  # share of one SM's part of the L2 bandwidth a last block's read-back reaches
+    "idle_round_s": 1e-6,  # a round of reduction blocks with every thread idle: barriers over them all
     "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
+    "thread_op_s": 2e-9,  # one operation a reduction's thread runs after its others (a dependent instruction's latency)
+    "warp_op_s": 2.5e-10,  # one warp instruction of a reduction on the busiest SM (4 schedulers at ~2 GHz: 1.3e-10)
 }
 NAMES = tuple(DEFAULTS)
 
@@ -92,7 +96,7 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     compute = compute + f["softmax_steps"] * c["softmax_step_s"] + f["recompute_rows"] * c["recompute_row_s"]
     pull = np.minimum(1.0, f["busy"] * c["busy_sms"])
     # re-read tiles, recomputed rows and partial sums (read back soon): from L2 where they fit
-    again = f["reread_bytes"] + f["recompute_bytes"] + f["workspace_bytes"]
+    again = f["reread_bytes"] + f["recompute_bytes"] + f["workspace_bytes"] + f["stats_bytes"]
     l2 = f["l2_fraction"]
     dram_s = (f["unique_bytes"] + (1.0 - l2) * again) / (f["dram_bandwidth"] * c["dram_eff"] * pull)
     l2_s = l2 * again / (f["l2_bandwidth"] * c["l2_eff"] * pull)
@@ -110,6 +114,8 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
     # a tile's last block adds the other parts alone, after the rest (at one SM's share of L2)
     kernel = kernel + f["rounds"] * c["round_s"] + f["idle_rounds"] * c["idle_round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
+    kernel = kernel + f["thread_ops"] * c["thread_op_s"]  # a reduction thread's operations, one after another
+    kernel = kernel + f["warp_ops"] * c["warp_op_s"]  # ... issued by every warp of the busiest SM
     out = kernel + f["launches"] * c["launch_s"]
     return float(out) if np.ndim(out) == 0 else out
 
