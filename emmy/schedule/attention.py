@@ -479,7 +479,7 @@ MAX_GRID_Y = 65535
 def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False) -> int:
     """Dynamic shared memory of emmy::attention::run (Config::kSmemBytes in attention.cuh), plus
     what aligning the base to 1024 bytes may take for wgmma (the tensor-map copies' mbarriers,
-    2 * stages of 8 bytes, live in that slack: tma_barriers in attention.cuh)."""
+    AttentionPlan.barriers of 8 bytes, live in that slack: tma_barriers in attention.cuh)."""
     ld = head_dim if head_dim % 64 == 0 else head_dim + 8
     return (block_q * ld + 2 * stages * block_kv * ld) * 2 + (SMEM_ALIGN_WGMMA if wgmma else 0)
 
@@ -552,9 +552,12 @@ class AttentionPlan:
 
     @property
     def barriers(self) -> int:
-        """mbarriers in shared memory: a `full` and an `empty` one per stage with tensor-map
-        copies (8 bytes each, in the 1024-byte alignment slack of smem_bytes), else none."""
-        return 2 * self.stages if self.tma else 0
+        """mbarriers in shared memory (8 bytes each, in the 1024-byte alignment slack of
+        smem_bytes): with tensor-map copies a `full` and an `empty` one per stage, with
+        wgmma_ws K's and V's apart (4 per stage); else none."""
+        if not self.tma:
+            return 0
+        return (4 if self.warp_specialized else 2) * self.stages
 
     @property
     def query_blocks(self) -> int:

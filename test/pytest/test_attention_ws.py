@@ -57,7 +57,7 @@ def test_plan_of_two_consumers():
     assert (plan.consumers, plan.threads, plan.overlap) == (2, 384, "pingpong")
     assert plan.register_budgets == (WS_PRODUCER_REGS, WS_CONSUMER_REGS) == (24, 240)
     assert 128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 65536  # setmaxnreg's pool
-    assert plan.barriers == 4  # a full and an empty mbarrier per stage
+    assert plan.barriers == 8  # K's and V's full and empty mbarriers per stage
     assert plan.smem_bytes == (128 * 128 + 2 * 2 * 64 * 128) * 2 + 1024
     assert [ln.block for ln in plan.launches] == [(256, 1, 1), (384, 1, 1)]  # _prep, then the main kernel
     facts = candidate_facts(info, _ws(), SM90A)

@@ -730,11 +730,13 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 // take no shared memory of their own: the kernel's dynamic shared memory is the tiles plus 1024
 // bytes, and aligning the tiles to 1024 bytes (`smem`) leaves that slack before or after them;
 // the barriers go in front when the slack there holds them, else right after the tiles.
-template <class C>
+// (flash_ws has 4 * STAGES: K's and V's full and empty ones apart, N = 4.)
+template <class C, int N = 2>
 __device__ __forceinline__ long long* tma_barriers(void* smem) {
+  static_assert(8 * N * C::STAGES <= 512, "the barriers fit the smaller side of the alignment slack");
   extern __shared__ __align__(16) unsigned char emmy_attention_dynamic_smem[];
   const int pad = static_cast<int>(static_cast<unsigned char*>(smem) - emmy_attention_dynamic_smem);
-  if (pad >= 16 * C::STAGES) return reinterpret_cast<long long*>(emmy_attention_dynamic_smem);
+  if (pad >= 8 * N * C::STAGES) return reinterpret_cast<long long*>(emmy_attention_dynamic_smem);
   return reinterpret_cast<long long*>(static_cast<unsigned char*>(smem) + C::kSmemBytes);
 }
 

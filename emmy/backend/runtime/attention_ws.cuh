@@ -5,18 +5,22 @@
 // Roles (threads = 128 + 32 * WARPS; WARPS = 4 or 8 consumer warps, BQ = 16 * WARPS):
 //
 //   warpgroup 0, the producer: one thread issues the tensor-map copies of K and V, key block
-//     after key block, into a STAGES-deep ring of buffers. Buffer b has a `full` mbarrier (the
-//     copies' bytes land on it: arrive_expect_tx) and an `empty` one (every consumer warp
-//     arrives once its last wgmma on the buffer is done); block j waits for `empty` of block
-//     j - STAGES before it is copied. A ragged last key block is copied from seq_kv - BKV (its
-//     keys below j * BKV masked: key_start), so no copy crosses the end of the keys.
+//     after key block (K_j, V_j, K_{j+1}, ...), into a STAGES-deep ring of K buffers and one of
+//     V buffers. Each buffer has a `full` mbarrier (the copy's bytes land on it:
+//     arrive_expect_tx) and an `empty` one (every consumer warp arrives once its wgmmas on the
+//     buffer are done: K_j's once S_j is, V_j's once P_j V_j is); K_j (V_j) waits for `empty`
+//     of K (V) block j - STAGES before it is copied. K and V apart, a K buffer is free a
+//     softmax earlier than its V buffer, and S_j waits for K_j only: with STAGES = 2, K_{j+1}
+//     and V_j are copied while block j - 1's products run. A ragged last key block is copied
+//     from seq_kv - BKV (its keys below j * BKV masked: key_start), so no copy crosses the end
+//     of the keys.
 //   warpgroups 1 .. WARPS / 4, the consumers: consumer c owns query rows [q0 + 64 c, q0 + 64 c
 //     + 64). It copies its Q rows once with cp.async (Q is read once per block, so no third
 //     tensor map and no hand-over from the producer: its first K/V copies are in flight
-//     meanwhile), then for each key block j: waits for `full`, issues S_j = Q K_j^T and
-//     O += P_{j-1} V_{j-1} as two wgmma groups, waits for S_j only and computes its online
-//     softmax while P V runs (intra-warpgroup overlap), waits for P V, releases block j - 1's
-//     buffer (`empty`) and rescales O.
+//     meanwhile), then for each key block j: waits for K_j and V_{j-1} (`full`), issues
+//     S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two wgmma groups, waits for S_j only, releases
+//     K_j (`empty`) and computes its online softmax while P V runs (intra-warpgroup overlap),
+//     waits for P V, releases V_{j-1} and rescales O.
 //   With two consumers they take turns issuing their wgmmas (named barriers 1 and 2, as
 //     flash_wgmma_pingpong): one's softmax runs while the other's products keep the tensor
 //     cores busy (inter-warpgroup ping-pong).
@@ -92,13 +96,17 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
   const int q0 = q_block * BQ;
   const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
 
-  long long* full = tma_barriers<C>(smem);
-  long long* empty = full + STAGES;
+  long long* full_k = tma_barriers<C, 4>(smem);
+  long long* full_v = full_k + STAGES;
+  long long* empty_k = full_v + STAGES;
+  long long* empty_v = empty_k + STAGES;
   if (tid == 0) {
 #pragma unroll
     for (int b = 0; b < STAGES; ++b) {
-      emmy::mbar_init(full + b, 1);
-      emmy::mbar_init(empty + b, C::WARPS);
+      emmy::mbar_init(full_k + b, 1);
+      emmy::mbar_init(full_v + b, 1);
+      emmy::mbar_init(empty_k + b, C::WARPS);
+      emmy::mbar_init(empty_v + b, C::WARPS);
     }
   }
   __syncthreads();  // the last block-wide barrier: from here the roles only meet on mbarriers
@@ -108,12 +116,13 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
     if (tid == 0) {
 #pragma unroll 1
       for (int j = 0; j < n_blocks; ++j) {
-        const int buf = j % STAGES;
-        if (j >= STAGES) emmy::mbar_wait(empty + buf, (j / STAGES - 1) & 1);
-        emmy::mbar_arrive_expect_tx(full + buf, 2 * BKV * D * 2);
-        const int k0 = key_start<BKV, true>(j, seq_kv);
-        kf.template copy<D, BKV>(sK + buf * C::kKVElems, k0, full + buf);
-        vf.template copy<D, BKV>(sV + buf * C::kKVElems, k0, full + buf);
+        const int buf = j % STAGES, k0 = key_start<BKV, true>(j, seq_kv);
+        if (j >= STAGES) emmy::mbar_wait(empty_k + buf, (j / STAGES - 1) & 1);
+        emmy::mbar_arrive_expect_tx(full_k + buf, BKV * D * 2);
+        kf.template copy<D, BKV>(sK + buf * C::kKVElems, k0, full_k + buf);
+        if (j >= STAGES) emmy::mbar_wait(empty_v + buf, (j / STAGES - 1) & 1);
+        emmy::mbar_arrive_expect_tx(full_v + buf, BKV * D * 2);
+        vf.template copy<D, BKV>(sV + buf * C::kKVElems, k0, full_v + buf);
       }
     }
     return;
@@ -141,11 +150,20 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
     auto pass = [&]() {
       if constexpr (NC == 2) emmy::named_barrier_arrive<256>(2 - wg);
     };
-    // S_j = Q K_j^T (one wgmma group, no wait), once block j's copies landed.
+    // S_j = Q K_j^T (one wgmma group, no wait), once K_j landed; in turn.
     auto scores = [&](int j) {
-      emmy::mbar_wait(full + j % STAGES, (j / STAGES) & 1);
+      emmy::mbar_wait(full_k + j % STAGES, (j / STAGES) & 1);
       turn();
       emmy::wgmma::tile<BKV, D, BQ, BKV, true>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
+    };
+    // O += P_j V_j (one wgmma group, no wait); V_j landed (wait_v) before the turn.
+    auto wait_v = [&](int j) { emmy::mbar_wait(full_v + j % STAGES, (j / STAGES) & 1); };
+    auto values = [&](int j) {
+      emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + (j % STAGES) * C::kKVElems, &acc[0][0]);
+    };
+    // This warp is done with K_j (V_j): its buffer may be refilled once every consumer warp is.
+    auto release = [&](long long* empty, int j) {
+      if (lane == 0) emmy::mbar_arrive(empty + j % STAGES);
     };
     auto softmax = [&](int j) {
       const int k0 = key_start<BKV, true>(j, seq_kv);
@@ -168,26 +186,30 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
     pass();
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
+    release(empty_k, 0);
     softmax(0);
     pack_p<BKV>(p, s);
 #pragma unroll 1
     for (int j = 1; j < n_blocks; ++j) {
+      wait_v(j - 1);
       scores(j);
-      emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+      values(j - 1);
       pass();
-      emmy::wgmma::wait<1>();  // the scores; P x V may still run
+      emmy::wgmma::wait<1>();  // the scores (committed first); P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
+      release(empty_k, j);
       softmax(j);
       emmy::wgmma::wait<0>();
       emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
       emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
-      if (lane == 0) emmy::mbar_arrive(empty + (j - 1) % STAGES);  // this warp is done with block j - 1
+      release(empty_v, j - 1);
       rescale_acc<DT>(acc, alpha);
       pack_p<BKV>(p, s);
     }
     // the last block's P x V, in turn (consumer 1's is the last turn: it passes none on)
+    wait_v(n_blocks - 1);
     turn();
-    emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+    values(n_blocks - 1);
     if constexpr (NC == 2) {
       if (wg == 0) emmy::named_barrier_arrive<256>(2);
     }
