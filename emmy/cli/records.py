@@ -105,7 +105,7 @@ def _list(store) -> int:
         print(format_table(("key", "kernel", "target", "trials", "best", "date"), rows))
     if checks:
         print(("\n" if rows else "") + "layer checks (the layer timed with all its tuned answers):")
-        print(format_table(("layer", "model", "tokens", "target", "tuned", "untuned", "deploy answer kept for",
+        print(format_table(("check", "layer", "tokens", "target", "tuned", "untuned", "deploy answer kept for",
                             "date"), checks))
     return 0
 
@@ -123,7 +123,8 @@ def _layer_rows(store) -> list[tuple[str, ...]]:
             rows.append((name, "", str(c.tokens), c.target, f"(layer schema {c.schema}: a newer Emmy's)", "", "", c.date))
             continue
         kept = ", ".join(r.kernel for r in c.reverted.values()) or "-"
-        rows.append((name, c.model, str(c.tokens), c.target, us(c.final_s, c.final_spread),
+        model = f"{c.model} layer {c.layer}" if c.layer is not None else c.model
+        rows.append((name, model, str(c.tokens), c.target, us(c.final_s, c.final_spread),
                      us(c.deploy_s, c.deploy_spread), kept, c.date))
     return rows
 

@@ -158,7 +158,7 @@ def cmd_tune(args) -> int:
         print(f"note: {layer_note}", file=sys.stderr)
     for o in layers:
         if o.verdict is not None and o.verdict.problem:
-            print(f"note: layer {layer} at {o.layer.tokens} tokens: the layer check {o.note}", file=sys.stderr)
+            print(f"note: layer {layer} at {o.layer.tokens} tokens not checked: {o.note}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0
@@ -185,9 +185,10 @@ def _check_layers(args, options, tokens, tasks, outcomes, store, devices, progre
             traced = trace_layer(resolve_model(options.model), options.layer, layer.tokens, seed=options.seed,
                                  tracer=options.tracer)
             return GpuLayerTimer(traced, options.target, _emmy_home())
+        suffix = ""
     else:
-        make_timer = CostLayerTimer
-    say = (lambda line: print(line, file=progress, flush=True)) if progress is not None else None
+        make_timer, suffix = CostLayerTimer, " (the cost measurer's kernel costs summed: they mean nothing)"
+    say = (lambda line: print(line + suffix, file=progress, flush=True)) if progress is not None else None
     return check_layers(store, options, tokens, tasks, bests, alone, make_timer, say)
 
 
