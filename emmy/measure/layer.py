@@ -7,6 +7,8 @@ other builds of it (`tools/bench.py` and `emmy tune`'s layer check alike).
         "deploy": EmmyBuild(),
     })
     times["tuned"].time_s, times["tuned"].spread      # median seconds per layer, (p90 - p10) / median
+    runs = LayerRuns(traced, "sm_90a", cache)         # the same, each build made once over many rounds
+    runs.time({"a": build_a, "b": build_b}); runs.time({"a": build_a, "c": build_c})
 
 Each build compiles with its evidence options (`EmmyBuild`: pins, the tuning store the local tier
 reads, the tiers turned on) and launches its kernels in a chain (`emmy.backend.run.GpuLayer`, or
@@ -203,38 +205,63 @@ class LayerTime:
     problem: str = ""
 
 
+class LayerRuns:
+    """The builds of one case (a traced layer or a `ModelCase`), each compiled, checked against the
+    reference and captured once, then timed together as often as asked (`time`): a search that
+    times the same set in several rounds builds it once."""
+
+    def __init__(self, traced, target: str, cache, tolerance: float = DEFAULT_TOLERANCE):
+        self.traced, self.target, self.cache, self.tolerance = traced, target, cache, tolerance
+        self._ref: Reference | None = None
+        self._allowed = 0.0
+        self._made: dict[EmmyBuild, tuple[Callable[[], object] | None, float | None, str]] = {}
+
+    def _make(self, build: EmmyBuild) -> tuple[Callable[[], object] | None, float | None, str]:
+        if build not in self._made:
+            if self._ref is None:
+                self._ref = reference(self.traced)
+                self._allowed = allowed_error(self._ref, self.tolerance)
+            row: dict = {}
+            fns = {}
+            try:
+                fns["it"], _ = build_emmy(self.traced, self.target, self.cache, build)
+            except Exception as e:  # a build that fails is that build's problem; the others go on
+                row["it_error"] = f"{type(e).__name__}: {e}"[:500]
+            timed = checked_replays(fns, self._ref, self._allowed, row)
+            self._made[build] = (timed.get("it"), row.get("it_err"), row.get("it_error", ""))
+        return self._made[build]
+
+    def time(self, builds: Mapping[str, EmmyBuild], reps: int = 50, inner: int = 10) -> dict[str, LayerTime]:
+        """A LayerTime per build: the right ones timed together, interleaved; the others with
+        their `problem` (a failed build, an error over the allowed one)."""
+        from emmy.measure.timing import sample_replays, summarize, warm_up
+
+        made = {label: self._make(build) for label, build in builds.items()}
+        timed = {label: run for label, (run, _, _) in made.items() if run is not None}
+        samples = {}
+        if timed:
+            warm_up(timed)
+            samples = sample_replays(timed, reps, inner)
+        out = {}
+        for label, (_, err, problem) in made.items():
+            if label in samples:
+                median, spread = summarize(samples[label])
+                out[label] = LayerTime(median, spread, err)
+            else:
+                out[label] = LayerTime(None, error=err, problem=problem or "not timed")
+        return out
+
+
 def time_builds(traced, target: str, cache, builds: Mapping[str, EmmyBuild], tolerance: float = DEFAULT_TOLERANCE,
                 reps: int = 50, inner: int = 10) -> dict[str, LayerTime]:
     """Every build of the case (a traced layer or a `ModelCase`) compiled, checked against the
     reference (a wrong one is never timed) and the right ones timed interleaved: a LayerTime per
     build, its `problem` said where it was not timed."""
-    from emmy.measure.timing import sample_replays, summarize, warm_up
-
-    ref = reference(traced)
-    row: dict = {}
-    fns = {}
-    for key, how in builds.items():
-        try:
-            fns[key], _ = build_emmy(traced, target, cache, how)
-        except Exception as e:  # a build that fails is that build's problem; the others go on
-            row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
-    timed = checked_replays(fns, ref, allowed_error(ref, tolerance), row)
-    samples = {}
-    if timed:
-        warm_up(timed)
-        samples = sample_replays(timed, reps, inner)
-    out = {}
-    for key in builds:
-        if key in samples:
-            median, spread = summarize(samples[key])
-            out[key] = LayerTime(median, spread, row.get(f"{key}_err"))
-        else:
-            out[key] = LayerTime(None, error=row.get(f"{key}_err"), problem=row.get(f"{key}_error", "not timed"))
-    return out
+    return LayerRuns(traced, target, cache, tolerance).time(builds, reps, inner)
 
 
 __all__ = [
-    "DEFAULT_TOLERANCE", "EmmyBuild", "LayerTime", "ModelCase", "Reference", "allowed_error", "as_list",
+    "DEFAULT_TOLERANCE", "EmmyBuild", "LayerRuns", "LayerTime", "ModelCase", "Reference", "allowed_error", "as_list",
     "build_emmy", "checked_replays", "emmy_layer", "emmy_plan", "reference", "rel_err", "results_error",
     "time_builds",
 ]

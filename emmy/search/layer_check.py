@@ -9,7 +9,8 @@ the tuned answers that lose in context are found and recorded (`emmy.records.lay
     write_layer_check(store, layer_record(layer, verdict, ...))
 
 The search for the losers is greedy: each kernel whose tuned answer differs from its deploy answer,
-in the layer's order, is reverted to its deploy answer in a copy of the current set; the copy and
+in the layer's order, is reverted to its deploy answer in a copy of the current set (the kernels
+of one key together: the local tier answers them alike); the copy and
 the current set are timed together, and the revert is kept when the layer is faster with it by
 more than the larger of the two spreads. A last round times the chosen set, the final set and the
 deploy set together; those are the figures recorded.
@@ -78,7 +79,7 @@ class Verdict:
     tuned: LayerTime
     deploy: LayerTime
     final: LayerTime
-    reverted: Mapping[str, float] = field(default_factory=dict)  # kernel name -> gain (fraction)
+    reverted: Mapping[str, float] = field(default_factory=dict)  # kernel name (its key's first) -> gain (fraction)
     problem: str = ""
 
     @property
@@ -107,18 +108,27 @@ def check_layer(layer: Layer, tuned: Assignment, timer: LayerTimer) -> Verdict:
     if not faster(d, t):
         return Verdict(t, d, t)
     current, reverted = {k: dict(v) for k, v in tuned.items()}, {}
-    for k in layer.kernels:
-        if dict(current[k.name]) == dict(deploy[k.name]):
+    for key, names in _by_key(layer).items():
+        if all(dict(current[n]) == dict(deploy[n]) for n in names):
             continue
-        trial = {**current, k.name: dict(deploy[k.name])}
+        trial = {**current, **{n: dict(deploy[n]) for n in names}}  # a key's kernels revert together
         r = timer.time({"current": current, "revert": trial})
         if faster(r["revert"], r["current"]):
-            reverted[k.name] = (r["current"].time_s - r["revert"].time_s) / r["current"].time_s
+            reverted[names[0]] = (r["current"].time_s - r["revert"].time_s) / r["current"].time_s
             current = trial
     if not reverted:
         return Verdict(t, d, t)
     last = timer.time({"tuned": tuned, "final": current, "deploy": deploy})
     return Verdict(last["tuned"], last["deploy"], last["final"], reverted)
+
+
+def _by_key(layer: Layer) -> dict[str, list[str]]:
+    """Key id -> the names of its kernels in the layer, in the layer's order (kernels of one key
+    share the local tier's answer, so they are judged together)."""
+    out: dict[str, list[str]] = {}
+    for k in layer.kernels:
+        out.setdefault(k.key, []).append(k.name)
+    return out
 
 
 def layer_of(options, tokens: int, tasks: Sequence = ()) -> Layer:
@@ -245,17 +255,17 @@ def pins_of(sets: Assignment) -> tuple[str, ...]:
 
 
 class GpuLayerTimer:
-    """Times sets of a traced layer on the GPU: each set one compile with its answers pinned,
-    checked against PyTorch first, the sets timed together by graph replay
-    (`emmy.measure.layer.time_builds`), holding the GPU (`emmy.measure.gpu.gpu_lock`: no other
+    """Times sets of a traced layer on the GPU: each set one compile with its answers pinned (made
+    once, however many rounds time it), checked against PyTorch first, the sets timed together by
+    graph replay (`emmy.measure.layer.LayerRuns`), holding the GPU (`emmy.measure.gpu.gpu_lock`: no other
     measuring process on this host times on it meanwhile)."""
 
     def __init__(self, traced, target: str, cache_dir, tolerance: float | None = None):
         from emmy.measure.gpu import GpuMeasurer
-        from emmy.measure.layer import DEFAULT_TOLERANCE
+        from emmy.measure.layer import DEFAULT_TOLERANCE, LayerRuns
 
-        self.traced, self.target, self.cache_dir = traced, target, cache_dir
-        self.tolerance = DEFAULT_TOLERANCE if tolerance is None else tolerance
+        self.cache_dir = cache_dir
+        self.runs = LayerRuns(traced, target, cache_dir, DEFAULT_TOLERANCE if tolerance is None else tolerance)
         self._env = GpuMeasurer(cache_dir).environment()
 
     def environment(self) -> dict[str, str]:
@@ -263,11 +273,11 @@ class GpuLayerTimer:
 
     def time(self, sets: Mapping[str, Assignment]) -> dict[str, LayerTime]:
         from emmy.measure.gpu import device_id, gpu_lock
-        from emmy.measure.layer import EmmyBuild, time_builds
+        from emmy.measure.layer import EmmyBuild
 
         builds = {label: EmmyBuild(pins=pins_of(s)) for label, s in sets.items()}
         with gpu_lock(self.cache_dir, device_id()):
-            return time_builds(self.traced, self.target, self.cache_dir, builds, self.tolerance)
+            return self.runs.time(builds)
 
 
 class CostLayerTimer:

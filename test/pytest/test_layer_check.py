@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import optuna
@@ -99,6 +98,16 @@ def test_a_revert_within_the_spread_is_not_kept():
     timer = Timer(penalties=[((A, B, C), 3.5)], spread=0.2)  # 30.5 against 30 us: within 20%
     v = check_layer(LAYER, TUNED, timer)
     assert v.reverted == {} and len(timer.rounds) == 1
+
+
+def test_kernels_of_one_key_are_reverted_together():
+    """a and c share a key (the local tier answers them alike): reverting them is one step."""
+    layer = Layer("m", 0, 512, "sm_90a", tuple(LayerKernel(n, "key-ac" if n != B else "key-b", DEPLOY[n])
+                                               for n in (A, B, C)))
+    timer = Timer(penalties=[((A, C), 7.0)])
+    v = check_layer(layer, TUNED, timer)
+    assert list(v.reverted) == [A] and v.final.time_s == pytest.approx(29e-6)
+    assert len(timer.rounds) == 1 + 2 + 1
 
 
 def test_several_kernels_reverted():
@@ -210,11 +219,15 @@ def tuned(tmp_path_factory):
     import os
 
     home = tmp_path_factory.mktemp("layer") / "home"
+    before = os.environ.get("EMMY_HOME")
     os.environ["EMMY_HOME"] = str(home)
     try:
         assert run([*TUNE, "--layer", "0"]) == 0
     finally:
-        del os.environ["EMMY_HOME"]
+        if before is None:
+            del os.environ["EMMY_HOME"]
+        else:
+            os.environ["EMMY_HOME"] = before
     store = open_store(default_url(home), create=False)
     for name in store.study_names():
         study = store.load(name)
@@ -376,25 +389,53 @@ def test_records_list_shows_the_checks(tuned, monkeypatch, capsys):
 
 @pytest.mark.gpu
 def test_the_running_example_layer_timed_on_the_gpu(tmp_path):
-    """The running example at 64 tokens: the deploy set and a set with a pinned answer, each
-    checked against PyTorch and timed together; then the layer check over them."""
+    """The running example at 64 tokens on the GPU: the deploy set and a set with one kernel at
+    another answer, each checked against PyTorch and timed together (GpuLayerTimer); then the
+    layer check over them, and its record."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from dataclasses import replace
-
     from emmy.driver import CompileOptions
     from emmy.frontend import resolve_model, trace_layer
-    from emmy.search.layer_check import GpuLayerTimer, layer_of
+    from emmy.search.layer_check import GpuLayerTimer, layer_of, layer_record
+    from emmy.search.task import tasks_of
 
-    sys.path.insert(0, str(ROOT / "tools"))
     model = f"{ROOT}/tools/running_example.py:make"
     options = CompileOptions(model=model, layer=0, tokens=64, target="sm_90a")
-    layer = layer_of(options, 64)
-    timer = GpuLayerTimer(trace_layer(resolve_model(model), 0, 64), "sm_90a", tmp_path)
+    layer = layer_of(options, 64, tasks_of(options, [64]))
     deploy = layer.deploy()
-    times = timer.time({"deploy": deploy, "again": deploy})
-    assert all(t.time_s and t.time_s > 0 and t.error is not None and t.error < 1e-2 for t in times.values()), times
-    v = check_layer(replace(layer), deploy, timer)
-    assert not v.problem and v.reverted == {}
-    assert timer.environment()["card"]
+    k = next(k for k in layer.kernels if "block_n" in k.task.space)
+    other = next(v for v in k.task.space["block_n"] if v != deploy[k.name]["block_n"])
+    tuned = {**deploy, k.name: {**deploy[k.name], "block_n": other}}
+    timer = GpuLayerTimer(trace_layer(resolve_model(model), 0, 64), "sm_90a", tmp_path)
+    times = timer.time({"deploy": deploy, "tuned": tuned})
+    for t in times.values():
+        assert t.time_s is not None and t.time_s > 0 and 0 <= t.spread and t.error < 1e-2, times
+    v = check_layer(layer, tuned, timer)
+    assert not v.problem and set(v.reverted) <= {k.name}
+    record = layer_record(layer, v, tuned, {}, timer.environment())
+    assert record.env["card"] and record.final_s > 0 and record.signature == layer.signature
+
+
+def test_a_set_compiles_as_its_pins_say():
+    """What the GPU layer timer builds for a set (emmy.measure.layer.EmmyBuild with the set's
+    pins) decides every kernel as the set says: the deploy set again, and a set with one kernel
+    at another legal answer (compiled here to the tile stage; no GPU)."""
+    from emmy.dialects.tile import KernelOp
+    from emmy.driver import CompileOptions, compile_model
+    from emmy.measure.layer import EmmyBuild
+    from emmy.search.layer_check import layer_of, pins_of
+    from emmy.search.task import tasks_of
+
+    options = CompileOptions(model=MODEL, layer=0, tokens=16, target="sm_90")
+    layer = layer_of(options, 16, tasks_of(options, [16]))
+    deploy = layer.deploy()
+    first = layer.kernels[0]
+    other = next(v for v in first.task.space["block_n"] if v != deploy[first.name]["block_n"])
+    changed = {**deploy, first.name: {**deploy[first.name], "block_n": other}}
+    for s in (deploy, changed):
+        build = EmmyBuild(pins=pins_of(s))
+        module = compile_model(build.options(model=MODEL, layer=0, tokens=16, target="sm_90", stop_after="tile")).module
+        decided = {k.kernel_name: {n: kn.value for n, kn in k.knob_dict().items() if kn.value is not None}
+                   for k in module.walk() if isinstance(k, KernelOp)}
+        assert decided == s
