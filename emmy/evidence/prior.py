@@ -8,9 +8,13 @@ reasons), unless the rules are turned off (`completes`): then the kept answer is
 `<golden folder>/<target>/prior.json` when there is one, else the target's unfitted defaults.
 
 A fitted prior also vets the nearest tier (`NearestVet`): values measured on another shape are
-borrowed unless the prior predicts the rules' answer faster on this shape by more than
-`MIN_MARGIN`. A tile that gave one full wave at 512 tokens can leave a wave and a half at 768; the
-rules and the prior count waves, a copied answer does not. A vetted-out candidate is reported as
+borrowed unless the prior's physical model (its fitted coefficients, without the learned
+correction) predicts the rules' answer faster on this shape by more than `MIN_MARGIN`. A tile
+that gave one full wave at 512 tokens can leave a wave and a half at 768; the rules and the
+model count waves, a copied answer does not. The learned correction is left out: its weights per
+knob value do not depend on the shape, and the borrowed values were measured best, knob values
+and all, where they come from (with it, gate/up's `group_m = 2` measured best at 4096 tokens was
+skipped at 3000 on a 5% predicted difference that was the correction's weight alone). A vetted-out candidate is reported as
 skipped evidence with both predicted times, and the tiers below answer.
 """
 
@@ -73,9 +77,12 @@ class NearestVet:
             return ""
         if all(str(rules.get(k)) == str(v) for k, v in values.items() if k in problem.space):
             return ""
+        # the physical model alone (the fitted coefficients): what depends on the shape (waves,
+        # tiles, bytes); the learned correction's per-knob-value weights do not, and the borrowed
+        # values were measured best, knob values and all, on the shape they come from
         kernel = Kernel(problem.info, problem.target)
-        borrowed_s = score(kernel, values, self.prior, penalized=False)
-        rules_s = score(kernel, rules, self.prior, penalized=False)
+        borrowed_s = score(kernel, values, self.prior.coeffs, penalized=False)
+        rules_s = score(kernel, rules, self.prior.coeffs, penalized=False)
         if borrowed_s is None or rules_s is None or rules_s * MIN_MARGIN >= borrowed_s:
             return ""
         return (f"the prior predicts the rules' answer faster on this shape ({rules_s * 1e6:.2f} us against "
