@@ -57,6 +57,9 @@ from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
 
+# wgmma_ws attention with two consumers: O, S and P registers a thread that fit in setmaxnreg's 240.
+WS_MAX_LIVE_REGISTERS = 160
+
 # Widest global access, in bytes (ld.global.v4.b32 / cp.async 16).
 MAX_VECTOR_BYTES = 16
 
@@ -473,6 +476,16 @@ def _a_registers(info, v, t, reasons):
             )
         if bkv > 64 and info.head_dim >= 128:
             reasons.append(f"registers: block_kv={bkv} with head dim {info.head_dim} spills")
+    if v.has("workers") and v["workers"] == "wgmma_ws" and v["warps"] == 8:
+        # two consumers hold O, S and P in 240 registers a thread (setmaxnreg): up to 160 of
+        # them fit (head dim 128 with 128-key blocks, 256 with 32), 176 spilled (head dim 256
+        # with 64-key blocks; ptxas 13.0 -v, sm_90a)
+        live = info.value_dim // 2 + bkv // 2 + bkv // 4
+        if live > WS_MAX_LIVE_REGISTERS:
+            reasons.append(
+                f"registers: wgmma_ws with two consumer warpgroups holds O ({info.value_dim // 2}), S ({bkv // 2}) "
+                f"and P ({bkv // 4}) in {live} registers a thread, over the {WS_MAX_LIVE_REGISTERS} that fit without spills"
+            )
     if per_thread > MAX_ACC_PER_THREAD:
         reasons.append(
             f"registers: block_q={bq} x ({info.value_dim} outputs + block_kv={bkv} scores) fp32 "

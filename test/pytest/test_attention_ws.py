@@ -254,3 +254,24 @@ def test_too_few_keys(tokens):
     pins = ("attention.workers=wgmma_ws", "attention.fusion=split")
     with pytest.raises(EmmyError, match=re.escape("kernel 'attention': no legal schedule on sm_90a with workers=wgmma_ws")):
         compile_model(layer_options(tokens, pins, "sm_90a"))
+
+
+def test_two_consumers_at_head_dim_256_spill():
+    """O, S and P of a consumer thread: 128 + 32 + 16 registers spilled at head dim 256 with
+    64-key blocks (ptxas -v, 240 registers after setmaxnreg); 32-key blocks or one consumer fit."""
+    op, info = _op(T=1000, D=256, qwen=False)
+    assert check(info, _ws(block_kv=64), SM90A) == [
+        "registers: wgmma_ws with two consumer warpgroups holds O (128), S (32) and P (16) in 176 registers "
+        "a thread, over the 160 that fit without spills"
+    ]
+    assert check(info, _ws(block_kv=32), SM90A) == []
+    assert check(info, _ws(block_q=64, block_kv=64), SM90A) == []
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("block_q, block_kv", [(128, 32), (64, 64)])
+def test_nvcc_head_dim_256(block_q, block_kv, tmp_path):
+    built = _ws_build(1000, 256, qwen=False, block_q=block_q, block_kv=block_kv)
+    log, _ = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
+    _check_ptxas(log)
