@@ -5,9 +5,9 @@
 
 One Optuna study per distinct kernel key (`emmy.search`), in the store at `--storage` (default:
 SQLite `records.db` under EMMY_HOME, `~/.cache/emmy`). Re-running continues the same studies.
-With `--layer N` (and no `--kernel`), the layer is then timed with all its tuned answers against
-its deploy answers at each token count, and the tuned answers that lose in context are recorded
-so that compiles of that layer keep the deploy answer (`emmy.search.layer_check`).
+Without `--kernel`, the layer (or the whole model) is then timed with all its tuned answers
+against its deploy answers at each token count, and the tuned answers that lose in context are
+recorded so that compiles of that layer keep the deploy answer (`emmy.search.layer_check`).
 `--measurer cost` replaces the GPU by a deterministic cost from each candidate's plan (for
 tests and for trying the tuner without a GPU: its times mean nothing).
 """
@@ -142,9 +142,6 @@ def cmd_tune(args) -> int:
     layers, layer_note = [], ""
     if args.kernel:
         layer_note = "the layer check (the layer timed with all its tuned answers) skipped: --kernel tunes only some kernels"
-    elif layer is None:
-        layer_note = ("the layer check (the layer timed with all its tuned answers) times one layer: tune with "
-                      "--layer N to check it; a whole model's chosen set is not timed together")
     else:
         with store_errors(store.name):
             layers = _check_layers(args, options, tokens, tasks, outcomes, store, devices, progress)
@@ -158,7 +155,7 @@ def cmd_tune(args) -> int:
         print(f"note: {layer_note}", file=sys.stderr)
     for o in layers:
         if o.verdict is not None and o.verdict.problem:
-            print(f"note: layer {layer} at {o.layer.tokens} tokens not checked: {o.note}", file=sys.stderr)
+            print(f"note: {o.layer.where()} at {o.layer.tokens} tokens not checked: {o.note}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0
@@ -166,8 +163,9 @@ def cmd_tune(args) -> int:
 
 def _check_layers(args, options, tokens, tasks, outcomes, store, devices, progress):
     """The layer check at each token count (`emmy.search.layer_check`): with the GPU measurer the
-    layer is traced and timed on the GPU (the first of `devices`), with the cost measurer its
-    kernels' costs are summed (the logic runs; the times mean nothing)."""
+    layer (or the whole model, as tools/bench.py's model case) is traced and timed on the GPU (the
+    first of `devices`), with the cost measurer its kernels' costs are summed (the logic runs;
+    the times mean nothing)."""
     from emmy.search.layer_check import CostLayerTimer, GpuLayerTimer, check_layers
 
     bests = {o.task.key_id: dict(o.best.values) for o in outcomes if o.best is not None}
@@ -182,8 +180,14 @@ def _check_layers(args, options, tokens, tasks, outcomes, store, devices, progre
 
             if devices:
                 torch.cuda.set_device(devices[0])
-            traced = trace_layer(resolve_model(options.model), options.layer, layer.tokens, seed=options.seed,
-                                 tracer=options.tracer)
+            source = resolve_model(options.model)
+            if options.layer is None and source.kind != "factory":  # a whole model, timed as a whole
+                from emmy.frontend.whole_model import trace_model
+                from emmy.measure.layer import ModelCase
+
+                traced = ModelCase(trace_model(source, layer.tokens, seed=options.seed, tracer=options.tracer))
+            else:
+                traced = trace_layer(source, options.layer or 0, layer.tokens, seed=options.seed, tracer=options.tracer)
             return GpuLayerTimer(traced, options.target, _emmy_home())
         suffix = ""
     else:

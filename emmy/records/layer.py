@@ -20,7 +20,8 @@ digest of the sorted key ids of the layer's kernels (`layer_signature`): the sam
 same token count on the same target and space version has the same kernels, and so the same
 signature; decide-forks computes it from the kernels of the module it decides. Its user attribute
 `emmy.layer` (schema `LAYER_SCHEMA`) holds: the kernels (name -> key id), model, layer, tokens,
-target; the chosen, deploy and final sets' times and spreads; `reverted` (key id -> the kernel's
+target (a whole model is timed as a whole and kept as one check per part, `layer` null, `part`
+its name); the chosen, deploy and final sets' times and spreads; `reverted` (key id -> the kernel's
 name, the tuned values judged, the deploy values, the tuned answer's own time, the layer's gain
 with the deploy answer); the environment of the measurement and its date. A check is stale when
 the study's best is no longer the tuned values it judged, or when it was written under another
@@ -80,7 +81,8 @@ class LayerCheck:
     final_spread: float
     reverted: Mapping[str, Reverted] = field(default_factory=dict)  # key id -> what was reverted
     model: str = ""
-    layer: int | None = None
+    layer: int | None = None  # None: a part of a whole model, timed as a whole
+    part: str = ""  # the model's part (a whole model's check is kept per part)
     env: Mapping[str, str] = field(default_factory=dict)
     date: str = ""
     schema: int = LAYER_SCHEMA
@@ -105,7 +107,7 @@ class LayerCheck:
     def why(self, key_id: str) -> str:
         """The reason the local tier skips the kernel's record here (`--explain`)."""
         r = self.reverted[key_id]
-        where = f"layer {self.layer}" if self.layer is not None else "layer"
+        where = f"layer {self.layer}" if self.layer is not None else "model"
         return (f"tuned alone {r.alone_s * 1e6:.1f} us, but the {where} at {self.tokens} tokens was "
                 f"{r.gain * 100:.0f}% faster with the deploy answer (measured {self.date or 'at an unknown date'}"
                 f"{', ' + self.env['card'] if self.env.get('card') else ''}; {self.study})")
@@ -131,7 +133,7 @@ def check_from(data: Mapping, where: str) -> LayerCheck:
             kernels=kernels, tuned_s=float(data["tuned_s"]), tuned_spread=float(data["tuned_spread"]),
             deploy_s=float(data["deploy_s"]), deploy_spread=float(data["deploy_spread"]),
             final_s=float(data["final_s"]), final_spread=float(data["final_spread"]), reverted=reverted,
-            model=str(data.get("model", "")), layer=None if layer is None else int(layer),
+            model=str(data.get("model", "")), layer=None if layer is None else int(layer), part=str(data.get("part", "")),
             env={str(k): str(v) for k, v in dict(data.get("env") or {}).items()}, date=str(data.get("date", "")),
             schema=schema,
         )

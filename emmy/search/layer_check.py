@@ -40,11 +40,13 @@ class LayerKernel:
     key: str  # key id
     deploy: Values  # the answer without the store (decide-forks with the local tier off)
     task: object = None  # the TuneTask of its key, where the run has one
+    part: str = ""  # the model's part it is in (a whole model: `embed_tokens`, `layer0`, `norm`, ...)
 
 
 @dataclass(frozen=True)
 class Layer:
-    """One compiled layer at one token count: its kernels in IR order."""
+    """One compiled layer (or, with `layer` None, a whole model: every distinct part once) at one
+    token count: its kernels in IR order, part after part."""
 
     model: str
     layer: int | None
@@ -54,12 +56,38 @@ class Layer:
 
     @property
     def signature(self) -> str:
+        """The signature of the (first) part: a layer's own."""
+        return self.signatures()[self.kernels[0].part if self.kernels else ""]
+
+    def parts(self) -> dict[str, list[LayerKernel]]:
+        out: dict[str, list[LayerKernel]] = {}
+        for k in self.kernels:
+            out.setdefault(k.part, []).append(k)
+        return out
+
+    def signatures(self) -> dict[str, str]:
+        """Part -> the signature of its module's kernels (what decide-forks matches a check by)."""
         from emmy.records.layer import layer_signature
 
-        return layer_signature(k.key for k in self.kernels)
+        return {part: layer_signature(k.key for k in kernels) for part, kernels in self.parts().items()}
 
     def deploy(self) -> dict[str, Values]:
         return {k.name: dict(k.deploy) for k in self.kernels}
+
+    def where(self) -> str:
+        return f"layer {self.layer}" if self.layer is not None else "model"
+
+    def clash(self) -> str:
+        """Why the sets of this layer cannot be built ("" when they can): a set pins kernels by
+        name, in every part alike, so one name must not stand for kernels of different keys."""
+        keys: dict[str, set[str]] = {}
+        for k in self.kernels:
+            keys.setdefault(k.name, set()).add(k.key)
+        names = [n for n, ks in keys.items() if len(ks) > 1]
+        if not names:
+            return ""
+        return (f"kernel {names[0]} is in several parts with different keys, and a set pins kernels by name "
+                "in every part alike")
 
 
 class LayerTimer(Protocol):
@@ -127,29 +155,37 @@ def _by_key(layer: Layer) -> dict[str, list[str]]:
     share the local tier's answer, so they are judged together)."""
     out: dict[str, list[str]] = {}
     for k in layer.kernels:
-        out.setdefault(k.key, []).append(k.name)
+        names = out.setdefault(k.key, [])
+        if k.name not in names:
+            names.append(k.name)
     return out
 
 
 def layer_of(options, tokens: int, tasks: Sequence = ()) -> Layer:
-    """The layer `options.layer` of `options.model` at `tokens`, compiled to the tile stage with no
-    store (the deploy answers), its kernels in IR order (`tasks`: the run's TuneTasks, by key)."""
+    """The layer `options.layer` of `options.model` (with layer None, the whole model: every
+    distinct part once) at `tokens`, compiled to the tile stage with no store (the deploy
+    answers), its kernels in IR order (`tasks`: the run's TuneTasks, by key)."""
     from dataclasses import replace
 
     from emmy.dialects.tile import KernelOp
-    from emmy.driver import compile_model
+    from emmy.driver import compile_model, compile_whole_model
     from emmy.schedule.key import kernel_key
     from emmy.targets import get_target
 
     target = get_target(options.target)
-    module = compile_model(replace(options, tokens=tokens, stop_after="tile", records="")).module
+    opts = replace(options, tokens=tokens, stop_after="tile", records="")
+    if options.layer is None:
+        modules = [(p.name, p.result.module) for p in compile_whole_model(opts).parts]
+    else:
+        modules = [("", compile_model(opts).module)]
     by_key = {t.key_id: t for t in tasks}
     kernels = []
-    for op in module.walk():
-        if isinstance(op, KernelOp):
-            key = kernel_key(op, target).id
-            values = {n: k.value for n, k in op.knob_dict().items() if k.value is not None}
-            kernels.append(LayerKernel(op.kernel_name, key, values, by_key.get(key)))
+    for part, module in modules:
+        for op in module.walk():
+            if isinstance(op, KernelOp):
+                key = kernel_key(op, target).id
+                values = {n: k.value for n, k in op.knob_dict().items() if k.value is not None}
+                kernels.append(LayerKernel(op.kernel_name, key, values, by_key.get(key), part))
     return Layer(options.model, options.layer, tokens, target.name, tuple(kernels))
 
 
@@ -159,24 +195,30 @@ def chosen_set(layer: Layer, bests: Mapping[str, Values]) -> dict[str, dict]:
     return {k.name: dict(bests.get(k.key, k.deploy)) for k in layer.kernels}
 
 
-def layer_record(layer: Layer, verdict: Verdict, tuned: Assignment, alone: Mapping[str, float],
-                 env: Mapping[str, str]):
-    """The `emmy.records.layer.LayerCheck` of a verdict (`alone`: key id -> the tuned answer's
-    own time, its study's best)."""
+def layer_records(layer: Layer, verdict: Verdict, tuned: Assignment, alone: Mapping[str, float],
+                  env: Mapping[str, str]) -> list:
+    """The `emmy.records.layer.LayerCheck`s of a verdict, one per part (decide-forks decides a
+    model part by part; a layer is one part), each with the layer's (or model's) times and the
+    reverts of its own kernels (`alone`: key id -> the tuned answer's own time, its study's best)."""
     from emmy.records.layer import LayerCheck, Reverted
 
-    names = {k.name: k for k in layer.kernels}
-    reverted = {names[n].key: Reverted(n, dict(tuned[n]), dict(names[n].deploy), float(alone.get(names[n].key, 0.0)),
-                                       gain) for n, gain in verdict.reverted.items()}
-    return LayerCheck(
-        signature=layer.signature, target=layer.target, tokens=layer.tokens,
-        kernels={k.name: k.key for k in layer.kernels},
-        tuned_s=verdict.tuned.time_s, tuned_spread=verdict.tuned.spread,
-        deploy_s=verdict.deploy.time_s, deploy_spread=verdict.deploy.spread,
-        final_s=verdict.final.time_s, final_spread=verdict.final.spread,
-        reverted=reverted, model=layer.model, layer=layer.layer, env=dict(env),
-        date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    signatures = layer.signatures()
+    out = []
+    for part, kernels in layer.parts().items():
+        names = {k.name: k for k in kernels}
+        reverted = {names[n].key: Reverted(n, dict(tuned[n]), dict(names[n].deploy),
+                                           float(alone.get(names[n].key, 0.0)), gain)
+                    for n, gain in verdict.reverted.items() if n in names}
+        out.append(LayerCheck(
+            signature=signatures[part], target=layer.target, tokens=layer.tokens,
+            kernels={k.name: k.key for k in kernels},
+            tuned_s=verdict.tuned.time_s, tuned_spread=verdict.tuned.spread,
+            deploy_s=verdict.deploy.time_s, deploy_spread=verdict.deploy.spread,
+            final_s=verdict.final.time_s, final_spread=verdict.final.spread,
+            reverted=reverted, model=layer.model, layer=layer.layer, part=part, env=dict(env), date=date,
+        ))
+    return out
 
 
 @dataclass(frozen=True)
@@ -200,13 +242,16 @@ def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: 
     for t in tokens:
         layer = layer_of(options, t, tasks)
         tuned = chosen_set(layer, bests)
-        if tuned == layer.deploy():
+        if layer.clash():
+            outcome = LayerOutcome(layer, None, f"not checked: {layer.clash()}")
+        elif tuned == layer.deploy():
             outcome = LayerOutcome(layer, None, "not timed: every kernel's tuned answer is its deploy answer")
         else:
             timer = make_timer(layer)
             verdict = check_layer(layer, tuned, timer)
             if not verdict.problem:
-                write_layer_check(store, layer_record(layer, verdict, tuned, alone, timer.environment()))
+                for record in layer_records(layer, verdict, tuned, alone, timer.environment()):
+                    write_layer_check(store, record)
             outcome = LayerOutcome(layer, verdict, verdict.problem)
         out.append(outcome)
         if say is not None:
@@ -215,7 +260,7 @@ def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: 
 
 
 def _where(layer: Layer) -> str:
-    return f"layer {layer.layer if layer.layer is not None else 0} at {layer.tokens} tokens"
+    return f"{layer.where()} at {layer.tokens} tokens"
 
 
 def _time(t: LayerTime) -> str:
@@ -244,7 +289,7 @@ def layer_rows(outcomes: Sequence[LayerOutcome]) -> list[tuple[str, ...]]:
         if v is None or v.problem:
             continue
         reverts = f" ({len(v.reverted)} reverted)" if v.reverted else ""
-        rows.append((f"layer {o.layer.layer if o.layer.layer is not None else 0}", f"{o.layer.tokens} tokens",
+        rows.append((o.layer.where(), f"{o.layer.tokens} tokens",
                      "-", _time(v.final) + reverts, _time(v.deploy), f"{v.speedup:.2f}x"))
     return rows
 
@@ -316,5 +361,5 @@ class CostLayerTimer:
 
 __all__ = [
     "CostLayerTimer", "GpuLayerTimer", "Layer", "LayerKernel", "LayerOutcome", "LayerTimer", "Verdict", "check_layer",
-    "check_layers", "chosen_set", "faster", "layer_line", "layer_of", "layer_record", "layer_rows", "pins_of",
+    "check_layers", "chosen_set", "faster", "layer_line", "layer_of", "layer_records", "layer_rows", "pins_of",
 ]

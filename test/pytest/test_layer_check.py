@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -264,18 +265,46 @@ def test_tune_line_goes_with_the_progress(home, capsys):
     assert "layer 0 at 16 tokens: tuned " in err and ", untuned " in err
 
 
-@pytest.mark.parametrize("extra, note", [
-    (["--layer", "0", "--kernel", "gelu_fc2_residual"], "the layer check (the layer timed with all its tuned answers) "
-                                                        "skipped: --kernel tunes only some kernels"),
-    ([], "the layer check (the layer timed with all its tuned answers) times one layer: tune with --layer N to "
-         "check it; a whole model's chosen set is not timed together"),
-])
-def test_the_check_is_skipped_with_a_note(extra, note, home, capsys):
+def test_a_kernel_subset_is_not_checked(home, capsys):
+    extra = ["--layer", "0", "--kernel", "gelu_fc2_residual"]
     assert run([*[a for a in TUNE if a != "--quiet"], "--trials", "2", *extra]) == 0
-    assert f"note: {note}" in capsys.readouterr().err
+    assert ("note: the layer check (the layer timed with all its tuned answers) skipped: --kernel tunes only "
+            "some kernels") in capsys.readouterr().err
     assert run([*TUNE, "--trials", "2", *extra]) == 0
     assert "note:" not in capsys.readouterr().err  # --quiet: only the table
     assert layer_checks(open_store(default_url(home), create=False)) == {}
+
+
+def test_a_whole_model_is_checked_as_a_whole(home, capsys):
+    """Without --layer the model is timed as a whole and kept as one check per part (the MLP
+    block is a factory: one part, `forward`, the same kernels as its layer)."""
+    assert run([*TUNE, "--trials", "3"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2].split()[:4] == ["model", "16", "tokens", "-"]
+    (check,) = layer_checks(open_store(default_url(home), create=False)).values()
+    assert check.layer is None and check.part == "forward" and check.tokens == 16
+
+
+def test_names_standing_for_several_keys_are_not_checked():
+    parts = [LayerKernel("norm", "key-1", {"x": 1}, part="layer0"), LayerKernel("norm", "key-2", {"x": 1}, part="layer1")]
+    layer = Layer("m", None, 512, "sm_90a", tuple(parts))
+    assert layer.clash() == ("kernel norm is in several parts with different keys, and a set pins kernels by name "
+                             "in every part alike")
+    assert Layer("m", None, 512, "sm_90a", (parts[0], replace(parts[1], key="key-1"))).clash() == ""
+
+
+def test_a_model_check_is_kept_per_part():
+    from emmy.search.layer_check import layer_records
+
+    kernels = (LayerKernel(A, "key-a", DEPLOY[A], part="embed_tokens"), LayerKernel(B, "key-b", DEPLOY[B], part="layer0"),
+               LayerKernel(C, "key-c", DEPLOY[C], part="layer0"))
+    model = Layer("m", None, 512, "sm_90a", kernels)
+    v = check_layer(model, TUNED, Timer(penalties=[((B, C), 5.0)]))
+    records = layer_records(model, v, TUNED, {"key-b": 9e-6}, {"card": "test card"})
+    assert [(r.part, dict(r.kernels)) for r in records] == [("embed_tokens", {A: "key-a"}),
+                                                            ("layer0", {B: "key-b", C: "key-c"})]
+    assert records[0].reverted == {} and list(records[1].reverted) == ["key-b"]
+    assert records[1].signature == layer_signature(["key-b", "key-c"]) and records[1].final_s == v.final.time_s
+    assert "the model at 512 tokens was 12% faster" in records[1].why("key-b")
 
 
 def _lost_in_the_layer(home, tmp_path, **kw):
@@ -397,7 +426,7 @@ def test_the_running_example_layer_timed_on_the_gpu(tmp_path):
         pytest.skip("no CUDA device")
     from emmy.driver import CompileOptions
     from emmy.frontend import resolve_model, trace_layer
-    from emmy.search.layer_check import GpuLayerTimer, layer_of, layer_record
+    from emmy.search.layer_check import GpuLayerTimer, layer_of, layer_records
     from emmy.search.task import tasks_of
 
     model = f"{ROOT}/tools/running_example.py:make"
@@ -413,7 +442,7 @@ def test_the_running_example_layer_timed_on_the_gpu(tmp_path):
         assert t.time_s is not None and t.time_s > 0 and 0 <= t.spread and t.error < 1e-2, times
     v = check_layer(layer, tuned, timer)
     assert not v.problem and set(v.reverted) <= {k.name}
-    record = layer_record(layer, v, tuned, {}, timer.environment())
+    (record,) = layer_records(layer, v, tuned, {}, timer.environment())
     assert record.env["card"] and record.final_s > 0 and record.signature == layer.signature
 
 

@@ -55,8 +55,10 @@ def test_tune_prints_the_table(tuned):
     home, out = tuned
     lines = out.splitlines()
     assert lines[0].split() == ["kernel", "key", "trials", "best", "default", "speed-up"]
-    assert len(lines) == 2 + 2 + 1 and lines[-1] == f"records in {default_url(home)}"
+    # two kernels, then the model timed with all its tuned answers (emmy.search.layer_check)
+    assert len(lines) == 2 + 2 + 1 + 1 and lines[-1] == f"records in {default_url(home)}"
     assert all(line.split()[2] == "6" for line in lines[2:4])
+    assert lines[4].split()[:4] == ["model", "16", "tokens", "-"]
 
 
 def test_records_list_and_show(tuned, monkeypatch, capsys):
@@ -64,7 +66,9 @@ def test_records_list_and_show(tuned, monkeypatch, capsys):
     monkeypatch.setenv("EMMY_HOME", str(home))
     assert run(["records", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["key", "kernel", "target", "trials", "best", "date"] and len(out) == 4
+    assert out[0].split() == ["key", "kernel", "target", "trials", "best", "date"]
+    assert len(out) == 4 + 1 + 1 + 2 + 1  # then a blank line and the layer check: its title, head and row
+    assert out[5] == "layer checks (the layer timed with all its tuned answers):"
     key = out[2].split()[0]
     assert run(["records", "show", key]) == 0
     shown = capsys.readouterr().out
