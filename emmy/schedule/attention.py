@@ -551,6 +551,17 @@ class AttentionPlan:
         return None
 
     @property
+    def smem_layout(self) -> tuple[tuple[str, int, int], ...]:
+        """(region, byte offset from the tiles' base, bytes): the Q tile (block_q rows), then the
+        stages' K tiles, then their V tiles (block_kv rows each), as Config in attention.cuh;
+        rows of head_dim elements (padded by 8 where 64 does not divide it). The mbarriers
+        (`barriers`, 8 bytes each) take none of it: they live in the wgmma tiles' 1024-byte
+        alignment slack, before the tiles or after them."""
+        ld = self.head_dim if self.head_dim % 64 == 0 else self.head_dim + 8
+        q, kv = 2 * self.block_q * ld, 2 * self.stages * self.block_kv * ld
+        return (("q", 0, q), ("k", q, kv), ("v", q + kv, kv))
+
+    @property
     def barriers(self) -> int:
         """mbarriers in shared memory (8 bytes each, in the 1024-byte alignment slack of
         smem_bytes): with tensor-map copies a `full` and an `empty` one per stage, with

@@ -59,6 +59,8 @@ def test_plan_of_two_consumers():
     assert 128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 65536  # setmaxnreg's pool
     assert plan.barriers == 8  # K's and V's full and empty mbarriers per stage
     assert plan.smem_bytes == (128 * 128 + 2 * 2 * 64 * 128) * 2 + 1024
+    assert plan.smem_layout == (("q", 0, 32768), ("k", 32768, 32768), ("v", 65536, 32768))
+    assert sum(r[2] for r in plan.smem_layout) + 1024 == plan.smem_bytes and 8 * plan.barriers <= 512
     assert [ln.block for ln in plan.launches] == [(256, 1, 1), (384, 1, 1)]  # _prep, then the main kernel
     facts = candidate_facts(info, _ws(), SM90A)
     assert facts["threads"] == 384 and facts["overlap"] == "pingpong"
