@@ -154,7 +154,7 @@ def cmd_tune(args) -> int:
     if layer_note and progress is not None:  # (--quiet: only the table)
         print(f"note: {layer_note}", file=sys.stderr)
     for o in layers:
-        if o.verdict is not None and o.verdict.problem:
+        if o.problem:
             print(f"note: {o.layer.where()} at {o.layer.tokens} tokens not checked: {o.note}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)

@@ -229,6 +229,7 @@ class LayerOutcome:
     layer: Layer
     verdict: Verdict | None
     note: str = ""
+    problem: bool = False  # not checked: the note says why
 
 
 def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: Mapping[str, Values],
@@ -243,16 +244,16 @@ def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: 
         layer = layer_of(options, t, tasks)
         tuned = chosen_set(layer, bests)
         if layer.clash():
-            outcome = LayerOutcome(layer, None, f"not checked: {layer.clash()}")
+            outcome = LayerOutcome(layer, None, layer.clash(), problem=True)
         elif tuned == layer.deploy():
-            outcome = LayerOutcome(layer, None, "not timed: every kernel's tuned answer is its deploy answer")
+            outcome = LayerOutcome(layer, None, "nothing to time: every kernel's tuned answer is its deploy answer")
         else:
             timer = make_timer(layer)
             verdict = check_layer(layer, tuned, timer)
             if not verdict.problem:
                 for record in layer_records(layer, verdict, tuned, alone, timer.environment()):
                     write_layer_check(store, record)
-            outcome = LayerOutcome(layer, verdict, verdict.problem)
+            outcome = LayerOutcome(layer, verdict, verdict.problem, problem=bool(verdict.problem))
         out.append(outcome)
         if say is not None:
             say(layer_line(outcome))
@@ -271,7 +272,9 @@ def layer_line(o: LayerOutcome) -> str:
     """`layer 0 at 512 tokens: tuned 101.20 us +- 1.0%, untuned 103.40 us +- 0.8%: 1.02x`, with
     the kernels whose deploy answer was kept."""
     v = o.verdict
-    if v is None or v.problem:
+    if o.problem:
+        return f"{_where(o.layer)}: not checked: {o.note}"
+    if v is None:
         return f"{_where(o.layer)}: {o.note}"
     line = f"{_where(o.layer)}: tuned {_time(v.final)}, untuned {_time(v.deploy)}: {v.speedup:.2f}x"
     if v.reverted:

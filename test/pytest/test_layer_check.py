@@ -127,8 +127,9 @@ def test_a_set_not_timed_is_a_problem_not_a_verdict():
     v = check_layer(LAYER, TUNED, Wrong())
     assert v.problem == "the chosen set was not timed: relative error 5.00e-01 over the allowed 1.0e-02"
     assert v.reverted == {}
-    assert layer_line(LayerOutcome(LAYER, v, v.problem)) == f"layer 0 at 512 tokens: {v.problem}"
-    assert layer_rows([LayerOutcome(LAYER, v, v.problem)]) == []
+    o = LayerOutcome(LAYER, v, v.problem, problem=True)
+    assert layer_line(o) == f"layer 0 at 512 tokens: not checked: {v.problem}"
+    assert layer_rows([o]) == []
 
 
 def test_the_line_and_row():
@@ -284,12 +285,40 @@ def test_a_whole_model_is_checked_as_a_whole(home, capsys):
     assert check.layer is None and check.part == "forward" and check.tokens == 16
 
 
+def test_a_set_not_timed_is_a_note_and_no_record(home, capsys, monkeypatch):
+    from emmy.search import layer_check
+
+    def wrong(self, sets):
+        return {label: LayerTime(None, error=0.5, problem="relative error 5.00e-01 over the allowed 1.0e-02: not timed")
+                for label in sets}
+
+    monkeypatch.setattr(layer_check.CostLayerTimer, "time", wrong)
+    assert run([*TUNE, "--trials", "2", "--layer", "0"]) == 0
+    captured = capsys.readouterr()
+    assert ("note: layer 0 at 16 tokens not checked: the chosen set was not timed: relative error 5.00e-01 over "
+            "the allowed 1.0e-02: not timed") in captured.err
+    assert "layer 0" not in captured.out  # no row
+    assert layer_checks(open_store(default_url(home), create=False)) == {}
+
+
 def test_names_standing_for_several_keys_are_not_checked():
     parts = [LayerKernel("norm", "key-1", {"x": 1}, part="layer0"), LayerKernel("norm", "key-2", {"x": 1}, part="layer1")]
     layer = Layer("m", None, 512, "sm_90a", tuple(parts))
     assert layer.clash() == ("kernel norm is in several parts with different keys, and a set pins kernels by name "
                              "in every part alike")
     assert Layer("m", None, 512, "sm_90a", (parts[0], replace(parts[1], key="key-1"))).clash() == ""
+
+
+def test_a_clash_is_a_note_in_the_run(home, capsys, monkeypatch):
+    from emmy.search import layer_check
+
+    parts = (LayerKernel("norm", "key-1", {"x": 1}, part="layer0"), LayerKernel("norm", "key-2", {"x": 1}, part="layer1"))
+    monkeypatch.setattr(layer_check, "layer_of", lambda options, tokens, tasks=(): Layer("m", None, tokens, "sm_90",
+                                                                                         parts))
+    assert run([*TUNE, "--trials", "2"]) == 0
+    assert ("note: model at 16 tokens not checked: kernel norm is in several parts with different keys, and a set "
+            "pins kernels by name in every part alike") in capsys.readouterr().err
+    assert layer_checks(open_store(default_url(home), create=False)) == {}
 
 
 def test_a_model_check_is_kept_per_part():
