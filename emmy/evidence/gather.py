@@ -12,7 +12,8 @@
 
 A local record that lost in a layer check of this very layer (`emmy.records.layer`: the layer,
 timed with all its tuned answers, was faster with this kernel's deploy answer) is skipped in this
-layer, with the check's figures; a layer check that no longer applies (the study names another
+layer, with the check's figures, and the local tier answers with the deploy answer the layer was
+measured with; a layer check that no longer applies (the study names another
 best now, another space version, a newer layer schema, the cost measurer's) is reported, never used.
 
 A record or entry whose structure and shape match but whose space version is another is stale:
@@ -129,9 +130,15 @@ class Evidence:
                 f"stale layer check: it judged the tuned values {_values(lost.tuned)}, the study's best is now "
                 f"{_values(local[0].values)} (tune the layer again to check it)")))
         else:
-            self.local[name] = local[1:]
-            self.stale.setdefault(name, []).append(Skipped("local", where, check.why(key_id)))
-            self.lost[name] = check.study
+            why = check.why(key_id)
+            self.stale.setdefault(name, []).append(Skipped("local", where, why))
+            # the answer the layer was measured faster with (the nearest tier, with the store
+            # on, might borrow another shape's record instead: not what was measured)
+            kept = [Candidate(dict(lost.deploy), f"the layer check kept the deploy answer: {why}",
+                              {**where, "kept": "deploy"})] if lost.deploy else []
+            self.local[name] = kept + local[1:]
+            if not self.local[name]:
+                self.lost[name] = check.study
 
 
 def distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:

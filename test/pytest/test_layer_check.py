@@ -336,9 +336,9 @@ def test_a_model_check_is_kept_per_part():
     assert "the model at 512 tokens was 12% faster" in records[1].why("key-b")
 
 
-def _lost_in_the_layer(home, tmp_path, **kw):
+def _lost_in_the_layer(home, tmp_path, deploy=None, **kw):
     """A copy of the tuned home whose check (made measured) says gelu_fc2_residual's tuned answer
-    lost in the layer."""
+    lost in the layer (`deploy`: the deploy answer it records, none by default)."""
     copy = tmp_path / "home"
     shutil.copytree(home, copy)
     store = open_store(default_url(copy), create=False)
@@ -347,7 +347,7 @@ def _lost_in_the_layer(home, tmp_path, **kw):
     best = store.load(key).user_attrs[BEST_ATTR]
     fields = check.to_json()
     fields.update(env={"card": "NVIDIA H200 (test data)"}, date="2026-12-01T20:00:00Z", **kw)
-    fields["reverted"] = {key: {"kernel": "gelu_fc2_residual", "tuned": best["values"], "deploy": {},
+    fields["reverted"] = {key: {"kernel": "gelu_fc2_residual", "tuned": best["values"], "deploy": deploy or {},
                                 "alone_s": 12.1e-6, "gain": 0.03}}
     from emmy.records.layer import write_layer_data
 
@@ -371,6 +371,24 @@ def test_the_local_tier_skips_a_record_that_lost_in_its_layer(tuned, tmp_path, c
     assert ("tuned alone 12.1 us, but the layer 0 at 16 tokens was 3% faster with the deploy answer "
             "(measured 2026-12-01T20:00:00Z, NVIDIA H200 (test data)") in out
     assert "its record lost in this layer's check" in out
+
+
+def test_the_local_tier_answers_with_the_deploy_answer_the_layer_was_measured_with(tuned, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """With the store on, the nearest tier could borrow another shape's record where the local one
+    is skipped; the check's own deploy answer is what the layer was measured faster with."""
+    from emmy.driver import CompileOptions
+    from emmy.search.layer_check import layer_of
+
+    layer = layer_of(CompileOptions(model=MODEL, layer=0, tokens=16, target="sm_90"), 16)
+    deploy = layer.deploy()["gelu_fc2_residual"]
+    copy, _, _ = _lost_in_the_layer(tuned, tmp_path, deploy=deploy)
+    out = _explain(capsys, copy, monkeypatch)
+    rows = [r for r in out.split("\n\n")[0].splitlines()[2:] if r.split()[0] == "gelu_fc2_residual"]
+    assert rows and all(" local " in r and "the layer check kept the deploy answer: tuned alone 12.1 us" in r
+                        for r in rows)
+    assert {r.split()[1]: r.split()[2] for r in rows} == {k: str(v) for k, v in deploy.items()}
+    assert "tuned alone 12.1 us, but the layer 0 at 16 tokens was 3% faster" in out.split("\n\n")[1]  # the skipped record
 
 
 def test_a_check_of_other_tuned_values_is_stale(tuned, tmp_path, capsys, monkeypatch):
