@@ -70,6 +70,7 @@ LAYER_FLASH_CASES = [
           "attention.warps=4", "attention.block_kv=32", "attention.stages=2")),
     (65, ("attention.fusion=split",) + WS1), (200, ("attention.fusion=split",) + WS2),
     (1000, ("attention.fusion=split",) + WS2), (3000, ("attention.fusion=split",) + WS1),
+    (4096, ("attention.fusion=split",) + WS2[:-1] + ("attention.stages=3",)),
 ]
 FLASH_FROM = 257  # tokens from which the module alone is one flash kernel
 
