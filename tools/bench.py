@@ -9,7 +9,8 @@
 
 For every case: correctness first (relative error against a float32 PyTorch reference on the same
 weights and inputs; a contender over `--tolerance`, or 1.5x PyTorch's own bf16 error where that is
-larger, is reported with its error and not timed), then each contender is captured in a CUDA graph
+larger, is reported with its error and not timed; `emmy.measure.layer`, which builds Emmy's
+contenders and which `emmy tune`'s layer check uses too), then each contender is captured in a CUDA graph
 and timed by replay with CUDA events (median of many replays; `emmy.measure.timing`, the tuner's
 timing too), next to the floor: max(bytes / measured copy bandwidth,
 FLOPs / measured bf16 matrix rate). The contenders are timed round-robin, so the card's warming

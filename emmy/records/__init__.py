@@ -2,7 +2,10 @@
 
 - `record`: `Record` (a kernel key's recorded best with its measurement and machine), `SCHEMA`.
 - `store`: `open_store(url)`, `best_record(store, key)`, the store's layout and its checks.
-- `transfer`: `export_records` / `import_records` (schema-versioned JSON).
+- `transfer`: `export_records` / `import_records` / `import_layers` (schema-versioned JSON).
+- `layer`: `LayerCheck`, a layer timed with all its tuned answers and the kernels whose tuned
+  answer lost there (`write_layer_check`, `layer_checks`).
+- `efficiency`: how many trials each study took to come within a few percent of its fastest.
 """
 
 from emmy.records.record import SCHEMA, Record
