@@ -126,7 +126,7 @@ class Kernel:
         """The terms of what runs (`emmy.schedule.plan.plan_kernel`): a kernel built as parts is
         costed part by part, each with its own plan, and the parts' terms combined as their
         launches run (`combine`)."""
-        from emmy.schedule.plan import Part, _merge, part_values, plan_for
+        from emmy.schedule.plan import Part, merge_of, part_values, plan_for
 
         values = dict(values)
         apart = values.pop("siblings", None) == "apart"  # used up by the split into parts
@@ -143,7 +143,7 @@ class Kernel:
                     raise EmmyError(f"tile.kernel @{self.info.name}: its part @{k.info.name} cannot run "
                                     f"with these knobs: {'; '.join(reasons)}")
                 planned.append(Part(k.info.op, k.info, own, plan_for(k.info, own, self.target, k.info.name)))
-            merge = _merge(planned)
+            merge = merge_of(planned)
             f = combine([k.terms(p.plan) for k, p in zip(parts, planned)], merge == "separate", self.target)
             # launches: each part's, their shared row statistics once, side by side as one where merged
             f["launches"] = float(len(planned[0].plan.launches) if merge != "separate" else

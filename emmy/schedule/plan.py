@@ -154,7 +154,7 @@ def plan_kernel(op: Operation, target: Target) -> KernelPlan:
         if reasons:
             raise EmmyError(f"tile.kernel @{name}: its part @{info.name} cannot run with the kernel's knobs: {'; '.join(reasons)}")
         parts.append(Part(p, info, own, plan_for(info, own, target, p.properties["sym_name"].data)))
-    return KernelPlan(name, kind, tuple(parts), _merge(parts), target)
+    return KernelPlan(name, kind, tuple(parts), merge_of(parts), target)
 
 
 def part_values(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> tuple[dict, list[str]]:
@@ -183,7 +183,7 @@ def part_problems(op: Operation, values: Mapping[str, KnobValue], target: Target
     return [(n, r) for n, r in found if r]
 
 
-def _merge(parts: list[Part]) -> str:
+def merge_of(parts: list[Part]) -> str:
     """How the parts' launches merge (emmy.lowering.split.build_parts does what this says)."""
     first = parts[0].plan
     if isinstance(first, ContractionPlan) and first.persistent and not first.stream_k:
