@@ -170,7 +170,8 @@ def _check_layers(args, options, tokens, tasks, outcomes, store, devices, progre
 
     bests = {o.task.key_id: dict(o.best.values) for o in outcomes if o.best is not None}
     alone = {o.task.key_id: o.best.time_s for o in outcomes if o.best is not None}
-    if args.measurer.partition(":")[0] == "gpu":
+    gpu = args.measurer.partition(":")[0] == "gpu"
+    if gpu:
         from emmy.cli.main import _emmy_home
 
         def make_timer(layer):
@@ -193,7 +194,7 @@ def _check_layers(args, options, tokens, tasks, outcomes, store, devices, progre
     else:
         make_timer, suffix = CostLayerTimer, " (the cost measurer's kernel costs summed: they mean nothing)"
     say = (lambda line: print(line + suffix, file=progress, flush=True)) if progress is not None else None
-    return check_layers(store, options, tokens, tasks, bests, alone, make_timer, say)
+    return check_layers(store, options, tokens, tasks, bests, alone, make_timer, say, measured=gpu)
 
 
 def parse_devices(text: str, measurer: str, workers: int, count: int | None = None) -> list[int]:

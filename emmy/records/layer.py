@@ -21,7 +21,8 @@ same token count on the same target and space version has the same kernels, and 
 signature; decide-forks computes it from the kernels of the module it decides. Its user attribute
 `emmy.layer` (schema `LAYER_SCHEMA`) holds: the kernels (name -> key id), model, layer, tokens,
 target (a whole model is timed as a whole and kept as one check per part, `layer` null, `part`
-its name); the chosen, deploy and final sets' times and spreads; `reverted` (key id -> the kernel's
+its name); `chosen`, the tuned values of every kernel that was timed (a re-run over the same
+bests recalls the check instead of timing again); the chosen, deploy and final sets' times and spreads; `reverted` (key id -> the kernel's
 name, the tuned values judged, the deploy values, the tuned answer's own time, the layer's gain
 with the deploy answer); the environment of the measurement and its date. A check is stale when
 the study's best is no longer the tuned values it judged, or when it was written under another
@@ -80,6 +81,7 @@ class LayerCheck:
     final_s: float  # the layer with the reverts (= tuned_s when there are none)
     final_spread: float
     reverted: Mapping[str, Reverted] = field(default_factory=dict)  # key id -> what was reverted
+    chosen: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # kernel -> the tuned values timed
     model: str = ""
     layer: int | None = None  # None: a part of a whole model, timed as a whole
     part: str = ""  # the model's part (a whole model's check is kept per part)
@@ -102,6 +104,7 @@ class LayerCheck:
         data = asdict(self)
         data["kernels"] = dict(self.kernels)
         data["reverted"] = {k: asdict(r) for k, r in self.reverted.items()}
+        data["chosen"] = {k: dict(v) for k, v in self.chosen.items()}
         return data
 
     def why(self, key_id: str) -> str:
@@ -135,7 +138,7 @@ def check_from(data: Mapping, where: str) -> LayerCheck:
             final_s=float(data["final_s"]), final_spread=float(data["final_spread"]), reverted=reverted,
             model=str(data.get("model", "")), layer=None if layer is None else int(layer), part=str(data.get("part", "")),
             env={str(k): str(v) for k, v in dict(data.get("env") or {}).items()}, date=str(data.get("date", "")),
-            schema=schema,
+            schema=schema, chosen={str(k): dict(v) for k, v in dict(data.get("chosen") or {}).items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise EmmyError(f"{where}: a malformed layer check ({first_line(e)})") from None

@@ -13,7 +13,8 @@ in the layer's order, is reverted to its deploy answer in a copy of the current 
 of one key together: the local tier answers them alike); the copy and
 the current set are timed together, and the revert is kept when the layer is faster with it by
 more than the larger of the two spreads. A last round times the chosen set, the final set and the
-deploy set together; those are the figures recorded.
+deploy set together; those are the figures recorded. A re-run whose bests are the ones a kept
+check timed recalls that check (`recall`) instead of timing again.
 
 A `LayerTimer` times named sets (kernel name -> knob values) together: `GpuLayerTimer` builds each
 set as pins of one compile and times the layer on the GPU (`emmy.measure.layer`), `CostLayerTimer`
@@ -217,6 +218,7 @@ def layer_records(layer: Layer, verdict: Verdict, tuned: Assignment, alone: Mapp
             deploy_s=verdict.deploy.time_s, deploy_spread=verdict.deploy.spread,
             final_s=verdict.final.time_s, final_spread=verdict.final.spread,
             reverted=reverted, model=layer.model, layer=layer.layer, part=part, env=dict(env), date=date,
+            chosen={k.name: dict(tuned[k.name]) for k in kernels},
         ))
     return out
 
@@ -230,23 +232,28 @@ class LayerOutcome:
     verdict: Verdict | None
     note: str = ""
     problem: bool = False  # not checked: the note says why
+    recalled: bool = False  # read back from the store's checks of the same bests, not timed again
 
 
 def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: Mapping[str, Values],
-                 alone: Mapping[str, float], make_timer, say=None) -> list[LayerOutcome]:
+                 alone: Mapping[str, float], make_timer, say=None, measured: bool = True) -> list[LayerOutcome]:
     """The layer check at each token count (`bests`, `alone`: key id -> the named best's values,
     its time), each verdict kept in `store` (`emmy.records.layer`). `make_timer(layer)` gives the
-    LayerTimer; `say(line)` is told each check's line as it is done."""
-    from emmy.records.layer import write_layer_check
+    LayerTimer (`measured`: whether it measures, or is the cost measurer's); `say(line)` is told
+    each check's line as it is done."""
+    from emmy.records.layer import layer_checks, write_layer_check
 
     out = []
     for t in tokens:
         layer = layer_of(options, t, tasks)
         tuned = chosen_set(layer, bests)
+        recalled = recall(layer, tuned, layer_checks(store), measured)
         if layer.clash():
             outcome = LayerOutcome(layer, None, layer.clash(), problem=True)
         elif tuned == layer.deploy():
             outcome = LayerOutcome(layer, None, "nothing to time: every kernel's tuned answer is its deploy answer")
+        elif recalled is not None:
+            outcome = LayerOutcome(layer, recalled, recalled=True)
         else:
             timer = make_timer(layer)
             verdict = check_layer(layer, tuned, timer)
@@ -258,6 +265,30 @@ def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: 
         if say is not None:
             say(layer_line(outcome))
     return out
+
+
+def recall(layer: Layer, tuned: Assignment, checks: Mapping, measured: bool = True) -> Verdict | None:
+    """The verdict the store's checks of this layer hold, where they timed these same tuned values
+    (every part's check there, of this Emmy's layer schema, measured or the cost measurer's as
+    `measured` says); None otherwise."""
+    from emmy.records.layer import LAYER_PREFIX, LAYER_SCHEMA
+
+    found = []
+    for part, signature in layer.signatures().items():
+        c = checks.get(LAYER_PREFIX + signature)
+        names = {k.name for k in layer.parts()[part]}
+        if (c is None or c.schema > LAYER_SCHEMA or c.measured != measured or c.target != layer.target
+                or c.tokens != layer.tokens
+                or {n: dict(v) for n, v in c.chosen.items()} != {n: dict(tuned[n]) for n in names}):
+            return None
+        found.append(c)
+    if not found:
+        return None
+    c = found[0]
+    by_key = {k.key: k.name for k in layer.kernels}
+    reverted = {by_key.get(key, r.kernel): r.gain for f in found for key, r in f.reverted.items()}
+    return Verdict(LayerTime(c.tuned_s, c.tuned_spread), LayerTime(c.deploy_s, c.deploy_spread),
+                   LayerTime(c.final_s, c.final_spread), reverted)
 
 
 def _where(layer: Layer) -> str:
@@ -277,6 +308,8 @@ def layer_line(o: LayerOutcome) -> str:
     if v is None:
         return f"{_where(o.layer)}: {o.note}"
     line = f"{_where(o.layer)}: tuned {_time(v.final)}, untuned {_time(v.deploy)}: {v.speedup:.2f}x"
+    if o.recalled:
+        line += " (recalled: the same tuned answers were checked before)"
     if v.reverted:
         kept = ", ".join(f"{n} (the layer {g * 100:.0f}% faster with it)" for n, g in v.reverted.items())
         line += f"; the chosen set alone {_time(v.tuned)}; kept the deploy answer of {kept}"
@@ -365,4 +398,5 @@ class CostLayerTimer:
 __all__ = [
     "CostLayerTimer", "GpuLayerTimer", "Layer", "LayerKernel", "LayerOutcome", "LayerTimer", "Verdict", "check_layer",
     "check_layers", "chosen_set", "faster", "layer_line", "layer_of", "layer_records", "layer_rows", "pins_of",
+    "recall",
 ]

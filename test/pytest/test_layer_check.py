@@ -259,6 +259,23 @@ def test_tune_prints_the_layer_line_and_row(home, capsys):
     assert len(layer_checks(open_store(default_url(home), create=False))) == 1
 
 
+def test_a_rerun_over_the_same_bests_recalls_the_check(home, capsys, monkeypatch):
+    from emmy.search import layer_check
+
+    assert run([*TUNE, "--layer", "0", "--trials", "3"]) == 0
+    first = capsys.readouterr().out.splitlines()[-2]
+    (check,) = layer_checks(open_store(default_url(home), create=False)).values()
+    assert set(check.chosen) == {"layer_norm_fc1_gelu", "gelu_fc2_residual"}
+    timed = []
+    monkeypatch.setattr(layer_check.CostLayerTimer, "time", lambda self, sets: timed.append(sets) or {})
+    argv = [a for a in TUNE if a != "--quiet"]
+    assert run([*argv, "--layer", "0", "--trials", "3"]) == 0  # the same studies: the same bests
+    captured = capsys.readouterr()
+    assert timed == [] and captured.out.splitlines()[-2] == first
+    assert "(recalled: the same tuned answers were checked before)" in captured.err
+    assert layer_checks(open_store(default_url(home), create=False)) == {check.study: check}
+
+
 def test_tune_line_goes_with_the_progress(home, capsys):
     argv = [a for a in TUNE if a != "--quiet"]
     assert run([*argv, "--layer", "0", "--trials", "2"]) == 0
