@@ -113,6 +113,19 @@ def build_emmy(traced, target: str, cache, build: EmmyBuild):
     return emmy_layer(traced, target, cache, build)
 
 
+def prebuild(traced, target: str, cache, build: EmmyBuild) -> None:
+    """Compile a case as `build` says and build its cubins into `cache` (no GPU)."""
+    from emmy.backend.plan import launch_plan
+    from emmy.backend.run import build_cubin
+
+    if isinstance(traced, ModelCase):
+        plans = [launch_plan(p.result.module) for p in traced.compile(target, build).parts]
+    else:
+        plans = [emmy_plan(traced, target, build)[0]]
+    for plan in plans:
+        build_cubin(plan.source, target, cache)
+
+
 def rel_err(out, ref) -> float:
     import torch
 
@@ -231,6 +244,18 @@ class LayerRuns:
             self._made[build] = (timed.get("it"), row.get("it_err"), row.get("it_error", ""))
         return self._made[build]
 
+    def prepare(self, builds: Mapping[str, EmmyBuild]) -> None:
+        """The CPU's part of the builds not made yet: compile and nvcc (the cubins cached in the
+        cache directory, so making them later loads them), so that a caller can do it before it
+        takes the GPU (`emmy.measure.gpu.gpu_lock`). A build that fails here fails again in
+        `time`, and is reported there."""
+        for build in builds.values():
+            if build not in self._made:
+                try:
+                    prebuild(self.traced, self.target, self.cache, build)
+                except Exception:  # reported by `time`, with the others timed
+                    pass
+
     def time(self, builds: Mapping[str, EmmyBuild], reps: int = 50, inner: int = 10) -> dict[str, LayerTime]:
         """A LayerTime per build: the right ones timed together, interleaved; the others with
         their `problem` (a failed build, an error over the allowed one)."""
@@ -262,6 +287,6 @@ def time_builds(traced, target: str, cache, builds: Mapping[str, EmmyBuild], tol
 
 __all__ = [
     "DEFAULT_TOLERANCE", "EmmyBuild", "LayerRuns", "LayerTime", "ModelCase", "Reference", "allowed_error", "as_list",
-    "build_emmy", "checked_replays", "emmy_layer", "emmy_plan", "reference", "rel_err", "results_error",
+    "build_emmy", "checked_replays", "emmy_layer", "emmy_plan", "prebuild", "reference", "rel_err", "results_error",
     "time_builds",
 ]

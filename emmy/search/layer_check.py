@@ -338,8 +338,9 @@ def pins_of(sets: Assignment) -> tuple[str, ...]:
 class GpuLayerTimer:
     """Times sets of a traced layer on the GPU: each set one compile with its answers pinned (made
     once, however many rounds time it), checked against PyTorch first, the sets timed together by
-    graph replay (`emmy.measure.layer.LayerRuns`), holding the GPU (`emmy.measure.gpu.gpu_lock`: no other
-    measuring process on this host times on it meanwhile)."""
+    graph replay (`emmy.measure.layer.LayerRuns`). It compiles and builds first, then holds the
+    GPU (`emmy.measure.gpu.gpu_lock`) while it loads, checks and times: no other measuring process
+    on this host times on it meanwhile, and they time while this one builds."""
 
     def __init__(self, traced, target: str, cache_dir, tolerance: float | None = None):
         from emmy.measure.gpu import GpuMeasurer
@@ -357,6 +358,7 @@ class GpuLayerTimer:
         from emmy.measure.layer import EmmyBuild
 
         builds = {label: EmmyBuild(pins=pins_of(s)) for label, s in sets.items()}
+        self.runs.prepare(builds)  # compile and nvcc before taking the GPU: another process times meanwhile
         with gpu_lock(self.cache_dir, device_id()):
             return self.runs.time(builds)
 

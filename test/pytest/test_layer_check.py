@@ -532,3 +532,20 @@ def test_a_set_compiles_as_its_pins_say():
         decided = {k.kernel_name: {n: kn.value for n, kn in k.knob_dict().items() if kn.value is not None}
                    for k in module.walk() if isinstance(k, KernelOp)}
         assert decided == s
+
+
+@pytest.mark.nvcc
+def test_prepare_builds_the_cubins_before_the_gpu(tmp_path):
+    """The CPU's part of a layer timer's set (compile and nvcc), done before it takes the GPU:
+    the cubins are in the cache, where loading them later finds them (no GPU needed here)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    from emmy.backend.run import cubin_path
+    from emmy.frontend import resolve_model, trace_layer
+    from emmy.measure.layer import EmmyBuild, LayerRuns, emmy_plan
+
+    traced = trace_layer(resolve_model(f"{ROOT}/tools/running_example.py:make"), 0, 16)
+    runs = LayerRuns(traced, "sm_90a", tmp_path)
+    runs.prepare({"deploy": EmmyBuild(), "bad": EmmyBuild(pins=("no_such_kernel.block_m=64",))})  # a bad one is left
+    plan, _ = emmy_plan(traced, "sm_90a", EmmyBuild())
+    assert cubin_path(plan.source, "sm_90a", tmp_path).exists()
