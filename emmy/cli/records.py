@@ -1,7 +1,7 @@
 """`emmy records`: inspect and move the tuning store's records.
 
     emmy records list [--storage URL]            # the studies, then the layer checks
-    emmy records show KEY [--storage URL]        # KEY: a key id or a unique prefix of one
+    emmy records show KEY [--storage URL]        # KEY: a key id or a unique prefix of one, or emmy.layer.SIGNATURE
     emmy records export FILE [--storage URL]     # schema-versioned JSON
     emmy records import FILE [--storage URL]
     emmy records efficiency [--within PCT] [--storage URL]   # trials each study took to come within PCT% of its fastest
@@ -143,9 +143,12 @@ def _find(store, key: str) -> str:
 def _show(store, key: str) -> int:
     from collections import Counter
 
+    from emmy.records.layer import LAYER_PREFIX
     from emmy.records.store import best_record
     from emmy.search.study import measured
 
+    if key.startswith(LAYER_PREFIX):
+        return _show_layer(store, key)
     name = _find(store, key)
     study = store.load(name)
     attrs = study.user_attrs
@@ -169,6 +172,32 @@ def _show(store, key: str) -> int:
     for t in ok:
         values = ", ".join(f"{k}={v}" for k, v in t.user_attrs["values"].items())
         print(f"  trial {t.number}: {t.value * 1e6:.2f} us  {values}")
+    return 0
+
+
+def _show_layer(store, name: str) -> int:
+    """A layer check (`emmy records show emmy.layer.SIGNATURE`, or a unique prefix of one)."""
+    from emmy.records.layer import LAYER_SCHEMA, layer_checks
+
+    checks = layer_checks(store)
+    found = [n for n in checks if n == name] or [n for n in checks if n.startswith(name)]
+    if len(found) != 1:
+        what = f"no layer check '{name}'" if not found else f"'{name}' names {len(found)} layer checks"
+        raise EmmyError(f"{what} in {store.name}", hint="layer checks: " + (", ".join(checks) or "none"))
+    c = checks[found[0]]
+    print(f"layer check {c.study}")
+    if c.schema > LAYER_SCHEMA:
+        print(f"  written by a newer Emmy (layer schema {c.schema}; this Emmy reads {LAYER_SCHEMA} and older)")
+        return 0
+    where = f"layer {c.layer}" if c.layer is not None else f"model part {c.part}"
+    print(f"{c.model} {where} at {c.tokens} tokens on {c.target}, measured {c.date} on {c.env.get('card', '?')}")
+    print(f"  tuned (chosen set) {c.tuned_s * 1e6:.2f} us +- {c.tuned_spread * 100:.1f}%, "
+          f"untuned (deploy set) {c.deploy_s * 1e6:.2f} us +- {c.deploy_spread * 100:.1f}%, "
+          f"final {c.final_s * 1e6:.2f} us +- {c.final_spread * 100:.1f}%")
+    for kernel, key in c.kernels.items():
+        r = c.reverted.get(key)
+        verdict = f"deploy answer kept: {c.why(key)}" if r is not None else "tuned answer kept"
+        print(f"  {kernel} ({key}): {verdict}")
     return 0
 
 

@@ -477,6 +477,21 @@ def test_records_list_shows_the_checks(tuned, monkeypatch, capsys):
     assert " 16 " in row and " sm_90 " in row and row.split()[-2] == "-"
 
 
+def test_records_show_a_check(tuned, tmp_path, monkeypatch, capsys):
+    copy, store, key = _lost_in_the_layer(tuned, tmp_path)
+    name = store.layer_names()[0]
+    monkeypatch.setenv("EMMY_HOME", str(copy))
+    assert run(["records", "show", name[:16]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"layer check {name}"
+    assert out[1].endswith("layer 0 at 16 tokens on sm_90, measured 2026-12-01T20:00:00Z on NVIDIA H200 (test data)")
+    assert f"  gelu_fc2_residual ({key}): deploy answer kept: tuned alone 12.1 us" in "\n".join(out)
+    assert any(line.startswith("  layer_norm_fc1_gelu (") and line.endswith("tuned answer kept") for line in out)
+    assert run_guarded(run, ["records", "show", "emmy.layer.zzz"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: no layer check 'emmy.layer.zzz' in {default_url(copy)}" in err and name in err
+
+
 # --- on the GPU ---------------------------------------------------------------------------------
 
 
