@@ -85,7 +85,7 @@ class NearestVet:
         rules_s = score(kernel, rules, self.prior.coeffs, penalized=False)
         if borrowed_s is None or rules_s is None or rules_s * MIN_MARGIN >= borrowed_s:
             return ""
-        return (f"the prior predicts the rules' answer faster on this shape ({rules_s * 1e6:.2f} us against "
+        return (f"the prior's physical model predicts the rules' answer faster on this shape ({rules_s * 1e6:.2f} us against "
                 f"{borrowed_s * 1e6:.2f} us for the borrowed values, over the margin x{MIN_MARGIN:.2f})")
 
 

@@ -220,7 +220,7 @@ def test_the_prior_vets_a_borrowed_answer(tmp_path, task16):
     op = kernels(compile_example(32, golden=str(tmp_path)))[task.kernel]
     assert "nearest" not in set(tiers(op).values())
     why = [s["why"] for s in report(op)["skipped"] if s["tier"] == "nearest"]
-    assert why and why[0].startswith("the prior predicts the rules' answer faster on this shape (")
+    assert why and why[0].startswith("the prior's physical model predicts the rules' answer faster on this shape (")
     # the vet itself: the rules' own answer is never vetted out
     vet = NearestVet(prior)
     from emmy.tuning.deciders import Problem

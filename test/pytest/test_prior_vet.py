@@ -38,4 +38,4 @@ def test_the_vet_leaves_out_the_learned_correction():
     slow = next(v for v in ({**rules, "block_m": m, "block_n": n} for m in space["block_m"] for n in space["block_n"])
                 if not check(info, v, SM90A)
                 and score(kernel, v, plain, penalized=False) > 1.5 * score(kernel, rules, plain, penalized=False))
-    assert NearestVet(corrected)(problem, {}, slow).startswith("the prior predicts the rules' answer faster")
+    assert NearestVet(corrected)(problem, {}, slow).startswith("the prior's physical model predicts the rules' answer faster")
