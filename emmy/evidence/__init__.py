@@ -5,6 +5,7 @@ For each kernel, the first tier that has an answer wins:
 
     pinned  -> a value the user fixed (--knob, a pass option, the module's emmy.pins)
     local   -> the user's tuning store: the recorded best of this exact kernel key and target
+               (where the layer check found it slower in this layer: the deploy answer it kept)
     golden  -> a reviewed entry shipped in golden/<target>/ for this exact key
     nearest -> a record or golden entry of the same kernel structure on the nearest other shape,
                same target, re-checked for legality on this one
