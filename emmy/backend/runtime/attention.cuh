@@ -773,6 +773,27 @@ __device__ __forceinline__ void rescale_acc(float (*acc)[4], const float* alpha)
   }
 }
 
+// The online softmax of one warp's 16-row tile of key block j (a wgmma warpgroup's warp: rows
+// q_first + g and q_first + g + 8, the keys from key_start<BKV, SHIFT>(j)): masked only where the
+// block crosses the causal diagonal or an end (block_masked). alpha gets each row's rescaling.
+template <int NT, int BKV, bool SHIFT, class SF, class FF>
+__device__ __forceinline__ void softmax_tile(const SF& sf, const FF& ff, float (*s)[4], float* alpha, float* m_run,
+                                             float* l_run, int j, int q_first, int g, int t, int seq_q, int seq_kv,
+                                             int causal, int causal_offset) {
+  const int k0 = key_start<BKV, SHIFT>(j, seq_kv);
+  auto rows = [&](auto mask) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q_first + g + h * 8, k0, j * BKV, t, seq_q,
+                                                        seq_kv, m_run[h], l_run[h]);
+  };
+  if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
+    rows(MaskTag<true>{});
+  } else {
+    rows(MaskTag<false>{});
+  }
+}
+
 // flash_wgmma's loop for two warpgroups taking turns (kPingPong, see flash_wgmma): K and V by
 // tensor-map copies that thread 0 issues, Q rows staged by every thread.
 template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
@@ -826,18 +847,8 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
       __syncwarp();
     };
     auto softmax = [&](int j) {
-      const int k0 = key_start<BKV, true>(j, seq_kv), q_first = q0 + warp * 16;
-      auto rows = [&](auto mask) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q_first + g + h * 8, k0, j * BKV, t, seq_q,
-                                                            seq_kv, m_run[h], l_run[h]);
-      };
-      if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
-        rows(MaskTag<true>{});
-      } else {
-        rows(MaskTag<false>{});
-      }
+      softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q0 + warp * 16, g, t, seq_q, seq_kv, causal,
+                            causal_offset);
     };
     turn(0);
     pass(0);
@@ -984,18 +995,8 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   };
   // Online softmax of block j's scores; the rescale factors of the rows' earlier sums in alpha.
   auto softmax = [&](int j, float (*s)[4], float* alpha) {
-    const int k0 = key_start<BKV, kAnyTma>(j, seq_kv);
-    auto rows = [&](auto mask) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q0 + wq0 + g + h * 8, k0, j * BKV, t, seq_q,
-                                                          seq_kv, m_run[h], l_run[h]);
-    };
-    if (block_masked<BKV>(k0, j * BKV, q0 + wq0, q0 + wq0 + 15, seq_q, seq_kv, causal, causal_offset)) {
-      rows(MaskTag<true>{});
-    } else {
-      rows(MaskTag<false>{});
-    }
+    softmax_tile<NT, BKV, kAnyTma>(sf, ff, s, alpha, m_run, l_run, j, q0 + wq0, g, t, seq_q, seq_kv, causal,
+                                   causal_offset);
   };
 
   if (n_blocks > 0) {

@@ -166,18 +166,7 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
       if (lane == 0) emmy::mbar_arrive(empty + j % STAGES);
     };
     auto softmax = [&](int j) {
-      const int k0 = key_start<BKV, true>(j, seq_kv);
-      auto rows = [&](auto mask) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q_first + g + h * 8, k0, j * BKV, t, seq_q,
-                                                            seq_kv, m_run[h], l_run[h]);
-      };
-      if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
-        rows(MaskTag<true>{});
-      } else {
-        rows(MaskTag<false>{});
-      }
+      softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q_first, g, t, seq_q, seq_kv, causal, causal_offset);
     };
     if constexpr (NC == 2) {
       if (wg == 1) emmy::named_barrier_arrive<256>(1);  // consumer 0 issues first
