@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -63,6 +63,12 @@ PRIOR_SAMPLE = 1000
 MAX_REPEATS = 50
 # Seconds a worker waits while other workers measure the last trials of the budget.
 WAIT_S = 0.5
+# Structural forks (`emmy.tuning.knobs.STRUCTURAL`, e.g. `fusion`): each branch (a legal value of
+# the fork's knobs) keeps at least FORK_SHARE / (number of branches) of a study's trials (two
+# branches: a third each; the sampler places the rest).
+FORK_SHARE = 2 / 3
+# Nodes of the legal space a nearest-point search visits at most (it usually needs a few dozen).
+NEAREST_VISITS = 20000
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,9 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
         params = params_of(space, point)
         if params is not None:
             study.enqueue_trial(params, skip_if_exists=True)
+    for point in fork_siblings(space, default, {point_key(p) for p in first}) if default else []:
+        study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "fork"}, skip_if_exists=True)
+        first.append(point)
     if prior is not None:
         for point in prior_picks(task, space, prior, {point_key(p) for p in first}):
             study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "prior"}, skip_if_exists=True)
@@ -176,6 +185,85 @@ def prior_picks(task, space, prior, skip=frozenset()) -> list[dict]:
         if len(out) == PRIOR_TOP:
             break
     return out
+
+
+def fork_knobs(domains: Mapping[str, Sequence[object]]) -> tuple[str, ...]:
+    """The structural knobs (`emmy.tuning.knobs.STRUCTURAL`) that `domains` (knob -> values)
+    gives more than one value: the knobs of the study's fork (none: no fork)."""
+    from emmy.tuning.knobs import STRUCTURAL
+
+    return tuple(k for k in STRUCTURAL if len(domains.get(k, ())) > 1)
+
+
+def branch_of(values: Mapping[str, object], knobs: Sequence[str]) -> str:
+    """The fork branch a point is on: its values of the fork's knobs (`fused`; `fused/paired`
+    with two)."""
+    return "/".join(str(values[k]) for k in knobs)
+
+
+def fork_branches(space, knobs: Sequence[str]) -> dict[str, dict[str, object]]:
+    """Branch label -> the fork knobs' values, for every combination of their legal values (a
+    combination no legal point has finds no point and is passed over)."""
+    from itertools import product
+
+    combos = product(*(space.space.domains[k] for k in knobs))
+    return {branch_of(dict(zip(knobs, c)), knobs): dict(zip(knobs, c)) for c in combos}
+
+
+def fork_siblings(space, default: Mapping[str, object], skip=frozenset()) -> list[dict]:
+    """The default answer on each other branch of the space's fork: the nearest legal point
+    with that branch's values (`nearest`), leaving out the point keys in `skip`."""
+    knobs = fork_knobs(space.space.domains)
+    out = []
+    for label, fixed in fork_branches(space, knobs).items():
+        if label == branch_of(default, knobs):
+            continue
+        point = nearest(space, default, fixed)
+        if point is not None and point_key(point) not in skip:
+            out.append(point)
+    return out
+
+
+def nearest(space, point: Mapping[str, object], fixed: Mapping[str, object], avoid=frozenset()) -> dict | None:
+    """The legal point with the `fixed` values nearest to `point` (fewest other knobs changed,
+    then fewest steps along their domains; ties in knob and value order) whose point key is
+    not in `avoid`; None where there is none (or none within `NEAREST_VISITS` nodes). A
+    depth-first walk of the legal space in `space.order`, each knob's own value first, cut
+    where it cannot beat the best found."""
+    order, domains, legal = space.order, space.space.domains, space.space
+    best: list = [None, (len(order) + 1, 0)]
+    visits = 0
+
+    def walk(prefix: dict, cost: tuple[int, int]) -> None:
+        nonlocal visits
+        if cost >= best[1] or visits >= NEAREST_VISITS:
+            return
+        if len(prefix) == len(order):
+            if point_key(prefix) not in avoid:
+                best[0], best[1] = dict(prefix), cost
+            return
+        visits += 1
+        name = order[len(prefix)]
+        options = legal.options(prefix)
+        if name in fixed:
+            steps = [(fixed[name], (0, 0))] if fixed[name] in options else []
+        else:
+            here = point.get(name)
+            at = domains[name].index(here) if here in domains[name] else None
+
+            def step(v) -> tuple[int, int]:
+                if v == here:
+                    return (0, 0)
+                return (1, len(domains[name]) if at is None else abs(domains[name].index(v) - at))
+
+            steps = sorted(((v, step(v)) for v in options), key=lambda vs: vs[1])
+        for v, (c, d) in steps:
+            prefix[name] = v
+            walk(prefix, (cost[0] + c, cost[1] + d))
+            del prefix[name]
+
+    walk({}, (0, 0))
+    return best[0]
 
 
 def _key_fields(key) -> dict[str, object]:
@@ -222,6 +310,7 @@ def run_trials(
     study = open_study(store, task, seed, space, prior)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
+    fork = _Fork(space) if fork_knobs(space.space.domains) else None
     while True:
         _fail_stale(study)
         count, running = len(measured(study)), _running(study)
@@ -240,6 +329,9 @@ def run_trials(
             for _ in range(room):
                 trial, point = _ask(store, study, space)
                 heart.add(trial._trial_id)
+                if fork is not None and fork.move(store, study, trial, point):  # (a starved branch's point enqueued)
+                    trial, point = _ask(store, study, space)
+                    heart.add(trial._trial_id)
                 other = _repeats(study, trial, point)
                 if other is not None:
                     _prune(study, trial, space, point, f"repeats trial {other}")
@@ -261,6 +353,54 @@ def run_trials(
         if on_trial is not None:
             on_trial(len(measured(study)), _best_time(study))
     return done_here
+
+
+class _Fork:
+    """Keeps each branch of a study's fork to its share of the trials: a sampler's draw on a
+    branch that has its share, while another branch is below it, is pruned (`reason` "moved to
+    BRANCH ...") and the nearest unmeasured legal point to it on the starved branch is enqueued
+    instead (`enqueued` "fork"), which the worker asks for next. Shares count the trials measured
+    or being measured, by every worker and process (read from the store at each draw: nothing is
+    kept but the branches found exhausted here), so several workers and a resumed study keep
+    them alike. Enqueued points (the default, its neighbours and branch siblings, the prior's
+    picks) are never moved."""
+
+    def __init__(self, space):
+        self.space = space
+        self.knobs = fork_knobs(space.space.domains)
+        self.branches = fork_branches(space, self.knobs)
+        self.closed: set[str] = set()  # branches with no unmeasured legal point left
+
+    def move(self, store: Store, study, trial, point) -> bool:
+        import optuna
+
+        if "fixed_params" in store.storage.get_trial_system_attrs(trial._trial_id):
+            return False
+        live = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and "values" in t.user_attrs
+                and (t.state == optuna.trial.TrialState.RUNNING or "status" in t.user_attrs)]
+        counts = {label: 0 for label in self.branches}
+        for t in live:
+            label = branch_of(t.user_attrs["values"], self.knobs)
+            counts[label] = counts.get(label, 0) + 1
+        need = FORK_SHARE / len(self.branches) * (len(live) + 1)
+        starved = [b for b in self.branches if b not in self.closed and counts[b] < need]
+        here = branch_of(point, self.knobs)
+        if not starved or here in starved:
+            return False
+        seen = {point_key(t.user_attrs["values"]) for t in live}
+        for label in sorted(starved, key=lambda b: counts[b]):
+            moved = nearest(self.space, point, self.branches[label], seen)
+            if moved is None:
+                self.closed.add(label)
+                continue
+            try:
+                trial.set_user_attr("reason", f"moved to {label} ({counts[label]} of {len(live)} trials there)")
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # failed by another worker meanwhile: nothing was measured
+            study.enqueue_trial(params_of(self.space, moved), user_attrs={"enqueued": "fork"}, skip_if_exists=True)
+            return True
+        return False
 
 
 def _running(study) -> int:
@@ -412,6 +552,11 @@ class Best:
     kept: bool
     recalled: bool = False
     default_s: float | None = None  # the default answer's time in the same interleaved rounds (None: not right)
+    # The study's fork (`fork_knobs`, e.g. ("fusion",)): branch -> its best trial re-measured in
+    # the same rounds: trial, values, time_s, spread (time_s None, with a `note`, where it is not
+    # right); None where the space has no fork (or the best was named before forks were kept).
+    fork: Mapping[str, Mapping[str, object]] | None = None
+    fork_knobs: tuple[str, ...] = ()
 
 
 def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS) -> Best | None:
@@ -422,14 +567,20 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
     recalled, not measured again (a re-run over finished studies names only what is missing).
     The task's default (the answer before tuning) is re-measured in the same rounds, so the
     speed-up a run reports compares two times taken alike (`Best.default_s`), never a trial's
-    single measurement with a re-measured one."""
+    single measurement with a re-measured one.
+
+    A study whose space has a structural fork (`fork_knobs`: `fusion`) also re-measures, in the
+    same rounds, the fastest trial of each branch (fused, split) that is not among them, and
+    keeps each branch's re-measured best (`Best.fork`): the fused kernel against the split
+    kernels, each at its own best schedule, and the best named from those same rounds."""
     study = store.load(task.key_id)
     trials = measured(study)
     old = study.user_attrs.get(BEST_ATTR)
     if old is not None and old.get("measured") == len(trials):
         d = old.get("default_s")
         return Best(int(old["trial"]), dict(old["values"]), float(old["time_s"]), float(old.get("spread") or 0.0),
-                    kept=True, recalled=True, default_s=None if d is None else float(d))
+                    kept=True, recalled=True, default_s=None if d is None else float(d), fork=old.get("fork"),
+                    fork_knobs=tuple(old.get("fork_knobs") or ()))
     ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)
     chosen, keys = [], set()
     for t in ok:
@@ -438,6 +589,11 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
             chosen.append(t)
         if len(chosen) == top:
             break
+    knobs = fork_knobs(task.space)
+    for t in ok:  # each branch's fastest trial, where the top few have none of its branch
+        if knobs and branch_of(t.user_attrs["values"], knobs) not in {branch_of(c.user_attrs["values"], knobs) for c in chosen}:
+            keys.add(point_key(t.user_attrs["values"]))
+            chosen.append(t)
     candidates = [dict(t.user_attrs["values"]) for t in chosen]
     if old is not None and point_key(old["values"]) not in keys:
         candidates.append(dict(old["values"]))
@@ -453,27 +609,51 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
     results = [(n, v, m) for n, v, m in zip(numbers, candidates, again) if m.ok and m.time_s is not None]
     if not results:
         return None
+    fork = _fork_times(knobs, trials, zip(numbers, candidates, again)) if knobs else None
     n, values, m = min(results, key=lambda r: r[2].time_s)
+    kept = old is not None and point_key(old["values"]) == point_key(values)
     if old is not None:
         prev = next((r for r in results if point_key(r[1]) == point_key(old["values"])), None)
         if prev is not None and prev[0] != n:
             margin = max(m.spread or 0.0, prev[2].spread or 0.0)
             if not m.time_s < prev[2].time_s * (1.0 - margin):
-                n, values, m = prev
-                _write_best(study, n, values, m, measurer.environment(), len(trials), default_s)
-                return Best(n, values, m.time_s, m.spread or 0.0, kept=True, default_s=default_s)
-    _write_best(study, n, values, m, measurer.environment(), len(trials), default_s)
-    return Best(n, values, m.time_s, m.spread or 0.0, kept=old is not None and point_key(old["values"]) == point_key(values),
-                default_s=default_s)
+                (n, values, m), kept = prev, True
+    _write_best(study, n, values, m, measurer.environment(), len(trials), default_s, fork, knobs)
+    return Best(n, values, m.time_s, m.spread or 0.0, kept=kept, default_s=default_s, fork=fork, fork_knobs=knobs)
 
 
-def _write_best(study, trial: int, values, m: Measurement, env, count: int, default_s: float | None = None) -> None:
+def _fork_times(knobs, trials, remeasured) -> dict[str, dict[str, object]]:
+    """Branch -> its fastest re-measured candidate (trial, values, time_s, spread), for each
+    branch a measured trial is on; where none of its candidates re-measured right, the first
+    one's trial and values with time_s None and the reason in `note`; where none of its trials
+    was right, trial None and the note "none right"."""
+    fork: dict[str, dict[str, object]] = {}
+    for n, values, m in remeasured:
+        label, right = branch_of(values, knobs), m.ok and m.time_s is not None
+        now = fork.get(label)
+        if right and (now is None or now["time_s"] is None or m.time_s < now["time_s"]):
+            fork[label] = {"trial": n, "values": dict(values), "time_s": m.time_s, "spread": m.spread or 0.0}
+        elif not right and now is None:
+            fork[label] = {"trial": n, "values": dict(values), "time_s": None, "spread": None,
+                           "note": f"re-measured {m.status}: {m.reason}"}
+    for t in trials:
+        label = branch_of(t.user_attrs["values"], knobs)
+        fork.setdefault(label, {"trial": None, "values": None, "time_s": None, "spread": None, "note": "none right"})
+    return dict(sorted(fork.items()))
+
+
+def _write_best(study, trial: int, values, m: Measurement, env, count: int, default_s: float | None = None,
+                fork=None, knobs: Sequence[str] = ()) -> None:
     """The study's best; `measured`: how many measured trials it was chosen from; `default_s`:
-    the default answer's time in the same rounds."""
-    study.set_user_attr(BEST_ATTR, {
+    the default answer's time in the same rounds; `fork` and `fork_knobs` (only where the space
+    has a fork): each branch's re-measured best (`Best.fork`)."""
+    best = {
         "trial": trial, "values": dict(values), "time_s": m.time_s, "spread": m.spread or 0.0,
         "error": m.error, "env": dict(env), "date": _now(), "measured": count, "default_s": default_s,
-    })
+    }
+    if fork is not None:
+        best.update(fork=fork, fork_knobs=list(knobs))
+    study.set_user_attr(BEST_ATTR, best)
 
 
 __all__ = ["Best", "Budget", "conditional_space", "measured", "name_best", "open_study", "params_of", "prior_picks",

@@ -176,6 +176,13 @@ FEATURE_OFF: dict[str, KnobValue] = {
     "fusion": "fused",
 }
 
+# Structural forks: knobs whose values are different programs (a kernel that computes its row
+# statistics against one that reads them from a launch of its own), not tunings of one program.
+# A tuning study gives each of their legal values a fair share of its trials and re-measures
+# each value's best beside the others (emmy.search.study), so the named best is the faster
+# program, each at its own best schedule.
+STRUCTURAL: tuple[str, ...] = ("fusion",)
+
 # Which target feature a knob value needs (tensor-map copies and block pairs exist only for
 # wgmma_ws contractions, so they need wgmma too).
 _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
