@@ -5,6 +5,8 @@ element a kernel never writes fails the comparison."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -254,6 +256,10 @@ def _check_running_example(tokens, pins, tmp_path, hidden=1024, calls=1):
         assert err <= 1e-2, err
 
 
+# test_emmy_run_check_cli's `emmy run` arguments (before --check)
+RUN_CHECK = ("Qwen/Qwen3-Embedding-0.6B", "--layer", "0", "--tokens", "64")
+
+
 def test_emmy_run_check_cli(tmp_path, monkeypatch):
     from emmy.cli.main import run
 
@@ -261,7 +267,7 @@ def test_emmy_run_check_cli(tmp_path, monkeypatch):
 
     if not os.environ.get("EMMY_HOME"):
         monkeypatch.setenv("EMMY_HOME", str(tmp_path))
-    assert run(["run", "Qwen/Qwen3-Embedding-0.6B", "--layer", "0", "--tokens", "64", "--check"]) == 0
+    assert run(["run", *RUN_CHECK, "--check"]) == 0
 
 
 def test_whole_model_embedding_on_gpu(tmp_path):
@@ -301,7 +307,10 @@ def test_family_layer_at_released_sizes_matches_pytorch(name, tokens, tmp_path):
     assert report.rel_error <= 1e-2, report.rel_error
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+ONE_KV_HEAD_FAMILIES = ["llama", "qwen2"]
+
+
+@pytest.mark.parametrize("family", ONE_KV_HEAD_FAMILIES)
 def test_one_key_value_head_layer_matches_pytorch(family, tmp_path):
     """Three query heads on one key/value head at 300 tokens: the split attention computes K (and
     Qwen2's biased V) once for all heads."""
@@ -329,18 +338,32 @@ def test_family_whole_model_embedding_on_gpu(family, tmp_path):
     assert report.rel_error <= 2e-2, report.rel_error
 
 
+# Every `emmy run test/pytest/models/<name>.py:make --check [extra]` of the tests below, as (name,
+# *extra); tools/prebuild_gpu_tests.py builds their kernels ahead, and a test running one not
+# listed here fails, so none is missed.
+MODEL_RUNS = [
+    ("mlp_block",), ("clamp_abs_sum", "--tolerance", "5e-3"), ("two_outputs",), ("activations",),
+    ("repeat_kv_attention", "--tokens", "37"), ("repeat_kv_attention", "--tokens", "300"),
+    ("handwritten_attention", "--tokens", "21"), ("handwritten_attention", "--tokens", "300"),
+]
+
+
+def model_run(name: str, *extra: str) -> tuple[str, ...]:
+    """`emmy run`'s arguments (before --check) for test/pytest/models/<name>.py:make."""
+    return (str(Path(__file__).resolve().parent / "models" / f"{name}.py") + ":make", *extra)
+
+
 def _run_test_model(name: str, tmp_path, monkeypatch, *extra: str) -> int:
     """`emmy run test/pytest/models/<name>.py:make --check [extra]` on the GPU (EMMY_HOME kept
     when set, so prebuilt kernels are found)."""
     import os
-    from pathlib import Path
 
     from emmy.cli.main import run
 
+    assert (name, *extra) in MODEL_RUNS, f"add {(name, *extra)} to MODEL_RUNS (the prebuild reads it)"
     if not os.environ.get("EMMY_HOME"):
         monkeypatch.setenv("EMMY_HOME", str(tmp_path))
-    block = str(Path(__file__).resolve().parent / "models" / f"{name}.py") + ":make"
-    return run(["run", block, "--check", *extra])
+    return run(["run", *model_run(name, *extra), "--check"])
 
 
 def test_layernorm_gelu_block_on_gpu(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,7 @@ running example's layer for real."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,9 @@ from emmy.search.layer_check import Layer, LayerKernel, check_layer, faster, lay
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ROOT = Path(__file__).resolve().parents[2]
+# the kernel cache the GPU test reads: EMMY_HOME as given to the run (the fixture below moves
+# EMMY_HOME into each test's folder), where tools/prebuild_gpu_tests.py builds its kernels ahead
+GIVEN_HOME = os.environ.get("EMMY_HOME")
 MODEL = f"{ROOT}/test/pytest/models/mlp_block.py:make"
 TUNE = ["tune", MODEL, "--tokens", "16", "--target", "sm_90", "--quiet", "--measurer", "cost", "--trials", "6"]
 
@@ -495,6 +499,24 @@ def test_records_show_a_check(tuned, tmp_path, monkeypatch, capsys):
 # --- on the GPU ---------------------------------------------------------------------------------
 
 
+def gpu_layer_sets():
+    """The GPU test's case: (model, tokens, target, layer, the kernel set to another answer, the
+    sets timed: the deploy set and the set with that kernel's block_n changed). Also what
+    tools/prebuild_gpu_tests.py builds ahead."""
+    from emmy.driver import CompileOptions
+    from emmy.search.layer_check import layer_of
+    from emmy.search.task import tasks_of
+
+    model, tokens, target = f"{ROOT}/tools/running_example.py:make", 64, "sm_90a"
+    options = CompileOptions(model=model, layer=0, tokens=tokens, target=target)
+    layer = layer_of(options, tokens, tasks_of(options, [tokens]))
+    deploy = layer.deploy()
+    k = next(k for k in layer.kernels if "block_n" in k.task.space)
+    other = next(v for v in k.task.space["block_n"] if v != deploy[k.name]["block_n"])
+    tuned = {**deploy, k.name: {**deploy[k.name], "block_n": other}}
+    return model, tokens, target, layer, k, {"deploy": deploy, "tuned": tuned}
+
+
 @pytest.mark.gpu
 def test_the_running_example_layer_timed_on_the_gpu(tmp_path):
     """The running example at 64 tokens on the GPU: the deploy set and a set with one kernel at
@@ -503,25 +525,17 @@ def test_the_running_example_layer_timed_on_the_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from emmy.driver import CompileOptions
     from emmy.frontend import resolve_model, trace_layer
-    from emmy.search.layer_check import GpuLayerTimer, layer_of, layer_records
-    from emmy.search.task import tasks_of
+    from emmy.search.layer_check import GpuLayerTimer, layer_records
 
-    model = f"{ROOT}/tools/running_example.py:make"
-    options = CompileOptions(model=model, layer=0, tokens=64, target="sm_90a")
-    layer = layer_of(options, 64, tasks_of(options, [64]))
-    deploy = layer.deploy()
-    k = next(k for k in layer.kernels if "block_n" in k.task.space)
-    other = next(v for v in k.task.space["block_n"] if v != deploy[k.name]["block_n"])
-    tuned = {**deploy, k.name: {**deploy[k.name], "block_n": other}}
-    timer = GpuLayerTimer(trace_layer(resolve_model(model), 0, 64), "sm_90a", tmp_path)
-    times = timer.time({"deploy": deploy, "tuned": tuned})
+    model, tokens, target, layer, k, sets = gpu_layer_sets()
+    timer = GpuLayerTimer(trace_layer(resolve_model(model), 0, tokens), target, Path(GIVEN_HOME or tmp_path))
+    times = timer.time(sets)
     for t in times.values():
         assert t.time_s is not None and t.time_s > 0 and 0 <= t.spread and t.error < 1e-2, times
-    v = check_layer(layer, tuned, timer)
+    v = check_layer(layer, sets["tuned"], timer)
     assert not v.problem and set(v.reverted) <= {k.name}
-    (record,) = layer_records(layer, v, tuned, {}, timer.environment())
+    (record,) = layer_records(layer, v, sets["tuned"], {}, timer.environment())
     assert record.env["card"] and record.final_s > 0 and record.signature == layer.signature
 
 
