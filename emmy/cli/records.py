@@ -168,11 +168,25 @@ def _show(store, key: str) -> int:
         print("  " + ", ".join(f"{k}={v}" for k, v in rec.values.items()))
         print(f"  card {rec.card}, driver {rec.driver}, CUDA {rec.cuda}, PyTorch {rec.torch}, "
               f"Emmy {rec.emmy}, source {rec.source_hash[:12]}")
+        if rec.fork:
+            print(f"fork {'/'.join(rec.fork_knobs)}: each branch's best, re-measured in the same rounds as the best")
+            for label, branch in rec.fork.items():
+                print(f"  {label}: " + _branch_text(branch, rec.trial))
     ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)[:5]
     for t in ok:
         values = ", ".join(f"{k}={v}" for k, v in t.user_attrs["values"].items())
         print(f"  trial {t.number}: {t.value * 1e6:.2f} us  {values}")
     return 0
+
+
+def _branch_text(branch, best_trial: int) -> str:
+    """One branch of a fork: `trial 9, 11.30 us +- 0.8% (the best)`, or its note."""
+    if branch.get("time_s") is None:
+        trial = f"trial {branch['trial']}, " if branch.get("trial") is not None else ""
+        return f"{trial}{branch.get('note') or 'not right'}"
+    mark = " (the best)" if branch.get("trial") == best_trial else ""
+    return (f"trial {branch['trial']}, {float(branch['time_s']) * 1e6:.2f} us "
+            f"+- {float(branch.get('spread') or 0) * 100:.1f}%{mark}")
 
 
 def _show_layer(store, name: str) -> int:

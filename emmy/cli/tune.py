@@ -121,7 +121,7 @@ def cmd_tune(args) -> int:
     assert store is not None
     from emmy.driver import CompileOptions
     from emmy.search.task import select, tasks_of
-    from emmy.search.tune import HEADER, outcome_notes, outcome_rows, tune
+    from emmy.search.tune import HEADER, fork_notes, outcome_notes, outcome_rows, tune
 
     layer = args.layer
     options = CompileOptions(model=args.model, layer=layer, tokens=tokens[0], target=target, seed=args.seed,
@@ -151,7 +151,10 @@ def cmd_tune(args) -> int:
     print(f"records in {store.name}")
     for note in outcome_notes(outcomes, deadline):
         print(f"note: {note}", file=sys.stderr)
-    if layer_note and progress is not None:  # (--quiet: only the table)
+    if progress is not None:  # (--quiet: only the table)
+        for note in fork_notes(outcomes):
+            print(f"note: {note}", file=sys.stderr)
+    if layer_note and progress is not None:
         print(f"note: {layer_note}", file=sys.stderr)
     for o in layers:
         if o.problem:

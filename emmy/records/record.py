@@ -47,6 +47,12 @@ class Record:
     trial: int
     description: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
+    # The study's structural fork (`fork_knobs`, e.g. ("fusion",)), where its space has one:
+    # branch -> that branch's best re-measured in the same rounds as the best (trial, values,
+    # time_s, spread; time_s None with a `note` where not right). Empty: no fork, or a best
+    # named before forks were kept.
+    fork: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    fork_knobs: tuple[str, ...] = ()
 
     def source(self) -> str:
         """Where the record lives, for a decision's reason."""
@@ -55,6 +61,46 @@ class Record:
     def summary(self) -> str:
         spread = f" +- {self.spread * 100:.1f}%" if self.spread else ""
         return f"{self.time_s * 1e6:.2f} us{spread} on {self.card or 'an unknown card'}"
+
+
+def fork_text(fork: Mapping[str, Mapping[str, object]], spreads: bool = True) -> str:
+    """A fork's branches, each at its re-measured best: `fused 12.10 us +- 1.0% / split 11.30 us
+    +- 0.8%` (`spreads` False: without the spreads); a branch not right shows its note."""
+    parts = []
+    for label, b in fork.items():
+        t, spread = b.get("time_s"), b.get("spread")
+        if t is None:
+            parts.append(f"{label} {b.get('note') or 'not right'}")
+        else:
+            parts.append(f"{label} {float(t) * 1e6:.2f} us" + (f" +- {float(spread or 0) * 100:.1f}%" if spreads else ""))
+    return " / ".join(parts)
+
+
+def _fork_knobs(raw: object) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(k, str) for k in raw):
+        raise ValueError(f"fork_knobs {raw!r}: not a list of knob names")
+    return tuple(raw)
+
+
+def _fork(raw: object) -> dict[str, dict[str, object]]:
+    """A best's `fork` attribute, checked (ValueError where it is not branch -> {trial, values,
+    time_s, spread[, note]} with numbers or nulls)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not all(isinstance(b, Mapping) for b in raw.values()):
+        raise ValueError("fork: not a map of branch -> its best")
+    out = {}
+    for label, b in raw.items():
+        for name in ("time_s", "spread"):
+            v = b.get(name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"fork: branch {label}: {name} {v!r} is not a number")
+        if b.get("trial") is not None and not isinstance(b.get("trial"), int):
+            raise ValueError(f"fork: branch {label}: trial {b.get('trial')!r} is not a trial number")
+        out[str(label)] = dict(b)
+    return out
 
 
 def record_from(best: Mapping[str, object], *, key: str, kernel: str, target: str, store: str,
@@ -81,7 +127,9 @@ def record_from(best: Mapping[str, object], *, key: str, kernel: str, target: st
         trial=int(best["trial"]),  # type: ignore[arg-type]
         description=description,
         env=env,
+        fork=_fork(best.get("fork")),
+        fork_knobs=_fork_knobs(best.get("fork_knobs")),
     )
 
 
-__all__ = ["ENV_FIELDS", "SCHEMA", "Record", "record_from"]
+__all__ = ["ENV_FIELDS", "SCHEMA", "Record", "fork_text", "record_from"]

@@ -11,7 +11,9 @@ Layout (schema `SCHEMA`, `emmy.records.record`):
   Its user attributes: `emmy.key` (the key's fields: id, structure_id, structure, shape, target,
   version), `emmy.kernel` (the kernel's name where it was first tuned), `emmy.description`,
   and `emmy.best` once a tuning run has named one (trial, values, time_s, spread, error, env,
-  date; `emmy.search.study` writes it after re-measuring the top candidates interleaved);
+  date, measured, default_s; where the space has a structural fork, `fork_knobs` and `fork`:
+  each branch's best re-measured in the same rounds; `emmy.search.study` writes it after
+  re-measuring the top candidates interleaved);
 - one study per layer check, named `emmy.layer.<signature>`, with no trials and the user
   attribute `emmy.layer` (`emmy.records.layer`: a layer timed with its tuned answers together,
   and the kernels whose tuned answer lost there);
@@ -20,7 +22,8 @@ Layout (schema `SCHEMA`, `emmy.records.record`):
   torch, emmy, source_hash), `date`, `uid`. A candidate that failed (did not build, computed the
   wrong numbers, spilled, ...) is a FAIL trial with its status and reason; a COMPLETE trial's value
   is its time. A PRUNED trial is a draw that repeated a measured (or being measured) candidate
-  and was not measured again (`reason` names the trial it repeats).
+  and was not measured again (`reason` names the trial it repeats), or one moved to a starved
+  branch of a structural fork (`reason` "moved to BRANCH ...").
 
 Bad stores are reported, never repaired: a file that is not an SQLite database, a directory or
 an unreadable file in its place, a read-only directory, a URL that is not a database URL, a

@@ -12,10 +12,21 @@ then, where a fitted prior for the target exists, the prior's top few candidates
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
 seed per worker) proposes the rest.
 
+Structural forks (`emmy.tuning.knobs.STRUCTURAL`: `fusion`, whose values are different programs)
+get every branch measured: the default on each other branch (the nearest legal point with that
+value, `fork_siblings`) is among the first trials, and no branch gets less than `FORK_SHARE` /
+branches of the trials measured or being measured (a TPE draw on a branch past its share, while
+another is below it, is pruned, `reason` "moved to BRANCH ...", and the nearest unmeasured legal
+point on the starved branch is enqueued in its place: `_Fork`). The shares are read from the
+store at each draw, so several workers, several processes and a resumed study keep them alike.
+`name_best` re-measures each branch's fastest trial beside the top few (`Best.fork`).
+
 Trials (the store's layout is in `emmy.records.store`):
 - measured "ok": COMPLETE, value = seconds per call;
 - any other status (`wrong`, `build_failed`, `build_timeout`, `launch_error`, `spills`,
   `timeout`): FAIL, with `status` and `reason`: never chosen, never a crash;
+- a sampler's draw moved to a starved branch of a structural fork: PRUNED, not measured, `reason`
+  "moved to BRANCH (N of M trials there)";
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
   `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead (the legal space
   checks each part of a kernel that runs as parts, so every draw is one that all parts can run);
@@ -656,5 +667,5 @@ def _write_best(study, trial: int, values, m: Measurement, env, count: int, defa
     study.set_user_attr(BEST_ATTR, best)
 
 
-__all__ = ["Best", "Budget", "conditional_space", "measured", "name_best", "open_study", "params_of", "prior_picks",
-           "run_trials"]
+__all__ = ["Best", "Budget", "branch_of", "conditional_space", "fork_branches", "fork_knobs", "fork_siblings", "measured",
+           "name_best", "nearest", "open_study", "params_of", "prior_picks", "run_trials"]

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from emmy.records.store import Store, open_store
-from emmy.search.study import Best, Budget, measured, name_best, point_key, run_trials
+from emmy.records.record import fork_text
+from emmy.search.study import Best, Budget, branch_of, measured, name_best, point_key, run_trials
 from emmy.search.task import TuneTask
 
 POLL_S = 0.5
@@ -176,7 +177,9 @@ def _named_line(o: Outcome, seconds: float) -> str:
     best = f"best {_us(o.best.time_s)} +- {o.best.spread * 100:.1f}%" if o.best else "no best (none right)"
     recalled = ", recalled" if o.best and o.best.recalled else ""
     timeouts = f", {o.timeouts} timeout" if o.timeouts else ""
-    return f"named {o.task.kernel} {o.task.key_id}: {best} ({o.trials} trials{timeouts}{recalled}) in {seconds:.1f} s"
+    fork = f" [{'/'.join(o.best.fork_knobs)}: {fork_text(o.best.fork, spreads=False)}]" if o.best and o.best.fork else ""
+    return (f"named {o.task.kernel} {o.task.key_id}: {best} ({o.trials} trials{timeouts}{recalled}) "
+            f"in {seconds:.1f} s{fork}")
 
 
 def _drain(done, finished: list[set[int]]) -> None:
@@ -336,4 +339,16 @@ def outcome_notes(outcomes: Sequence[Outcome], deadline_s: float) -> list[str]:
     return notes
 
 
-__all__ = ["HEADER", "Outcome", "outcome_notes", "outcome_rows", "tune", "worker_main"]
+def fork_notes(outcomes: Sequence[Outcome]) -> list[str]:
+    """Per study with a structural fork: each branch (fused / split) at its own best, re-measured
+    in the same rounds, and the branch chosen."""
+    notes = []
+    for o in outcomes:
+        if o.best is not None and o.best.fork:
+            chosen = branch_of(o.best.values, o.best.fork_knobs)
+            notes.append(f"{o.task.kernel} ({o.task.key_id}): {'/'.join(o.best.fork_knobs)} fork, each branch at its "
+                         f"own best re-measured in the same rounds: {fork_text(o.best.fork)}; chosen: {chosen}")
+    return notes
+
+
+__all__ = ["HEADER", "Outcome", "fork_notes", "outcome_notes", "outcome_rows", "tune", "worker_main"]

@@ -105,7 +105,7 @@ def _tune(url: str, *args: str, home: Path) -> subprocess.Popen:
 def _check_store(url: str, budget: int, workers: int, batch: int = 4) -> dict:
     """Every study has its budget of measured trials (more only where workers asked at the same
     moment: at most (workers - 1) x batch), none measured twice, each finished trial complete
-    with its attributes, and a named best."""
+    with its attributes, both branches of the fusion fork measured, and a named best."""
     store = open_store(url, create=False)
     names = store.study_names()
     assert len(names) == 2
@@ -120,6 +120,11 @@ def _check_store(url: str, budget: int, workers: int, batch: int = 4) -> dict:
         numbers = [t.number for t in study.trials]
         assert len(set(numbers)) == len(numbers) and sorted(numbers) == list(range(len(numbers)))
         assert "emmy.best" in study.user_attrs
+        # both branches of the fusion fork (every kernel of the block has it) get their share,
+        # whichever worker drew them, and each is named at its best
+        branches = [t.user_attrs["values"]["fusion"] for t in trials]
+        assert min(branches.count("fused"), branches.count("split")) >= budget // 4, branches
+        assert set(study.user_attrs["emmy.best"]["fork"]) == {"fused", "split"}
         summary[name] = {t.number: (point_key(t.user_attrs["values"]), t.value) for t in trials}
     return summary
 
