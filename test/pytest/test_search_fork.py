@@ -224,3 +224,27 @@ def test_the_run_says_each_branch_at_its_best(task, store):
     assert len(notes) == 1 and notes[0].startswith(f"{task.kernel} ({task.key_id}): fusion fork, each branch at its "
                                                    "own best re-measured in the same rounds: fused ")
     assert notes[0].endswith(f"; chosen: {best.values['fusion']}")
+
+
+@pytest.mark.gpu
+def test_the_fusion_fork_measured_on_the_gpu(tmp_path):
+    """On a CUDA device (sm_90a): a short study of the MLP block's first kernel measures the
+    fused and the split kernels, re-measures each at its best in the same interleaved rounds,
+    and names the faster; the record keeps both times."""
+    import os
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    result = compile_model(CompileOptions(model=MODEL, tokens=512, target="sm_90a", stop_after="tile"))
+    task = tasks_in(result.module, get_target("sm_90a"), 512)[0]
+    store = open_store(default_url(tmp_path))
+    home = Path(os.environ["EMMY_HOME"]) if os.environ.get("EMMY_HOME") else tmp_path
+    outcomes, problems = tune([task], store, Budget(trials=12), "gpu", progress=None, cache_dir=home)
+    assert problems == []
+    best = outcomes[0].best
+    assert best is not None and set(best.fork) == {"fused", "split"}, best
+    times = {b: v["time_s"] for b, v in best.fork.items()}
+    assert all(t is not None and t > 0 for t in times.values()), best.fork
+    assert best.fork[best.values["fusion"]]["trial"] == best.trial or best.kept
+    assert best_record(store, task.key).fork == best.fork
