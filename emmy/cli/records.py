@@ -168,14 +168,14 @@ def _show(store, key: str) -> int:
         print("  " + ", ".join(f"{k}={v}" for k, v in rec.values.items()))
         print(f"  card {rec.card}, driver {rec.driver}, CUDA {rec.cuda}, PyTorch {rec.torch}, "
               f"Emmy {rec.emmy}, source {rec.source_hash[:12]}")
-        if rec.fork:
-            print(f"fork {'/'.join(rec.fork_knobs)}: each branch's best, re-measured in the same rounds as the best")
-            for label, branch in rec.fork.items():
-                print(f"  {label}: " + _branch_text(branch, rec.trial))
     ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)[:5]
     for t in ok:
         values = ", ".join(f"{k}={v}" for k, v in t.user_attrs["values"].items())
         print(f"  trial {t.number}: {t.value * 1e6:.2f} us  {values}")
+    if rec is not None and rec.fork:
+        print(f"fork {'/'.join(rec.fork_knobs)}: each branch's best, re-measured in the same rounds as the best")
+        for label, branch in rec.fork.items():
+            print(f"  {label}: " + _branch_text(branch, rec.trial))
     return 0
 
 
