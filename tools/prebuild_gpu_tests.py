@@ -4,7 +4,7 @@
     EMMY_HOME=$PWD/.emmy-cache python tools/prebuild_gpu_tests.py --only attention --match T7- --list
 
 The cases are the test modules' own (test_gpu.py, test_attention_gpu.py and test_layer_check.py's
-GPU test), imported, never copied. Each case is compiled in a pool of processes (Emmy's pipeline
+GPU test): their case lists imported, never copied (a test's single case is named beside it). Each case is compiled in a pool of processes (Emmy's pipeline
 is CPU-bound Python: one core per compile), and each new kernel source goes to nvcc as soon as its
 case is compiled, the nvcc runs in parallel too. Kernels are cached by a hash of their source, so
 a GPU machine given the same EMMY_HOME skips nvcc; a case left out or changed costs the test only
@@ -49,20 +49,20 @@ def gpu_cases(target: str) -> list[Case]:
     """test_gpu.py's cases, less those its tests skip on `target` (wgmma needs sm_90a)."""
     import test_gpu as t
 
-    def runs(target_ok):
-        return target == "sm_90a" or not target_ok
+    def kept(wants_sm90a: bool) -> bool:
+        return target == "sm_90a" or not wants_sm90a
 
     layers = [(f"layer[{w}-{n}]", n, t.layer_pins(w)) for n in t.LAYER_TOKENS for w in t.LAYER_WORKERS]
     layers += [(f"layer_last_block[{n},{','.join(p)}]", n, p) for n, p in t.LAST_BLOCK_LAYER_CASES]
     layers += [("bound_outputs_start_as_nan", 33, ())]  # test_bound_outputs_start_as_nan's layer
-    out = [Case("gpu", name, "layer", (QWEN, n, tuple(p), target)) for name, n, p in layers if runs(t.wants_sm90a(p))]
+    out = [Case("gpu", name, "layer", (QWEN, n, tuple(p), target)) for name, n, p in layers if kept(t.wants_sm90a(p))]
     if target == "sm_90a":
         out += [Case("gpu", f"layer_attention_tma[{n},{','.join(p)}]", "layer", (QWEN, n, tuple(p), target))
                 for n, p in t.ATTENTION_TMA_CASES]
     examples = [(n, 1024, p) for n in t.EXAMPLE_TOKENS for p in t.EXAMPLE_PINS]
     examples += [(n, 1024, p) for n, p in t.PERSISTENT_CASES + t.LAST_BLOCK_EXAMPLE_CASES] + t.TMA_CASES
     out += [Case("gpu", f"running_example[{n},{h},{','.join(p)}]", "example", (n, h, tuple(p), target))
-            for n, h, p in examples if runs(t.wants_sm90a(p))]
+            for n, h, p in examples if kept(t.wants_sm90a(p))]
     out += [Case("gpu", f"family_layer[{name}-{n}]", "real_sized_layer", (name, n, target))
             for name, n in t.FAMILY_LAYER_CASES]
     # test_one_key_value_head_layer_matches_pytorch (layer 1, 300 tokens), then the whole tiny
