@@ -28,7 +28,7 @@ splits block_n among them where that is legal) and says how the parts' launches 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -155,6 +155,21 @@ def plan_kernel(op: Operation, target: Target) -> KernelPlan:
             raise EmmyError(f"tile.kernel @{name}: its part @{info.name} cannot run with the kernel's knobs: {'; '.join(reasons)}")
         parts.append(Part(p, info, own, plan_for(info, own, target, p.properties["sym_name"].data)))
     return KernelPlan(name, kind, tuple(parts), merge_of(parts), target)
+
+
+def changes_launches(info: KernelInfo, values: Mapping[str, KnobValue], knob: str,
+                     domain: Sequence[KnobValue], target: Target) -> bool:
+    """Whether the values of `knob` in `domain` (every other knob as in `values`) plan different
+    launches: which kernels run, their grids and blocks. An epilogue fusion's `fusion` has no row
+    statistics to move into a launch of their own, so both of its values launch the same kernel.
+    A value the plan refuses counts as different (it is not the same program)."""
+    seen = set()
+    for v in domain:
+        try:
+            seen.add(plan_for(info, {**values, knob: v}, target).launches)
+        except EmmyError:
+            return True
+    return len(seen) > 1
 
 
 def part_values(info: KernelInfo, values: Mapping[str, KnobValue], target: Target) -> tuple[dict, list[str]]:

@@ -12,7 +12,8 @@ then, where a fitted prior for the target exists, the prior's top few candidates
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
 seed per worker) proposes the rest.
 
-Structural forks (`emmy.tuning.knobs.STRUCTURAL`: `fusion`, whose values are different programs)
+Structural forks (`emmy.tuning.knobs.STRUCTURAL`: `fusion`, whose values are different programs;
+a kernel has one where its values launch different kernels, `task_fork_knobs`)
 get every branch measured: the default on each other branch (the nearest legal point with that
 value, `fork_siblings`) is among the first trials, and no branch gets less than `FORK_SHARE` /
 branches of the trials measured or being measured (a TPE draw on a branch past its share, while
@@ -167,7 +168,8 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
         params = params_of(space, point)
         if params is not None:
             study.enqueue_trial(params, skip_if_exists=True)
-    for point in fork_siblings(space, default, {point_key(p) for p in first}) if default else []:
+    siblings = fork_siblings(space, default, {point_key(p) for p in first}, task_fork_knobs(task)) if default else []
+    for point in siblings:
         study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "fork"}, skip_if_exists=True)
         first.append(point)
     if prior is not None:
@@ -206,6 +208,21 @@ def fork_knobs(domains: Mapping[str, Sequence[object]]) -> tuple[str, ...]:
     return tuple(k for k in STRUCTURAL if len(domains.get(k, ())) > 1)
 
 
+def task_fork_knobs(task) -> tuple[str, ...]:
+    """The knobs of a task's fork: its structural knobs (`fork_knobs`) whose values launch
+    different kernels at the default answer (`emmy.schedule.plan.changes_launches`). An epilogue
+    fusion's `fusion` builds the same kernels with either value: no fork, so no trials are spent
+    keeping its branches' shares."""
+    from emmy.schedule.plan import changes_launches
+
+    knobs = fork_knobs(task.space)
+    if not knobs or not task.default:
+        return knobs
+    info, target = task.info(), task.target_object()
+    values = {k: v for k, v in task.default.items() if k != "siblings"}
+    return tuple(k for k in knobs if changes_launches(info, values, k, task.space[k], target))
+
+
 def branch_of(values: Mapping[str, object], knobs: Sequence[str]) -> str:
     """The fork branch a point is on: its values of the fork's knobs (`fused`; `fused/paired`
     with two)."""
@@ -221,10 +238,11 @@ def fork_branches(space, knobs: Sequence[str]) -> dict[str, dict[str, object]]:
     return {branch_of(dict(zip(knobs, c)), knobs): dict(zip(knobs, c)) for c in combos}
 
 
-def fork_siblings(space, default: Mapping[str, object], skip=frozenset()) -> list[dict]:
-    """The default answer on each other branch of the space's fork: the nearest legal point
-    with that branch's values (`nearest`), leaving out the point keys in `skip`."""
-    knobs = fork_knobs(space.space.domains)
+def fork_siblings(space, default: Mapping[str, object], skip=frozenset(), knobs: Sequence[str] | None = None) -> list[dict]:
+    """The default answer on each other branch of the space's fork (`knobs`; default: the
+    space's structural knobs): the nearest legal point with that branch's values (`nearest`),
+    leaving out the point keys in `skip`."""
+    knobs = fork_knobs(space.space.domains) if knobs is None else tuple(knobs)
     out = []
     for label, fixed in fork_branches(space, knobs).items():
         if label == branch_of(default, knobs):
@@ -321,7 +339,8 @@ def run_trials(
     study = open_study(store, task, seed, space, prior)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
-    fork = _Fork(space) if fork_knobs(space.space.domains) else None
+    knobs = task_fork_knobs(task)
+    fork = _Fork(space, knobs) if knobs else None
     while True:
         _fail_stale(study)
         count, running = len(measured(study)), _running(study)
@@ -376,9 +395,9 @@ class _Fork:
     them alike. Enqueued points (the default, its neighbours and branch siblings, the prior's
     picks) are never moved."""
 
-    def __init__(self, space):
+    def __init__(self, space, knobs: Sequence[str] | None = None):
         self.space = space
-        self.knobs = fork_knobs(space.space.domains)
+        self.knobs = fork_knobs(space.space.domains) if knobs is None else tuple(knobs)
         self.branches = fork_branches(space, self.knobs)
         self.closed: set[str] = set()  # branches with no unmeasured legal point left
 
@@ -600,7 +619,7 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
             chosen.append(t)
         if len(chosen) == top:
             break
-    knobs = fork_knobs(task.space)
+    knobs = task_fork_knobs(task)
     for t in ok:  # each branch's fastest trial, where the top few have none of its branch
         if knobs and branch_of(t.user_attrs["values"], knobs) not in {branch_of(c.user_attrs["values"], knobs) for c in chosen}:
             keys.add(point_key(t.user_attrs["values"]))
@@ -667,5 +686,5 @@ def _write_best(study, trial: int, values, m: Measurement, env, count: int, defa
     study.set_user_attr(BEST_ATTR, best)
 
 
-__all__ = ["Best", "Budget", "branch_of", "conditional_space", "fork_branches", "fork_knobs", "fork_siblings", "measured",
+__all__ = ["Best", "Budget", "branch_of", "conditional_space", "fork_branches", "fork_knobs", "fork_siblings", "task_fork_knobs", "measured",
            "name_best", "nearest", "open_study", "params_of", "prior_picks", "run_trials"]

@@ -20,7 +20,7 @@ from emmy.records.transfer import export_records, import_records
 from emmy.search.cost import CostMeasurer
 from emmy.search.study import (
     FORK_SHARE, Budget, _Fork, branch_of, conditional_space, fork_knobs, fork_siblings, measured, name_best,
-    nearest, open_study, point_key, run_trials,
+    nearest, open_study, point_key, run_trials, task_fork_knobs,
 )
 from emmy.search.task import tasks_in
 from emmy.search.tune import fork_notes, outcome_notes, tune
@@ -44,6 +44,17 @@ def task():
     task = tasks_in(result.module, get_target(TARGET), 16)[0]
     assert fork_knobs(task.space) == ("fusion",)
     return task
+
+
+def test_a_fork_must_change_what_runs():
+    """`fusion` is a fork of the kernel with a prologue reduction (split launches its row
+    statistics apart) but not of the epilogue fusion (fc2 into the residual add), whose two
+    values launch the same kernel: no trials are spent keeping shares there."""
+    result = compile_model(CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile"))
+    tasks = {t.kernel: t for t in tasks_in(result.module, get_target(TARGET), 16)}
+    assert fork_knobs(tasks["layer_norm_fc1_gelu"].space) == fork_knobs(tasks["gelu_fc2_residual"].space) == ("fusion",)
+    assert task_fork_knobs(tasks["layer_norm_fc1_gelu"]) == ("fusion",)
+    assert task_fork_knobs(tasks["gelu_fc2_residual"]) == ()
 
 
 @pytest.fixture
