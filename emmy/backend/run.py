@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,20 @@ def store_atomically(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def private_name() -> str:
+    """A build's own file name in a source's build folder (`emmy.<pid>-<thread>`): two processes
+    or threads building the same source at once never write each other's `.cu` or `.cubin`."""
+    return f"emmy.{os.getpid()}-{threading.get_ident()}"
+
+
+def keep_build(built: Path) -> None:
+    """After a build: its source kept as the folder's `emmy.cu` (replaced atomically), its own
+    output removed (the cache keeps the cubin under its digest). A failed build keeps its own
+    files, which its error message names."""
+    built.with_suffix(".cu").replace(built.with_name("emmy.cu"))
+    built.unlink(missing_ok=True)
+
+
 def build_cubin(source: str, arch: str, cache_dir: Path) -> bytes:
     """nvcc once per (source, arch, device library); later calls read the cached cubin."""
     from emmy.backend.nvcc import compile_source
@@ -69,9 +84,10 @@ def build_cubin(source: str, arch: str, cache_dir: Path) -> bytes:
         kdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise EmmyError(f"cannot create the kernel cache '{kdir}': {e.strerror}") from None
-    built = Path(compile_source(source, arch, kdir / cubin.stem.rsplit("-", 1)[0], cubin=True))
+    built = Path(compile_source(source, arch, kdir / cubin.stem.rsplit("-", 1)[0], cubin=True, name=private_name()))
     data = built.read_bytes()
     store_atomically(cubin, data)
+    keep_build(built)
     return data
 
 

@@ -68,7 +68,7 @@ def build_source(source: str, arch: str, cache_dir: Path, timeout: float = DEFAU
     """nvcc one `.cu` text into the kernel cache (or find it there), with ptxas's report as facts:
     per kernel registers, static shared memory, stack and spill bytes."""
     from emmy.backend.nvcc import BuildTimeout, compile_with_report
-    from emmy.backend.run import cubin_path, store_atomically
+    from emmy.backend.run import cubin_path, keep_build, private_name, store_atomically
 
     cubin = cubin_path(source, arch, cache_dir)
     report_file = cubin.with_name(cubin.stem + ".ptxas.json")
@@ -77,10 +77,12 @@ def build_source(source: str, arch: str, cache_dir: Path, timeout: float = DEFAU
             report = json.loads(report_file.read_text())
         else:
             cubin.parent.mkdir(parents=True, exist_ok=True)
-            built, infos = compile_with_report(source, arch, cubin.parent / cubin.stem, timeout=timeout)
+            built, infos = compile_with_report(source, arch, cubin.parent / cubin.stem, name=private_name(),
+                                               timeout=timeout)
             report = {name: asdict(info) for name, info in infos.items()}
             store_atomically(report_file, json.dumps(report).encode())
             store_atomically(cubin, built.read_bytes())
+            keep_build(built)
     except BuildTimeout as e:
         return Built("build_timeout", str(e))
     except EmmyError as e:

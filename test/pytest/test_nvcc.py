@@ -111,6 +111,32 @@ def test_ptxas_report(tmp_path):
     assert info.spill_stores == 0 and info.spill_loads == 0
 
 
+def test_concurrent_builds_of_one_source_do_not_share_files(tmp_path):
+    """Two processes (or threads) building the same source at once each write their own `.cu`
+    and `.cubin` in the source's build folder (emmy.backend.run.private_name): both get the
+    whole cubin, the cache holds one, and the folder keeps the source as `emmy.cu`."""
+    import subprocess
+    import sys
+
+    from emmy.backend.run import build_cubin, cubin_path
+
+    plan = launch_plan(lower(rmsnorm_matmul(target="sm_80", workers="mma_sync", stages=2)))
+    src = tmp_path / "kernel.cu"
+    src.write_text(plan.source)
+    script = ("import sys; from pathlib import Path; from emmy.backend.run import build_cubin; "
+              "sys.stdout.write(str(len(build_cubin(Path(sys.argv[1]).read_text(), 'sm_80', Path(sys.argv[2])))))")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(src), str(tmp_path / "cache")],
+                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        here = list(pool.map(lambda _: len(build_cubin(plan.source, "sm_80", tmp_path / "cache")), range(2)))
+    sizes = [int(p.communicate()[0]) for p in procs] + here
+    cubin = cubin_path(plan.source, "sm_80", tmp_path / "cache")
+    assert sizes == [cubin.stat().st_size] * 5
+    folder = cubin.with_name(cubin.stem.rsplit("-", 1)[0])
+    assert sorted(p.name for p in folder.iterdir()) == ["emmy.cu"]
+    assert (folder / "emmy.cu").read_text() == plan.source
+
+
 def test_parse_ptxas_text():
     text = """ptxas info    : Compiling entry function 'k1' for 'sm_90'
 ptxas info    : Function properties for k1
