@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,17 @@ INPUTS = ROOT / "test" / "filecheck" / "inputs"
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 
 
+# The subprocesses' EMMY_HOME (traces, kernels, the local store): one of this test module's own,
+# never the developer's ~/.cache/emmy, whose records would reach the local tier.
+HOME = Path(tempfile.mkdtemp(prefix="emmy-test-cli-home-"))
+
+
 def emmy(*args, env=None, cwd=None):
     import os
 
     e = dict(os.environ)
     e.pop("EMMY_DUMP_DIR", None)
+    e["EMMY_HOME"] = str(HOME)
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "emmy.cli.main", *args], capture_output=True, text=True,
                           env=e, cwd=cwd)
