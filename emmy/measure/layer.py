@@ -61,9 +61,14 @@ def emmy_plan(traced, target: str, build: EmmyBuild = EmmyBuild()):
 def emmy_layer(traced, target: str, cache, build: EmmyBuild = EmmyBuild()):
     """Emmy's version of a traced module: (a function launching it and returning its outputs,
     compile seconds)."""
+    plan, compile_s = emmy_plan(traced, target, build)
+    return layer_run(traced, plan, target, cache), compile_s
+
+
+def layer_run(traced, plan, target: str, cache):
+    """A function launching a traced module's compiled plan on the GPU and returning its outputs."""
     from emmy.backend.run import GpuLayer
 
-    plan, compile_s = emmy_plan(traced, target, build)
     layer = GpuLayer(plan, target, cache)
     values = {k: v.cuda() for k, v in {**traced.inputs, **traced.params}.items()}
     layer.bind(values)
@@ -72,7 +77,7 @@ def emmy_layer(traced, target: str, cache, build: EmmyBuild = EmmyBuild()):
         layer.launch(overlap=overlap)
         return layer.outputs()
 
-    return run, compile_s
+    return run
 
 
 class ModelCase:
@@ -91,37 +96,52 @@ class ModelCase:
                                                  target=target))
 
     def emmy(self, target: str, cache, build: EmmyBuild = EmmyBuild()):
-        from emmy.backend.run import GpuModel
-
         t0 = time.perf_counter()
         result = self.compile(target, build)
-        compile_s = time.perf_counter() - t0
+        return self.run(result, target, cache), time.perf_counter() - t0
+
+    def run(self, result, target: str, cache):
+        """A function launching the compiled model (`compile`'s result) and returning its output."""
+        from emmy.backend.run import GpuModel
+
         model = GpuModel(result, target, cache, self.traced.input_ids)
 
         def run(overlap=True):
             model.launch(overlap)
             return [model.output]
 
-        return run, compile_s
+        return run
 
 
-def build_emmy(traced, target: str, cache, build: EmmyBuild):
-    """A layer (`trace_layer`'s) or a whole model (`ModelCase`) built as `build` says: (run,
-    compile seconds)."""
+def compile_case(traced, target: str, build: EmmyBuild):
+    """A layer (`trace_layer`'s) or a whole model (`ModelCase`) compiled as `build` says, no GPU:
+    (the layer's launch plan or the model's compile result, compile seconds)."""
     if isinstance(traced, ModelCase):
-        return traced.emmy(target, cache, build)
-    return emmy_layer(traced, target, cache, build)
+        t0 = time.perf_counter()
+        return traced.compile(target, build), time.perf_counter() - t0
+    return emmy_plan(traced, target, build)
 
 
-def prebuild(traced, target: str, cache, build: EmmyBuild) -> None:
-    """Compile a case as `build` says and build its cubins into `cache` (no GPU)."""
+def build_emmy(traced, target: str, cache, build: EmmyBuild, compiled=None):
+    """A layer or a whole model built as `build` says (from `compiled`, `compile_case`'s answer,
+    where the caller has it): (run, compile seconds)."""
+    compiled, compile_s = compiled or compile_case(traced, target, build)
+    if isinstance(traced, ModelCase):
+        return traced.run(compiled, target, cache), compile_s
+    return layer_run(traced, compiled, target, cache), compile_s
+
+
+def prebuild(traced, target: str, cache, build: EmmyBuild, compiled=None) -> None:
+    """Compile a case as `build` says (or take `compiled`, `compile_case`'s answer) and build its
+    cubins into `cache` (no GPU)."""
     from emmy.backend.plan import launch_plan
     from emmy.backend.run import build_cubin
 
+    compiled = (compiled or compile_case(traced, target, build))[0]
     if isinstance(traced, ModelCase):
-        plans = [launch_plan(p.result.module) for p in traced.compile(target, build).parts]
+        plans = [launch_plan(p.result.module) for p in compiled.parts]
     else:
-        plans = [emmy_plan(traced, target, build)[0]]
+        plans = [compiled]
     for plan in plans:
         build_cubin(plan.source, target, cache)
 
@@ -228,6 +248,12 @@ class LayerRuns:
         self._ref: Reference | None = None
         self._allowed = 0.0
         self._made: dict[EmmyBuild, tuple[Callable[[], object] | None, float | None, str]] = {}
+        self._compiled: dict[EmmyBuild, tuple] = {}  # build -> compile_case's answer (compiled once)
+
+    def _compile(self, build: EmmyBuild) -> tuple:
+        if build not in self._compiled:
+            self._compiled[build] = compile_case(self.traced, self.target, build)
+        return self._compiled[build]
 
     def _make(self, build: EmmyBuild) -> tuple[Callable[[], object] | None, float | None, str]:
         if build not in self._made:
@@ -237,7 +263,7 @@ class LayerRuns:
             row: dict = {}
             fns = {}
             try:
-                fns["it"], _ = build_emmy(self.traced, self.target, self.cache, build)
+                fns["it"], _ = build_emmy(self.traced, self.target, self.cache, build, self._compile(build))
             except Exception as e:  # a build that fails is that build's problem; the others go on
                 row["it_error"] = f"{type(e).__name__}: {e}"[:500]
             timed = checked_replays(fns, self._ref, self._allowed, row)
@@ -252,7 +278,7 @@ class LayerRuns:
         for build in builds.values():
             if build not in self._made:
                 try:
-                    prebuild(self.traced, self.target, self.cache, build)
+                    prebuild(self.traced, self.target, self.cache, build, self._compile(build))
                 except Exception:  # reported by `time`, with the others timed
                     pass
 
@@ -287,6 +313,6 @@ def time_builds(traced, target: str, cache, builds: Mapping[str, EmmyBuild], tol
 
 __all__ = [
     "DEFAULT_TOLERANCE", "EmmyBuild", "LayerRuns", "LayerTime", "ModelCase", "Reference", "allowed_error", "as_list",
-    "build_emmy", "checked_replays", "emmy_layer", "emmy_plan", "prebuild", "reference", "rel_err", "results_error",
-    "time_builds",
+    "build_emmy", "checked_replays", "compile_case", "emmy_layer", "emmy_plan", "layer_run", "prebuild", "reference",
+    "rel_err", "results_error", "time_builds",
 ]

@@ -44,6 +44,15 @@ def summarize(samples: Sequence[float]) -> tuple[float, float]:
     return median, spread
 
 
+def faster(a, b) -> bool:
+    """Whether timing `a` is faster than timing `b` by more than the larger of their spreads
+    (anything with `time_s` and `spread`; a time of None is never faster): the rule by which a
+    newly measured answer replaces the one kept, for a study's best and a layer's revert alike."""
+    if a.time_s is None or b.time_s is None:
+        return False
+    return a.time_s < b.time_s * (1.0 - max(a.spread or 0.0, b.spread or 0.0))
+
+
 def rotation_count(working_set: int, l2: int = DEFAULT_L2_BYTES, cap: int = MAX_COPIES) -> int:
     """How many copies of a call's inputs and outputs (`working_set` bytes) to rotate through so
     that together they are at least twice the L2 cache: 1 for a large kernel, up to `cap`."""

@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 from emmy.measure.layer import LayerTime
+from emmy.measure.timing import faster
 
 Values = Mapping[str, object]
 Assignment = Mapping[str, Values]  # kernel name -> knob values
@@ -116,13 +117,6 @@ class Verdict:
         if self.final.time_s and self.deploy.time_s:
             return self.deploy.time_s / self.final.time_s
         return None
-
-
-def faster(a: LayerTime, b: LayerTime) -> bool:
-    """Whether `a` is faster than `b` by more than the larger of their spreads."""
-    if a.time_s is None or b.time_s is None:
-        return False
-    return a.time_s < b.time_s * (1.0 - max(a.spread, b.spread))
 
 
 def check_layer(layer: Layer, tuned: Assignment, timer: LayerTimer) -> Verdict:
@@ -247,9 +241,10 @@ def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: 
     for t in tokens:
         layer = layer_of(options, t, tasks)
         tuned = chosen_set(layer, bests)
-        recalled = recall(layer, tuned, layer_checks(store), measured)
-        if layer.clash():
-            outcome = LayerOutcome(layer, None, layer.clash(), problem=True)
+        clash = layer.clash()
+        recalled = None if clash else recall(layer, tuned, layer_checks(store), measured)
+        if clash:
+            outcome = LayerOutcome(layer, None, clash, problem=True)
         elif tuned == layer.deploy():
             outcome = LayerOutcome(layer, None, "nothing to time: every kernel's tuned answer is its deploy answer")
         elif recalled is not None:

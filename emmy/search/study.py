@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from emmy.measure import Measurement
+from emmy.measure.timing import faster
 from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, Store
 
 # How many of the best candidates are re-measured, interleaved, before a study names its best,
@@ -644,10 +645,8 @@ def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS
     kept = old is not None and point_key(old["values"]) == point_key(values)
     if old is not None:
         prev = next((r for r in results if point_key(r[1]) == point_key(old["values"])), None)
-        if prev is not None and prev[0] != n:
-            margin = max(m.spread or 0.0, prev[2].spread or 0.0)
-            if not m.time_s < prev[2].time_s * (1.0 - margin):
-                (n, values, m), kept = prev, True
+        if prev is not None and prev[0] != n and not faster(m, prev[2]):
+            (n, values, m), kept = prev, True
     _write_best(study, n, values, m, measurer.environment(), len(trials), default_s, fork, knobs)
     return Best(n, values, m.time_s, m.spread or 0.0, kept=kept, default_s=default_s, fork=fork, fork_knobs=knobs)
 
