@@ -16,7 +16,8 @@ skipped with a reason (`skipped`: one line per study), never silently.
 
 The groups `evaluate` holds out: `key` (the shape: one tuning problem) and `model`: the study
 attribute `emmy.model` where the tuner recorded one, else the key's structure (the kernel on
-every shape at once, which holds out at least as much as the model it came from).
+every shape at once); `emmy.prior.evaluate.model_groups` joins a structure left unrecorded to
+the model other studies of it recorded, so a model is held out with all its kernels' keys.
 """
 
 from __future__ import annotations

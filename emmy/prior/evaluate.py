@@ -4,8 +4,9 @@
     summary(rows)                        # {"geomean_regret": ..., "worst_regret": ..., "n": ..., "by": {...}}
 
 Two schemes: leave one shape out (each key in turn is held out; the prior is fitted on every
-other key, the same kernel on other shapes included) and leave one model out (each `model` group
-in turn: `emmy.prior.data`). For a held-out key with at least two measured candidates, the
+other key, the same kernel on other shapes included) and leave one model out (each model group
+in turn, `model_groups`: the model a study recorded, every key of its kernels included, also
+those of studies that recorded none). For a held-out key with at least two measured candidates, the
 prior ranks those candidates; the regret is the measured time of its pick over the best measured
 time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's first-ranked, and
 `bounded`, what the prior tier would deploy (`emmy.prior.choose`: the rules' answer stands unless
@@ -130,7 +131,8 @@ def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sa
         fitter = _default_fitter(target)
     rows: list[Row] = []
     for scheme in schemes:
-        group_of = (lambda kd: kd.key) if scheme == "shape" else (lambda kd: kd.samples[0].model)
+        models = model_groups(keys)
+        group_of = (lambda kd: kd.key) if scheme == "shape" else (lambda kd: models[kd.key])
         groups: dict[str, list[KeyData]] = {}
         for kd in keys.values():
             groups.setdefault(group_of(kd), []).append(kd)
@@ -142,6 +144,45 @@ def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sa
                 if row is not None:
                     rows.append(row)
     return rows
+
+
+def model_groups(keys: Mapping[str, KeyData]) -> dict[str, str]:
+    """Key id -> the group "leave one model out" holds out with it. Keys whose samples name the
+    same model (`Sample.model`) are one group. A study that recorded no model names its structure
+    instead (`emmy.prior.data`), and a structure one study left unrecorded may be a kernel other
+    studies recorded a model for (the same kernel tuned before the tuner recorded models): every
+    key of that structure joins one group, the unrecorded and the recorded (transitively), so
+    holding the model out holds out all its kernels' keys; held apart, the fit would see the
+    held-out model's kernels on its other shapes. Two models share a group only through such an
+    unrecorded study. A group is named by its models (joined by " + "), else by its structure."""
+    parent: dict[tuple, tuple] = {}
+
+    def find(x: tuple) -> tuple:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a: tuple, b: tuple) -> None:
+        parent[find(a)] = find(b)
+
+    unrecorded = {s.structure for kd in keys.values() for s in kd.samples if s.model == s.structure}
+    for kd in keys.values():
+        find(("key", kd.key))
+        for s in kd.samples:
+            union(("key", kd.key), ("model", s.model))
+            if s.structure in unrecorded:
+                union(("key", kd.key), ("structure", s.structure))
+    names: dict = {}
+    for node in parent:
+        if node[0] == "model":
+            names.setdefault(find(node), []).append(node[1])
+    out = {}
+    for k in keys:
+        labels = sorted(names.get(find(("key", k)), [k]))
+        models = [x for x in labels if x not in unrecorded]
+        out[k] = " + ".join(models) if models else labels[0]
+    return out
 
 
 def _default_fitter(target: str) -> Callable[[list[Sample]], Prior]:
@@ -166,4 +207,4 @@ def summary(rows: Sequence[Row]) -> dict:
     return {"geomean_regret": geo, "worst_regret": worst, "n": n, "by": per}
 
 
-__all__ = ["Row", "evaluate", "judge", "measured_times", "proxy_anchor", "summarize", "summary"]
+__all__ = ["Row", "evaluate", "judge", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary"]

@@ -15,7 +15,7 @@ from emmy.diagnostics import EmmyError
 from emmy.driver import CompileOptions, compile_model
 from emmy.prior.choose import choose, neighbourhood, prior_decision
 from emmy.prior.data import KeyData, Sample
-from emmy.prior.evaluate import evaluate, judge, measured_times, summarize, summary
+from emmy.prior.evaluate import evaluate, judge, measured_times, model_groups, summarize, summary
 from emmy.prior.features import Kernel, features
 from emmy.prior.fit import fit, fit_coeffs, residuals, robust_spread, within_key
 from emmy.prior.model import DEFAULTS, predict, rank, with_target
@@ -300,6 +300,30 @@ def test_leave_one_out_never_fits_on_the_held_out_key(info):
 
     evaluate(keys, "sm_90a", fitter=fitter)
     assert seen == [["b", "c"], ["a", "c"], ["a", "b"], ["a", "b"], ["c"]]
+
+
+def test_leave_one_model_out_holds_out_the_models_unrecorded_studies_too(info):
+    """Key b was tuned before the tuner recorded models (its model is its structure, "s1"), of a
+    kernel key a was tuned from model-x: both are model-x's, held out together (fitting on b
+    while judging a would fit on the held-out model). Key c is model-y's own structure; d shares
+    structure "s2" with c but names model-z: two recorded models of one kernel stay apart."""
+    kernel = Kernel(info, TARGET)
+    space = knob_space_for(info, TARGET)
+    keys = {}
+    for name, structure, model in (("a", "s1", "model-x"), ("b", "s1", "s1"), ("c", "s2", "model-y"),
+                                   ("d", "s2", "model-z"), ("e", "s3", "s3")):
+        kd = keys[name] = KeyData(name, "contraction", kernel, space)
+        for v, t in ((_values(info), 1e-5), (_values(info, block_n=64), 2e-5)):
+            kd.samples.append(Sample(name, structure, model, "contraction", "l", v, t, {}))
+    assert model_groups(keys) == {"a": "model-x", "b": "model-x", "c": "model-y", "d": "model-z", "e": "s3"}
+    seen = []
+
+    def fitter(train):
+        seen.append(sorted({s.key for s in train}))
+        return Prior("sm_90a")
+
+    evaluate(keys, "sm_90a", fitter=fitter, schemes=("model",))
+    assert seen == [["c", "d", "e"], ["a", "b", "d", "e"], ["a", "b", "c", "e"], ["a", "b", "c", "d"]]
 
 
 # -- the prior file ------------------------------------------------------------------------------
