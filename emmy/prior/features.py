@@ -22,7 +22,8 @@ target's hardware table (`emmy.targets`), none fitted:
     tensor           1 where tensor cores do the arithmetic (then `intensity` matters)
     busy             the share of the SMs the main launch keeps busy (1 from one full wave)
     rounds           rounds of blocks an SM runs one after another (each fills its pipeline
-                     and stores its results)
+                     and stores its results); schedule = persistent: the tiles its busiest block
+                     loops over (and `waves`, `quant`, `serial_steps` count them too)
     stages / steps   pipeline depth (0 for kernels without a k loop) and k-steps per tile;
                      `unstaged` = 1 without staging;
                      `serial_steps`: the k-steps one SM runs one after another (each pays a
@@ -362,6 +363,8 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     f["stages"] = float(plan.stages)
     steps = ceil(ceil(K / split) / bk)
     f["steps"] = float(steps)
+    if plan.persistent and not plan.stream_k:
+        _persistent(f, plan.tiles * split, plan.blocks, target)
     f["serial_steps"] *= steps
     f["unstaged"] = 1.0 if plan.stages < 2 else 0.0
     workspace = 0.0
@@ -388,6 +391,17 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     if plan.workers == "wgmma_ws":
         f["single_slice"] = 1.0 if bm < 128 else 0.0
         f["multi_slice"] = 1.0 if plan.mi > 1 else 0.0
+
+
+def _persistent(f: Features, units: int, blocks: int, target: Target) -> None:
+    """schedule = persistent: at most one block per SM, each looping over its share of the
+    `units` (tiles, times split_k's parts): the busiest block's units run one after another, so
+    they are its rounds and waves (each fills its pipeline, runs its k-steps and stores), and the
+    wave quantization is the busiest SM's units over the average (the grid schedule's figure for
+    as many blocks as units), not the launch's blocks over the SMs (1 for a full machine)."""
+    per_block = ceil(units / max(1, blocks))
+    f["rounds"] = f["serial_steps"] = f["waves"] = float(per_block)
+    f["quant"] = per_block * target.sms / max(1, units)
 
 
 def _budget(target: Target, threads: int) -> tuple[int, int]:

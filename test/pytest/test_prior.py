@@ -93,6 +93,23 @@ def test_split_k_adds_workspace_and_a_combine_launch(info):
     assert f["flops"] == 2 * 512 * 4096 * 1024
 
 
+def test_a_persistent_block_runs_its_share_of_the_tiles_one_after_another(info):
+    """256 tiles of 128 x 64 on 132 SMs: the grid launches 256 blocks, persistent 132 that loop;
+    the busiest persistent block runs 2 tiles in turn (its rounds and waves, twice the k-steps),
+    and the quantization is 2 tiles on the busiest SM over 256/132 on average, as the grid's
+    (before, a persistent launch of 132 blocks counted as one round with no quantization)."""
+    grid = features(info, _values(info, block_n=64), TARGET)
+    persistent = features(info, _values(info, block_n=64, schedule="persistent"), TARGET)
+    assert (grid["blocks"], persistent["blocks"]) == (256, 132)
+    assert (persistent["rounds"], persistent["waves"], persistent["serial_steps"]) == (2, 2, 2 * 16)
+    assert persistent["quant"] == pytest.approx(2 * 132 / 256) == grid["quant"]
+    assert persistent["busy"] == 1
+    fewer = features(info, _values(info, schedule="persistent"), TARGET)  # 128 tiles: one each
+    assert (fewer["blocks"], fewer["rounds"], fewer["quant"]) == (128, 1, pytest.approx(132 / 128))
+    t = {p: predict(with_target(f, TARGET), DEFAULTS) for p, f in (("two", persistent), ("one", fewer))}
+    assert t["two"] > t["one"]  # the same work in 64-column tiles: two rounds of them cost more
+
+
 def test_mma_sync_on_sm_90a_has_half_the_wgmma_rate_and_thread_the_fma_rate(info):
     mma = features(info, _values(info, workers="mma_sync", warps=4, copy="cp_async"), TARGET)
     assert mma["peak_flops"] == TARGET.tensor_flops / 2
