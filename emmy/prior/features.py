@@ -14,7 +14,9 @@ target's hardware table (`emmy.targets`), none fitted:
     unique_bytes     the kernel's operands and results, once (from its tensor types)
     reread_bytes     operand tiles read again by other tiles (A once per column of tiles, B once
                      per row of tiles; K and V once per query block), of them
-    l2_fraction      the share L2 serves: 1 where the operands fit in L2, else the share that fits
+    l2_fraction      the share of re-read bytes L2 serves: 1 where the operands fit in L2, else
+                     the share that fits; contractions: of the operand rows and columns the tiles
+                     running at once read (the wave's working set, by the tile order)
     occupancy        blocks per SM, from shared memory, registers, threads and the block limit
     waves            rounds of one block per SM the main launch takes (the plan's waves)
     quant            wave quantization: the busiest SM's blocks over the average (>= 1)
@@ -212,7 +214,7 @@ def combine(fs: list[Features], separate: bool, target: Target) -> Features:
     f["intensity"] = mean("intensity")
     f["peak_flops"] = total / sum(w / p["peak_flops"] for w, p in zip(weight, fs)) if all(p["peak_flops"] for p in fs) else 0.0
     f["stages"] = min(p["stages"] for p in fs)
-    f["l2_fraction"] = l2_fraction(f["unique_bytes"], target)
+    f["l2_fraction"] = min(min(p["l2_fraction"] for p in fs), l2_fraction(f["unique_bytes"], target))
     f["occupancy"] = min(p["occupancy"] for p in fs)
     f["warps_resident"] = min(p["warps_resident"] for p in fs)
     if separate:
@@ -360,12 +362,19 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     f["tensor"] = 0.0 if plan.workers == "thread" else 1.0
     f["tile_area"] = float(bm * bn * nc)
     f["reread_bytes"] = float(B * ((cols - 1) * M * K + (rows - 1) * nc * N * K) * elt)
+    f["l2_fraction"] = l2_fraction(_wave_bytes(plan, rows, cols, ceil(K / split) * elt, f["occupancy"], target), target)
     f["stages"] = float(plan.stages)
     steps = ceil(ceil(K / split) / bk)
     f["steps"] = float(steps)
-    if plan.persistent and not plan.stream_k:
-        _persistent(f, plan.tiles * split, plan.blocks, target)
-    f["serial_steps"] *= steps
+    if plan.stream_k:  # whole tiles a block each, then an equal share of the rest's k-steps
+        tiles, _, blocks, _, whole = plan.stream_k_plan
+        run = ceil((tiles - whole) * steps / blocks)
+        _looping(f, whole // blocks * steps + run, whole // blocks + ceil(run / steps), tiles * steps, target)
+    elif plan.persistent:  # the busiest block's share of the tiles (times split_k's parts), in turn
+        per_block = ceil(plan.tiles * split / plan.blocks)
+        _looping(f, per_block * steps, per_block, plan.tiles * split * steps, target)
+    else:
+        f["serial_steps"] *= steps
     f["unstaged"] = 1.0 if plan.stages < 2 else 0.0
     workspace = 0.0
     if split > 1:
@@ -393,15 +402,33 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
         f["multi_slice"] = 1.0 if plan.mi > 1 else 0.0
 
 
-def _persistent(f: Features, units: int, blocks: int, target: Target) -> None:
-    """schedule = persistent: at most one block per SM, each looping over its share of the
-    `units` (tiles, times split_k's parts): the busiest block's units run one after another, so
-    they are its rounds and waves (each fills its pipeline, runs its k-steps and stores), and the
-    wave quantization is the busiest SM's units over the average (the grid schedule's figure for
-    as many blocks as units), not the launch's blocks over the SMs (1 for a full machine)."""
-    per_block = ceil(units / max(1, blocks))
-    f["rounds"] = f["serial_steps"] = f["waves"] = float(per_block)
-    f["quant"] = per_block * target.sms / max(1, units)
+def _wave_bytes(plan, rows: int, cols: int, k_bytes: int, occ: float, target: Target) -> float:
+    """The operand bytes the tiles running at once read (the share of re-read tiles L2 can serve
+    depends on these fitting in it, not the whole operands: a tile's A rows and B columns are
+    read again by the tiles beside it while they are still in L2). The concurrent tiles
+    (`occ` blocks an SM, a looping block's current tile) follow the tile order: along n, a
+    wave spans min(cols, W) columns of tiles and ceil(W / cols) rows; with group_m = g, the
+    tiles go down a group's g rows first: the full groups' rows, and of the last group as many
+    rows as its tiles (at most g)."""
+    conc = min(plan.blocks, int(target.sms * occ)) if not plan.persistent else plan.blocks
+    conc = max(1, min(conc, rows * cols))
+    g = max(1, min(plan.group_m, rows))
+    full, rest = divmod(conc, g * cols)
+    r = min(rows, g * full + min(g, rest))
+    c = cols if full else ceil(conc / g)
+    return float((r * plan.bm + c * plan.bn * plan.nc) * k_bytes)
+
+
+def _looping(f: Features, serial: int, rounds: int, total: int, target: Target) -> None:
+    """schedule = persistent or stream_k: at most one block per SM, each looping over its share
+    of the work (`total` k-steps of all tiles): the busiest block runs `serial` k-steps over
+    `rounds` tiles or pieces of tiles one after another (each fills its pipeline and stores),
+    its rounds and waves, and the wave quantization is its k-steps over the average per SM
+    (the grid schedule's figure for as many blocks as tiles), not the launch's blocks over the
+    SMs (1 for a full machine, whatever the tiles)."""
+    f["serial_steps"] = float(serial)
+    f["rounds"] = f["waves"] = float(max(1, rounds))
+    f["quant"] = max(1.0, serial * target.sms / max(1, total))
 
 
 def _budget(target: Target, threads: int) -> tuple[int, int]:

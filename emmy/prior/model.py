@@ -9,7 +9,8 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
 
     compute  = flops * quant / (peak_flops * eff * feed * hide) + recompute_flops * quant / (fp32_flops
                * recompute_eff * hide) + serial_steps * step_s + softmax_steps * softmax_step_s
-               + recompute_rows * recompute_row_s
+               + recompute_rows * recompute_row_s + thread_ops * thread_op_s + warp_ops * warp_op_s
+               (a reduction's issue side: its operations overlap its loads like any arithmetic)
                eff = compute_eff on tensor cores, fma_eff on FMA units; feed = min(1, intensity /
                knee) for tensor cores (a tile that stages too little per multiply-add starves
                them); hide = warps / (warps + hide_warps) (latency hiding)
@@ -26,8 +27,7 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
                * unstaged) * (1 + single_slice_cost * single_slice)
                * (1 + multi_slice_cost * multi_slice) * (1 + spill_cost * spill_bytes / 1024)
                * (1 + reg_cost * reg_overflow / 64) + rounds * round_s + idle_rounds * idle_round_s
-               + ticket_bytes / (l2_bandwidth / sms * ticket_eff) + thread_ops * thread_op_s
-               + warp_ops * warp_op_s
+               + ticket_bytes / (l2_bandwidth / sms * ticket_eff)
     seconds  = kernel + launches * launch_s
 
 The rates and bandwidths come from the target's table; the coefficients (all positive) are what
@@ -94,6 +94,9 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     compute = compute + f["recompute_flops"] * f["quant"] / (f["fp32_flops"] * c["recompute_eff"] * hide) \
         + f["serial_steps"] * c["step_s"]
     compute = compute + f["softmax_steps"] * c["softmax_step_s"] + f["recompute_rows"] * c["recompute_row_s"]
+    # a reduction thread's operations, one after another, and the busiest SM's warp instructions:
+    # the issue side of the kernel, which overlaps with its loads like any arithmetic
+    compute = compute + f["thread_ops"] * c["thread_op_s"] + f["warp_ops"] * c["warp_op_s"]
     pull = np.minimum(1.0, f["busy"] * c["busy_sms"])
     # re-read tiles, recomputed rows and partial sums (read back soon): from L2 where they fit
     again = f["reread_bytes"] + f["recompute_bytes"] + f["workspace_bytes"] + f["stats_bytes"]
@@ -114,8 +117,6 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
     # a tile's last block adds the other parts alone, after the rest (at one SM's share of L2)
     kernel = kernel + f["rounds"] * c["round_s"] + f["idle_rounds"] * c["idle_round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
-    kernel = kernel + f["thread_ops"] * c["thread_op_s"]  # a reduction thread's operations, one after another
-    kernel = kernel + f["warp_ops"] * c["warp_op_s"]  # ... issued by every warp of the busiest SM
     out = kernel + f["launches"] * c["launch_s"]
     return float(out) if np.ndim(out) == 0 else out
 

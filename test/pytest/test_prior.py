@@ -110,6 +110,14 @@ def test_a_persistent_block_runs_its_share_of_the_tiles_one_after_another(info):
     assert t["two"] > t["one"]  # the same work in 64-column tiles: two rounds of them cost more
 
 
+def test_a_stream_k_block_runs_its_equal_share_of_the_k_steps(info):
+    """stream_k over the same 256 tiles of 16 k-steps: no whole wave but the last, so 132 blocks
+    share 4096 k-steps, 32 for the busiest (ceil(4096 / 132)), over 2 tiles' worth."""
+    f = features(info, _values(info, block_n=64, schedule="stream_k"), TARGET)
+    assert f["blocks"] == 132 and (f["serial_steps"], f["rounds"]) == (32, 2)
+    assert f["quant"] == pytest.approx(32 * 132 / 4096)
+
+
 def test_mma_sync_on_sm_90a_has_half_the_wgmma_rate_and_thread_the_fma_rate(info):
     mma = features(info, _values(info, workers="mma_sync", warps=4, copy="cp_async"), TARGET)
     assert mma["peak_flops"] == TARGET.tensor_flops / 2

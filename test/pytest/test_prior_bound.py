@@ -107,6 +107,50 @@ def test_few_loads_in_flight_pull_less_than_the_bandwidth(reduction):
     assert predict({**few, "inflight_bytes": 0.0}, DEFAULTS) < predict(few, DEFAULTS)  # 0: not applicable
 
 
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    """The same projection at 32768 tokens: 343 MB of operands and result, past the 60 MB L2."""
+    return _info(tmp_path_factory, LINEAR, 32768, "contraction")
+
+
+TILE = {"workers": "wgmma_ws", "block_m": 128, "block_n": 256, "block_k": 64, "warps": 8, "stages": 4,
+        "split_k": 1, "schedule": "grid", "copy": "tma", "cluster": 1, "group_m": 1, "vector": 8}
+
+
+def test_l2_serves_re_reads_when_a_waves_tiles_fit_not_the_whole_operands(large):
+    """At 32768 tokens the operands do not fit in L2 (60 MB of 343), but the 132 tiles of
+    128 x 256 running at once, in order along n, read 9 rows of A tiles and all 16 columns of B
+    tiles: 10.7 MB, which do; the re-reads come from L2 (before: 60 / 343 of them). The order
+    matters: with group_m = 8 the wave fills a group (8 rows of all 16 columns) and starts the next
+    one, down its rows first: 12 rows."""
+    from emmy.prior.features import _wave_bytes
+    from emmy.schedule.plan import plan_for
+
+    values = {k: v for k, v in {**TILE, "fusion": "fused", "combine": "kernel", "split_tail": 1,
+                                "epilogue": "together"}.items() if k in knob_space_for(large, TARGET)}
+    assert not check(large, values, TARGET)
+    f = features(large, values, TARGET)
+    assert f["unique_bytes"] > TARGET.l2_bytes and f["l2_fraction"] == 1.0
+    plan = plan_for(large, values, TARGET)
+    assert _wave_bytes(plan, 256, 16, 1024 * 2, 1, TARGET) == (9 * 128 + 16 * 256) * 1024 * 2
+    grouped = plan_for(large, {**values, "group_m": 8}, TARGET)
+    assert _wave_bytes(grouped, 256, 16, 1024 * 2, 1, TARGET) == (12 * 128 + 16 * 256) * 1024 * 2
+    # a wave that does not fit is served in the share that fits
+    assert _wave_bytes(plan, 256, 16, 64 * 1024 * 2, 1, TARGET) > TARGET.l2_bytes
+
+
+def test_a_reductions_issue_overlaps_its_loads(reduction):
+    """Thread and warp operations are the issue side of the kernel (with its arithmetic): a few
+    hide under the loads of a memory-bound reduction; many more make it issue-bound, and then
+    they cost in proportion."""
+    f = with_target(features(reduction, {"rows_per_block": 1, "threads": 32, "vector": 8}, TARGET), TARGET)
+    c = {**DEFAULTS, "warp_op_s": 1e-12, "thread_op_s": 1e-12}
+    base = predict({**f, "warp_ops": 0.0, "thread_ops": 0.0}, c)
+    assert predict({**f, "warp_ops": 10.0, "thread_ops": 10.0}, c) == pytest.approx(base, rel=1e-6)
+    many, more = (predict({**f, "warp_ops": n, "thread_ops": 0.0}, c) for n in (1e8, 2e8))
+    assert base < many < more and more - many == pytest.approx(1e8 * 1e-12, rel=0.05)
+
+
 def test_the_last_block_reads_the_other_split_parts_back_alone(info):
     v = {**_anchor(info), "split_k": 2, "combine": "last_block"}
     assert not check(info, v, TARGET), check(info, v, TARGET)
