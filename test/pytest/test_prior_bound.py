@@ -137,6 +137,10 @@ def test_l2_serves_re_reads_when_a_waves_tiles_fit_not_the_whole_operands(large)
     assert _wave_bytes(grouped, 256, 16, 1024 * 2, 1, TARGET) == (12 * 128 + 16 * 256) * 1024 * 2
     # a wave that does not fit is served in the share that fits
     assert _wave_bytes(plan, 256, 16, 64 * 1024 * 2, 1, TARGET) > TARGET.l2_bytes
+    # re-reads from L2 rather than DRAM: the time falls (3 GB of them, once DRAM-bound)
+    whole = TARGET.l2_bytes / f["unique_bytes"]  # the share the whole operands gave
+    t = {share: predict(with_target({**f, "l2_fraction": share}, TARGET), DEFAULTS) for share in (whole, 1.0)}
+    assert f["reread_bytes"] > 3e9 and t[1.0] < 0.8 * t[whole]
 
 
 def test_a_reductions_issue_overlaps_its_loads(reduction):
