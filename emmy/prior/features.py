@@ -39,7 +39,10 @@ target's hardware table (`emmy.targets`), none fitted:
                      parts of the blocks sharing a tile): serial, at one SM's share of L2
     recompute_bytes  what fusion recomputes: a fused row statistic re-read for every column of
                      output tiles (the norm of x recomputed per output tile), and
-    recompute_flops  its arithmetic (FMA units); `recompute_rows`: the computed key and value
+    recompute_flops  its arithmetic (FMA units), and `recompute_chain`: the elements of its rows
+                     one consumer thread folds one after another (a tile's rows x k over the
+                     consumer threads, between its MMAs) in the tiles the busiest SM runs;
+                     `recompute_rows`: the computed key and value
                      rows one SM works through one after another in fused attention (every
                      query block computes them all again, each a row reduction with barriers:
                      latency, not throughput, at small shapes)
@@ -79,7 +82,7 @@ NAMES = (
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
     "recompute_flops", "rounds", "softmax_steps", "inflight_bytes", "recompute_rows", "ticket_bytes",
-    "idle_rounds", "thread_ops", "warp_ops", "stats_bytes",
+    "idle_rounds", "thread_ops", "warp_ops", "stats_bytes", "recompute_chain",
 )
 
 Features = dict[str, float]
@@ -187,7 +190,7 @@ SUMMED = ("flops", "unique_bytes", "reread_bytes", "workspace_bytes", "recompute
           "blocks", "spill_bytes", "warp_ops")
 MOST = ("threads", "smem_bytes", "tile_area", "steps", "unstaged", "reg_overflow", "single_slice",
         "multi_slice", "ticket_bytes", "recompute_rows", "tensor", "inflight_bytes", "stats_bytes")
-PER_ROUND = ("serial_steps", "idle_rounds", "thread_ops", "softmax_steps")
+PER_ROUND = ("serial_steps", "idle_rounds", "thread_ops", "softmax_steps", "recompute_chain")
 
 
 def combine(fs: list[Features], separate: bool, target: Target) -> Features:
@@ -393,6 +396,9 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     if plan.prologue and not plan.stats_kernel:
         # every column of tiles computes its rows' statistics (a sum of squares over k) again
         f["recompute_flops"] = 2.0 * B * cols * M * K
+        # ... each consumer thread its share of the tile's rows, element after element between
+        # its MMAs, in every tile the busiest SM runs
+        f["recompute_chain"] = f["rounds"] * ceil(bm * ceil(K / split) / plan.consumers)
         if a_reads_prologue:  # ... before its k loop: A read again
             f["recompute_bytes"] = float(B * cols * M * K * elt)
     _, acc_budget = _budget(target, plan.threads)

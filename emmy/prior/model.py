@@ -9,7 +9,8 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
 
     compute  = flops * quant / (peak_flops * eff * feed * hide) + recompute_flops * quant / (fp32_flops
                * recompute_eff * hide) + serial_steps * step_s + softmax_steps * softmax_step_s
-               + recompute_rows * recompute_row_s + thread_ops * thread_op_s + warp_ops * warp_op_s
+               + recompute_rows * recompute_row_s + recompute_chain * recompute_op_s
+               + thread_ops * thread_op_s + warp_ops * warp_op_s
                (a reduction's issue side: its operations overlap its loads like any arithmetic)
                eff = compute_eff on tensor cores, fma_eff on FMA units; feed = min(1, intensity /
                knee) for tensor cores (a tile that stages too little per multiply-add starves
@@ -74,6 +75,7 @@ DEFAULTS: dict[str, float] = {
     "reg_cost": 1.0,  # per 64 accumulator registers past the budget
     "launch_s": 1.0e-6,  # one launch under CUDA-graph replay
     "recompute_row_s": 2e-8,  # one computed row of fused attention, on the critical path
+    "recompute_op_s": 4e-9,  # one element of a fused row statistic a consumer thread folds between its MMAs
     "ticket_eff": 1.0,  # share of one SM's part of the L2 bandwidth a last block's read-back reaches
     "idle_round_s": 1e-6,  # a round of reduction blocks with every thread idle: barriers over them all
     "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
@@ -94,6 +96,7 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     compute = compute + f["recompute_flops"] * f["quant"] / (f["fp32_flops"] * c["recompute_eff"] * hide) \
         + f["serial_steps"] * c["step_s"]
     compute = compute + f["softmax_steps"] * c["softmax_step_s"] + f["recompute_rows"] * c["recompute_row_s"]
+    compute = compute + f["recompute_chain"] * c["recompute_op_s"]  # a fused prologue's fold, thread by thread
     # a reduction thread's operations, one after another, and the busiest SM's warp instructions:
     # the issue side of the kernel, which overlaps with its loads like any arithmetic
     compute = compute + f["thread_ops"] * c["thread_op_s"] + f["warp_ops"] * c["warp_op_s"]

@@ -143,6 +143,33 @@ def test_l2_serves_re_reads_when_a_waves_tiles_fit_not_the_whole_operands(large)
     assert f["reread_bytes"] > 3e9 and t[1.0] < 0.8 * t[whole]
 
 
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory):
+    """RMSNorm then a linear layer at 128 tokens: a contraction with a row-statistics prologue."""
+    return _info(tmp_path_factory, NORM_LINEAR, 128, "contraction")
+
+
+def test_a_fused_prologue_is_folded_by_each_consumer_thread_between_its_mmas(fused):
+    """Fused, each tile's consumer threads fold its rows' squares over k themselves: 64 rows of
+    256 over 128 consumer threads (one warpgroup beside the producer) is 128 elements a thread,
+    as many as 128 rows over 256 (two warpgroups); split, the statistics launch does it and the
+    chain is 0. The chain costs the fold's time, so fusing costs more as it grows."""
+    base = {k: v for k, v in {**TILE, "block_n": 128, "warps": 4, "block_m": 64, "fusion": "fused",
+                              "combine": "kernel", "split_tail": 1, "epilogue": "together"}.items()
+            if k in knob_space_for(fused, TARGET)}
+    assert not check(fused, base, TARGET), check(fused, base, TARGET)
+    one = features(fused, base, TARGET)
+    two = features(fused, {**base, "block_m": 128, "warps": 8}, TARGET)
+    split = features(fused, {**base, "fusion": "split"}, TARGET)
+    assert (one["rounds"], one["recompute_chain"], two["recompute_chain"]) == (1, 64 * 256 / 128, 128 * 256 / 256)
+    assert split["recompute_chain"] == 0 and split["recompute_flops"] == 0
+    f = with_target(one, TARGET)
+    slow, fast = (predict(f, {**DEFAULTS, "recompute_op_s": t}) for t in (1e-8, 1e-9))
+    assert slow > fast
+    # the whole fold is on the busiest SM's path (compute-bound here; the kernel's factors only add)
+    assert slow - fast >= 0.99 * one["recompute_chain"] * 9e-9
+
+
 def test_a_reductions_issue_overlaps_its_loads(reduction):
     """Thread and warp operations are the issue side of the kernel (with its arithmetic): a few
     hide under the loads of a memory-bound reduction; many more make it issue-bound, and then
