@@ -205,7 +205,21 @@ def reduces_weights(loop: FusedOp) -> bool:
     reduction's other operands depends on (W[n, k] against x[m, k]). Such a projection, however
     short, is never recomputed per consumer element; rule (c) is for reductions over activations
     (QK^T over the head dim, whose per-element scale q_norm.weight[d] depends on the reduced axis
-    alone, and whose bias q_proj.bias[h * D + d] depends on the head h that Q and K share)."""
+    alone, and whose bias q_proj.bias[h * D + d] depends on the head h that Q and K share).
+    A weight load whose index is not analyzable counts as a contraction (the safe answer for a
+    producer: not recomputed)."""
+    return _contracts_weights(loop, unknown=True)
+
+
+def provably_reduces_weights(loop: FusedOp) -> bool:
+    """`reduces_weights` where a weight load of unanalyzable index does not count (rotary
+    embedding's `q_norm.weight[(d + 64) % 128]` inside attention): the safe answer for a
+    consumer, which is then kept from absorbing short reductions it would recompute per output
+    column only when it surely is a projection."""
+    return _contracts_weights(loop, unknown=False)
+
+
+def _contracts_weights(loop: FusedOp, unknown: bool) -> bool:
     weights = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
     if not weights:
         return False
@@ -220,7 +234,9 @@ def reduces_weights(loop: FusedOp) -> bool:
         if not reduced or not weight:
             continue
         if axes is None:
-            return True
+            if unknown:
+                return True
+            continue
         shared: set[str] = set()
         for other_reduced, other_axes, other_weight in loads:
             if other_reduced & reduced and not other_weight:

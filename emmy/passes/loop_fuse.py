@@ -20,7 +20,12 @@ names). Rules (pattern `InlineProducer`, on the consumer):
   reducing producer (it is dissolved into its own consumers instead);
 - (c) a producer whose reductions are all short (product of reduced extents along any nesting
   <= 256) and read no model parameter is inlined into any consumer, even one reducing over its parallel axes (QK^T over
-  the head dim into softmax and the PV contraction; q/k norms): attention becomes one loop;
+  the head dim into softmax and the PV contraction; q/k norms): attention becomes one loop.
+  Not into a consumer that contracts against weights (`provably_reduces_weights`): there the short
+  reductions would be evaluated again for every output column (at one token, the whole
+  attention inside o_proj's sum over heads x head dim: 1024 x 2048 evaluations of three
+  128-long sums, 14 ms on an H200 instead of a few microseconds). Such a producer goes by rule
+  (b), where every reduction it holds counts as long;
 - (e) the layout-only loops that only feed `func.return` absorb the reducing producer they
   all read (slices of the q/k/v matmul in the running example), and are then merged into one
   loop with several results (`MergeSplitSiblings`).
@@ -86,6 +91,7 @@ from emmy.analysis.loops import (
     one_plain_store_each,
     plain_stores,
     producers,
+    provably_reduces_weights,
     reduced_around,
     reduces_weights,
     short_limit,
@@ -174,9 +180,11 @@ class FuseState:
         return all_short(loop, self.limit)
 
     def keeps_parallel(self, producer: FusedOp, consumer: FusedOp) -> bool:
-        # A contraction against weights counts as long whatever its extent (see reduces_weights).
-        limit = 0 if self.cached(reduces_weights, producer) else self.limit
-        return _keeps_parallel(producer, consumer, limit)
+        # A contraction against weights counts as long whatever its extent (see reduces_weights);
+        # so does any reduction read inside a consumer's contraction against weights, which would
+        # evaluate it again for every output column (rule (c)'s exception).
+        weights = self.cached(reduces_weights, producer) or self.cached(provably_reduces_weights, consumer)
+        return _keeps_parallel(producer, consumer, 0 if weights else self.limit)
 
     def cached(self, fn, *loops: Operation):
         """`fn(*loops)`, remembered until one of the loops changes."""
@@ -407,7 +415,11 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
         return False
     if st.cached(is_elementwise, producer):  # rule (a)
         return not is_anchor(producer, st)
-    if st.cached(st.all_short, producer) and not st.cached(reduces_weights, producer):  # rule (c)
+    if (
+        st.cached(st.all_short, producer)
+        and not st.cached(reduces_weights, producer)
+        and not st.cached(provably_reduces_weights, consumer)
+    ):  # rule (c)
         return True
     # rule (b): the only user; the consumer keeps the long reductions' results parallel
     if any(u is not consumer for u in users(producer)):

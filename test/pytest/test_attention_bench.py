@@ -33,6 +33,21 @@ def test_module_is_causal_grouped_query_attention():
         assert torch.allclose(out[0, :, h], torch.softmax(s, -1) @ vh, atol=1e-12)
 
 
+def test_reference_one_head_at_a_time_is_the_module_in_f32():
+    """The bench's reference (one query head at a time, so 32768 tokens fit) is the module's
+    output on f32 inputs, grouped-query heads mapped to their key-value head."""
+    module, (q, k, v) = bench.make_attention(29, heads=6, kv_heads=2, head_dim=16)
+    want = module(*(x.float() for x in (q, k, v)))
+    got = bench.attention_reference(q, k, v)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert torch.allclose(got, want, atol=1e-6)
+    # a different key-value head for the second group changes only that group's outputs
+    k2 = k.clone()
+    k2[:, :, 1] = 0
+    moved = (bench.attention_reference(q, k2, v) - got).abs().amax(dim=(0, 1, 3))
+    assert (moved[:3] == 0).all() and (moved[3:] > 0).all()
+
+
 def test_flops_count_the_causal_half():
     assert bench.attention_flops(4096, 16) == 4 * 4096 * 4096 * 16 * 128 // 2
 

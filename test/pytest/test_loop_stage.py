@@ -618,6 +618,15 @@ def test_odd_shaped_layers(shape):
         assert names == EXPECTED_LAYER_LOOPS
     else:  # one token: softmax over one key, attention holds only short reductions
         assert 1 <= len(names) <= 5
+        # ... which never move into o_proj: inside its contraction against the weights they
+        # would be evaluated again for every output column (loop-fuse's rule (c) exception)
+        f = tensor_stage.find_function(fused)
+        (w_o,) = [
+            a for a, at in zip(f.body.block.args, f.arg_attrs.data) if at.data["emmy.name"].data == "self_attn.o_proj.weight"
+        ]
+        (o_proj,) = [op for op in loops(fused) if w_o in op.inputs]
+        nested = [r for r in o_proj.walk() if isinstance(r, L.ReduceOp) and any(isinstance(x, L.ReduceOp) for x in r.body.walk() if x is not r)]
+        assert not nested, f"{o_proj.sym_name.data} recomputes a reduction inside its contraction"
 
 
 def test_traced_layer_at_seven_tokens():

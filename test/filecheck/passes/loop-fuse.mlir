@@ -112,6 +112,18 @@
 // CHECK:           loop.reduce sum ["k"] : f32 {
 // CHECK:             loop.reduce sum ["k_1"] : f32 {
 
+
+// (c) not into a projection: a short reduction read inside a contraction against weights would
+// be evaluated again for every output column (n), so the two loops stay apart (at one token the
+// whole attention once sat inside o_proj's sum: 14 ms on an H200).
+// CHECK-LABEL: func.func @short_into_projection
+// CHECK-NEXT:    %p = loop.fused @scores axes [m = 4, j = 64, d = 8]
+// CHECK:           loop.reduce sum ["d"]
+// CHECK:         %y = loop.fused @linear_o_proj axes [m = 4, n = 16, k = 64] ins(%p, %w
+// CHECK-NOT:       loop.reduce sum ["d
+// CHECK:           loop.reduce sum ["k"]
+// CHECK-NOT:       loop.reduce
+// CHECK:         func.return %y
 builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8xbf16>) -> tensor<4x8xf32> {
     %xf = loop.fused @rms_norm axes [d0 = 4, d1 = 8] ins(%x : tensor<4x8xbf16>) -> tensor<4x8xf32> attributes {emmy.origin = "rms_norm"} {
@@ -472,5 +484,38 @@ builtin.module {
       loop.yield
     }
     func.return %o : tensor<4xf32>
+  }
+  func.func @short_into_projection(%a: tensor<4x8xf32>, %b: tensor<64x8xf32>, %w: tensor<16x64xbf16> {emmy.name = "o_proj.weight", emmy.role = "param"}) -> tensor<4x16xbf16> {
+    %p = loop.fused @scores axes [m = 4, j = 64, d = 8] ins(%a, %b : tensor<4x8xf32>, tensor<64x8xf32>) -> tensor<4x64xf32> attributes {emmy.origin = "scores"} {
+    ^bb0(%0: tensor<4x8xf32>, %1: tensor<64x8xf32>):
+      %2 = loop.axis "m" : index
+      %3 = loop.axis "j" : index
+      %4 = loop.reduce sum ["d"] : f32 {
+        %5 = loop.axis "d" : index
+        %6 = loop.load %0[%2, %5] : tensor<4x8xf32> -> f32
+        %7 = loop.load %1[%3, %5] : tensor<64x8xf32> -> f32
+        %8 = arith.mulf %6, %7 : f32
+        loop.yield %8 : f32
+      }
+      loop.store %4, 0 [%2, %3] : f32
+      loop.yield
+    }
+    %y = loop.fused @linear_o_proj axes [m = 4, n = 16, k = 64] ins(%p, %w : tensor<4x64xf32>, tensor<16x64xbf16>) -> tensor<4x16xbf16> attributes {emmy.origin = "linear_o_proj"} {
+    ^bb0(%0: tensor<4x64xf32>, %1: tensor<16x64xbf16>):
+      %2 = loop.axis "m" : index
+      %3 = loop.axis "n" : index
+      %4 = loop.reduce sum ["k"] : f32 {
+        %5 = loop.axis "k" : index
+        %6 = loop.load %0[%2, %5] : tensor<4x64xf32> -> f32
+        %7 = loop.load %1[%3, %5] : tensor<16x64xbf16> -> bf16
+        %8 = arith.extf %7 : bf16 to f32
+        %9 = arith.mulf %6, %8 : f32
+        loop.yield %9 : f32
+      }
+      %10 = arith.truncf %4 : f32 to bf16
+      loop.store %10, 0 [%2, %3] : bf16
+      loop.yield
+    }
+    func.return %y : tensor<4x16xbf16>
   }
 }
