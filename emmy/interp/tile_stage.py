@@ -21,7 +21,9 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   stores evaluated on the block with the contraction and prologue results overridden.
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
   max, running sum and output rescaled by exp(old max - new max)), the sum divided out at the
-  end (or inside P x V when the loop does so), then the epilogue on the block.
+  end (or inside P x V when the loop does so), then the epilogue on the block. With fusion =
+  epilogue the projection's run rewrites the Q/K heads of its output tile by tile first
+  (`emmy.interp.qk_epilogue`), and the attention reads them as rows.
 - reduction: blocks of rows_per_block rows; each top-level reduce accumulated in sweeps of
   (threads / rows_per_block) x vector elements along its contiguous axis, in dependency order
   (earlier results overridden so that a sweep never restricts them), then the epilogue.
@@ -47,6 +49,7 @@ from emmy.analysis.classify import KernelInfo, classify
 from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
 from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
+from emmy.interp.qk_epilogue import direct_operands, epilogue_pairs, run_epilogue
 from emmy.interp.tensor_stage import find_function, prepare_args
 from emmy.schedule.attention import AttentionPlan
 from emmy.schedule.contraction import ContractionPlan
@@ -68,9 +71,19 @@ def run_function(
     """
     f = find_function(module, name)
     env: dict[SSAValue, np.ndarray] = dict(zip(f.body.block.args, prepare_args(f, args)))
+    pairs = epilogue_pairs(f)  # fusion = epilogue: rows a projection rewrites for an attention
+    rewritten: dict[KernelOp, dict[SSAValue, np.ndarray]] = {}
     for op in f.body.block.ops:
         if isinstance(op, KernelOp):
-            outs = run_kernel(op, [env[v] for v in op.inputs])
+            outs = run_kernel(op, [env[v] for v in op.inputs], rewritten.get(op))
+            for r, pair in ((r, pairs[r]) for r in op.results if r in pairs):
+                plan = plan_for(classify(op), op.knob_values(), _target(op))
+                assert isinstance(plan, ContractionPlan)
+                rows = run_epilogue(pair, plan, outs[pair.result], [
+                    outs[pair.result] if v is r else env[v] for v in pair.attention.inputs
+                ])
+                outs = [rows if i == pair.result else o for i, o in enumerate(outs)]
+                rewritten[pair.attention] = direct_operands(pair, rows)
         elif isinstance(op, FusedOp):
             outs = evaluate(op, [env[v] for v in op.inputs])
         elif isinstance(op, func.ReturnOp):
@@ -82,8 +95,11 @@ def run_function(
     raise ValueError(f"@{f.sym_name.data} has no func.return")
 
 
-def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """One tile.kernel's results, computed by its decided schedule."""
+def run_kernel(
+    op: KernelOp, inputs: Sequence[np.ndarray], fixed: Mapping[SSAValue, np.ndarray] | None = None
+) -> list[np.ndarray]:
+    """One tile.kernel's results, computed by its decided schedule (`fixed`: values of its body
+    given, over their full domains: an attention's Q and K from the projection's epilogue)."""
     undecided = [n for n, k in op.knob_dict().items() if not k.is_decided]
     if undecided:
         raise ValueError(
@@ -93,7 +109,7 @@ def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     info = classify(op)
     plan = plan_for(info, op.knob_values(), _target(op))
     run = _RUNNERS[info.kind]
-    return run(_Kernel(op, info, inputs), plan)
+    return run(_Kernel(op, info, inputs, fixed), plan)
 
 
 def _target(op: KernelOp) -> Target:
@@ -112,8 +128,12 @@ def _target(op: KernelOp) -> Target:
 class _Kernel:
     """A kernel being run: its evaluator, its outputs, and a count of writes per element."""
 
-    def __init__(self, op: KernelOp, info: KernelInfo, inputs: Sequence[np.ndarray]):
+    def __init__(
+        self, op: KernelOp, info: KernelInfo, inputs: Sequence[np.ndarray],
+        fixed: Mapping[SSAValue, np.ndarray] | None = None,
+    ):
         self.op = op
+        self.fixed = dict(fixed or {})
         self.info = info
         self.ev = Evaluator(op, inputs)
         self.outs: list[np.ndarray] = []
@@ -131,7 +151,7 @@ class _Kernel:
     def value(
         self, v: SSAValue, ranges: Ranges, overrides: Mapping[SSAValue, np.ndarray] | None = None
     ) -> tuple[np.ndarray, tuple[str, ...]]:
-        return self.ev.value(v, ranges, overrides or None)
+        return self.ev.value(v, ranges, {**self.fixed, **(overrides or {})} or None)
 
     def store_block(self, ranges: Ranges, overrides: Mapping[SSAValue, np.ndarray]) -> None:
         """Evaluate every store over the block `ranges` (with `overrides`) and write it.

@@ -235,6 +235,13 @@ def build(kernel_op: Operation, info: KernelInfo, sched: AttentionPlan) -> Built
     (`<name>_prep`) materializes them once and the main loop runs on the materialized rows.
     """
     plan = analyze(kernel_op, info)
+    if sched.fusion == "epilogue":
+        # the projection's epilogue that would write normalized, rotated Q and K is not lowered
+        # yet (emmy.schedule.qk_epilogue); building this branch would read raw rows as final ones
+        raise EmmyError(
+            f"tile.kernel @{sched.name} (attention): fusion=epilogue has no CUDA lowering yet "
+            "(the projection's Q/K epilogue); use fusion=fused or split"
+        )
     if sched.prep is not None:
         return _build_split(kernel_op, info, plan, sched)
     func, map_refs = _flash_func(kernel_op, info, plan, sched)

@@ -9,7 +9,9 @@ otherwise) and finds how each of Q, K and V is produced (`direct` rows copied wi
 turns it into the flash kernel. The plan is what the decided knobs mean: block_q query rows per
 block (16 per warp), block_kv keys per step, `stages` K/V buffers, mma.sync or wgmma for S = Q K^T
 (one warpgroup per 64 query rows), cp.async or tensor-map copies of K and V, and with
-fusion = split a prologue kernel `<name>_prep` that materializes the computed rows first.
+fusion = split a prologue kernel `<name>_prep` that materializes the computed rows first. With
+fusion = epilogue (emmy.schedule.qk_epilogue) the projection producing Q's and K's rows writes
+them normalized and rotated: no prologue kernel, Q and K plain rows of that output.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from emmy.schedule.contraction import Decided, LaunchPlan
 from emmy.schedule.reduction import row_major_strides
 from emmy.targets import Target
 from emmy.tuning.knobs import KnobValue
+
+# The values of attention's fusion knob the plan knows: Q/K computed in the flash kernel, by a
+# prologue kernel, or in the epilogue of the projection producing their rows (emmy.schedule.
+# qk_epilogue; not in the knob's domain until the projection's CUDA epilogue exists).
+FUSIONS = ("fused", "split", "epilogue")
 
 # Producer modes, as emmy::attention::kDirect / kElem / kRowSum / kTma.
 DIRECT, ELEM, ROWSUM, TMA = 0, 1, 2, 3
@@ -503,7 +510,9 @@ class AttentionPlan:
     warps: int
     stages: int
     workers: str  # the knob's value
-    fusion: str  # "fused", or "split": computed Q/K/V rows materialized by `<name>_prep` first
+    fusion: str  # "fused"; "split": computed Q/K/V rows materialized by `<name>_prep` first;
+    # "epilogue": computed Q and K written, normalized and rotated, by the projection's epilogue
+    # in place of their raw rows (emmy.schedule.qk_epilogue), read here as direct rows
     head_dim: int
     seq_q: int
     seq_kv: int
@@ -653,7 +662,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
             f"(have {workers}, {stages}, block_kv={bkv} for {info.seq_kv} keys)"
         )
     fusion = str(v["fusion"])
-    if fusion not in ("fused", "split"):
+    if fusion not in FUSIONS:
         raise _err(name, f"unknown fusion '{fusion}' (fused or split)")
     if workers == "wgmma_ws":
         why = ws_illegal(info, warps, copy, fusion)
@@ -684,8 +693,10 @@ def ws_illegal(info: KernelInfo, warps: int, copy: str, fusion: str) -> str:
         return f"workers=wgmma_ws has 1 or 2 consumer warpgroups: warps must be 4 or 8, not {warps}"
     if copy != "tma":
         return f"workers=wgmma_ws: its producer warpgroup copies K and V with tensor maps (copy=tma, not {copy})"
-    if fusion == "fused":
+    if fusion in ("fused", "epilogue"):
         computed = computed_operands(info)
+        if fusion == "epilogue":  # the projection's epilogue computes Q and K, not V
+            computed = tuple(c for c in computed if c == "v")
         if computed:
             return (f"workers=wgmma_ws needs plain rows of Q, K and V, and {', '.join(computed)} "
                     "computed (normalized, rotated) in the kernel: use fusion=split (a prologue "

@@ -1,0 +1,250 @@
+"""Attention's computed Q and K as the q/k/v projection's epilogue: which heads, and when it is legal.
+
+    find(attention_op, info) -> QkEpilogue | str        # the facts, or why there are none
+    projection_illegal(epi, projection_op, plan) -> str  # why the projection cannot run them
+
+Attention's `fusion` knob says where the per-head code of its computed Q and K runs (Qwen3: the
+q/k RMSNorm over the head dimension, then the rotary embedding): `fused` (while staging, in the
+flash kernel), `split` (a prologue kernel `<name>_prep`), or `epilogue` (in the epilogue of the
+contraction that produces their rows, which then holds normalized, rotated Q and K where it held
+the raw ones; the flash kernel copies them as direct rows). This module holds the facts the third
+way rests on; `emmy.schedule.attention.plan` and the tile interpreter
+(`emmy.interp.qk_epilogue`) read them.
+
+The attention side (`find`): each computed operand (Q, K) reads one tensor by rows, the source
+(the projection's output, [rows, columns]), only at its own row and only inside one aligned head
+of head_dim columns (columns h * D ... h * D + D - 1: RMSNorm's row sum over d, rotate_half's
+partner column d +- D/2); the batch/head axes reach its value only through which head that is (so
+query heads sharing a key head under grouped-query attention compute the same K: it can be
+written once, in place); Q's heads, K's heads and the columns V reads are disjoint. Then the
+epilogue overwrites column h * D + d of the source with the operand's bf16 value at (row, h, d),
+the flash kernel reads it back from there, and nothing else reads the source (the projection's
+side checks that).
+
+The projection side (`projection_illegal`): the source is a result of a `contraction` tile.kernel
+stored at [m, n] (its only store of that result: rows by m, columns by its n axis), read by the
+attention only; its plan has block_n a multiple of D (tiles start at multiples of block_n, so a
+tile holds whole aligned heads: a head's row, its row sum and every rotary partner lie in one
+block), no split_k (the parts would see partial sums, and split_k's combine adds element by
+element), and a staged epilogue holding the whole tile (`epilogue_width` = block_n): the tile's
+bf16 results sit in shared memory, where a row's sum over a head and the partner column d +- D/2
+are plain reads, whatever the accumulator layout of the workers (mma.sync's quads, wgmma's
+warpgroups, several warps across n). In registers it would need D/2 a multiple of 8 for partners
+to share a thread and a shuffle plus a shared-memory reduction across warps for the row sum; the
+shared-memory form is chosen because it is legal for every worker layout the staged epilogue has.
+
+Status: the plan, these checks and the tile interpreter follow `epilogue`; the CUDA lowering of the
+projection's epilogue, the knob's domain (it is not in it: nothing can pin or tune it yet) and the
+tuner's measurement in context (the projection and attention timed together) are still to come.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from emmy.analysis.body import Evaluator
+from emmy.analysis.classify import KernelInfo
+from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
+from emmy.diagnostics import EmmyError
+from emmy.schedule.attention import DIRECT, AttentionBody, Producer, analyze
+
+
+@dataclass(frozen=True)
+class HeadOperand:
+    """One computed operand written by the projection's epilogue."""
+
+    name: str  # "q" or "k"
+    heads: tuple[int, ...]  # the source head (column block) of each batch/head row, in row-major order of the batch axes
+    row_axis: str  # its row axis in the attention (query or key axis)
+    col_axis: str  # its head-dimension axis in the attention
+
+    @property
+    def written(self) -> tuple[int, ...]:
+        """The distinct heads the epilogue writes for this operand, ascending."""
+        return tuple(sorted(set(self.heads)))
+
+
+@dataclass(frozen=True)
+class QkEpilogue:
+    """The facts of moving attention's computed Q/K into the projection's epilogue."""
+
+    source: int  # the attention's input (operand index) holding the rows: the projection's output
+    rows: int  # the source's rows
+    columns: int  # the source's columns
+    head_dim: int
+    batch_axes: tuple[str, ...]
+    batch_shape: tuple[int, ...]
+    operands: tuple[HeadOperand, ...]  # the computed ones of Q and K, in that order
+
+    @property
+    def heads(self) -> tuple[int, ...]:
+        """Every head the epilogue writes, ascending."""
+        return tuple(sorted({h for o in self.operands for h in o.heads}))
+
+
+def _tree_loads(p: Producer) -> list[LoadOp]:
+    """The loads the operand's value reads (inside its row statistic too), each once."""
+    roots = [p.value] + [st.yielded for st in p.stats]
+    seen: set[SSAValue] = set()
+    out: dict[LoadOp, None] = {}
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        o = v.owner
+        if isinstance(o, LoadOp):
+            out.setdefault(o)
+            stack.extend(o.indices)
+        elif isinstance(o, ReduceOp):
+            stack.append(o.yielded)
+        elif isinstance(o, Operation):
+            stack.extend(o.operands)
+    return list(out)
+
+
+def _batch_reach(p: Producer, source: BlockArgument, batch: tuple[str, ...]) -> set[str]:
+    """The batch axes the operand's value reads other than through the indices of its loads of
+    the source."""
+    roots = [p.value] + [st.yielded for st in p.stats]
+    seen: set[SSAValue] = set()
+    found: set[str] = set()
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        o = v.owner
+        if isinstance(o, AxisOp) and o.axis_name in batch:
+            found.add(o.axis_name)
+        elif isinstance(o, LoadOp):
+            if o.tensor is not source:
+                stack.extend(o.indices)
+        elif isinstance(o, ReduceOp):
+            stack.append(o.yielded)
+        elif isinstance(o, Operation):
+            stack.extend(o.operands)
+    return found
+
+
+def _columns(ev: Evaluator, idx: SSAValue, batch: tuple[str, ...]) -> np.ndarray:
+    """The index values of `idx` as an array [batch..., rest] (rest: every other axis flattened)."""
+    arr, axes = ev.value(idx)
+    order = [a for a in batch if a in axes] + [a for a in axes if a not in batch]
+    arr = np.moveaxis(arr, [axes.index(a) for a in order], range(len(order)))
+    shape = [ev.extents[a] if a in axes else 1 for a in batch]
+    return np.broadcast_to(arr.reshape(shape + [-1]), [ev.extents[a] for a in batch] + [arr.reshape(shape + [-1]).shape[-1]])
+
+
+def _read_columns(ev: Evaluator, body: AttentionBody, p: Producer, source: BlockArgument) -> list[np.ndarray]:
+    return [_columns(ev, ld.indices[1], body.batch_axes) for ld in _tree_loads(p) if ld.tensor is source]
+
+
+def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
+    """The facts of the epilogue branch for the attention tile.kernel `op`, or why it has none
+    (a sentence naming the operand and what it reads)."""
+    try:
+        body = analyze(op, info)
+    except EmmyError as e:
+        return str(e)
+    computed = [p for p in (body.q, body.k) if p.mode != DIRECT]
+    if not computed:
+        return "Q and K are plain rows already (nothing to compute in an epilogue)"
+    block = op.regions[0].block
+    ev = Evaluator(op, [np.zeros(a.type.get_shape(), np.float32) for a in block.args])  # type: ignore[union-attr]
+    source: BlockArgument | None = None
+    D = body.head_dim
+    operands = []
+    batch_shape = tuple(info.axes[a] for a in body.batch_axes)
+    for p in computed:
+        name = p.name.upper()
+        rows = [ld for ld in _tree_loads(p) if _row_read(ld, p.row_axis)]
+        tensors = {ld.tensor for ld in rows}
+        if len(tensors) != 1:
+            return f"{name} reads {len(tensors)} tensors by its rows; the epilogue needs one (the projection's output)"
+        (t,) = tensors
+        if not isinstance(t, BlockArgument) or len(t.type.get_shape()) != 2:  # type: ignore[union-attr]
+            return f"{name} reads its rows from a tensor that is not a [rows, columns] input of the kernel"
+        if source is not None and t is not source:
+            return f"{name} reads its rows from another tensor than Q does"
+        source = t
+        for ld in (ld for ld in _tree_loads(p) if ld.tensor is t):
+            if not _row_read(ld, p.row_axis):
+                return f"{name} reads rows of its source other than its own"
+        heads = None
+        for cols in _read_columns(ev, body, p, t):
+            h = cols // D
+            if np.any(h != h[..., :1]):
+                return f"{name} reads columns outside one aligned head of {D} columns"
+            h = h[..., 0]
+            if heads is not None and np.any(h != heads):
+                return f"{name} reads columns outside one aligned head of {D} columns"
+            heads = h
+        assert heads is not None
+        reach = _batch_reach(p, t, body.batch_axes)
+        if reach:
+            return f"{name} depends on {', '.join(sorted(reach))} other than through which head of its source it reads"
+        operands.append(HeadOperand(p.name, tuple(int(x) for x in np.asarray(heads).reshape(-1)), p.row_axis, p.col_axis))
+    assert source is not None
+    if len(operands) == 2 and set(operands[0].heads) & set(operands[1].heads):
+        return "Q and K read the same heads of their source"
+    written = {h for o in operands for h in o.heads}
+    v = body.v
+    v_cols = _read_columns(ev, body, v, source) if v.mode != DIRECT else (
+        [_columns(ev, v.load.indices[1], body.batch_axes)] if v.load is not None and v.load.tensor is source else []
+    )
+    for cols in v_cols:
+        if set(np.unique(cols // D).tolist()) & written:
+            return "V reads columns of the heads the epilogue would overwrite with Q or K"
+    rows_, cols_ = source.type.get_shape()  # type: ignore[union-attr]
+    return QkEpilogue(block.args.index(source), rows_, cols_, D, body.batch_axes, batch_shape, tuple(operands))
+
+
+def _row_read(ld: LoadOp, row_axis: str) -> bool:
+    """Whether a load of a 2-D tensor reads row `row_axis` (its first index is that axis)."""
+    if len(ld.indices) != 2:
+        return False
+    o = ld.indices[0].owner
+    return isinstance(o, AxisOp) and o.axis_name == row_axis
+
+
+def stored_columns(op: Operation, info: KernelInfo, result: int) -> str:
+    """Why result `result` of the contraction tile.kernel `op` is not stored at [m, n] by its
+    only m and n axes (empty when it is): the epilogue's tile columns are then source columns."""
+    if info.kind != "contraction":
+        return f"its rows come from a kernel of kind {info.kind}, not a contraction"
+    st = [s for s in info.stores if isinstance(s, StoreOp) and s.output_index == result]
+    if len(st) != 1:
+        return f"result {result} of @{info.name} is stored {len(st)} times"
+    idx = st[0].indices
+    axes = [i.owner.axis_name if isinstance(i.owner, AxisOp) else None for i in idx]
+    if len(info.m_axes) != 1 or len(info.n_axes) != 1 or axes != [info.m_axes[0], info.n_axes[0]]:
+        return f"@{info.name} does not store its result at [m, n] by its row and column axes"
+    return ""
+
+
+def projection_illegal(epi: QkEpilogue, op: Operation, info: KernelInfo, plan, result: int) -> str:
+    """Why the contraction tile.kernel `op` (its KernelInfo `info`, its ContractionPlan `plan`)
+    cannot compute attention's Q/K in its epilogue for result `result` (empty when it can)."""
+    why = stored_columns(op, info, result)
+    if why:
+        return f"fusion=epilogue: {why}"
+    D = epi.head_dim
+    if plan.bn % D:
+        return (f"fusion=epilogue needs block_n a multiple of the head dim {D} (a tile holds whole "
+                f"heads: a row's sum over its head and the rotary partner d +- {D // 2}), not {plan.bn}")
+    if plan.split > 1:
+        return f"fusion=epilogue needs split_k=1 (split_k's parts and its combine see no whole heads), not {plan.split}"
+    width = plan.smem.epilogue_width if plan.facts is not None else None
+    if width != plan.bn or not info.stages_results:
+        return ("fusion=epilogue needs the staged epilogue to hold the whole tile's bf16 results in shared "
+                f"memory (block_n={plan.bn}; the layout stages {width or 'no'} columns)")
+    return ""
+
+
+__all__ = ["HeadOperand", "QkEpilogue", "find", "projection_illegal", "stored_columns"]
