@@ -49,7 +49,9 @@ from emmy.analysis.classify import KernelInfo, classify
 from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
 from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
-from emmy.interp.qk_epilogue import direct_operands, epilogue_pairs, run_epilogue
+from emmy.diagnostics import EmmyError
+from emmy.interp.qk_epilogue import direct_operands, run_epilogue
+from emmy.schedule.qk_epilogue import check_pairs, projection_illegal, task_of
 from emmy.interp.tensor_stage import find_function, prepare_args
 from emmy.schedule.attention import AttentionPlan
 from emmy.schedule.contraction import ContractionPlan
@@ -71,19 +73,26 @@ def run_function(
     """
     f = find_function(module, name)
     env: dict[SSAValue, np.ndarray] = dict(zip(f.body.block.args, prepare_args(f, args)))
-    pairs = epilogue_pairs(f)  # fusion = epilogue: rows a projection rewrites for an attention
+    kernels = [op for op in f.body.block.ops if isinstance(op, KernelOp)]
+    check_pairs(kernels)  # fusion = epilogue: an attention's Q/K rows rewritten by a contraction
     rewritten: dict[KernelOp, dict[SSAValue, np.ndarray]] = {}
     for op in f.body.block.ops:
         if isinstance(op, KernelOp):
             outs = run_kernel(op, [env[v] for v in op.inputs], rewritten.get(op))
-            for r, pair in ((r, pairs[r]) for r in op.results if r in pairs):
-                plan = plan_for(classify(op), op.knob_values(), _target(op))
+            task = task_of(op) if op.kind.data == "contraction" else None
+            if task is not None:
+                info = classify(op)
+                plan = plan_for(info, op.knob_values(), _target(op))
                 assert isinstance(plan, ContractionPlan)
-                rows = run_epilogue(pair, plan, outs[pair.result], [
-                    outs[pair.result] if v is r else env[v] for v in pair.attention.inputs
+                why = projection_illegal(task.facts, op, info, plan, task.result)
+                if why:
+                    raise EmmyError(f"tile.kernel @{op.kernel_name}: {why} (for @{task.attention.kernel_name})")
+                src = op.results[task.result]
+                rows = run_epilogue(task, plan, outs[task.result], [
+                    outs[task.result] if v is src else env[v] for v in task.attention.operands
                 ])
-                outs = [rows if i == pair.result else o for i, o in enumerate(outs)]
-                rewritten[pair.attention] = direct_operands(pair, rows)
+                outs = [rows if i == task.result else o for i, o in enumerate(outs)]
+                rewritten[task.attention] = direct_operands(task, rows)
         elif isinstance(op, FusedOp):
             outs = evaluate(op, [env[v] for v in op.inputs])
         elif isinstance(op, func.ReturnOp):

@@ -77,6 +77,7 @@ from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, ReduceOp
+from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import (
     DIRECT,
     ELEM,
@@ -235,13 +236,11 @@ def build(kernel_op: Operation, info: KernelInfo, sched: AttentionPlan) -> Built
     (`<name>_prep`) materializes them once and the main loop runs on the materialized rows.
     """
     plan = analyze(kernel_op, info)
-    if sched.fusion == "epilogue":
-        # the projection's epilogue that would write normalized, rotated Q and K is not lowered
-        # yet (emmy.schedule.qk_epilogue); building this branch would read raw rows as final ones
-        raise EmmyError(
-            f"tile.kernel @{sched.name} (attention): fusion=epilogue has no CUDA lowering yet "
-            "(the projection's Q/K epilogue); use fusion=fused or split"
-        )
+    if sched.fusion == "epilogue":  # Q and K as rows the projection's epilogue rewrote
+        facts = qk_epilogue.find(kernel_op, info)
+        if isinstance(facts, str):
+            raise EmmyError(f"tile.kernel @{sched.name} (attention): fusion=epilogue: {facts}")
+        plan = qk_epilogue.direct_rows(plan, facts)
     if sched.prep is not None:
         return _build_split(kernel_op, info, plan, sched)
     func, map_refs = _flash_func(kernel_op, info, plan, sched)

@@ -13,11 +13,18 @@ from __future__ import annotations
 from xdsl.dialects.builtin import IndexType, VectorType, bf16, f32
 
 from emmy.dialects import kernel as K
-from emmy.lowering.common import EPILOGUE_BARRIER
+from emmy.lowering.common import EPILOGUE_BARRIER, decompose
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
+from emmy.schedule import qk_epilogue
 from emmy.schedule.contraction_smem import RESULT_PAD, STAGE_PAD
 from emmy.schedule.reduction import largest_divisor_pow2
+
+
+def _source_loads(body, name: str, source) -> list:
+    """The loads of the attention's rows (`source`) in the tree of its operand `name`."""
+    p = body.q if name == "q" else body.k
+    return [ld for ld in qk_epilogue.tree_loads(p) if ld.tensor is source]
 
 
 class EpilogueMixin:
@@ -119,7 +126,55 @@ class EpilogueMixin:
                 for k, st in enumerate(self.stores):
                     vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
                     overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
-                self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+                if self.g.qk is None:
+                    self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+                else:
+                    rows = (tiles, r_local, kb.add(n0, c0), pitch, per_store)
+                    self.qk_stores(kb, em, row, col, batch, mask, overrides, rows)
+
+    def qk_stores(self, kb: KB, em: BodyEmitter, row, col, batch, mask, overrides, rows) -> None:
+        """The stores of 8 columns of one row (result_staged_epilogue) where the plan's `qk` has an
+        attention's Q and K computed here (emmy.schedule.qk_epilogue): columns of a Q or K head
+        get the attention's Q/K code evaluated on this tile's bf16 results in shared memory (its
+        loads of the rows read the tile: a head's row sum and its rotary partners are in it, as
+        the plan's legality saw to), with the attention's other inputs (norm weights, rotary
+        tables) from the kernel's extra arguments; other columns their plain results."""
+        task = self.g.qk
+        epi = task.facts
+        D = epi.head_dim
+        att = task.attention
+        tiles, r_local, n0, pitch, per_store = rows
+        (k_store,) = [k for k, st in enumerate(self.stores) if st.output_index == task.result]
+        block = att.regions[0].block
+        source = block.args[epi.source]
+        aem = BodyEmitter(kb, att, {block.args[i]: p for (i, _), p in zip(self.qk_inputs(), self.qk_ptrs)}, [])
+        row_ok = kb.lt(row, self.M) if self.M % self.g.bm else None
+
+        def from_tile(ld):
+            def hook(scope):
+                base = kb.add(kb.mul(r_local, pitch), k_store * per_store)
+                return [kb.load(tiles, kb.add(base, kb.sub(c, n0)), bf16) for c in scope.value(ld.indices[1])]
+            return hook
+
+        head = kb.div(col, D)
+        values = {"q": task.body.q.value, "k": task.body.k.value}
+        handled = None
+        for o in epi.operands:
+            first, group = o.progression
+            inside = kb.and_(kb.cmp("sge", head, first), kb.lt(head, first + len(o.written)))
+            handled = inside if handled is None else kb.or_(handled, inside)
+            with kb.if_(inside):
+                b = kb.mul(kb.sub(head, first), group)  # a batch/head row reading this head
+                coords = decompose(kb, b, list(epi.batch_axes), aem.extents) if epi.batch_axes else {}
+                coords[o.row_axis] = row
+                coords[o.col_axis] = kb.sub(col, kb.mul(head, D))
+                hooks = {ld: from_tile(ld) for ld in _source_loads(task.body, o.name, source)}
+                scope = aem.scope(coords, lane_axis=o.col_axis, lanes=8, mask=row_ok, load_hooks=hooks)
+                vals = [kb.to_type(v, bf16) for v in scope.value(values[o.name])]
+                self.emit_stores(kb, em, row, col, batch, mask, 8, {**overrides, self.stores[k_store].value: vals})
+        assert handled is not None
+        with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):
+            self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
     def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync) -> bool:
         """The epilogue of the computing threads: staged through shared memory where the plan's

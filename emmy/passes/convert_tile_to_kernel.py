@@ -44,13 +44,14 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
-from emmy.lowering import Built, In, Out, Scalar, Tmp
+from emmy.lowering import Built, In, Out, Peer, Scalar, Tmp
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
 from emmy.passes.stages import require_input_stage
 from emmy.phase import is_prepare, mark_prepare
 from emmy.schedule.plan import plan_kernel
+from emmy.schedule.qk_epilogue import check_pairs
 from emmy.targets import Target, module_target
 
 
@@ -128,6 +129,9 @@ class LowerTileKernel(RewritePattern):
                     args.append(outs[a.index])
                 elif isinstance(a, Tmp):
                     args.append(temps[a.index])
+                elif isinstance(a, Peer):
+                    assert built.peer is not None
+                    args.append(built.peer.operands[a.index])
                 elif isinstance(a, Scalar):
                     c = arith.ConstantOp(a.value)  # type: ignore[arg-type]
                     rewriter.insert(c, InsertPoint.before(op))
@@ -150,6 +154,8 @@ class ConvertTileToKernelPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_input_stage(op, self.name)
         target = module_target(op)
+        for f in op.body.block.ops:  # an attention's Q/K from a contraction's epilogue: both sides hold
+            check_pairs([k for k in f.walk() if isinstance(k, KernelOp)])
         PatternRewriteWalker(
             GreedyRewritePatternApplier([LowerTileKernel(target)], dce_enabled=False),
             apply_recursively=False,

@@ -210,7 +210,7 @@ def _linear(v: SSAValue, inner: frozenset[str], dom: Domains):
     return None
 
 
-def _direct_load(v: SSAValue, row: str, col: str, dom: Domains) -> tuple[LoadOp, int] | None:
+def direct_load(v: SSAValue, row: str, col: str, dom: Domains) -> tuple[LoadOp, int] | None:
     """(load, row stride) when `v` is extf(bf16 load) of D contiguous, 16-byte aligned elements
     per row: flat index = row * stride + col + rest, stride and rest multiples of 8."""
     x = v.owner.operands[0] if isinstance(v.owner, arith.ExtFOp) else None
@@ -242,7 +242,7 @@ def _producer(
     x = _strip(value)
     if not isinstance(x.type, BFloat16Type) or not isinstance(value.owner, arith.ExtFOp):
         raise _err(kname, f"{name.upper()} must be a bf16 value widened to f32 (tensor cores take bf16 operands)")
-    direct = _direct_load(value, row, col, dom)
+    direct = direct_load(value, row, col, dom)
     if direct is not None:
         return Producer(name, value, row, col, DIRECT, load=direct[0], stride=direct[1])
     reds = _reduces_in(value)

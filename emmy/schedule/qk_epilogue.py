@@ -40,16 +40,17 @@ tuner's measurement in context (the projection and attention timed together) are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+from xdsl.dialects import arith
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from emmy.analysis.body import Evaluator
-from emmy.analysis.classify import KernelInfo
+from emmy.analysis.classify import Domains, KernelInfo, classify
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
-from emmy.schedule.attention import DIRECT, AttentionBody, Producer, analyze
+from emmy.schedule.attention import DIRECT, AttentionBody, Producer, analyze, direct_load
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,23 @@ class HeadOperand:
     heads: tuple[int, ...]  # the source head (column block) of each batch/head row, in row-major order of the batch axes
     row_axis: str  # its row axis in the attention (query or key axis)
     col_axis: str  # its head-dimension axis in the attention
+    rows: Producer = field(repr=False, compare=False)  # the operand read back as direct rows of the source
 
     @property
     def written(self) -> tuple[int, ...]:
         """The distinct heads the epilogue writes for this operand, ascending."""
         return tuple(sorted(set(self.heads)))
+
+    @property
+    def progression(self) -> tuple[int, int] | None:
+        """(first, group) when batch/head row b reads head first + b // group (every head
+        `group` rows in a row: query heads one each, key heads once per grouped-query group),
+        else None. The CUDA epilogue finds a row reading head h as (h - first) * group."""
+        first, n = self.heads[0], len(self.heads)
+        for group in range(1, n + 1):
+            if n % group == 0 and all(h == first + b // group for b, h in enumerate(self.heads)):
+                return first, group
+        return None
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,7 @@ class QkEpilogue:
         return tuple(sorted({h for o in self.operands for h in o.heads}))
 
 
-def _tree_loads(p: Producer) -> list[LoadOp]:
+def tree_loads(p: Producer) -> list[LoadOp]:
     """The loads the operand's value reads (inside its row statistic too), each once."""
     roots = [p.value] + [st.yielded for st in p.stats]
     seen: set[SSAValue] = set()
@@ -142,7 +155,7 @@ def _columns(ev: Evaluator, idx: SSAValue, batch: tuple[str, ...]) -> np.ndarray
 
 
 def _read_columns(ev: Evaluator, body: AttentionBody, p: Producer, source: BlockArgument) -> list[np.ndarray]:
-    return [_columns(ev, ld.indices[1], body.batch_axes) for ld in _tree_loads(p) if ld.tensor is source]
+    return [_columns(ev, ld.indices[1], body.batch_axes) for ld in tree_loads(p) if ld.tensor is source]
 
 
 def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
@@ -163,7 +176,7 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
     batch_shape = tuple(info.axes[a] for a in body.batch_axes)
     for p in computed:
         name = p.name.upper()
-        rows = [ld for ld in _tree_loads(p) if _row_read(ld, p.row_axis)]
+        rows = [ld for ld in tree_loads(p) if _row_read(ld, p.row_axis)]
         tensors = {ld.tensor for ld in rows}
         if len(tensors) != 1:
             return f"{name} reads {len(tensors)} tensors by its rows; the epilogue needs one (the projection's output)"
@@ -173,7 +186,7 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
         if source is not None and t is not source:
             return f"{name} reads its rows from another tensor than Q does"
         source = t
-        for ld in (ld for ld in _tree_loads(p) if ld.tensor is t):
+        for ld in (ld for ld in tree_loads(p) if ld.tensor is t):
             if not _row_read(ld, p.row_axis):
                 return f"{name} reads rows of its source other than its own"
         heads = None
@@ -189,7 +202,11 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
         reach = _batch_reach(p, t, body.batch_axes)
         if reach:
             return f"{name} depends on {', '.join(sorted(reach))} other than through which head of its source it reads"
-        operands.append(HeadOperand(p.name, tuple(int(x) for x in np.asarray(heads).reshape(-1)), p.row_axis, p.col_axis))
+        rows_ = _as_direct(p, t, Domains(op))
+        if rows_ is None:
+            return (f"{name} reads no column h * {D} + d of its source as it is (16-byte aligned rows): "
+                    "nothing to read its epilogue's result back from")
+        operands.append(HeadOperand(p.name, tuple(int(x) for x in np.asarray(heads).reshape(-1)), p.row_axis, p.col_axis, rows_))
     assert source is not None
     if len(operands) == 2 and set(operands[0].heads) & set(operands[1].heads):
         return "Q and K read the same heads of their source"
@@ -203,6 +220,28 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
             return "V reads columns of the heads the epilogue would overwrite with Q or K"
     rows_, cols_ = source.type.get_shape()  # type: ignore[union-attr]
     return QkEpilogue(block.args.index(source), rows_, cols_, D, body.batch_axes, batch_shape, tuple(operands))
+
+
+def _as_direct(p: Producer, source: BlockArgument, dom: Domains) -> Producer | None:
+    """The operand as direct rows of the source (where the epilogue writes it): a bf16 load of
+    the source at (row, h * D + d) widened to f32 in its tree (emmy.schedule.attention.direct_load)."""
+    for ld in tree_loads(p):
+        if ld.tensor is not source:
+            continue
+        for use in ld.result.uses:
+            ext = use.operation
+            if isinstance(ext, arith.ExtFOp):
+                found = direct_load(ext.result, p.row_axis, p.col_axis, dom)
+                if found is not None:
+                    return Producer(p.name, ext.result, p.row_axis, p.col_axis, DIRECT, load=found[0], stride=found[1])
+    return None
+
+
+def direct_rows(body: AttentionBody, epi: QkEpilogue) -> AttentionBody:
+    """The attention body as fusion = epilogue runs it: Q and K (the computed ones) direct rows of
+    the source, which the projection's epilogue rewrote."""
+    new = {o.name: o.rows for o in epi.operands}
+    return replace(body, q=new.get("q", body.q), k=new.get("k", body.k))
 
 
 def _row_read(ld: LoadOp, row_axis: str) -> bool:
@@ -240,11 +279,84 @@ def projection_illegal(epi: QkEpilogue, op: Operation, info: KernelInfo, plan, r
                 f"heads: a row's sum over its head and the rotary partner d +- {D // 2}), not {plan.bn}")
     if plan.split > 1:
         return f"fusion=epilogue needs split_k=1 (split_k's parts and its combine see no whole heads), not {plan.split}"
+    if plan.tail > 1:
+        return f"fusion=epilogue needs split_tail=1 (the tail's parts are added by a last block of its own plan), not {plan.tail}"
     width = plan.smem.epilogue_width if plan.facts is not None else None
     if width != plan.bn or not info.stages_results:
         return ("fusion=epilogue needs the staged epilogue to hold the whole tile's bf16 results in shared "
                 f"memory (block_n={plan.bn}; the layout stages {width or 'no'} columns)")
+    for o in epi.operands:
+        if o.progression is None:
+            return (f"fusion=epilogue: the heads {o.name.upper()} reads ({', '.join(map(str, o.heads))}) are not "
+                    "first + row / group: the epilogue cannot tell which head row to compute")
     return ""
 
 
-__all__ = ["HeadOperand", "QkEpilogue", "find", "projection_illegal", "stored_columns"]
+@dataclass(frozen=True, eq=False)
+class QkTask:
+    """What a contraction's epilogue computes for an attention with fusion = epilogue: its plan's
+    `qk` (emmy.schedule.plan.plan_kernel), read by the lowering and the tile interpreter."""
+
+    attention: Operation  # the attention tile.kernel
+    body: AttentionBody  # its analysis (the Q/K values the epilogue evaluates)
+    facts: QkEpilogue
+    result: int  # the contraction's result holding the rows
+    inputs: tuple[int, ...]  # the attention's other inputs the Q/K code reads (kernel arguments too)
+
+
+def check_pairs(kernels: list[Operation]) -> None:
+    """An EmmyError for every attention among `kernels` (tile.kernel ops of one function) whose
+    fusion is `epilogue` but whose rows no contraction kernel produces: its Q and K would be read
+    raw as if normalized and rotated."""
+    for att in kernels:
+        if getattr(att, "kind", None) is None or att.kind.data != "attention":  # type: ignore[attr-defined]
+            continue
+        if att.knob_values().get("fusion") != "epilogue":  # type: ignore[attr-defined]
+            continue
+        where = f"tile.kernel @{att.kernel_name} (attention): fusion=epilogue"  # type: ignore[attr-defined]
+        facts = find(att, classify(att))
+        if isinstance(facts, str):
+            raise EmmyError(f"{where}: {facts}")
+        src = att.operands[facts.source]
+        owner = None if isinstance(src, BlockArgument) else src.owner
+        if owner not in kernels or owner.kind.data != "contraction":  # type: ignore[union-attr]
+            what = "a function argument" if owner is None else f"'{owner.name}'"
+            raise EmmyError(f"{where}: its Q/K rows are {what}, not the result of a contraction kernel whose epilogue could compute them")
+        task_of(owner)  # the contraction's side of the pair (an EmmyError where it fails)
+
+
+def task_of(op: Operation) -> QkTask | None:
+    """The Q/K epilogue the contraction tile.kernel `op` runs: where one of its results is read by
+    an attention whose fusion is decided `epilogue` (None elsewhere). An EmmyError names the
+    attention where its facts do not hold, or where its rows are read by other kernels too."""
+    for n, r in enumerate(op.results):
+        for use in r.uses:
+            att = use.operation
+            if getattr(att, "kind", None) is None or att.kind.data != "attention":  # type: ignore[attr-defined]
+                continue
+            if att.knob_values().get("fusion") != "epilogue":  # type: ignore[attr-defined]
+                continue
+            where = f"tile.kernel @{att.kernel_name} (attention): fusion=epilogue"  # type: ignore[attr-defined]
+            info = classify(att)
+            facts = find(att, info)
+            if isinstance(facts, str):
+                raise EmmyError(f"{where}: {facts}")
+            if att.operands[facts.source] is not r:
+                raise EmmyError(f"{where}: its Q/K rows are not @{op.kernel_name}'s result")  # type: ignore[attr-defined]
+            if any(u.operation is not att for u in r.uses):
+                raise EmmyError(f"{where}: @{op.kernel_name}'s result is read by other kernels too")  # type: ignore[attr-defined]
+            body = analyze(att, info)
+            block = att.regions[0].block
+            side = sorted({
+                block.args.index(ld.tensor) for p in (body.q, body.k) if p.mode != DIRECT
+                for ld in tree_loads(p) if ld.tensor is not block.args[facts.source]
+            })
+            for i in side:
+                v = att.operands[i]
+                if not isinstance(v, BlockArgument) and not v.owner.is_before_in_block(op):
+                    raise EmmyError(f"{where}: its input {i} is computed after @{op.kernel_name}")  # type: ignore[attr-defined]
+            return QkTask(att, body, facts, n, tuple(side))
+    return None
+
+
+__all__ = ["HeadOperand", "QkEpilogue", "QkTask", "check_pairs", "direct_rows", "find", "projection_illegal", "stored_columns", "task_of", "tree_loads"]
