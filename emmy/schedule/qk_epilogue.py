@@ -304,6 +304,27 @@ class QkTask:
     inputs: tuple[int, ...]  # the attention's other inputs the Q/K code reads (kernel arguments too)
 
 
+def attention_illegal(info: KernelInfo) -> str:
+    """Why the attention `info` cannot take fusion = epilogue on its side (empty when it can):
+    its facts (`find`), and its rows must be the result of a contraction tile.kernel of its
+    function, whose epilogue would compute them (an attention isolated for tuning has them as
+    an argument: there the branch cannot run, and is not measured)."""
+    op = info.stores[0].parent_op() if info.stores else None
+    while op is not None and getattr(op, "kind", None) is None:
+        op = op.parent_op()
+    if op is None:
+        return "no attention kernel"
+    facts = find(op, info)
+    if isinstance(facts, str):
+        return facts
+    src = op.operands[facts.source]
+    owner = None if isinstance(src, BlockArgument) else src.owner
+    if getattr(owner, "kind", None) is None or owner.kind.data != "contraction":  # type: ignore[union-attr]
+        what = "a function argument" if owner is None else f"the result of '{owner.name}'"
+        return f"its Q/K rows are {what}, not the result of a contraction kernel whose epilogue could compute them"
+    return ""
+
+
 def check_pairs(kernels: list[Operation]) -> None:
     """An EmmyError for every attention among `kernels` (tile.kernel ops of one function) whose
     fusion is `epilogue` but whose rows no contraction kernel produces: its Q and K would be read
@@ -313,16 +334,10 @@ def check_pairs(kernels: list[Operation]) -> None:
             continue
         if att.knob_values().get("fusion") != "epilogue":  # type: ignore[attr-defined]
             continue
-        where = f"tile.kernel @{att.kernel_name} (attention): fusion=epilogue"  # type: ignore[attr-defined]
-        facts = find(att, classify(att))
-        if isinstance(facts, str):
-            raise EmmyError(f"{where}: {facts}")
-        src = att.operands[facts.source]
-        owner = None if isinstance(src, BlockArgument) else src.owner
-        if owner not in kernels or owner.kind.data != "contraction":  # type: ignore[union-attr]
-            what = "a function argument" if owner is None else f"'{owner.name}'"
-            raise EmmyError(f"{where}: its Q/K rows are {what}, not the result of a contraction kernel whose epilogue could compute them")
-        task_of(owner)  # the contraction's side of the pair (an EmmyError where it fails)
+        why = attention_illegal(classify(att))
+        if why:
+            raise EmmyError(f"tile.kernel @{att.kernel_name} (attention): fusion=epilogue: {why}")  # type: ignore[attr-defined]
+        task_of(att.operands[find(att, classify(att)).source].owner)  # type: ignore[union-attr]  (the contraction's side)
 
 
 def task_of(op: Operation) -> QkTask | None:
@@ -359,4 +374,4 @@ def task_of(op: Operation) -> QkTask | None:
     return None
 
 
-__all__ = ["HeadOperand", "QkEpilogue", "QkTask", "check_pairs", "direct_rows", "find", "projection_illegal", "stored_columns", "task_of", "tree_loads"]
+__all__ = ["HeadOperand", "QkEpilogue", "QkTask", "attention_illegal", "check_pairs", "direct_rows", "find", "projection_illegal", "stored_columns", "task_of", "tree_loads"]
