@@ -176,19 +176,13 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
     batch_shape = tuple(info.axes[a] for a in body.batch_axes)
     for p in computed:
         name = p.name.upper()
-        rows = [ld for ld in tree_loads(p) if _row_read(ld, p.row_axis)]
-        tensors = {ld.tensor for ld in rows}
-        if len(tensors) != 1:
-            return f"{name} reads {len(tensors)} tensors by its rows; the epilogue needs one (the projection's output)"
-        (t,) = tensors
-        if not isinstance(t, BlockArgument) or len(t.type.get_shape()) != 2:  # type: ignore[union-attr]
-            return f"{name} reads its rows from a tensor that is not a [rows, columns] input of the kernel"
-        if source is not None and t is not source:
-            return f"{name} reads its rows from another tensor than Q does"
+        tensors = {ld.tensor for ld in tree_loads(p) if _row_read(ld, p.row_axis)}
+        t = tensors.pop() if len(tensors) == 1 else None
+        if (t is None or (source is not None and t is not source)
+                or any(ld.tensor is t and not _row_read(ld, p.row_axis) for ld in tree_loads(p))):
+            return (f"{name} does not read its rows, and only its own row, from one [rows, columns] input "
+                    "(the same for Q and K: the projection's output)")
         source = t
-        for ld in (ld for ld in tree_loads(p) if ld.tensor is t):
-            if not _row_read(ld, p.row_axis):
-                return f"{name} reads rows of its source other than its own"
         heads = None
         for cols in _read_columns(ev, body, p, t):
             h = cols // D
@@ -245,8 +239,8 @@ def direct_rows(body: AttentionBody, epi: QkEpilogue) -> AttentionBody:
 
 
 def _row_read(ld: LoadOp, row_axis: str) -> bool:
-    """Whether a load of a 2-D tensor reads row `row_axis` (its first index is that axis)."""
-    if len(ld.indices) != 2:
+    """Whether a load of a 2-D input reads row `row_axis` (its first index is that axis)."""
+    if len(ld.indices) != 2 or not isinstance(ld.tensor, BlockArgument):
         return False
     o = ld.indices[0].owner
     return isinstance(o, AxisOp) and o.axis_name == row_axis
