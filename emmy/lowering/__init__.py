@@ -16,7 +16,8 @@ for each part of a kernel of kind K,
 A builder returns a `Built`: the `kernel.func` ops it made (not yet inserted anywhere), the
 launches that compute the tile op's results, in order, and the temporary buffers (workspaces,
 row statistics) those launches use. Launch arguments name the tile op's inputs and results by
-position, the temporary buffers by position, or give a scalar value:
+position, the temporary buffers by position, the inputs of `Built.peer` (another tile op: the
+attention whose Q and K a contraction's epilogue computes) by position, or give a scalar value:
 
     Built(funcs=[stats_fn, main_fn],
           launches=[Launch("k_stats", (In(0), Tmp(0))),

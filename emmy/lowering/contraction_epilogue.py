@@ -4,7 +4,9 @@
 scalar code after the contractions on the accumulators, staged through shared memory for
 16-byte stores (`staged_epilogue`, or bf16 results staged with `result_staged_epilogue`), or
 straight from the fragments; split_k's parts written to a workspace and added by the last block
-(`last_block_epilogue`) or by `<name>_combine` (`build_combine`).
+(`last_block_epilogue`) or by `<name>_combine` (`build_combine`). Where the plan's `qk` says so
+(an attention's fusion = epilogue), the staged bf16 results of Q's and K's heads are rewritten on
+the way out by the attention's own Q/K code (`qk_stores`).
 """
 
 from __future__ import annotations

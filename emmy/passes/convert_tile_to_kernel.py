@@ -8,6 +8,10 @@ tile op's results (and the temporary buffers they need). The pass puts the `kern
 module level, before the function, and replaces the tile op in the function by `kernel.empty`
 buffers (its results and temporaries) and `kernel.launch`es, in order.
 
+A contraction whose epilogue computes an attention's Q and K (its plan's `qk`: fusion =
+epilogue) takes that attention's other inputs too (launch arguments `Peer`); every such attention
+is checked to have its pair first (`emmy.schedule.qk_epilogue.check_pairs`).
+
 Input invariant: tile stage, every knob decided (`decide-forks`).
 Output IR: module-level `kernel.func`s; functions hold `kernel.empty`, `kernel.launch`,
 `arith.constant` (scalar launch arguments) and `func.return`.

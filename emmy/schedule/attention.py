@@ -216,9 +216,17 @@ def direct_load(v: SSAValue, row: str, col: str, dom: Domains) -> tuple[LoadOp, 
     x = v.owner.operands[0] if isinstance(v.owner, arith.ExtFOp) else None
     if x is None or not isinstance(x.owner, LoadOp) or not isinstance(x.type, BFloat16Type):
         return None
-    load = x.owner
+    stride = row_stride(x.owner, row, col, dom)
+    return None if stride is None else (x.owner, stride)
+
+
+def row_stride(load: LoadOp, row: str, col: str, dom: Domains) -> int | None:
+    """The row stride when `load` reads D contiguous, 16-byte aligned bf16 elements per row:
+    flat index = row * stride + col + rest, stride and rest multiples of 8 (else None)."""
     t = load.tensor.type
     assert isinstance(t, TensorType)
+    if not isinstance(t.element_type, BFloat16Type):
+        return None
     coeffs: dict[str, int] = {}
     div = 1 << 30
     for idx, st in zip(load.indices, row_major_strides(t.get_shape())):
@@ -233,7 +241,7 @@ def direct_load(v: SSAValue, row: str, col: str, dom: Domains) -> tuple[LoadOp, 
         return None
     if stride % 8 or div % 8:
         return None
-    return load, stride
+    return stride
 
 
 def _producer(

@@ -130,7 +130,9 @@ class KernelPlan:
 
 
 def plan_kernel(op: Operation, target: Target) -> KernelPlan:
-    """The plan of a decided `tile.kernel` (an EmmyError names any undecided knob)."""
+    """The plan of a decided `tile.kernel` (an EmmyError names any undecided knob). A contraction
+    whose result an attention with fusion = epilogue reads gets that task in its plan's `qk`
+    (emmy.schedule.qk_epilogue.task_of; an EmmyError where its values cannot run it)."""
     name = op.kernel_name  # type: ignore[attr-defined]
     if not op.is_decided:  # type: ignore[attr-defined]
         undecided = [n for n, k in op.knob_dict().items() if not k.is_decided]  # type: ignore[attr-defined]

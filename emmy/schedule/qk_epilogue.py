@@ -1,41 +1,47 @@
-"""Attention's computed Q and K as the q/k/v projection's epilogue: which heads, and when it is legal.
+"""Attention's computed Q and K in the q/k/v projection's epilogue: which heads, and when it is legal.
 
-    find(attention_op, info) -> QkEpilogue | str        # the facts, or why there are none
-    projection_illegal(epi, projection_op, plan) -> str  # why the projection cannot run them
+    find(attention_op, info) -> QkEpilogue | str              # the facts, or why there are none
+    attention_illegal(info) -> str                            # the attention's side (legality)
+    projection_illegal(epi, projection_op, info, plan, result) -> str   # the projection's side
+    task_of(projection_op) -> QkTask | None                   # what its epilogue computes (its plan's qk)
+    check_pairs(tile_kernels)                                 # an EmmyError for an attention left unpaired
 
 Attention's `fusion` knob says where the per-head code of its computed Q and K runs (Qwen3: the
 q/k RMSNorm over the head dimension, then the rotary embedding): `fused` (while staging, in the
 flash kernel), `split` (a prologue kernel `<name>_prep`), or `epilogue` (in the epilogue of the
 contraction that produces their rows, which then holds normalized, rotated Q and K where it held
-the raw ones; the flash kernel copies them as direct rows). This module holds the facts the third
-way rests on; `emmy.schedule.attention.plan` and the tile interpreter
-(`emmy.interp.qk_epilogue`) read them.
+the raw ones; the flash kernel copies them as direct rows: `direct_rows`). This module holds the
+facts the third way rests on; legality, decide-forks (which fits the projection's block_n,
+split_k and split_tail for it), `emmy.schedule.plan.plan_kernel` (the projection's plan's `qk`),
+the lowerings (emmy.lowering.contraction_epilogue.qk_stores, emmy.lowering.attention) and the
+tile interpreter (emmy.interp.qk_epilogue) read them.
 
-The attention side (`find`): each computed operand (Q, K) reads one tensor by rows, the source
-(the projection's output, [rows, columns]), only at its own row and only inside one aligned head
-of head_dim columns (columns h * D ... h * D + D - 1: RMSNorm's row sum over d, rotate_half's
-partner column d +- D/2); the batch/head axes reach its value only through which head that is (so
-query heads sharing a key head under grouped-query attention compute the same K: it can be
-written once, in place); Q's heads, K's heads and the columns V reads are disjoint. Then the
-epilogue overwrites column h * D + d of the source with the operand's bf16 value at (row, h, d),
-the flash kernel reads it back from there, and nothing else reads the source (the projection's
-side checks that).
+The attention side (`find`, `attention_illegal`): each computed operand (Q, K) reads one input by
+rows, the source (the projection's output, [rows, columns]), only at its own row and only inside
+one aligned head of head_dim columns (columns h * D ... h * D + D - 1: RMSNorm's row sum over d,
+rotate_half's partner column d +- D/2); the batch/head axes reach its value only through which
+head that is (so query heads sharing a key head under grouped-query attention compute the same
+K: it is written once, in place); Q's heads, K's heads and the columns V reads are disjoint; the
+source is a contraction tile.kernel's result (an attention isolated for tuning has it as an
+argument: there the branch cannot run). The epilogue overwrites column h * D + d of the source
+with the operand's bf16 value at (row, h, d) and the flash kernel reads it back from there.
 
-The projection side (`projection_illegal`): the source is a result of a `contraction` tile.kernel
-stored at [m, n] (its only store of that result: rows by m, columns by its n axis), read by the
-attention only; its plan has block_n a multiple of D (tiles start at multiples of block_n, so a
-tile holds whole aligned heads: a head's row, its row sum and every rotary partner lie in one
-block), no split_k (the parts would see partial sums, and split_k's combine adds element by
-element), and a staged epilogue holding the whole tile (`epilogue_width` = block_n): the tile's
-bf16 results sit in shared memory, where a row's sum over a head and the partner column d +- D/2
-are plain reads, whatever the accumulator layout of the workers (mma.sync's quads, wgmma's
-warpgroups, several warps across n). In registers it would need D/2 a multiple of 8 for partners
-to share a thread and a shuffle plus a shared-memory reduction across warps for the row sum; the
-shared-memory form is chosen because it is legal for every worker layout the staged epilogue has.
+The projection side (`projection_illegal`): the source is stored at [m, n] (its only store of that
+result: rows by m, columns by its n axis) and read by the attention only; the plan has block_n a
+multiple of D (tiles start at multiples of block_n, so a tile holds whole aligned heads: a head's
+row, its row sum and every rotary partner lie in one block), no split_k and no split_tail (their
+parts would see partial sums, and split_k's combine adds element by element), and a staged
+epilogue holding the whole tile (`epilogue_width` = block_n): the tile's bf16 results sit in
+shared memory, where a row's sum over a head and the partner column d +- D/2 are plain reads,
+whatever the accumulator layout of the workers (mma.sync's quads, wgmma's warpgroups, several warps
+across n). In registers it would need D/2 a multiple of 8 for partners to share a thread and a
+shuffle plus a shared-memory reduction across warps for the row sum; the shared-memory form is
+chosen because it is legal for every worker layout the staged epilogue has. The heads of each
+operand must be first + row / group (query heads, grouped key heads) so that the epilogue finds a
+batch/head row for a head by arithmetic.
 
-Status: the plan, these checks and the tile interpreter follow `epilogue`; the CUDA lowering of the
-projection's epilogue, the knob's domain (it is not in it: nothing can pin or tune it yet) and the
-tuner's measurement in context (the projection and attention timed together) are still to come.
+Only a pin reaches `epilogue` (emmy.tuning.knobs.IN_CONTEXT): the rules keep fused/split, the prior
+does not rank it, and a tuning study of the isolated attention cannot run it.
 """
 
 from __future__ import annotations
@@ -43,14 +49,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from xdsl.dialects import arith
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from emmy.analysis.body import Evaluator
 from emmy.analysis.classify import Domains, KernelInfo, classify
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
-from emmy.schedule.attention import DIRECT, AttentionBody, Producer, analyze, direct_load
+from emmy.dialects.tile import KernelOp
+from emmy.schedule.attention import DIRECT, AttentionBody, Producer, analyze, row_stride
 
 
 @dataclass(frozen=True)
@@ -120,9 +126,8 @@ def tree_loads(p: Producer) -> list[LoadOp]:
     return list(out)
 
 
-def _batch_reach(p: Producer, source: BlockArgument, batch: tuple[str, ...]) -> set[str]:
-    """The batch axes the operand's value reads other than through the indices of its loads of
-    the source."""
+def _batch_reach(p: Producer, batch: tuple[str, ...]) -> set[str]:
+    """The batch axes the operand's value reads other than through the indices of loads."""
     roots = [p.value] + [st.yielded for st in p.stats]
     seen: set[SSAValue] = set()
     found: set[str] = set()
@@ -135,14 +140,28 @@ def _batch_reach(p: Producer, source: BlockArgument, batch: tuple[str, ...]) -> 
         o = v.owner
         if isinstance(o, AxisOp) and o.axis_name in batch:
             found.add(o.axis_name)
-        elif isinstance(o, LoadOp):
-            if o.tensor is not source:
-                stack.extend(o.indices)
         elif isinstance(o, ReduceOp):
             stack.append(o.yielded)
-        elif isinstance(o, Operation):
+        elif isinstance(o, Operation) and not isinstance(o, LoadOp):
             stack.extend(o.operands)
     return found
+
+
+def _by_head_only(ev: Evaluator, p: Producer, source: BlockArgument, batch: tuple[str, ...], heads: np.ndarray) -> bool:
+    """Whether the operand's loads of other inputs read the same elements for every batch/head
+    row reading the same head (Qwen2's bias by query head, by key head under grouped-query
+    attention): then the value of a head is one, whichever row computes it."""
+    flat = heads.reshape(-1)
+    for ld in tree_loads(p):
+        if ld.tensor is source:
+            continue
+        for idx in ld.indices:
+            at = _columns(ev, idx, batch).reshape(len(flat), -1)
+            for h in set(flat.tolist()):
+                rows = at[flat == h]
+                if np.any(rows != rows[:1]):
+                    return False
+    return True
 
 
 def _columns(ev: Evaluator, idx: SSAValue, batch: tuple[str, ...]) -> np.ndarray:
@@ -150,8 +169,8 @@ def _columns(ev: Evaluator, idx: SSAValue, batch: tuple[str, ...]) -> np.ndarray
     arr, axes = ev.value(idx)
     order = [a for a in batch if a in axes] + [a for a in axes if a not in batch]
     arr = np.moveaxis(arr, [axes.index(a) for a in order], range(len(order)))
-    shape = [ev.extents[a] if a in axes else 1 for a in batch]
-    return np.broadcast_to(arr.reshape(shape + [-1]), [ev.extents[a] for a in batch] + [arr.reshape(shape + [-1]).shape[-1]])
+    arr = arr.reshape([ev.extents[a] if a in axes else 1 for a in batch] + [-1])
+    return np.broadcast_to(arr, [ev.extents[a] for a in batch] + [arr.shape[-1]])
 
 
 def _read_columns(ev: Evaluator, body: AttentionBody, p: Producer, source: BlockArgument) -> list[np.ndarray]:
@@ -193,9 +212,10 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
                 return f"{name} reads columns outside one aligned head of {D} columns"
             heads = h
         assert heads is not None
-        reach = _batch_reach(p, t, body.batch_axes)
-        if reach:
-            return f"{name} depends on {', '.join(sorted(reach))} other than through which head of its source it reads"
+        reach = _batch_reach(p, body.batch_axes)
+        if reach or not _by_head_only(ev, p, t, body.batch_axes, np.asarray(heads)):
+            axes = ", ".join(sorted(reach) or body.batch_axes)
+            return f"{name} depends on {axes} other than through which head of its source it reads"
         rows_ = _as_direct(p, t, Domains(op))
         if rows_ is None:
             return (f"{name} reads no column h * {D} + d of its source as it is (16-byte aligned rows): "
@@ -217,17 +237,12 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
 
 
 def _as_direct(p: Producer, source: BlockArgument, dom: Domains) -> Producer | None:
-    """The operand as direct rows of the source (where the epilogue writes it): a bf16 load of
-    the source at (row, h * D + d) widened to f32 in its tree (emmy.schedule.attention.direct_load)."""
+    """The operand as direct rows of the source (where the epilogue writes it): a load of the
+    source at (row, h * D + d) in its tree (emmy.schedule.attention.row_stride)."""
     for ld in tree_loads(p):
-        if ld.tensor is not source:
-            continue
-        for use in ld.result.uses:
-            ext = use.operation
-            if isinstance(ext, arith.ExtFOp):
-                found = direct_load(ext.result, p.row_axis, p.col_axis, dom)
-                if found is not None:
-                    return Producer(p.name, ext.result, p.row_axis, p.col_axis, DIRECT, load=found[0], stride=found[1])
+        stride = row_stride(ld, p.row_axis, p.col_axis, dom) if ld.tensor is source else None
+        if stride is not None:
+            return Producer(p.name, ld.result, p.row_axis, p.col_axis, DIRECT, load=ld, stride=stride)
     return None
 
 
@@ -304,16 +319,14 @@ def attention_illegal(info: KernelInfo) -> str:
     function, whose epilogue would compute them (an attention isolated for tuning has them as
     an argument: there the branch cannot run, and is not measured)."""
     op = info.stores[0].parent_op() if info.stores else None
-    while op is not None and getattr(op, "kind", None) is None:
-        op = op.parent_op()
-    if op is None:
-        return "no attention kernel"
+    if not isinstance(op, KernelOp):
+        return "the attention is no tile.kernel"
     facts = find(op, info)
     if isinstance(facts, str):
         return facts
     src = op.operands[facts.source]
     owner = None if isinstance(src, BlockArgument) else src.owner
-    if getattr(owner, "kind", None) is None or owner.kind.data != "contraction":  # type: ignore[union-attr]
+    if not isinstance(owner, KernelOp) or owner.kind.data != "contraction":
         what = "a function argument" if owner is None else f"the result of '{owner.name}'"
         return f"its Q/K rows are {what}, not the result of a contraction kernel whose epilogue could compute them"
     return ""
@@ -324,14 +337,21 @@ def check_pairs(kernels: list[Operation]) -> None:
     fusion is `epilogue` but whose rows no contraction kernel produces: its Q and K would be read
     raw as if normalized and rotated."""
     for att in kernels:
-        if getattr(att, "kind", None) is None or att.kind.data != "attention":  # type: ignore[attr-defined]
+        if not _epilogue_attention(att):
             continue
-        if att.knob_values().get("fusion") != "epilogue":  # type: ignore[attr-defined]
-            continue
-        why = attention_illegal(classify(att))
+        info = classify(att)
+        why = attention_illegal(info)
         if why:
-            raise EmmyError(f"tile.kernel @{att.kernel_name} (attention): fusion=epilogue: {why}")  # type: ignore[attr-defined]
-        task_of(att.operands[find(att, classify(att)).source].owner)  # type: ignore[union-attr]  (the contraction's side)
+            raise EmmyError(f"tile.kernel @{att.kernel_name} (attention): fusion=epilogue: {why}")
+        facts = find(att, info)
+        assert not isinstance(facts, str)
+        task_of(att.operands[facts.source].owner)  # the contraction's side (an EmmyError where it fails)
+
+
+def _epilogue_attention(op: Operation) -> bool:
+    """Whether `op` is an attention tile.kernel whose fusion is decided `epilogue`."""
+    return (isinstance(op, KernelOp) and op.kind.data == "attention"
+            and op.knob_values().get("fusion") == "epilogue")
 
 
 def task_of(op: Operation) -> QkTask | None:
@@ -341,9 +361,7 @@ def task_of(op: Operation) -> QkTask | None:
     for n, r in enumerate(op.results):
         for use in r.uses:
             att = use.operation
-            if getattr(att, "kind", None) is None or att.kind.data != "attention":  # type: ignore[attr-defined]
-                continue
-            if att.knob_values().get("fusion") != "epilogue":  # type: ignore[attr-defined]
+            if not _epilogue_attention(att):
                 continue
             where = f"tile.kernel @{att.kernel_name} (attention): fusion=epilogue"  # type: ignore[attr-defined]
             info = classify(att)
@@ -351,7 +369,7 @@ def task_of(op: Operation) -> QkTask | None:
             if isinstance(facts, str):
                 raise EmmyError(f"{where}: {facts}")
             if att.operands[facts.source] is not r:
-                raise EmmyError(f"{where}: its Q/K rows are not @{op.kernel_name}'s result")  # type: ignore[attr-defined]
+                continue  # it reads this result otherwise: its rows come from another kernel
             if any(u.operation is not att for u in r.uses):
                 raise EmmyError(f"{where}: @{op.kernel_name}'s result is read by other kernels too")  # type: ignore[attr-defined]
             body = analyze(att, info)

@@ -92,8 +92,8 @@ def test_facts_of_a_handwritten_attention():
     # rotate_half's partner d + 64 without the modulo: past the head
     (lambda: edited(r"arith\.remui (%\w+), %\w+ : index", r"arith.addi \1, %c1x : index"),
      "Q reads columns outside one aligned head of 128 columns"),
-    # the rotary table read by head
-    (lambda: edited(r"loop\.load %COS\[%c1x, ", r"loop.load %COS[%h7x, "), "Q depends on h other than through which head"),
+    # K's rotary table read by query head: the two query heads of a key head would compute two Ks
+    (lambda: edited(r"loop\.load %COS\[%c1x, (%kv\d+x)", r"loop.load %COS[%h7x, \1"), "K depends on h other than through which head"),
     # K's columns where Q's are
     (lambda: edited(r", %c5x : index", r", %c1x : index"), "Q and K read the same heads of their source"),
     # V's columns where K's are
@@ -106,7 +106,7 @@ def test_find_refusals(op, message):
 
 
 def test_find_needs_a_column_to_read_back(monkeypatch):
-    monkeypatch.setattr(E, "direct_load", lambda *a: None)
+    monkeypatch.setattr(E, "row_stride", lambda *a: None)
     op = hand()
     why = E.find(op, classify(op))
     assert isinstance(why, str) and "Q reads no column h * 128 + d of its source as it is" in why, why
@@ -343,3 +343,71 @@ def test_epilogue_compiles_without_spills(target, tokens, pins, tmp_path):
     for name in ("rms_norm_qkv_proj", "attention"):
         log = r.stderr.split(f"Compiling entry function '{name}'")[1].split("Compiling entry function")[0]
         assert "0 bytes spill stores" in log, log
+
+
+def test_the_rows_must_be_the_attentions_alone():
+    k = kernels(layer(65, "attention.fusion=epilogue").module)
+    proj = k["rms_norm_qkv_proj"]
+    ret = proj.parent_block().last_op
+    ret.operands = [*ret.operands, proj.results[0]]  # another reader of the q/k/v rows
+    with pytest.raises(EmmyError, match="tile.kernel @attention \\(attention\\): fusion=epilogue: @rms_norm_qkv_proj's result is read by other kernels too"):
+        E.task_of(proj)
+
+
+def test_the_side_inputs_must_come_before_the_projection():
+    from xdsl.dialects.test import TestOp
+    from xdsl.rewriter import InsertPoint, Rewriter
+
+    k = kernels(layer(65, "attention.fusion=epilogue").module)
+    proj, att = k["rms_norm_qkv_proj"], k["attention"]
+    later = TestOp(result_types=[att.operands[0].type])  # the q norm weight, computed after the projection
+    Rewriter.insert_op(later, InsertPoint.after(proj))
+    att.operands = [later.results[0], *att.operands[1:]]
+    with pytest.raises(EmmyError, match="fusion=epilogue: its input 0 is computed after @rms_norm_qkv_proj"):
+        E.task_of(proj)
+
+
+# --------------------------------------------------------------------------------------------
+# Qwen2: Q and K computed without norms (the q/k biases, then the rotary embedding)
+# --------------------------------------------------------------------------------------------
+
+
+def _qwen2(tmp_path, tokens: int, *pins: str, stop_after: str = "tile", target: str = "sm_90a"):
+    from tiny_models import write_real_sized_model
+
+    model = write_real_sized_model(tmp_path / "qwen2-0.5b", "qwen2-0.5b")
+    return compile_model(CompileOptions(model=model, layer=0, tokens=tokens, target=target, pins=pins,
+                                        stop_after=stop_after))
+
+
+def test_qwen2_biases_are_per_head(tmp_path):
+    """Qwen2's Q and K read their bias by query head and by key head (grouped 7 to 1): a head's
+    value is the same whichever batch/head row computes it, so the epilogue applies."""
+    from emmy.execute import run_interpreted
+
+    r = _qwen2(tmp_path, 7, "attention.fusion=epilogue")
+    att = kernels(r.module)["attention"]
+    facts = E.find(att, classify(att))
+    assert not isinstance(facts, str), facts
+    assert facts.head_dim == 64 and [o.progression for o in facts.operands] == [(0, 1), (14, 7)]
+    epi = run_interpreted(r.module, r.traced).rel_error
+    fused = run_interpreted(_qwen2(tmp_path, 7, "attention.fusion=fused").module, r.traced).rel_error
+    assert epi <= 1e-2 and epi == fused
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [37, 1100])
+def test_qwen2_epilogue_on_the_gpu(tokens, tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from tiny_models import write_real_sized_model
+
+    from emmy.backend.run import run_on_gpu
+
+    major, minor = torch.cuda.get_device_capability()
+    target = "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+    model = write_real_sized_model(tmp_path / "qwen2-0.5b", "qwen2-0.5b")
+    opts = CompileOptions(model=model, layer=0, tokens=tokens, target=target, pins=("attention.fusion=epilogue",))
+    report = run_on_gpu(opts, cache_dir=tmp_path)
+    assert report.rel_error <= 1e-2, report.rel_error
