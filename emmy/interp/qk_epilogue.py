@@ -29,8 +29,8 @@ from emmy.schedule.qk_epilogue import QkEpilogue, QkTask
 def run_epilogue(
     task: QkTask, plan: ContractionPlan, raw: np.ndarray, attention_inputs: Sequence[np.ndarray]
 ) -> np.ndarray:
-    """The projection's rows with the Q/K heads rewritten tile by tile (module docstring); the
-    plan's legality (`projection_illegal`) was checked by the caller."""
+    """The projection's rows with the Q/K heads rewritten tile by tile (module docstring); `plan`
+    is the projection's (emmy.schedule.plan.plan_kernel checked the pair's legality for it)."""
     epi = task.facts
     D = epi.head_dim
     values = {"q": task.body.q.value, "k": task.body.k.value}

@@ -49,14 +49,13 @@ from emmy.analysis.classify import KernelInfo, classify
 from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
 from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
-from emmy.diagnostics import EmmyError
 from emmy.interp.qk_epilogue import direct_operands, run_epilogue
-from emmy.schedule.qk_epilogue import check_pairs, projection_illegal, task_of
 from emmy.interp.tensor_stage import find_function, prepare_args
 from emmy.schedule.attention import AttentionPlan
 from emmy.schedule.contraction import ContractionPlan
 from emmy.schedule.elementwise import ElementwisePlan
-from emmy.schedule.plan import plan_for
+from emmy.schedule.plan import plan_for, plan_kernel
+from emmy.schedule.qk_epilogue import check_pairs, task_of
 from emmy.schedule.reduction import ReductionPlan
 from emmy.targets import Target, module_target
 from emmy.tuning.knobs import stream_k_runs
@@ -79,14 +78,10 @@ def run_function(
     for op in f.body.block.ops:
         if isinstance(op, KernelOp):
             outs = run_kernel(op, [env[v] for v in op.inputs], rewritten.get(op))
-            task = task_of(op) if op.kind.data == "contraction" else None
-            if task is not None:
-                info = classify(op)
-                plan = plan_for(info, op.knob_values(), _target(op))
+            if op.kind.data == "contraction" and task_of(op) is not None:
+                plan = plan_kernel(op, _target(op)).parts[0].plan  # its `qk`, the pair's legality checked
                 assert isinstance(plan, ContractionPlan)
-                why = projection_illegal(task.facts, op, info, plan, task.result)
-                if why:
-                    raise EmmyError(f"tile.kernel @{op.kernel_name}: {why} (for @{task.attention.kernel_name})")
+                task = plan.qk
                 src = op.results[task.result]
                 rows = run_epilogue(task, plan, outs[task.result], [
                     outs[task.result] if v is src else env[v] for v in task.attention.operands

@@ -44,8 +44,8 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    the stores read no tensor, the bf16 results evaluated on the fragments (`stages_results`);
    otherwise two columns per access straight from the fragments. Where an attention reading the
    result has fusion = epilogue (the plan's `qk`), its Q and K heads are rewritten from the
-   staged results by the attention's own per-head code (`qk_stores`: RMSNorm, rotary embedding). With `split_k > 1` the block
-   writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and
+   staged results by the attention's own per-head code (`qk_stores`: RMSNorm, rotary
+   embedding). With `split_k > 1` the block writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and
    runs the epilogue (`combine = kernel`), or the last block of each output tile to finish adds
    the others' parts to its own and runs the epilogue itself (`combine = last_block`,
    last_block_epilogue). With `schedule = stream_k` a block's k-steps run across tile
