@@ -33,12 +33,7 @@ from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.schedule.contraction import Decided, LaunchPlan
 from emmy.schedule.reduction import row_major_strides
 from emmy.targets import Target
-from emmy.tuning.knobs import KnobValue
-
-# The values of attention's fusion knob the plan knows: Q/K computed in the flash kernel, by a
-# prologue kernel, or in the epilogue of the projection producing their rows (emmy.schedule.
-# qk_epilogue; not in the knob's domain until the projection's CUDA epilogue exists).
-FUSIONS = ("fused", "split", "epilogue")
+from emmy.tuning.knobs import ATTENTION_FUSION, KnobValue
 
 # Producer modes, as emmy::attention::kDirect / kElem / kRowSum / kTma.
 DIRECT, ELEM, ROWSUM, TMA = 0, 1, 2, 3
@@ -670,8 +665,8 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
             f"(have {workers}, {stages}, block_kv={bkv} for {info.seq_kv} keys)"
         )
     fusion = str(v["fusion"])
-    if fusion not in FUSIONS:
-        raise _err(name, f"unknown fusion '{fusion}' (fused or split)")
+    if fusion not in ATTENTION_FUSION:
+        raise _err(name, f"unknown fusion '{fusion}' ({', '.join(ATTENTION_FUSION)})")
     if workers == "wgmma_ws":
         why = ws_illegal(info, warps, copy, fusion)
         if why:

@@ -144,6 +144,12 @@ def test_the_attention_plan_of_the_epilogue():
         attention_plan(info, dict(ws, fusion="fused"), SM90A)
 
 
+def test_the_attention_plan_names_its_fusions():
+    op = hand()
+    with pytest.raises(EmmyError, match=r"unknown fusion 'apart' \(fused, split, epilogue\)"):
+        attention_plan(classify(op), dict(op.knob_values(), fusion="apart"), get_target("sm_90"))
+
+
 def _projection(tokens: int = 65):
     k = kernels(layer(tokens).module)
     att, proj = k["attention"], k["rms_norm_qkv_proj"]
