@@ -50,6 +50,15 @@ def has_reduce(loop: FusedOp) -> bool:
     return any(isinstance(op, ReduceOp) for op in loop.block.walk())
 
 
+def has_nested_reduce(loop: FusedOp) -> bool:
+    """Whether a reduction of the loop holds another inside it (a softmax statistic or P·V over
+    the keys, each recomputing the scores' sum over the head dimension)."""
+    return any(
+        isinstance(op, ReduceOp) and any(isinstance(inner, ReduceOp) for inner in op.body.walk() if inner is not op)
+        for op in loop.block.walk()
+    )
+
+
 _LAYOUT_OPS = (
     AxisOp,
     LoadOp,

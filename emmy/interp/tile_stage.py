@@ -21,7 +21,9 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   stores evaluated on the block with the contraction and prologue results overridden.
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
   max, running sum and output rescaled by exp(old max - new max)), the sum divided out at the
-  end (or inside P x V when the loop does so), then the epilogue on the block.
+  end (or inside P x V when the loop does so), then the epilogue on the block. With fusion =
+  epilogue the projection's run rewrites the Q/K heads of its output tile by tile first
+  (`emmy.interp.qk_epilogue`), and the attention reads them as rows.
 - reduction: blocks of rows_per_block rows; each top-level reduce accumulated in sweeps of
   (threads / rows_per_block) x vector elements along its contiguous axis, in dependency order
   (earlier results overridden so that a sweep never restricts them), then the epilogue.
@@ -47,11 +49,13 @@ from emmy.analysis.classify import KernelInfo, classify
 from emmy.dialects.loop import FusedOp, ReduceOp, StoreOp
 from emmy.dialects.tile import KernelOp
 from emmy.interp.numeric import element_dtype, round_to
+from emmy.interp.qk_epilogue import direct_operands, run_epilogue
 from emmy.interp.tensor_stage import find_function, prepare_args
 from emmy.schedule.attention import AttentionPlan
 from emmy.schedule.contraction import ContractionPlan
 from emmy.schedule.elementwise import ElementwisePlan
-from emmy.schedule.plan import plan_for
+from emmy.schedule.plan import plan_for, plan_kernel
+from emmy.schedule.qk_epilogue import check_pairs, task_of
 from emmy.schedule.reduction import ReductionPlan
 from emmy.targets import Target, module_target
 from emmy.tuning.knobs import stream_k_runs
@@ -68,9 +72,22 @@ def run_function(
     """
     f = find_function(module, name)
     env: dict[SSAValue, np.ndarray] = dict(zip(f.body.block.args, prepare_args(f, args)))
+    kernels = [op for op in f.body.block.ops if isinstance(op, KernelOp)]
+    check_pairs(kernels)  # fusion = epilogue: an attention's Q/K rows rewritten by a contraction
+    rewritten: dict[KernelOp, dict[SSAValue, np.ndarray]] = {}
     for op in f.body.block.ops:
         if isinstance(op, KernelOp):
-            outs = run_kernel(op, [env[v] for v in op.inputs])
+            outs = run_kernel(op, [env[v] for v in op.inputs], rewritten.get(op))
+            if op.kind.data == "contraction" and task_of(op) is not None:
+                plan = plan_kernel(op, _target(op)).parts[0].plan  # its `qk`, the pair's legality checked
+                assert isinstance(plan, ContractionPlan)
+                task = plan.qk
+                src = op.results[task.result]
+                rows = run_epilogue(task, plan, outs[task.result], [
+                    outs[task.result] if v is src else env[v] for v in task.attention.operands
+                ])
+                outs = [rows if i == task.result else o for i, o in enumerate(outs)]
+                rewritten[task.attention] = direct_operands(task, rows)
         elif isinstance(op, FusedOp):
             outs = evaluate(op, [env[v] for v in op.inputs])
         elif isinstance(op, func.ReturnOp):
@@ -82,8 +99,11 @@ def run_function(
     raise ValueError(f"@{f.sym_name.data} has no func.return")
 
 
-def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """One tile.kernel's results, computed by its decided schedule."""
+def run_kernel(
+    op: KernelOp, inputs: Sequence[np.ndarray], fixed: Mapping[SSAValue, np.ndarray] | None = None
+) -> list[np.ndarray]:
+    """One tile.kernel's results, computed by its decided schedule (`fixed`: values of its body
+    given, over their full domains: an attention's Q and K from the projection's epilogue)."""
     undecided = [n for n, k in op.knob_dict().items() if not k.is_decided]
     if undecided:
         raise ValueError(
@@ -93,7 +113,7 @@ def run_kernel(op: KernelOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     info = classify(op)
     plan = plan_for(info, op.knob_values(), _target(op))
     run = _RUNNERS[info.kind]
-    return run(_Kernel(op, info, inputs), plan)
+    return run(_Kernel(op, info, inputs, fixed), plan)
 
 
 def _target(op: KernelOp) -> Target:
@@ -112,8 +132,12 @@ def _target(op: KernelOp) -> Target:
 class _Kernel:
     """A kernel being run: its evaluator, its outputs, and a count of writes per element."""
 
-    def __init__(self, op: KernelOp, info: KernelInfo, inputs: Sequence[np.ndarray]):
+    def __init__(
+        self, op: KernelOp, info: KernelInfo, inputs: Sequence[np.ndarray],
+        fixed: Mapping[SSAValue, np.ndarray] | None = None,
+    ):
         self.op = op
+        self.fixed = dict(fixed or {})
         self.info = info
         self.ev = Evaluator(op, inputs)
         self.outs: list[np.ndarray] = []
@@ -131,7 +155,7 @@ class _Kernel:
     def value(
         self, v: SSAValue, ranges: Ranges, overrides: Mapping[SSAValue, np.ndarray] | None = None
     ) -> tuple[np.ndarray, tuple[str, ...]]:
-        return self.ev.value(v, ranges, overrides or None)
+        return self.ev.value(v, ranges, {**self.fixed, **(overrides or {})} or None)
 
     def store_block(self, ranges: Ranges, overrides: Mapping[SSAValue, np.ndarray]) -> None:
         """Evaluate every store over the block `ranges` (with `overrides`) and write it.

@@ -16,7 +16,8 @@ for each part of a kernel of kind K,
 A builder returns a `Built`: the `kernel.func` ops it made (not yet inserted anywhere), the
 launches that compute the tile op's results, in order, and the temporary buffers (workspaces,
 row statistics) those launches use. Launch arguments name the tile op's inputs and results by
-position, the temporary buffers by position, or give a scalar value:
+position, the temporary buffers by position, the inputs of `Built.peer` (another tile op: the
+attention whose Q and K a contraction's epilogue computes) by position, or give a scalar value:
 
     Built(funcs=[stats_fn, main_fn],
           launches=[Launch("k_stats", (In(0), Tmp(0))),
@@ -34,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import TensorType
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation
 
 from emmy.dialects.kernel import KernelFuncOp
 
@@ -67,7 +68,15 @@ class Scalar:
     value: Attribute
 
 
-LaunchArg = In | Out | Tmp | Scalar
+@dataclass(frozen=True)
+class Peer:
+    """Input (operand) number `index` of `Built.peer`, another tile op of the function: the
+    attention whose Q and K a contraction's epilogue computes (fusion = epilogue) reads norm
+    weights and rotary tables the contraction's own inputs do not hold."""
+    index: int
+
+
+LaunchArg = In | Out | Tmp | Scalar | Peer
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,8 @@ class Built:
     # indices into `temps` of buffers that must hold zeros before the first call and that every
     # call leaves zero again (counters: `kernel.empty zeroed`)
     zeroed: set[int] = field(default_factory=set)
+    # the tile op whose inputs `Peer` arguments name (None: no such arguments)
+    peer: Operation | None = None
 
 
 KINDS = ("elementwise", "reduction", "contraction", "attention")

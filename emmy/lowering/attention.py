@@ -49,6 +49,10 @@ Variants (the plan's `fusion`, the attention's fusion knob):
   where the projection has a bias, as Qwen2's). Same values bit for bit, fewer
   evaluations: on an H200 the Qwen3 layer's attention took 21 us instead of 55 us at 512 tokens,
   126 us instead of 308 us at 2048, the same at 32 (mma_sync, block_q 64/128, block_kv 64).
+- "epilogue": the q/k/v projection's epilogue wrote normalized, rotated Q and K in place of their
+  raw rows (emmy.schedule.qk_epilogue; emmy.lowering.contraction_epilogue.qk_stores): the main
+  kernel copies them as direct rows of that output (`qk_epilogue.direct_rows`), no prologue
+  kernel; a computed V stays in the main kernel as with "fused".
 
     kernel.func @attention(%x: !kernel.ptr<bf16>, ..., %out: !kernel.ptr<bf16>) grid [16, 8, 1] block [128, 1, 1] smem 81920 min_blocks 1 {
       %bid_x = kernel.block_id x
@@ -77,6 +81,7 @@ from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp, ReduceOp
+from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import (
     DIRECT,
     ELEM,
@@ -235,6 +240,11 @@ def build(kernel_op: Operation, info: KernelInfo, sched: AttentionPlan) -> Built
     (`<name>_prep`) materializes them once and the main loop runs on the materialized rows.
     """
     plan = analyze(kernel_op, info)
+    if sched.fusion == "epilogue":  # Q and K as rows the projection's epilogue rewrote
+        facts = qk_epilogue.find(kernel_op, info)
+        if isinstance(facts, str):
+            raise EmmyError(f"tile.kernel @{sched.name} (attention): fusion=epilogue: {facts}")
+        plan = qk_epilogue.direct_rows(plan, facts)
     if sched.prep is not None:
         return _build_split(kernel_op, info, plan, sched)
     func, map_refs = _flash_func(kernel_op, info, plan, sched)

@@ -42,8 +42,10 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    edges. Tensor-core kernels stage through shared memory first (`staged_epilogue`) so each
    thread stores 8 consecutive columns (16 bytes): the accumulators, evaluated there, or, where
    the stores read no tensor, the bf16 results evaluated on the fragments (`stages_results`);
-   otherwise two columns per access straight from the fragments. With `split_k > 1` the block
-   writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and
+   otherwise two columns per access straight from the fragments. Where an attention reading the
+   result has fusion = epilogue (the plan's `qk`), its Q and K heads are rewritten from the
+   staged results by the attention's own per-head code (`qk_stores`: RMSNorm, rotary
+   embedding). With `split_k > 1` the block writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and
    runs the epilogue (`combine = kernel`), or the last block of each output tile to finish adds
    the others' parts to its own and runs the epilogue itself (`combine = last_block`,
    last_block_epilogue). With `schedule = stream_k` a block's k-steps run across tile
@@ -79,7 +81,7 @@ from xdsl.ir import SSAValue
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import StoreOp
-from emmy.lowering import Built, In, Launch, Out, Tmp
+from emmy.lowering import Built, In, Launch, Out, Peer, Tmp
 from emmy.lowering.common import c_ident, decompose, io_args
 from emmy.lowering.kb import KB
 from emmy.lowering.reduction import reduce_rows
@@ -138,6 +140,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         self._maps: list[MapOperand] | None = None  # tma_operands()
         self.map_args: list[SSAValue] = []  # their kernel arguments (build_main)
         self.counters: SSAValue | None = None  # combine = last_block: the per-tile counters (build_main)
+        self.qk_ptrs: list[SSAValue] = []  # the pointers of qk_inputs() (build_main)
         # fragments(): the row of each wgmma fragment -> its slot among the thread's rows
         self._fragment_slots: dict[SSAValue, SSAValue] = {}
 
@@ -180,7 +183,10 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         if not self.g.combine_kernel:
             args += [r for r in refs if isinstance(r, Out)]
         args += [In(m.operand) for m in self.tma_operands()]
+        args += [Peer(i) for i, _ in self.qk_inputs()]
         built.launches.append(Launch(main.sym_name.data, tuple(args)))
+        if self.g.qk is not None:
+            built.peer = self.g.qk.attention
         if self.g.combine_kernel:
             comb = self.build_combine(types, names, stats=stats_ref is not None)
             built.funcs.append(comb)
@@ -216,6 +222,15 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
             temps=head.temps + tail.temps[shared:],
             zeroed=head.zeroed | {i + shift for i in tail.zeroed},
         )
+
+    def qk_inputs(self) -> list[tuple[int, TensorType]]:
+        """fusion = epilogue of an attention reading this kernel's rows (the plan's `qk`): the
+        attention's inputs its Q/K code reads besides the rows (index, type), kernel arguments
+        after the tensor maps."""
+        task = self.g.qk
+        if task is None:
+            return []
+        return [(i, task.attention.operands[i].type) for i in task.inputs]
 
     # -- shared helpers -------------------------------------------------------------------------------
     def all_tiles(self) -> int:
@@ -307,6 +322,9 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         maps = self.tma_operands()
         arg_types += [m.view for m in maps]
         arg_names += [f"tma_{m.side}{m.index if m.side == 'b' and g.nc > 1 else ''}" for m in maps]
+        peers = self.qk_inputs()
+        arg_types += [K.PtrType(t.element_type) for _, t in peers]
+        arg_names += [f"qk_in{i}" for i, _ in peers]
         layout = g.smem  # every offset below, and whether A is computed from raw copies (a_source)
         a_loads = self.raw_a_loads()
         raw = list(zip(a_loads or (), layout.raw)) if layout.a_source == "raw_copies" else []
@@ -334,7 +352,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         if stats:
             stats_ptr = args[pos]
             pos += 1
-        n_args = len(args) - len(maps)
+        n_args = len(args) - len(maps) - len(peers)
         self.counters = None
         if workspace:
             ws_ptr = args[pos]
@@ -343,7 +361,8 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
             self.counters = args[pos]
             pos += 1
         outs = [] if g.combine_kernel else list(args[pos:n_args])
-        self.map_args = list(args[n_args:])
+        self.map_args = list(args[n_args:n_args + len(maps)])
+        self.qk_ptrs = list(args[n_args + len(maps):])
         em = BodyEmitter(kb, self.op, ptrs, outs)
         # wgmma reads tiles through the swizzle of absolute addresses: 8-row groups aligned
         align_a = 1024 if g.wgmma else 128

@@ -4,7 +4,9 @@
 scalar code after the contractions on the accumulators, staged through shared memory for
 16-byte stores (`staged_epilogue`, or bf16 results staged with `result_staged_epilogue`), or
 straight from the fragments; split_k's parts written to a workspace and added by the last block
-(`last_block_epilogue`) or by `<name>_combine` (`build_combine`).
+(`last_block_epilogue`) or by `<name>_combine` (`build_combine`). Where the plan's `qk` says so
+(an attention's fusion = epilogue), the staged bf16 results of Q's and K's heads are rewritten on
+the way out by the attention's own Q/K code (`qk_stores`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,18 @@ from __future__ import annotations
 from xdsl.dialects.builtin import IndexType, VectorType, bf16, f32
 
 from emmy.dialects import kernel as K
-from emmy.lowering.common import EPILOGUE_BARRIER
+from emmy.lowering.common import EPILOGUE_BARRIER, decompose
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
+from emmy.schedule import qk_epilogue
 from emmy.schedule.contraction_smem import RESULT_PAD, STAGE_PAD
 from emmy.schedule.reduction import largest_divisor_pow2
+
+
+def _source_loads(body, name: str, source) -> list:
+    """The loads of the attention's rows (`source`) in the tree of its operand `name`."""
+    p = body.q if name == "q" else body.k
+    return [ld for ld in qk_epilogue.tree_loads(p) if ld.tensor is source]
 
 
 class EpilogueMixin:
@@ -119,7 +128,86 @@ class EpilogueMixin:
                 for k, st in enumerate(self.stores):
                     vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
                     overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
-                self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+                if self.g.qk is None:
+                    self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+                else:
+                    rows = (tiles, r_local, kb.add(n0, c0), pitch, per_store)
+                    self.qk_stores(kb, em, row, col, batch, mask, overrides, rows)
+
+    def qk_stores(self, kb: KB, em: BodyEmitter, row, col, batch, mask, overrides, rows) -> None:
+        """The stores of 8 columns of one row (result_staged_epilogue) where the plan's `qk` has an
+        attention's Q and K computed here (emmy.schedule.qk_epilogue): columns of a Q or K head
+        get the attention's Q/K code evaluated on this tile's bf16 results in shared memory (its
+        loads of the rows read the tile: a head's row sum and its rotary partners are in it, as
+        the plan's legality saw to), with the attention's other inputs (norm weights, rotary
+        tables) from the kernel's extra arguments; other columns their plain results.
+
+        A row statistic over the head (RMSNorm's sum of squares) is summed by the D / 8 threads
+        that hold the head's row, 8 columns each, then added across them with warp shuffles
+        (`emmy::warp_sum<D / 8>`: consecutive threads take consecutive 8-column pieces of a row,
+        and block_n is whole heads, so a head's pieces lie in D / 8 aligned lanes of one warp);
+        every thread computes and shuffles each operand's partial sum, whichever head it holds,
+        so that all lanes take part. A read of the rows takes its column within the thread's own
+        head of the tile (its offset modulo D), so that no read leaves the tile."""
+        task = self.g.qk
+        epi = task.facts
+        D = epi.head_dim
+        att = task.attention
+        tiles, r_local, n0, pitch, per_store = rows
+        (k_store,) = [k for k, st in enumerate(self.stores) if st.output_index == task.result]
+        block = att.regions[0].block
+        source = block.args[epi.source]
+        aem = BodyEmitter(kb, att, {block.args[i]: p for (i, _), p in zip(self.qk_inputs(), self.qk_ptrs)}, [])
+        row_ok = kb.lt(row, self.M) if self.M % self.g.bm else None
+        head = kb.div(col, D)
+        row_base = kb.add(kb.add(kb.mul(r_local, pitch), k_store * per_store), kb.sub(kb.mul(head, D), n0))
+
+        def from_tile(ld):
+            def hook(scope):
+                cols = scope.value(ld.indices[1])
+                if scope.lane_axis is not None and len(cols) == scope.lanes == 8:
+                    a, m = aem.lane_form(ld.indices[1], scope.lane_axis, 8)
+                    if a == 1 and m % 8 == 0:  # 8 consecutive columns: one 16-byte read
+                        vec = kb.load(tiles, kb.add(row_base, kb.rem(cols[0], D)), VectorType(bf16, [8]))
+                        return [kb.extract(vec, j) for j in range(8)]
+                return [kb.load(tiles, kb.add(row_base, kb.rem(c, D)), bf16) for c in cols]
+            return hook
+
+        producers = {"q": task.body.q, "k": task.body.k}
+        group_lanes = D // 8
+        shuffled = group_lanes in (1, 2, 4, 8, 16, 32) and self.g.threads % group_lanes == 0
+        ops = []
+        for o in epi.operands:
+            p = producers[o.name]
+            first, group = o.progression
+            inside = kb.and_(kb.cmp("sge", head, first), kb.lt(head, first + len(o.written)))
+            b = kb.mul(kb.sub(head, first), group)  # a batch/head row reading this head (when inside)
+            coords = decompose(kb, b, list(epi.batch_axes), aem.extents) if epi.batch_axes else {}
+            coords[o.row_axis] = row
+            d0 = kb.sub(col, kb.mul(head, D))
+            hooks = {ld: from_tile(ld) for ld in _source_loads(task.body, o.name, source)}
+            sums = {}
+            if p.stats and shuffled and p.stat_len == D:
+                s = aem.scope({**coords, p.stat_axis: d0}, lane_axis=p.stat_axis, lanes=8,
+                              mask=kb.and_(row_ok, inside), load_hooks=hooks)
+                terms = [kb.to_f32(v) for v in s.value(p.stats[0].yielded)]
+                part = terms[0]
+                for t in terms[1:]:
+                    part = kb.addf(part, t)
+                total = kb.call(f"emmy::warp_sum<{group_lanes}>", [part], f32)
+                sums = {st.result: [total] for st in p.stats}
+            ops.append((o, p, inside, coords, d0, hooks, sums))
+        handled = None
+        for o, p, inside, coords, d0, hooks, sums in ops:
+            handled = inside if handled is None else kb.or_(handled, inside)
+            with kb.if_(inside):
+                scope = aem.scope({**coords, o.col_axis: d0}, lane_axis=o.col_axis, lanes=8, mask=row_ok,
+                                  overrides=sums, load_hooks=hooks)
+                vals = [kb.to_type(v, bf16) for v in scope.value(p.value)]
+                self.emit_stores(kb, em, row, col, batch, mask, 8, {**overrides, self.stores[k_store].value: vals})
+        assert handled is not None
+        with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):  # V's columns, plain
+            self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
     def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync) -> bool:
         """The epilogue of the computing threads: staged through shared memory where the plan's

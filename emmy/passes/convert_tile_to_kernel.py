@@ -8,6 +8,10 @@ tile op's results (and the temporary buffers they need). The pass puts the `kern
 module level, before the function, and replaces the tile op in the function by `kernel.empty`
 buffers (its results and temporaries) and `kernel.launch`es, in order.
 
+A contraction whose epilogue computes an attention's Q and K (its plan's `qk`: fusion =
+epilogue) takes that attention's other inputs too (launch arguments `Peer`); every such attention
+is checked to have its pair first (`emmy.schedule.qk_epilogue.check_pairs`).
+
 Input invariant: tile stage, every knob decided (`decide-forks`).
 Output IR: module-level `kernel.func`s; functions hold `kernel.empty`, `kernel.launch`,
 `arith.constant` (scalar launch arguments) and `func.return`.
@@ -44,13 +48,14 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
-from emmy.lowering import Built, In, Out, Scalar, Tmp
+from emmy.lowering import Built, In, Out, Peer, Scalar, Tmp
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
 from emmy.passes.stages import require_input_stage
 from emmy.phase import is_prepare, mark_prepare
 from emmy.schedule.plan import plan_kernel
+from emmy.schedule.qk_epilogue import check_pairs
 from emmy.targets import Target, module_target
 
 
@@ -128,6 +133,9 @@ class LowerTileKernel(RewritePattern):
                     args.append(outs[a.index])
                 elif isinstance(a, Tmp):
                     args.append(temps[a.index])
+                elif isinstance(a, Peer):
+                    assert built.peer is not None
+                    args.append(built.peer.operands[a.index])
                 elif isinstance(a, Scalar):
                     c = arith.ConstantOp(a.value)  # type: ignore[arg-type]
                     rewriter.insert(c, InsertPoint.before(op))
@@ -150,6 +158,8 @@ class ConvertTileToKernelPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_input_stage(op, self.name)
         target = module_target(op)
+        for f in op.body.block.ops:  # an attention's Q/K from a contraction's epilogue: both sides hold
+            check_pairs([k for k in f.walk() if isinstance(k, KernelOp)])
         PatternRewriteWalker(
             GreedyRewritePatternApplier([LowerTileKernel(target)], dce_enabled=False),
             apply_recursively=False,

@@ -61,6 +61,14 @@ lowering) steps rule-tier `block_n` down its domain (while over 64), then `stage
 part can, and says so in the knob's reason (`part @P cannot run with block_n=96 (...): lowered
 to 64`): the values in the IR are what runs.
 
+An attention answered `fusion = epilogue` (its computed Q and K in the epilogue of the
+contraction producing their rows: emmy.schedule.qk_epilogue) needs that contraction to hold whole
+heads per tile, without split_k or split_tail: where its answers do not, this pass answers those
+knobs anew (block_n the nearest multiple of the head dim in its domain that works, split_k and
+split_tail 1), above every tier but pins, and says so in each one's reason (`block_n=128: whole
+heads of 128 columns for @attention's fusion=epilogue`). Where pins forbid it, a pinned epilogue
+is an EmmyError naming both kernels (a recorded one gives way to the rules' fusion).
+
 `decisions(module)` lists every knob as a `Decision` (kernel, knob, value, tier, reason) for
 `emmy compile --explain` and the dump's decisions file.
 """
@@ -83,10 +91,12 @@ from emmy.evidence.prior import prior_decider
 from emmy.dialects.tile import KernelOp, KnobValue
 from emmy.phase import is_prepare
 from emmy.schedule.plan import part_problems, plan_kernel
+from emmy.schedule import qk_epilogue
 from emmy.tuning.deciders import (
     Answer,
     Decider,
     FixedDecider,
+    PinnedDecider,
     Problem,
     decide_kernel,
     trade_for_launches,
@@ -174,6 +184,7 @@ class DecideForksPass(ModulePass):
         for k in kernels:
             _write(k, answers[k])
             answers[k] = _fit_parts(k, problems[k], answers[k], deciders, target)
+        _fit_epilogue_pairs(kernels, problems, answers, deciders, target)
         if budget:
             for func in op.body.block.ops:
                 _fit_launch_budget(func, problems, answers, deciders, target, budget)
@@ -265,6 +276,83 @@ def _fit_parts(
         answers = new
         _write(kernel, new)
     return answers
+
+
+def _fit_epilogue_pairs(
+    kernels: list[KernelOp], problems: dict[KernelOp, Problem], answers: dict[KernelOp, dict[str, Answer]],
+    deciders: list[Decider], target: Target,
+) -> None:
+    """Attention's fusion = epilogue needs the contraction producing its rows to compute Q and K
+    in its epilogue (emmy.schedule.qk_epilogue.projection_illegal: block_n whole heads, no split_k,
+    no split_tail, the whole tile staged). Where the contraction's answers do not allow it, the
+    knobs in the way are answered anew (block_n the nearest multiple of the head dim in its
+    domain that works, split_k and split_tail 1), above every tier but pins; each such knob's
+    reason says so. Where pins forbid it, a pinned epilogue is an EmmyError naming both kernels;
+    another tier's epilogue gives way to the rules' fusion."""
+    for att in kernels:
+        fusion = answers[att].get("fusion")
+        if att.kind.data != "attention" or fusion is None or fusion.value != "epilogue":
+            continue
+        facts = qk_epilogue.find(att, problems[att].info)
+        assert not isinstance(facts, str)  # legality saw to it
+        proj = att.operands[facts.source].owner
+        assert isinstance(proj, KernelOp)  # legality saw to it
+        why = _epilogue_problem(proj, target)
+        if why:
+            why = _fit_projection(proj, att, facts.head_dim, problems[proj], answers, deciders, target) or ""
+        if not why:
+            continue
+        if fusion.tier == "pinned":
+            raise EmmyError(f"tile.kernel @{att.kernel_name}: fusion=epilogue is pinned, but @{proj.kernel_name} cannot compute Q and K in its epilogue: {why}")
+        keep = {n: a for n, a in answers[att].items() if n != "fusion"}
+        answers[att] = decide_kernel(problems[att], [FixedDecider(keep), deciders[-1]])
+        _write(att, answers[att])
+
+
+def _epilogue_problem(proj: KernelOp, target: Target) -> str:
+    """Why the contraction `proj` cannot run its reader's fusion = epilogue (empty when it can)."""
+    try:
+        plan_kernel(proj, target)
+    except EmmyError as e:
+        return str(e)
+    return ""
+
+
+def _fit_projection(
+    proj: KernelOp, att: KernelOp, head_dim: int, problem: Problem, answers: dict[KernelOp, dict[str, Answer]],
+    deciders: list[Decider], target: Target,
+) -> str | None:
+    """Answer the contraction's knobs in the way of the epilogue anew (see _fit_epilogue_pairs);
+    None when that worked, else why not."""
+    old = answers[proj]
+    why = ""
+    fixed: dict[str, Answer] = {}
+    note = f"for @{att.kernel_name}'s fusion=epilogue (Q and K computed in this kernel's epilogue)"
+    for knob in ("split_k", "split_tail"):
+        if knob in old and old[knob].tier != "pinned":  # (the rules may split k for narrower tiles)
+            fixed[knob] = Answer(1, "rule", f"{knob}=1 {note}")
+    bn = int(old["block_n"].value) if "block_n" in old else 0  # type: ignore[arg-type]
+    widths = [bn] if old.get("block_n") is None or old["block_n"].tier == "pinned" or bn % head_dim == 0 else []
+    widths += sorted((int(v) for v in problem.space.get("block_n", ()) if int(v) % head_dim == 0 and int(v) != bn),  # type: ignore[arg-type]
+                     key=lambda v: (abs(v - bn), v))
+    first = 1 if deciders and isinstance(deciders[0], PinnedDecider) else 0
+    for width in widths:
+        trial = dict(fixed)
+        if width != bn:
+            trial["block_n"] = Answer(width, "rule", f"block_n={width}: whole heads of {head_dim} columns {note}")
+        try:
+            new = decide_kernel(problem, [*deciders[:first], FixedDecider(trial), *deciders[first:]])
+        except EmmyError as e:
+            why = str(e)
+            continue
+        answers[proj] = new
+        _write(proj, new)
+        why = _epilogue_problem(proj, target)
+        if not why:
+            return None
+    answers[proj] = old
+    _write(proj, old)
+    return why or f"no block_n in its domain holds whole heads of {head_dim} columns"
 
 
 def _fit_step(answers: dict[str, Answer], space: dict[str, tuple]) -> tuple[str, int] | None:

@@ -121,10 +121,13 @@ def neighbourhood(info: KernelInfo, target: Target, space: Mapping[str, Sequence
                   anchor: Mapping[str, KnobValue], fixed: Mapping[str, KnobValue] | None = None) -> list[dict]:
     """Legal candidates around `anchor`: every other value of one knob, and of two of the
     `PAIRED` knobs at once; `fixed` knobs (pins) never change."""
+    from emmy.tuning.knobs import IN_CONTEXT
     from emmy.tuning.legality import check
 
     fixed = dict(fixed or {})
     free = [k for k in space if k not in fixed and k in anchor]
+    # values whose cost lies partly in another kernel are not the prior's to rank (IN_CONTEXT)
+    space = {k: [v for v in vs if (k, v) not in IN_CONTEXT] for k, vs in space.items()}
     out: list[dict] = []
     for k in free:
         for v in space[k]:

@@ -9,7 +9,9 @@ otherwise) and finds how each of Q, K and V is produced (`direct` rows copied wi
 turns it into the flash kernel. The plan is what the decided knobs mean: block_q query rows per
 block (16 per warp), block_kv keys per step, `stages` K/V buffers, mma.sync or wgmma for S = Q K^T
 (one warpgroup per 64 query rows), cp.async or tensor-map copies of K and V, and with
-fusion = split a prologue kernel `<name>_prep` that materializes the computed rows first.
+fusion = split a prologue kernel `<name>_prep` that materializes the computed rows first. With
+fusion = epilogue (emmy.schedule.qk_epilogue) the projection producing Q's and K's rows writes
+them normalized and rotated: no prologue kernel, Q and K plain rows of that output.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.schedule.contraction import Decided, LaunchPlan
 from emmy.schedule.reduction import row_major_strides
 from emmy.targets import Target
-from emmy.tuning.knobs import KnobValue
+from emmy.tuning.knobs import ATTENTION_FUSION, KnobValue
 
 # Producer modes, as emmy::attention::kDirect / kElem / kRowSum / kTma.
 DIRECT, ELEM, ROWSUM, TMA = 0, 1, 2, 3
@@ -203,15 +205,23 @@ def _linear(v: SSAValue, inner: frozenset[str], dom: Domains):
     return None
 
 
-def _direct_load(v: SSAValue, row: str, col: str, dom: Domains) -> tuple[LoadOp, int] | None:
+def direct_load(v: SSAValue, row: str, col: str, dom: Domains) -> tuple[LoadOp, int] | None:
     """(load, row stride) when `v` is extf(bf16 load) of D contiguous, 16-byte aligned elements
     per row: flat index = row * stride + col + rest, stride and rest multiples of 8."""
     x = v.owner.operands[0] if isinstance(v.owner, arith.ExtFOp) else None
     if x is None or not isinstance(x.owner, LoadOp) or not isinstance(x.type, BFloat16Type):
         return None
-    load = x.owner
+    stride = row_stride(x.owner, row, col, dom)
+    return None if stride is None else (x.owner, stride)
+
+
+def row_stride(load: LoadOp, row: str, col: str, dom: Domains) -> int | None:
+    """The row stride when `load` reads D contiguous, 16-byte aligned bf16 elements per row:
+    flat index = row * stride + col + rest, stride and rest multiples of 8 (else None)."""
     t = load.tensor.type
     assert isinstance(t, TensorType)
+    if not isinstance(t.element_type, BFloat16Type):
+        return None
     coeffs: dict[str, int] = {}
     div = 1 << 30
     for idx, st in zip(load.indices, row_major_strides(t.get_shape())):
@@ -226,7 +236,7 @@ def _direct_load(v: SSAValue, row: str, col: str, dom: Domains) -> tuple[LoadOp,
         return None
     if stride % 8 or div % 8:
         return None
-    return load, stride
+    return stride
 
 
 def _producer(
@@ -235,7 +245,7 @@ def _producer(
     x = _strip(value)
     if not isinstance(x.type, BFloat16Type) or not isinstance(value.owner, arith.ExtFOp):
         raise _err(kname, f"{name.upper()} must be a bf16 value widened to f32 (tensor cores take bf16 operands)")
-    direct = _direct_load(value, row, col, dom)
+    direct = direct_load(value, row, col, dom)
     if direct is not None:
         return Producer(name, value, row, col, DIRECT, load=direct[0], stride=direct[1])
     reds = _reduces_in(value)
@@ -503,7 +513,9 @@ class AttentionPlan:
     warps: int
     stages: int
     workers: str  # the knob's value
-    fusion: str  # "fused", or "split": computed Q/K/V rows materialized by `<name>_prep` first
+    fusion: str  # "fused"; "split": computed Q/K/V rows materialized by `<name>_prep` first;
+    # "epilogue": computed Q and K written, normalized and rotated, by the projection's epilogue
+    # in place of their raw rows (emmy.schedule.qk_epilogue), read here as direct rows
     head_dim: int
     seq_q: int
     seq_kv: int
@@ -653,8 +665,8 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
             f"(have {workers}, {stages}, block_kv={bkv} for {info.seq_kv} keys)"
         )
     fusion = str(v["fusion"])
-    if fusion not in ("fused", "split"):
-        raise _err(name, f"unknown fusion '{fusion}' (fused or split)")
+    if fusion not in ATTENTION_FUSION:
+        raise _err(name, f"unknown fusion '{fusion}' ({', '.join(ATTENTION_FUSION)})")
     if workers == "wgmma_ws":
         why = ws_illegal(info, warps, copy, fusion)
         if why:
@@ -684,8 +696,10 @@ def ws_illegal(info: KernelInfo, warps: int, copy: str, fusion: str) -> str:
         return f"workers=wgmma_ws has 1 or 2 consumer warpgroups: warps must be 4 or 8, not {warps}"
     if copy != "tma":
         return f"workers=wgmma_ws: its producer warpgroup copies K and V with tensor maps (copy=tma, not {copy})"
-    if fusion == "fused":
+    if fusion in ("fused", "epilogue"):
         computed = computed_operands(info)
+        if fusion == "epilogue":  # the projection's epilogue computes Q and K, not V
+            computed = tuple(c for c in computed if c == "v")
         if computed:
             return (f"workers=wgmma_ws needs plain rows of Q, K and V, and {', '.join(computed)} "
                     "computed (normalized, rotated) in the kernel: use fusion=split (a prologue "

@@ -177,6 +177,9 @@ class ContractionPlan:
     suffix: str = ""
     target: Target | None = field(default=None, repr=False)
     facts: SmemFacts | None = field(default=None, repr=False)  # the kernel's part in its shared-memory layout
+    # an attention's Q and K computed in the staged epilogue (emmy.schedule.qk_epilogue.QkTask: its
+    # fusion = epilogue; set by emmy.schedule.plan.plan_kernel, which sees the kernel's readers)
+    qk: object | None = field(default=None, repr=False)
 
     # -- geometry ---------------------------------------------------------------------------------
     @property

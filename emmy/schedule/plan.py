@@ -29,7 +29,7 @@ splits block_n among them where that is legal) and says how the parts' launches 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import StringAttr
@@ -38,7 +38,7 @@ from xdsl.ir import Operation
 from emmy.analysis.classify import classify, store_groups
 from emmy.diagnostics import EmmyError
 from emmy.dialects.loop import StoreOp
-from emmy.schedule import attention, contraction, elementwise, reduction
+from emmy.schedule import attention, contraction, elementwise, qk_epilogue, reduction
 from emmy.schedule.attention import AttentionPlan
 from emmy.schedule.contraction import ContractionPlan, LaunchPlan
 from emmy.schedule.elementwise import ElementwisePlan
@@ -130,7 +130,9 @@ class KernelPlan:
 
 
 def plan_kernel(op: Operation, target: Target) -> KernelPlan:
-    """The plan of a decided `tile.kernel` (an EmmyError names any undecided knob)."""
+    """The plan of a decided `tile.kernel` (an EmmyError names any undecided knob). A contraction
+    whose result an attention with fusion = epilogue reads gets that task in its plan's `qk`
+    (emmy.schedule.qk_epilogue.task_of; an EmmyError where its values cannot run it)."""
     name = op.kernel_name  # type: ignore[attr-defined]
     if not op.is_decided:  # type: ignore[attr-defined]
         undecided = [n for n, k in op.knob_dict().items() if not k.is_decided]  # type: ignore[attr-defined]
@@ -143,9 +145,18 @@ def plan_kernel(op: Operation, target: Target) -> KernelPlan:
     # parts are planned, and checked, without it
     apart = values.pop("siblings", None) == "apart"
     ops = split_by_outputs(op, apart) if kind != "attention" else [op]
+    task = qk_epilogue.task_of(op) if kind == "contraction" else None
+    if task is not None and len(ops) > 1:
+        raise EmmyError(f"tile.kernel @{name}: fusion=epilogue of @{task.attention.kernel_name} needs a kernel of one part")  # type: ignore[attr-defined]
     if len(ops) == 1:
         info = classify(op)
         pl = plan_for(info, values, target, name)
+        if task is not None:
+            assert isinstance(pl, ContractionPlan)
+            why = qk_epilogue.projection_illegal(task.facts, op, info, pl, task.result)
+            if why:
+                raise EmmyError(f"tile.kernel @{name}: {why} (for @{task.attention.kernel_name})")  # type: ignore[attr-defined]
+            pl = replace(pl, qk=task)
         return KernelPlan(name, kind, (Part(op, info, values, pl),), "single", target)
     parts = []
     for p in ops:

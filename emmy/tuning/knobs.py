@@ -8,7 +8,7 @@ job, `emmy/tuning/legality.py`).
 | kind | knobs (in this order) |
 |---|---|
 | contraction | block_m, block_n, block_k, split_k, combine, split_tail, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
-| attention | block_q, block_kv, workers (mma_sync; wgmma, wgmma_ws on sm_90a), stages, warps, copy, fusion (Q and K inside the flash kernel, or by a prologue kernel) |
+| attention | block_q, block_kv, workers (mma_sync; wgmma, wgmma_ws on sm_90a), stages, warps, copy, fusion (Q and K inside the flash kernel, by a prologue kernel, or in the projection's epilogue) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
 
@@ -41,7 +41,7 @@ Meanings (what the kernel stage does with each value):
   (intra-warpgroup overlap); two consumers also take turns issuing their wgmmas (named
   barriers), so one's softmax runs while the other's products do (ping-pong). The overlap
   follows from the warps (AttentionPlan.overlap), it is no knob of its own. Needs copy = tma
-  and plain Q, K and V rows (fusion = split where the body computes them).
+  and plain Q, K and V rows (fusion = split or epilogue where the body computes them).
 - `warps`: warps per block that compute (threads = 32 * warps, plus 128 with `wgmma_ws`,
   contraction and attention alike).
 - `schedule`: how blocks meet tiles: one block per output tile (`grid`), or one block per
@@ -79,7 +79,10 @@ Meanings (what the kernel stage does with each value):
   tiles of its own (`apart`: one launch each with `schedule = persistent`, side by side in one
   launch with `grid`).
 - `fusion`: `fused` keeps the prologue reduction (e.g. RMSNorm's sum of squares) in the kernel,
-  `split` computes it in a kernel of its own first.
+  `split` computes it in a kernel of its own first. Attention: its computed Q and K (per-head
+  norm, rotary embedding) inside the flash kernel (`fused`), by a prologue kernel (`split`), or
+  in the staged epilogue of the contraction that produces their rows (`epilogue`, where that
+  contraction's tiles hold whole heads: `emmy.schedule.qk_epilogue`).
 - `block_q`, `block_kv`: attention tile along the query axis and the key step.
 - `rows_per_block`: rows of a reduction one block handles; `threads`: threads per block.
 - `items`: elements (in vectors) each thread of an elementwise kernel handles.
@@ -104,6 +107,9 @@ WORKERS: tuple[str, ...] = ("thread", "mma_sync", "wgmma", "wgmma_ws")
 # The workers values that multiply with wgmma warpgroups (64-row slices, staged operands).
 WGMMA_WORKERS: tuple[str, ...] = ("wgmma", "wgmma_ws")
 FUSION: tuple[str, ...] = ("fused", "split")
+# attention: its computed Q and K in the flash kernel, by a prologue kernel, or in the epilogue of
+# the contraction producing their rows (emmy.schedule.qk_epilogue)
+ATTENTION_FUSION: tuple[str, ...] = ("fused", "split", "epilogue")
 SCHEDULES: tuple[str, ...] = ("grid", "persistent", "stream_k")
 COPIES: tuple[str, ...] = ("cp_async", "tma")
 EPILOGUES: tuple[str, ...] = ("together", "staggered")
@@ -146,7 +152,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         # (wgmma with 3+ stages or wgmma_ws, where it is the only way; key blocks of at most
         # the keys)
         "copy": COPIES,
-        "fusion": FUSION,
+        "fusion": ATTENTION_FUSION,
     },
     "reduction": {
         "rows_per_block": (1, 2, 4, 8, 16),
@@ -182,6 +188,12 @@ FEATURE_OFF: dict[str, KnobValue] = {
 # each value's best beside the others (emmy.search.study), so the named best is the faster
 # program, each at its own best schedule.
 STRUCTURAL: tuple[str, ...] = ("fusion",)
+
+# Knob values whose cost lies partly in another kernel (attention's fusion = epilogue: the
+# contraction producing Q's and K's rows computes them in its epilogue). The prior, whose model
+# sees one kernel, never proposes them; a tuning study of one isolated kernel cannot run them
+# (legality refuses them there). They are reached by pinning.
+IN_CONTEXT: frozenset[tuple[str, KnobValue]] = frozenset({("fusion", "epilogue")})
 
 # Which target feature a knob value needs (tensor-map copies and block pairs exist only for
 # wgmma_ws contractions, so they need wgmma too).

@@ -37,6 +37,7 @@ from math import ceil
 from typing import TYPE_CHECKING
 
 from emmy.schedule.attention import smem_bytes as attention_smem_bytes
+from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import ws_illegal as attention_ws_illegal
 from emmy.schedule.contraction import (
     MAX_ACC_PER_THREAD,
@@ -535,6 +536,17 @@ def _a_workers(info, v, t, reasons):
             reasons.append(why)
 
 
+def _a_fusion(info, v, t, reasons):
+    # fusion = epilogue: the contraction producing the rows computes Q and K in its epilogue.
+    # The attention's side here (emmy.schedule.qk_epilogue.attention_illegal: per-head code of
+    # its own rows, those rows a contraction kernel's result); the contraction's side (block_n
+    # whole heads, ...) is fitted with the pair by decide-forks.
+    if v.has("fusion") and v["fusion"] == "epilogue":
+        why = qk_epilogue.attention_illegal(info)
+        if why:
+            reasons.append(f"fusion=epilogue: {why}")
+
+
 def _a_copy(info, v, t, reasons):
     # tensor-map copies of K and V: issued by one thread on the key block's mbarrier, in the
     # software-pipelined wgmma loop; a ragged last key block is copied from seq_kv - block_kv
@@ -588,7 +600,7 @@ _RULES: dict[str, tuple[Rule, ...]] = {
         _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue,
         _c_split, _c_split_tail, _c_combine, _c_vector,
     ),
-    "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy),
+    "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy, _a_fusion),
     "reduction": (_r_threads, _r_vector),
     "elementwise": (_e_threads, _e_vector),
 }

@@ -8,7 +8,9 @@ grouped-query ratios 1, 2, 4 and 7; head dims 64 and 128; the rules' schedules, 
 K and V copies pinned where the last key block is ragged (copied from seq_kv - block_kv, its
 repeated keys masked), and the warp-specialized kernel (workers = wgmma_ws) with one and two
 consumer warpgroups. Outputs start filled with NaN (`emmy.backend.run.poisoned`, at every
-bind), so an element the kernel never writes fails. Skipped without a CUDA device; kernels
+bind), so an element the kernel never writes fails. The Qwen3 layer's flash attention is run at
+short lengths and with pinned schedules, among them Q and K computed in the q/k/v projection's
+epilogue (fusion = epilogue). Skipped without a CUDA device; kernels
 already built into EMMY_HOME (cached by source hash) are reused.
 """
 
@@ -55,6 +57,7 @@ ATTENTION_GPU_CASES = [
     *[(t, 32, 8, 64, WS2) for t in (1000, 3000, 5000)],
     (1000, 14, 2, 64, WS1), (3000, 8, 8, 64, WS1),
 ]
+EPILOGUE = ("attention.fusion=epilogue",)
 # Below 257 tokens the module alone is not one flash kernel (its longest reduction, the head dim,
 # does not count as short: the scores are materialized by two contractions); the flash kernel at
 # those lengths, in the Qwen3 layer (q/k RMSNorm + rope computed while staging or by a prologue):
@@ -71,6 +74,15 @@ LAYER_FLASH_CASES = [
     (65, ("attention.fusion=split",) + WS1), (200, ("attention.fusion=split",) + WS2),
     (1000, ("attention.fusion=split",) + WS2), (3000, ("attention.fusion=split",) + WS1),
     (4096, ("attention.fusion=split",) + WS2[:-1] + ("attention.stages=3",)),
+    # Q and K normalized and rotated in the q/k/v projection's epilogue (fusion = epilogue; block_n
+    # whole heads, decide-forks fits it), read as plain rows by mma_sync, wgmma and wgmma_ws
+    # attention; the projection's block_n pinned to 128 and 256 (at 1 token the attention is no
+    # flash kernel and has no fusion knob)
+    *[(t, EPILOGUE) for t in (7, 65, 1000, 3000)],
+    *[(t, EPILOGUE + ("attention.workers=mma_sync",)) for t in (7, 65, 1000, 3000)],
+    (65, EPILOGUE + WS1), (1000, EPILOGUE + WS2), (3000, EPILOGUE + WS1), (3000, EPILOGUE + WS2),
+    (65, EPILOGUE + ("rms_norm_qkv_proj.block_n=256",)), (1000, EPILOGUE + ("rms_norm_qkv_proj.block_n=128",)),
+    (3000, EPILOGUE + ("rms_norm_qkv_proj.block_n=128",)), (1000, EPILOGUE + ("rms_norm_qkv_proj.block_n=256",) + WS2),
 ]
 FLASH_FROM = 257  # tokens from which the module alone is one flash kernel
 

@@ -242,7 +242,8 @@ def test_gpu_layer_case_builds_the_warp_specialized_kernel(case):
     result = compile_model(layer_options(case[0], case[1], "sm_90a"))
     source = launch_plan(result.module).source
     assert re.search(r"emmy::attention::run<[^>]*, 2>\(", source)
-    assert "attention_prep" in source  # Q and K normalized and rotated by the prologue
+    # Q and K normalized and rotated by the prologue, or (fusion = epilogue) by the projection
+    assert ("attention_prep" in source) == ("attention.fusion=epilogue" not in case[1])
 
 
 @pytest.mark.parametrize("tokens", [7])

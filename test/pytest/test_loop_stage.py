@@ -607,6 +607,7 @@ def qwen3_layer(s, hidden, heads, kv_heads, head_dim, inter, eps=1e-6) -> Module
         dict(s=5, hidden=320, heads=4, kv_heads=2, head_dim=40, inter=300),
         dict(s=8, hidden=64, heads=4, kv_heads=2, head_dim=16, inter=96),  # a tiny model
         dict(s=1, hidden=64, heads=2, kv_heads=2, head_dim=32, inter=96),  # one token, no GQA
+        dict(s=2, hidden=64, heads=4, kv_heads=2, head_dim=16, inter=96),  # attention all short
     ],
 )
 def test_odd_shaped_layers(shape):
