@@ -243,7 +243,24 @@ def _row_ops(info: KernelInfo) -> tuple[tuple[object, int], ...]:
     """A reduction's top-level reduces, each with the operations its body makes per element
     (loads, arithmetic, index computations): what a thread runs for every element of its share
     of the row."""
-    return tuple((r, sum(1 for o in r.walk() if o is not r) - 1) for r in info.reductions)  # less the yield
+    return tuple((r, _ops_per_element(info, r)) for r in info.reductions)
+
+
+def _ops_per_element(info: KernelInfo, r) -> int:
+    """The operations of a reduce's body per element of its axes, its yield left out; a reduce
+    nested in it runs its own body once per element of its own axes, all by the one thread
+    (a score recomputed inside a softmax over keys: the head dimension's sum for every key)."""
+    from emmy.dialects.loop import ReduceOp, YieldOp
+
+    n = 0
+    for o in r.body.block.ops:
+        if isinstance(o, YieldOp):
+            continue
+        if isinstance(o, ReduceOp):
+            n += 1 + info.extent(o.axis_names) * _ops_per_element(info, o)
+        else:
+            n += sum(1 for _ in o.walk())
+    return n
 
 
 def io_bytes(info: KernelInfo) -> int:

@@ -330,3 +330,44 @@ def test_a_key_whose_rules_answer_was_not_measured_is_judged_against_its_proxy(i
         kd.samples.append(Sample("p", "s", "p", "contraction", "linear", v, t * 1e-6, {}))
     (row,) = evaluate({"p": kd}, "sm_90a", fitter=lambda train: Prior("sm_90a"), schemes=("shape",))
     assert row.picked == "anchor~" and row.regret == pytest.approx(1.5) and row.bounded_s == pytest.approx(15e-6)
+
+
+NESTED = '''
+import torch
+from torch import nn
+
+class M(nn.Module):
+    def forward(self, q, k, v, x):
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v, x.sum(-1)
+
+def make(tokens: int = 1):
+    torch.manual_seed(0)
+    shapes = ((64, 1, 16), (64, 4, 16), (64, 4, 512), (64, 2048))
+    return M(), tuple(torch.randn(s, dtype=torch.bfloat16) for s in shapes)
+'''
+
+
+def test_a_reduce_nested_in_another_runs_its_body_for_each_of_its_elements(tmp_path_factory):
+    """Softmax(q k^T) v with every sum short is one reduction kernel whose three reduces over the
+    4 keys each hold the 16-long score sum: a thread runs that sum's body 16 times per key, and
+    the prior's serial operations count it so (it once counted it once, and predicted 7 us for
+    a kernel the H200 ran in 14 ms)."""
+    from emmy.dialects.loop import ReduceOp
+    from emmy.prior.features import _ops_per_element, _row_ops
+
+    path = tmp_path_factory.mktemp("model") / "m.py"
+    path.write_text(NESTED)
+    result = compile_model(CompileOptions(model=f"{path}:make", tokens=1, target="sm_90a", stop_after="tile"))
+    (info,) = [t.info() for t in tasks_in(result.module, TARGET, 1) if t.info().name == "attention"]
+    assert info.kind == "reduction"
+    rows = _row_ops(info)
+    assert len(rows) == 3
+    for r, ops in rows:
+        (inner,) = [o for o in r.body.block.ops if isinstance(o, ReduceOp)]
+        inner_ops = sum(1 for o in inner.walk() if o is not inner) - 1
+        assert info.extent(inner.axis_names) == 16
+        flat = sum(1 for o in r.walk() if o is not r) - 1  # every op once, nested or not
+        assert ops == _ops_per_element(info, r) >= 16 * inner_ops
+        assert ops > flat + 14 * inner_ops
+    f = features(info, {"rows_per_block": 1, "threads": 32, "vector": 1}, TARGET)
+    assert f["thread_ops"] >= f["rounds"] * sum(16 * 4 for _ in rows)
