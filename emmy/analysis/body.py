@@ -176,9 +176,9 @@ def value_tree(
 ) -> Iterator[SSAValue]:
     """Every value `roots` are computed from, each once, depth first: a root, then the operands of
     its defining op, and so on (results of `leaves` ops are not looked through: by default a
-    `loop.reduce`, whose body is not entered; nor are block arguments). Values in `stop` are
-    skipped, neither yielded nor looked through. Callers may leave the iteration as soon as they
-    know their answer."""
+    `loop.reduce`; nor are block arguments). A `loop.reduce` that is not a leaf is looked through
+    to the value its body yields. Values in `stop` are skipped, neither yielded nor looked
+    through. Callers may leave the iteration as soon as they know their answer."""
     seen: set[SSAValue] = set()
     stack = list(roots)
     while stack:
@@ -187,8 +187,11 @@ def value_tree(
             continue
         seen.add(v)
         yield v
-        if isinstance(v.owner, Operation) and not isinstance(v.owner, leaves):
-            stack.extend(v.owner.operands)
+        o = v.owner
+        if isinstance(o, Operation) and not isinstance(o, leaves):
+            stack.extend(o.operands)
+            if isinstance(o, ReduceOp):
+                stack.append(o.yielded)
 
 
 # --------------------------------------------------------------------------------------------

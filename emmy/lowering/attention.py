@@ -72,6 +72,7 @@ from xdsl.dialects import arith
 from xdsl.dialects.builtin import BFloat16Type, Float32Type, IndexType, IntAttr, TensorType, f32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
+from emmy.analysis.body import value_tree
 from emmy.analysis.classify import KernelInfo
 from emmy.analysis.indexing import constant_int
 from emmy.diagnostics import EmmyError
@@ -80,7 +81,7 @@ from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
-from emmy.dialects.loop import AxisOp, ReduceOp
+from emmy.dialects.loop import AxisOp
 from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import (
     DIRECT,
@@ -169,45 +170,17 @@ def _gqa_group(plan: AttentionBody, info: KernelInfo) -> tuple[str, int] | None:
     head): K and V are then materialized once per key head rather than once per query head."""
     roots = [p.value for p in (plan.k, plan.v)] + [st.yielded for p in (plan.k, plan.v) for st in p.stats]
 
-    def walk(visit) -> bool:
-        seen: set[SSAValue] = set()
-        stack = list(roots)
-        while stack:
-            v = stack.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            o = v.owner
-            r = visit(o)
-            if r is False:
-                return False
-            if r is True:
-                continue
-            if isinstance(o, ReduceOp):
-                stack.append(o.yielded)
-            elif isinstance(o, Operation):
-                stack.extend(o.operands)
-        return True
-
-    found: set[tuple[str, int]] = set()
-
-    def find(o):
-        if isinstance(o, arith.DivUIOp) and isinstance(o.lhs.owner, AxisOp) and o.lhs.owner.axis_name in plan.batch_axes:
+    def divided(o, axes) -> int | None:
+        """The constant c > 1 of `axis / c` for an axis of `axes`, or None."""
+        if isinstance(o, arith.DivUIOp) and isinstance(o.lhs.owner, AxisOp) and o.lhs.owner.axis_name in axes:
             c = constant_int(o.rhs)
-            if c is not None and c > 1:
-                found.add((o.lhs.owner.axis_name, c))
+            return c if c is not None and c > 1 else None
         return None
 
-    walk(find)
+    owners = [v.owner for v in value_tree(roots, leaves=())]
+    found = {(o.lhs.owner.axis_name, c) for o in owners if (c := divided(o, plan.batch_axes)) is not None}
     if not found:
-        read: set[str] = set()
-
-        def reads(o):
-            if isinstance(o, AxisOp):
-                read.add(o.axis_name)
-            return None
-
-        walk(reads)
+        read = {o.axis_name for o in owners if isinstance(o, AxisOp)}
         unread = [a for a in plan.batch_axes if a not in read and a in info.attention.qk.m_axes]
         return (unread[0], info.axes[unread[0]]) if len(unread) == 1 else None
     if len(found) != 1:
@@ -215,15 +188,10 @@ def _gqa_group(plan: AttentionBody, info: KernelInfo) -> tuple[str, int] | None:
     ((axis, group),) = found
     if info.axes[axis] % group:
         return None
-
-    def only_divided(o):
-        if isinstance(o, arith.DivUIOp) and isinstance(o.lhs.owner, AxisOp) and o.lhs.owner.axis_name == axis:
-            return True if constant_int(o.rhs) == group else False
-        if isinstance(o, AxisOp) and o.axis_name == axis:
-            return False
-        return None
-
-    return (axis, group) if walk(only_divided) else None
+    # the axis is read only as axis / group: not looking through those divisions, no read is left
+    as_group = [o.result for o in owners if divided(o, (axis,)) == group]
+    bare = (v.owner for v in value_tree(roots, stop=as_group, leaves=()))
+    return None if any(isinstance(o, AxisOp) and o.axis_name == axis for o in bare) else (axis, group)
 
 
 def _linear_index(kb: KB, values: Mapping[str, SSAValue], axes: Sequence[str], extents: Mapping[str, int]) -> SSAValue:

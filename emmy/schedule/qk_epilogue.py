@@ -51,9 +51,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
-from emmy.analysis.body import Evaluator
+from emmy.analysis.body import Evaluator, value_tree
 from emmy.analysis.classify import Domains, KernelInfo, classify
-from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
+from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
 from emmy.diagnostics import EmmyError
 from emmy.dialects.tile import KernelOp
 from emmy.schedule.attention import DIRECT, AttentionBody, Producer, analyze, row_stride
@@ -104,47 +104,22 @@ class QkEpilogue:
         return tuple(sorted({h for o in self.operands for h in o.heads}))
 
 
+def _roots(p: Producer) -> list[SSAValue]:
+    return [p.value] + [st.yielded for st in p.stats]
+
+
 def tree_loads(p: Producer) -> list[LoadOp]:
     """The loads the operand's value reads (inside its row statistic too), each once."""
-    roots = [p.value] + [st.yielded for st in p.stats]
-    seen: set[SSAValue] = set()
-    out: dict[LoadOp, None] = {}
-    stack = list(roots)
-    while stack:
-        v = stack.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        o = v.owner
-        if isinstance(o, LoadOp):
-            out.setdefault(o)
-            stack.extend(o.indices)
-        elif isinstance(o, ReduceOp):
-            stack.append(o.yielded)
-        elif isinstance(o, Operation):
-            stack.extend(o.operands)
-    return list(out)
+    return [v.owner for v in value_tree(_roots(p), leaves=()) if isinstance(v.owner, LoadOp)]
 
 
 def _batch_reach(p: Producer, batch: tuple[str, ...]) -> set[str]:
     """The batch axes the operand's value reads other than through the indices of loads."""
-    roots = [p.value] + [st.yielded for st in p.stats]
-    seen: set[SSAValue] = set()
-    found: set[str] = set()
-    stack = list(roots)
-    while stack:
-        v = stack.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        o = v.owner
-        if isinstance(o, AxisOp) and o.axis_name in batch:
-            found.add(o.axis_name)
-        elif isinstance(o, ReduceOp):
-            stack.append(o.yielded)
-        elif isinstance(o, Operation) and not isinstance(o, LoadOp):
-            stack.extend(o.operands)
-    return found
+    return {
+        v.owner.axis_name
+        for v in value_tree(_roots(p), leaves=(LoadOp,))
+        if isinstance(v.owner, AxisOp) and v.owner.axis_name in batch
+    }
 
 
 def _by_head_only(ev: Evaluator, p: Producer, source: BlockArgument, batch: tuple[str, ...], heads: np.ndarray) -> bool:
