@@ -5,11 +5,11 @@
     measurer.remeasure(task, [best, second, third], rounds=20)             # interleaved A B C A B C
 
 For each task (`emmy.search.task.TuneTask`: kernel name, target, the isolated module's text):
-fresh random inputs of the kernel's shapes (seeded: bf16/f16/f32 standard normal, integers 0 or
-1 so that any index is in range), and the reference computed once from them by the loop-stage
-evaluator on the kernel's body (`emmy.analysis.body.evaluate`: vectorized numpy, einsum for the
-products, the schedule playing no part); for an attention kernel of many queries, on three runs
-of queries only (`sampled_reference`: the whole one costs minutes at 4096 tokens). For each candidate: its build (`builds.py`, in worker
+fresh random inputs of the kernel's shapes (seeded) and the kernel's reference results on them,
+computed once per host (`reference.py`: the loop-stage evaluator on the kernel's body, the
+schedule playing no part; a large kernel on three runs of rows only, the rows of its activation
+or its queries; kept in the kernel cache, so that the measuring processes of a host compute it
+once and the others read it). For each candidate: its build (`builds.py`, in worker
 processes, all submitted before the first is timed), the module loaded, the inputs bound with
 outputs and temporaries filled with NaN (`emmy.backend.run.poisoned`), one call checked against
 the reference (over `tolerance`, or a NaN left in an output, is status "wrong" with the error),
@@ -29,7 +29,6 @@ replaced), told when the GPU is held for each candidate (`measure_each`'s `start
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,27 +36,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from emmy.diagnostics import EmmyError
-from emmy.interp.numeric import element_dtype, round_to
 from emmy.measure import Measurement
 from emmy.measure.builds import DEFAULT_SPILL_LIMIT, DEFAULT_TIMEOUT, Builder, BuildJob, Built
+from emmy.measure.reference import TaskInputs, check_outputs, task_inputs
 from emmy.measure.timing import l2_bytes, replayable, rotation_count, sample_replays, summarize, warm_up
 
 DEFAULT_TOLERANCE = 1e-2
-# keys per step of the sampled attention reference's online softmax (its memory grows with it)
-KEY_CHUNK = 1024
-
-
-@dataclass
-class _Inputs:
-    """One task's inputs (by argument name, CUDA tensors) and reference results (numpy), each with
-    the mask of the elements the reference holds (None: all of them)."""
-
-    values: dict[str, object]
-    reference: list[np.ndarray]
-    masks: list[np.ndarray | None] = field(default_factory=list)
 
 
 @dataclass
@@ -94,7 +79,7 @@ class GpuMeasurer:
         self.reps, self.inner, self.warmup_s, self.seed = reps, inner, warmup_s, seed
         self.check_hook = check_hook
         self._builders: dict[str, Builder] = {}
-        self._inputs: dict[tuple[str, str], _Inputs] = {}
+        self._inputs: dict[tuple[str, str], TaskInputs] = {}
         self._lost: str | None = None  # the error that left the CUDA context unusable
         self._environment: dict[str, str] | None = None
 
@@ -134,7 +119,7 @@ class GpuMeasurer:
                 m = self._measure_one(i, built, inputs, task.target)
             yield m
 
-    def _measure_one(self, index: int, built: Built, inputs: _Inputs, target: str) -> Measurement:
+    def _measure_one(self, index: int, built: Built, inputs: TaskInputs, target: str) -> Measurement:
         loaded, failed = self._prepare(index, built, inputs, target)
         if failed is not None:
             return failed
@@ -159,7 +144,7 @@ class GpuMeasurer:
                 started(0)
             return self._remeasure_built(builts, inputs, task.target, rounds)
 
-    def _remeasure_built(self, builts: list[Built], inputs: _Inputs, target: str, rounds: int) -> list[Measurement]:
+    def _remeasure_built(self, builts: list[Built], inputs: TaskInputs, target: str, rounds: int) -> list[Measurement]:
         prepared: dict[int, tuple[Built, _Loaded]] = {}
         out: list[Measurement | None] = [None] * len(builts)
         for i, built in enumerate(builts):
@@ -203,14 +188,14 @@ class GpuMeasurer:
             self._builders[target] = Builder(target, self.cache_dir, self.workers, self.timeout, self.spill_limit)
         return self._builders[target]
 
-    def _task_inputs(self, task) -> _Inputs:
+    def _task_inputs(self, task) -> TaskInputs:
         key = (task.kernel, task.module)
         if key not in self._inputs:
             self._inputs.clear()  # one task at a time: the last task's tensors are let go
-            self._inputs[key] = task_inputs(task.module, task.kernel, self.seed)
+            self._inputs[key] = task_inputs(task.module, task.kernel, self.seed, cache_dir=self.cache_dir)
         return self._inputs[key]
 
-    def _prepare(self, index: int, built: Built, inputs: _Inputs, target: str) -> tuple[_Loaded | None, Measurement | None]:
+    def _prepare(self, index: int, built: Built, inputs: TaskInputs, target: str) -> tuple[_Loaded | None, Measurement | None]:
         """Load, bind and check one built candidate: (loaded, None), or (None, the failure)."""
         if built.status != "ok":
             return None, Measurement(built.status, reason=built.reason, facts=built.facts)
@@ -296,141 +281,8 @@ def gpu_lock(cache_dir: Path, device: str):
 
 
 # ------------------------------------------------------------------------------------------------
-# Inputs, reference, check
+# Loading a candidate
 # ------------------------------------------------------------------------------------------------
-
-
-def task_inputs(module_text: str, kernel_name: str, seed: int = 0, device: str = "cuda",
-                sample_rows: int = 64) -> _Inputs:
-    """Random inputs of the isolated function's argument shapes (tensors on `device` by argument
-    name) and the kernel's results on them by the loop-stage evaluator (float32 numpy): whole,
-    or for a large attention kernel on three runs of `sample_rows` queries (sampled_reference)."""
-    import torch
-
-    from emmy.analysis.body import evaluate
-    from emmy.context import make_context
-    from emmy.dialects.tile import KernelOp
-    from emmy.execute import argument_names, entry_function
-    from emmy.ir_io import parse_module
-
-    module = parse_module(make_context(), module_text, f"<isolated {kernel_name}>")
-    fn = entry_function(module)
-    gen = torch.Generator().manual_seed(seed)
-    values: dict[str, object] = {}
-    host: list[np.ndarray] = []
-    for name, t in zip(argument_names(fn), fn.function_type.inputs.data):
-        dtype = _torch_dtype(element_dtype(t))
-        shape = tuple(t.get_shape())
-        if dtype.is_floating_point:
-            x = torch.randn(shape, generator=gen).to(dtype)
-            host.append(x.float().numpy())
-        else:
-            x = torch.randint(0, 2, shape, generator=gen).to(dtype)
-            host.append(x.numpy().astype(np.int64))
-        values[name] = x.to(device)
-    kernel = next(op for op in fn.walk() if isinstance(op, KernelOp))
-    index = {arg: i for i, arg in enumerate(fn.body.block.args)}
-    operands = [host[index[v]] for v in kernel.operands]
-    sampled = sampled_reference(kernel, operands, sample_rows)
-    if sampled is not None:
-        return _Inputs(values, *sampled)
-    results = evaluate(kernel, operands)
-    return _Inputs(values, [np.asarray(r, dtype=np.float32) for r in results], [None] * len(results))
-
-
-def sampled_reference(kernel, operands: Sequence[np.ndarray], rows: int,
-                      key_chunk: int = KEY_CHUNK) -> tuple[list, list] | None:
-    """For an attention kernel with more than 3 x `rows` queries: its results on three runs of
-    `rows` queries (the first, the middle and the last), with the masks of those elements; the
-    whole attention's cost grows with the square of the queries (at 4096 tokens, minutes of
-    numpy). None for other kernels and small ones, which are evaluated whole.
-
-    The keys are taken `key_chunk` at a time with an online softmax (running max, running sum,
-    output rescaled), so that memory stays bounded by the chunk whatever the sequence length
-    (whole, the key side alone of the Qwen3 layer's attention held about 20 GB at 32768 tokens);
-    the values of a chunk that do not depend on the queries (the keys' norm and rotation, ...)
-    are computed once per chunk for all three runs (`_key_side`)."""
-    from emmy.analysis.classify import classify
-    from emmy.interp.tile_stage import _expand, _Kernel, _rescale_factor, _tiles
-
-    info = classify(kernel)
-    if info.attention is None or rows <= 0:
-        return None
-    att = info.attention
-    axis, key = att.query_axis, att.key_axis
-    extent = info.axes[axis]
-    if extent <= 3 * rows:
-        return None
-    k = _Kernel(kernel, info, operands)
-    mx, sm, pv = att.max_reduce.result, att.sum_reduce.result, att.pv.reduce.result
-    runs = [(start, start + rows) for start in (0, (extent - rows) // 2 // rows * rows, extent - rows)]
-    state: dict[tuple[int, int], tuple] = {}  # run -> (max, sum, output, their axes)
-    for kr in _tiles(info.axes[key], max(1, key_chunk)):
-        shared = _key_side(k, att, {key: kr})
-        for qr in runs:
-            kb = {axis: qr, key: kr}
-            s_max, m_axes = k.value(mx, kb, shared)
-            m_old, l_old, acc_old, _ = state.get(qr, (None, None, None, None))
-            m_new = s_max if m_old is None else np.maximum(m_old, s_max)
-            m_safe = np.where(np.isneginf(m_new), np.float32(0), m_new).astype(np.float32)
-            over = {**shared, mx: m_safe}
-            p_sum, l_axes = k.value(sm, kb, over)
-            if att.pv_uses_sum:
-                over[sm] = np.ones_like(p_sum)
-            part, acc_axes = k.value(pv, kb, over)
-            if m_old is not None:
-                alpha = _rescale_factor(m_old, m_safe)
-                p_sum = l_old * _expand(alpha, m_axes, l_axes) + p_sum
-                part = acc_old * _expand(alpha, m_axes, acc_axes) + part
-            state[qr] = (m_new, p_sum, part, (l_axes, acc_axes))
-    for qr, (m, l, acc, (l_axes, acc_axes)) in state.items():
-        m_final = np.where(np.isneginf(m), np.float32(0), m).astype(np.float32)
-        if att.pv_uses_sum:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                acc = acc / _expand(l, l_axes, acc_axes)
-        k.store_block({axis: qr}, {mx: m_final, sm: l, pv: acc.astype(np.float32)})
-    masks = [w > 0 for w in k.writes]
-    refs = [np.asarray(round_to(o, element_dtype(r.type)), dtype=np.float32) for o, r in zip(k.outs, kernel.results)]
-    return refs, masks
-
-
-def _key_side(k, att, ranges: Mapping[str, tuple[int, int]]) -> dict:
-    """The values of the attention's body over the keys in `ranges` that do not depend on the
-    queries but are used by values that do (the frontier between the key side and the rest),
-    as overrides: evaluated once, shared by every run of queries."""
-    from xdsl.ir import OpResult
-
-    domains = k.ev.domains
-    query, keys = domains.bit[att.query_axis], domains.bit[att.key_axis]
-    frontier: list = []
-    for op in k.ev.block.walk():
-        if not any(domains.mask(r) & query for r in op.results):
-            continue
-        for v in op.operands:
-            mask = domains.mask(v)
-            if isinstance(v, OpResult) and mask & keys and not mask & query and v not in frontier:
-                frontier.append(v)
-    return {v: k.value(v, dict(ranges))[0] for v in frontier}
-
-
-def check_outputs(outs: Sequence[object], reference: Sequence[np.ndarray],
-                  masks: Sequence[np.ndarray | None] | None = None) -> tuple[float, int]:
-    """(the largest relative error over the results, NaN elements in them). A result with a mask
-    is compared where the mask is set (the NaN count is over every element). Another number of
-    results than the reference's is an EmmyError."""
-    from emmy.interp.numeric import rel_error
-
-    if len(outs) != len(reference):
-        raise EmmyError(f"the kernel returns {len(outs)} results where the reference has {len(reference)}")
-    worst, nans = 0.0, 0
-    for i, (out, ref) in enumerate(zip(outs, reference)):
-        arr = out.float().cpu().numpy().reshape(ref.shape)
-        nans += int(np.isnan(arr).sum())
-        mask = masks[i] if masks else None
-        if mask is not None:
-            arr, ref = arr[mask], ref[mask]
-        worst = max(worst, math.inf if nans else rel_error(arr, ref))
-    return worst, nans
 
 
 def working_set(plan) -> int:
@@ -482,14 +334,6 @@ def _unload(loaded: _Loaded | None) -> None:
         module.driver.cuModuleUnload(module.module)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001  (a lost context: nothing left to free)
         pass
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "f64": torch.float64,
-            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
-            "i1": torch.bool}[name]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -551,5 +395,5 @@ def _cuda_versions() -> str:
     return f"torch {torch.version.cuda}, nvcc {nvcc}"
 
 
-__all__ = ["DEFAULT_TOLERANCE", "KEY_CHUNK", "GpuMeasurer", "check_outputs", "device_id", "gpu_lock", "load",
-           "pinned_measurer", "source_hash", "task_inputs", "working_set"]
+__all__ = ["DEFAULT_TOLERANCE", "GpuMeasurer", "device_id", "gpu_lock", "load", "pinned_measurer", "source_hash",
+           "working_set"]

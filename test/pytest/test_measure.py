@@ -270,7 +270,7 @@ def test_reference_matches_the_tile_interpreter():
     from emmy.interp import tile_stage
     from emmy.ir_io import parse_module, run_passes
     from emmy.measure.candidate import candidate_passes
-    from emmy.measure.gpu import task_inputs
+    from emmy.measure.reference import task_inputs
 
     text = _isolated_text()
     inputs = task_inputs(text, KERNEL, seed=3, device="cpu")
@@ -286,7 +286,7 @@ def test_reference_matches_the_tile_interpreter():
 
 def test_check_outputs_counts_results_and_nans():
     torch = pytest.importorskip("torch")
-    from emmy.measure.gpu import check_outputs
+    from emmy.measure.reference import check_outputs
 
     ref = [np.ones((2, 3), dtype=np.float32)]
     assert check_outputs([torch.ones(2, 3)], ref) == (0.0, 0)
@@ -368,7 +368,7 @@ def test_attention_reference_sampled_on_three_runs_of_queries():
     from emmy.driver import CompileOptions, compile_traced
     from emmy.frontend.models import ModelSource
     from emmy.frontend.trace import trace_layer
-    from emmy.measure.gpu import check_outputs, task_inputs
+    from emmy.measure.reference import check_outputs, task_inputs
 
     src = ModelSource(spec="handwritten_attention.py:make", kind="factory", model_id="att", factory=lambda: make(300))
     result = compile_traced(trace_layer(src, 0, 300), CompileOptions(model="att", tokens=300, target="sm_90a",
@@ -400,7 +400,7 @@ def test_attention_reference_memory_is_bounded_by_the_key_chunk():
     from emmy.driver import CompileOptions, compile_traced
     from emmy.frontend.models import ModelSource
     from emmy.frontend.trace import trace_layer
-    from emmy.measure.gpu import sampled_reference
+    from emmy.measure.reference import sampled_reference
 
     tokens = 1024
     src = ModelSource(spec="handwritten_attention.py:make", kind="factory", model_id="att",

@@ -71,7 +71,8 @@ def test_a_wrong_kernel_is_detected(tmp_path):
 def test_nan_fill_catches_an_unwritten_tile(tmp_path):
     """The kernel launched on half its grid: the tiles never written stay NaN and fail the check."""
     from emmy.measure.candidate import lower_candidate
-    from emmy.measure.gpu import check_outputs, load, task_inputs
+    from emmy.measure.gpu import load
+    from emmy.measure.reference import check_outputs, task_inputs
 
     text = _isolated_text()
     lowered = lower_candidate(text, KERNEL, {"workers": "mma_sync", "schedule": "grid"})
