@@ -225,8 +225,6 @@ def _as_input(x: np.ndarray, t: Attribute) -> np.ndarray:
     assert isinstance(t, TensorType)
     et = t.element_type
     arr = np.asarray(x)
-    if tuple(arr.shape) != tuple(t.get_shape()):
-        raise ValueError(f"input of type {t} got an array of shape {arr.shape}")
     if isinstance(et, AnyFloat):
         arr = np.asarray(arr, dtype=np.float64 if et.bitwidth == 64 else np.float32)
         r = _round_fn(et)
@@ -390,9 +388,15 @@ class Evaluator:
             raise ValueError(
                 f"{owner.name} takes {len(self.block.args)} inputs, got {len(inputs)}"
             )
-        self.inputs: dict[SSAValue, np.ndarray] = {
-            arg: _as_input(x, arg.type) for arg, x in zip(self.block.args, inputs)
-        }
+        self._given: dict[SSAValue, np.ndarray] = {}
+        for arg, x in zip(self.block.args, inputs):
+            x = np.asarray(x)
+            if tuple(x.shape) != tuple(arg.type.get_shape()):  # type: ignore[union-attr]
+                raise ValueError(f"input of type {arg.type} got an array of shape {x.shape}")
+            self._given[arg] = x
+        # each input as the evaluator holds it, made on its first load (`_input`): an evaluator
+        # that only computes indices never rounds a large input
+        self.inputs: dict[SSAValue, np.ndarray] = {}
         self._cache_key: tuple | None = None
         self._cache: dict[SSAValue, np.ndarray] = {}
         self._affine: dict = {}
@@ -505,7 +509,7 @@ class Evaluator:
             if not ready:
                 stack.append((cur, True))
                 for d in deps:
-                    if d not in cache and d not in self.inputs:
+                    if d not in cache and d not in self._given:
                         stack.append((d, False))
                 continue
             self._eval_op(op)
@@ -556,8 +560,14 @@ class Evaluator:
             return np.array(attr.value.data, dtype=_np_dtype(t)).reshape([1] * len(self.axes))
         raise NotImplementedError(f"the loop evaluator does not know constant {attr}")
 
+    def _input(self, arg: SSAValue) -> np.ndarray:
+        x = self.inputs.get(arg)
+        if x is None:
+            x = self.inputs[arg] = _as_input(self._given[arg], arg.type)
+        return x
+
     def _load(self, op: LoadOp) -> np.ndarray:
-        tensor = self.inputs[op.tensor]
+        tensor = self._input(op.tensor)
         dims = tensor.shape
         fast = self._load_by_slicing(op, tensor)
         if fast is not None:
