@@ -136,6 +136,35 @@ def test_qwen3_layer_kernels_at_512_tokens(kernel, qwen_tasks, tmp_path):
     assert all(r.status in ("ok", "build_failed", "spills") for r in results), [r.reason for r in results]
 
 
+def test_measurers_share_the_kept_sampled_reference(qwen_tasks, tmp_path, monkeypatch):
+    """The down projection at 512 tokens: its reference is sampled (three runs of 64 token rows)
+    and computed once, by the first measurer; a second measurer on the same kernel cache reads
+    it. An element corrupted in a sampled row makes the candidate "wrong"; one in a row outside
+    the runs is not looked at."""
+    from emmy.measure import reference as R
+    from emmy.measure.gpu import GpuMeasurer
+
+    calls: list = []
+    real = R.reference
+    monkeypatch.setattr(R, "reference", lambda *a, **k: calls.append(1) or real(*a, **k))
+    inside, outside = 200, 100  # the runs: rows 0-63, 192-255, 448-511
+
+    def corrupt(index, outputs):
+        if index:
+            outputs[0].view(512, -1)[inside if index == 1 else outside, 7] += 100.0
+
+    task = qwen_tasks["down_proj_residual"]
+    with GpuMeasurer(tmp_path, workers=2, reps=3, check_hook=corrupt) as m:
+        right, wrong, unseen = m.measure(task, [{}, {}, {}])
+    assert calls == [1]
+    assert right.status == "ok" and unseen.status == "ok", (right.reason, unseen.reason)
+    assert wrong.status == "wrong" and "relative error" in wrong.reason
+    with GpuMeasurer(tmp_path, workers=2, reps=3) as other:
+        (again,) = other.measure(task, [{}])
+    assert calls == [1] and again.status == "ok", again.reason
+    assert len(list((tmp_path / "references").glob("*.npz"))) == 1
+
+
 def test_the_gpu_measurer_in_its_child_process(tmp_path):
     """What `emmy tune` runs: the GPU measurer in a child process with a deadline per
     candidate (emmy.measure.child), answers as the measurer itself does."""
