@@ -36,7 +36,6 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -74,39 +73,42 @@ def task_inputs(module_text: str, kernel_name: str, seed: int = 0, device: str =
 
     module = parse_module(make_context(), module_text, f"<isolated {kernel_name}>")
     fn = entry_function(module)
-    values, host = _random_inputs(argument_names(fn), fn.function_type.inputs.data, seed, device)
+    names = argument_names(fn)
+    made = _random_inputs(fn.function_type.inputs.data, seed)
     kernel = next(op for op in fn.walk() if isinstance(op, KernelOp))
     index = {arg: i for i, arg in enumerate(fn.body.block.args)}
-    operands = [host[index[v]] for v in kernel.operands]
-    compute = partial(reference, kernel, operands, sample_rows)
+
+    def compute() -> tuple[list, list]:  # (the inputs on the host only when it is computed)
+        return reference(kernel, [_host(made[index[v]]) for v in kernel.operands], sample_rows)
+
     if cache_dir is None:
         refs, masks = compute()
     else:
         shapes = [tuple(r.type.get_shape()) for r in kernel.results]
         refs, masks = kept_reference(Path(cache_dir), reference_key(module_text, kernel_name, seed, sample_rows),
                                      shapes, compute)
-    return TaskInputs(values, refs, masks)
+    return TaskInputs({name: x.to(device) for name, x in zip(names, made)}, refs, masks)
 
 
-def _random_inputs(names: Sequence[str], types: Sequence, seed: int, device: str) -> tuple[dict, list]:
-    """The seeded random tensors (on `device`, by name) and their values on the host (float32 or
-    int64 numpy, in order)."""
+def _random_inputs(types: Sequence, seed: int) -> list:
+    """Seeded random CPU tensors of the types: floats standard normal, integers 0 or 1."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    values: dict[str, object] = {}
-    host: list[np.ndarray] = []
-    for name, t in zip(names, types):
+    out = []
+    for t in types:
         dtype = _torch_dtype(element_dtype(t))
         shape = tuple(t.get_shape())
         if dtype.is_floating_point:
-            x = torch.randn(shape, generator=gen).to(dtype)
-            host.append(x.float().numpy())
+            out.append(torch.randn(shape, generator=gen).to(dtype))
         else:
-            x = torch.randint(0, 2, shape, generator=gen).to(dtype)
-            host.append(x.numpy().astype(np.int64))
-        values[name] = x.to(device)
-    return values, host
+            out.append(torch.randint(0, 2, shape, generator=gen).to(dtype))
+    return out
+
+
+def _host(x) -> np.ndarray:
+    """A CPU tensor as the evaluator takes it: float32 or int64 numpy."""
+    return x.float().numpy() if x.dtype.is_floating_point else x.numpy().astype(np.int64)
 
 
 def reference(kernel, operands: Sequence[np.ndarray], rows: int = SAMPLE_ROWS) -> tuple[list, list]:
