@@ -2,7 +2,8 @@
 on the same product and torch.compile on the same fused job.
 
     found = compiled_projections(traced, "sm_90a", EmmyBuild())    # the layer's contraction kernels
-    found[0].kernel, found[0].m, found[0].n, found[0].k, found[0].job   # "rms_norm_qkv_proj", 3000, 4096, 1024, "rms_norm -> linear"
+    found[0].kernel, found[0].m, found[0].n, found[0].k    # "rms_norm_qkv_proj", 3000, 4096, 1024
+    found[0].job                                            # "rms_norm -> linear 2048+1024+1024"
     rows = time_projections(name, traced, "sm_90a", cache, builds, ["emmy", "cublas", "compile"])
     print(format_projection_table(rows, ["emmy", "cublas", "compile"]))
 
@@ -23,12 +24,15 @@ no call finds its data in L2, captured in a CUDA graph and timed in the same rou
   (`emmy.measure.candidate.lower_candidate`), all its launches (a separate statistics launch,
   a split-K combine): the tuner's way of running one kernel alone (`emmy.measure.gpu.load`).
 - `cublas`: `torch.nn.functional.linear(a, w)` on a contiguous [M, K] A and the products'
-  weights as one [products * N, K] matrix, in bf16: the GEMM torch.compile hands to cuBLAS.
-- `compile`, `max-autotune`, `eager`: the whole fused job as a small torch function (the norm
-  with its weight, each product its own `linear`, silu * up, the residual added), compiled with
-  torch.compile (default mode, or "max-autotune-no-cudagraphs") or run eagerly. Emmy reads q, k
-  and v (and a norm's weight folded into them) from one concatenated weight that it prepares
-  once when the weights are bound; the job here reads the same concatenated weight.
+  weights as one [products * N, K] matrix, in bf16: the kind of GEMM torch.compile hands to
+  cuBLAS, on the kernel's whole product at once (one GEMM for q, k and v together, one for gate
+  and up: a larger GEMM than each of the model's, so a bar at least as high).
+- `compile`, `max-autotune`, `eager`: the whole fused job as a small torch function, as the
+  model writes it: the norm with its weight (ones: Emmy has folded the model's into its weight
+  when the weights were bound), each product its own `linear` (q, k and v too: `splits`, the
+  rows of the weights Emmy's weight preparation concatenated), silu(gate) * up, the residual
+  added; compiled with torch.compile (default mode, static shapes, or
+  "max-autotune-no-cudagraphs") or run eagerly.
 
 Correctness first: every contender's result is compared with the job in float32 on the same
 inputs (relative error of the norm); one over `tolerance` is reported with its error and never
@@ -44,7 +48,6 @@ from dataclasses import dataclass, field
 from emmy.measure.layer import EmmyBuild
 
 TORCH_CONTENDERS = ("cublas", "compile", "max-autotune", "eager")
-JOBS = ("rms_norm", "bias", "silu_mul", "residual")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Projection:
     epilogue: tuple[str, ...] = ()  # in order: "bias", "silu_mul", "residual"
     residual: str = ""
     bias: str = ""
+    splits: tuple[int, ...] = ()  # the model's products in the one weight (q, k, v), each its own linear in the job
     problem: str = ""
 
     @property
@@ -80,8 +84,9 @@ class Projection:
 
     @property
     def job(self) -> str:
-        """The fused job in words: `rms_norm -> linear x2 -> silu_mul`."""
+        """The fused job in words: `rms_norm -> linear x2 -> silu_mul`, `rms_norm -> linear 2048+1024+1024`."""
         linear = "linear" + (f" x{self.products}" if self.products > 1 else "")
+        linear += f" {'+'.join(map(str, self.splits))}" if self.splits else ""
         return " -> ".join([*([self.prologue] if self.prologue else []), linear, *self.epilogue])
 
 
@@ -110,8 +115,24 @@ def projections(module) -> list[Projection]:
         if isinstance(op, KernelOp) and op.kind.data == "contraction":
             small = isolate(module, op.kernel_name)
             kernel = next(k for k in small.walk() if isinstance(k, KernelOp))
-            out.append(read_projection(kernel, classify(kernel), print_module(small), op.knob_values()))
+            found = read_projection(kernel, classify(kernel), print_module(small), op.knob_values())
+            out.append(_replace(found, splits=_splits(op, found, _operand_names(kernel))))
     return out
+
+
+def _splits(op, p: Projection, names: list[str]) -> tuple[int, ...]:
+    """The rows of the model's weights that a weight preparation concatenated into the kernel's
+    one weight (q, k and v: (2048, 1024, 1024) in Qwen3), for a plain product; () otherwise."""
+    from emmy.dialects.tile import KernelOp
+
+    if p.problem or p.products != 1 or p.epilogue:
+        return ()
+    owner = op.operands[names.index(p.weights[0])].owner
+    if not isinstance(owner, KernelOp):
+        return ()
+    rows = tuple(t.get_shape()[0] for t in (v.type for v in owner.inputs)
+                 if len(t.get_shape()) == 2 and t.get_shape()[1] == p.k)
+    return rows if len(rows) > 1 and sum(rows) == p.n else ()
 
 
 def read_projection(kernel, info, module_text: str, knobs: Mapping[str, object]) -> Projection:
@@ -269,7 +290,8 @@ def job_inputs(p: Projection, values: Mapping[str, object]) -> list:
 
 
 def job_function(p: Projection) -> Callable:
-    """The fused job as torch computes it, on `job_inputs`' arguments: an [M, N] result."""
+    """The fused job as torch computes it, on `job_inputs`' arguments: an [M, N] result, or with
+    `splits` the model's products one by one (a tuple: `as_matrix` joins them)."""
     import torch
     import torch.nn.functional as F
 
@@ -278,6 +300,8 @@ def job_function(p: Projection) -> Callable:
         x = a_matrix(a, p)
         if p.prologue:
             x = F.rms_norm(x, (p.k,), rest.pop(0), p.eps)
+        if p.splits:
+            return tuple(F.linear(x, w) for w in rest.pop(0).split(p.splits))
         outs = [F.linear(x, rest.pop(0)) for _ in p.weights]
         if p.bias:
             outs[0] = outs[0] + rest.pop(0)
@@ -289,9 +313,16 @@ def job_function(p: Projection) -> Callable:
     return job
 
 
+def as_matrix(out):
+    """A job's result as one [M, N] matrix (a split job's products side by side)."""
+    import torch
+
+    return torch.cat(out, dim=-1) if isinstance(out, tuple) else out
+
+
 def reference(p: Projection, values: Mapping[str, object]):
     """The job in float32 on the kernel's tensors: what every contender is checked against."""
-    return job_function(p)(*[v.float() for v in job_inputs(p, values)])
+    return as_matrix(job_function(p)(*[v.float() for v in job_inputs(p, values)]))
 
 
 def random_values(p: Projection, seed: int = 0, device: str = "cuda") -> dict[str, object]:
@@ -330,10 +361,12 @@ def _torch_contender(who: str, p: Projection, values: Mapping[str, object]):
         w = torch.cat([values[name] for name in p.weights]) if p.products > 1 else values[p.weights[0]]
         return F.linear, [a, w]
     job = job_function(p)
+    # static shapes, as torch.compile first compiles a model at one token count (every job here
+    # shares one code object: without it, the second shape seen would be compiled dynamic)
     if who == "compile":
-        job = torch.compile(job)
+        job = torch.compile(job, dynamic=False)
     elif who == "max-autotune":
-        job = torch.compile(job, mode="max-autotune-no-cudagraphs")
+        job = torch.compile(job, mode="max-autotune-no-cudagraphs", dynamic=False)
     return job, job_inputs(p, values)
 
 
@@ -344,7 +377,7 @@ def _rotated(fn, inputs: list, out_bytes: int) -> tuple[Callable[[], object], in
 
     size = sum(x.numel() * x.element_size() for x in inputs) + out_bytes
     copies = [inputs] + [[x.clone() for x in inputs] for _ in range(rotation_count(size, l2_bytes()) - 1)]
-    first = fn(*inputs)
+    first = as_matrix(fn(*inputs))
 
     def call():
         for c in copies:
@@ -395,6 +428,7 @@ def time_projection(p: Projection, emmys: Mapping[str, Projection], contenders: 
                 _checked(key, call, len(loaded.bindings), first, ref, tolerance, row, runs, calls)
             except Exception as e:  # reported, the others timed
                 row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+        torch._dynamo.reset()  # each projection's jobs compiled afresh (dynamo's cache limit per code object)
         for who in (c for c in contenders if c in TORCH_CONTENDERS):
             try:
                 fn, inputs = _torch_contender(who, p, values)
@@ -444,7 +478,8 @@ def time_projections(name: str, traced, target: str, cache, builds: Mapping[str,
 
 
 def format_projection_row(row: Mapping, contenders: Sequence[str]) -> str:
-    parts = [f"{row['case']} {row['kernel']:<28} M {row['m']} N {row['n']}{'x' + str(row['products']) if row['products'] > 1 else ''} K {row['k']}"]
+    n = f"{row['n']}x{row['products']}" if row["products"] > 1 else str(row["n"])
+    parts = [f"{row['case']} {row['kernel']:<28} M {row['m']:<5} N {n:<7} K {row['k']:<5}"]
     if "error" in row:
         return parts[0] + f" | {row['error']}"
     for c in contenders:
@@ -486,6 +521,6 @@ def build_projections(traced, target: str, builds: Mapping[str, EmmyBuild]) -> l
     return plans
 
 
-__all__ = ["JOBS", "TORCH_CONTENDERS", "Projection", "a_matrix", "build_projections", "compiled_projections",
+__all__ = ["TORCH_CONTENDERS", "Projection", "a_matrix", "as_matrix", "build_projections", "compiled_projections",
            "format_projection_row", "format_projection_table", "job_function", "job_inputs", "projections",
            "random_values", "read_projection", "reference", "time_projection", "time_projections"]

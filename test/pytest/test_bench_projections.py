@@ -36,11 +36,12 @@ def _projections(tokens: int) -> tuple:
 
 
 def test_the_qwen3_layer_has_four_projections_at_3000_tokens():
-    """q/k/v (RMS norm fused, one product on the concatenated weight), o (the attention's output
-    read by heads, residual added), gate/up (two products sharing A, silu * up) and down."""
+    """q/k/v (RMS norm fused, one product on the weight Emmy concatenated from q's, k's and v's),
+    o (the attention's output read by heads, residual added), gate/up (two products sharing A,
+    silu * up) and down."""
     found = {p.kernel: p for p in _projections(3000)}
     want = {
-        "rms_norm_qkv_proj": (3000, 4096, 1024, 1, "rms_norm -> linear", "rows"),
+        "rms_norm_qkv_proj": (3000, 4096, 1024, 1, "rms_norm -> linear 2048+1024+1024", "rows"),
         "o_proj_residual": (3000, 1024, 2048, 1, "linear -> residual", "heads"),
         "rms_norm_gate_up_proj_silu": (3000, 3072, 1024, 2, "rms_norm -> linear x2 -> silu_mul", "rows"),
         "down_proj_residual": (3000, 1024, 3072, 1, "linear -> residual", "rows"),
@@ -48,7 +49,8 @@ def test_the_qwen3_layer_has_four_projections_at_3000_tokens():
     assert {k: (p.m, p.n, p.k, p.products, p.job, p.a_layout) for k, p in found.items()} == want
     assert all(not p.problem and p.dtype == "bf16" and p.knobs for p in found.values())
     assert found["rms_norm_qkv_proj"].eps == pytest.approx(1e-6)
-    assert found["o_proj_residual"].residual == "hidden_states"
+    assert found["rms_norm_qkv_proj"].splits == (2048, 1024, 1024)
+    assert found["o_proj_residual"].residual == "hidden_states" and not found["o_proj_residual"].splits
     assert found["rms_norm_gate_up_proj_silu"].flops == 2 * 2 * 3000 * 3072 * 1024
 
 
@@ -111,7 +113,8 @@ def test_the_projection_table():
     head, _, line = table.splitlines()
     assert head == ("| case | kernel | M | N | K | job | emmy us | cublas us | compile us | emmy TFLOP/s | "
                     "cublas TFLOP/s | compile TFLOP/s | emmy/cublas | emmy/compile |")
-    assert line == "| T=3000 | down_proj_residual | 3000 | 1024 | 3072 | linear -> residual | 40.0 | 32.0 | fail | 472 | 590 | - | 1.25 | - |"
+    assert line == ("| T=3000 | down_proj_residual | 3000 | 1024 | 3072 | linear -> residual | 40.0 | 32.0 | fail | "
+                    "472 | 590 | - | 1.25 | - |")
 
 
 def _bench(tmp_path, *args):
