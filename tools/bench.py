@@ -232,7 +232,7 @@ def main() -> None:
                     help="emmy[-tuned,-rules,-prior], eager, compile, max-autotune; for --cases attention "
                          "emmy... and sdpa-cudnn, sdpa-flash; for --cases projections also cublas (default: "
                          "emmy,eager,compile,max-autotune, and sdpa-cudnn,sdpa-flash with --cases attention, "
-                         "cublas with --cases projections)")
+                         "cublas with --cases projections; emmy,cublas,compile for --cases projections alone)")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels (launched without overlap, "
@@ -254,6 +254,8 @@ def main() -> None:
     cases = parse_cases(args.cases)
     default = ("emmy,eager,compile,max-autotune" + (",sdpa-cudnn,sdpa-flash" if "attention" in cases else "")
                + (",cublas" if "projections" in cases else ""))
+    if cases == ["projections"]:  # (max-autotune would tune every projection's GEMMs for minutes)
+        default = "emmy,cublas,compile"
     contenders = (args.contenders or default).split(",")
     variants = parse_variants(args.variant)
     if args.build_only:

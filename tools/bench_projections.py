@@ -379,9 +379,8 @@ def _rotated(fn, inputs: list, out_bytes: int) -> tuple[Callable[[], object], in
     copies = [inputs] + [[x.clone() for x in inputs] for _ in range(rotation_count(size, l2_bytes()) - 1)]
     first = as_matrix(fn(*inputs))
 
-    def call():
-        for c in copies:
-            fn(*c)
+    def call():  # each copy's result kept to the end of the call: its own buffer, as each input's
+        return [fn(*c) for c in copies]
 
     return call, len(copies), first
 
@@ -392,13 +391,13 @@ def error_of(out, ref) -> float:
     return rel_err(out.reshape(ref.shape), ref)
 
 
-def time_projection(p: Projection, emmys: Mapping[str, Projection], contenders: Sequence[str], target: str,
-                    cache, tolerance: float, reps: int = 50, inner: int = 10) -> dict:
+def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object], object]],
+                    contenders: Sequence[str], target: str, cache, tolerance: float, reps: int = 50,
+                    inner: int = 10) -> dict:
     """One projection's row: every contender checked, then the right ones timed in the same rounds.
-    `emmys`: each Emmy contender's Projection of this kernel (its own decided knobs)."""
+    `emmys`: each Emmy contender's (decided knobs, launch plan) of this kernel (`lower_emmys`)."""
     import torch
 
-    from emmy.measure.candidate import lower_candidate
     from emmy.measure.gpu import load
     from emmy.measure.timing import sample_replays, summarize, warm_up
 
@@ -412,10 +411,12 @@ def time_projection(p: Projection, emmys: Mapping[str, Projection], contenders: 
     out_bytes = p.m * p.n * p.products * 2
     runs, calls, keep = {}, {}, []
     with torch.no_grad():
-        for key, mine in emmys.items():
-            row[f"{key}_knobs"] = dict(mine.knobs)
+        for key, (knobs, plan) in emmys.items():
+            row[f"{key}_knobs"] = dict(knobs)
             try:
-                loaded = load(lower_candidate(mine.module, mine.kernel, mine.knobs).plan, target, cache, values)
+                if isinstance(plan, Exception):
+                    raise plan
+                loaded = load(plan, target, cache, values)
                 keep.append(loaded)
                 loaded.bindings[0].launch()
                 torch.cuda.synchronize()
@@ -427,7 +428,7 @@ def time_projection(p: Projection, emmys: Mapping[str, Projection], contenders: 
 
                 _checked(key, call, len(loaded.bindings), first, ref, tolerance, row, runs, calls)
             except Exception as e:  # reported, the others timed
-                row[f"{key}_error"] = f"{type(e).__name__}: {e}"[:500]
+                row[f"{key}_error"] = _why(e)
         torch._dynamo.reset()  # each projection's jobs compiled afresh (dynamo's cache limit per code object)
         for who in (c for c in contenders if c in TORCH_CONTENDERS):
             try:
@@ -438,13 +439,18 @@ def time_projection(p: Projection, emmys: Mapping[str, Projection], contenders: 
                 call, n, first = _rotated(fn, inputs, out_bytes)
                 _checked(who, call, n, first, want, tolerance, row, runs, calls)
             except Exception as e:
-                row[f"{who}_error"] = f"{type(e).__name__}: {e}"[:500]
+                row[f"{who}_error"] = _why(e)
         if runs:
             warm_up(runs)
             for key, samples in sample_replays(runs, reps, inner, calls=calls).items():
                 row[f"{key}_s"], row[f"{key}_spread"] = summarize(samples)
     del keep
     return row
+
+
+def _why(e: Exception) -> str:
+    """An exception on one line (a message's hint joined to it), for a row."""
+    return " ".join(f"{type(e).__name__}: {e}".split())[:500]
 
 
 def _checked(key, call, n, first, want, tolerance, row, runs, calls) -> None:
@@ -464,12 +470,42 @@ def time_projections(name: str, traced, target: str, cache, builds: Mapping[str,
     with none, Emmy's default compile) finds them; each build lowers its own decided knobs."""
     found = {key: {p.kernel: p for p in compiled_projections(traced, target, build)} for key, build in builds.items()}
     listing = next(iter(found.values())) if found else {p.kernel: p for p in compiled_projections(traced, target)}
+    lowered = lower_emmys(found, target, cache)
     rows = []
     for kernel, p in listing.items():
-        row = time_projection(p, {key: ps[kernel] for key, ps in found.items() if kernel in ps}, contenders,
-                              target, cache, tolerance)
-        rows.append({"case": name, **row})
+        mine = {key: plans[kernel] for key, plans in lowered.items() if kernel in plans}
+        rows.append({"case": name, **time_projection(p, mine, contenders, target, cache, tolerance)})
     return rows
+
+
+def lower_emmys(found: Mapping[str, Mapping[str, Projection]], target: str, cache):
+    """Each Emmy contender's projections lowered with their decided knobs and built, the nvcc runs
+    in parallel ahead of the GPU: {contender: {kernel: (knobs, launch plan, or the exception that
+    stopped it)}}."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from emmy.backend.run import build_cubin
+    from emmy.measure.candidate import lower_candidate
+
+    out: dict[str, dict[str, tuple]] = {}
+    for key, projections_ in found.items():
+        out[key] = {}
+        for kernel, p in projections_.items():
+            try:
+                out[key][kernel] = (p.knobs, lower_candidate(p.module, p.kernel, p.knobs).plan)
+            except Exception as e:  # reported on the kernel's row
+                out[key][kernel] = (p.knobs, e)
+    plans = [(key, kernel, plan) for key, d in out.items() for kernel, (_, plan) in d.items()
+             if not isinstance(plan, Exception)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = [(key, kernel, pool.submit(build_cubin, plan.source, target, cache)) for key, kernel, plan in plans]
+        for key, kernel, future in futures:
+            try:
+                future.result()
+            except Exception as e:  # a failed build: that contender's error on the row
+                out[key][kernel] = (out[key][kernel][0], e)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -522,5 +558,5 @@ def build_projections(traced, target: str, builds: Mapping[str, EmmyBuild]) -> l
 
 
 __all__ = ["TORCH_CONTENDERS", "Projection", "a_matrix", "as_matrix", "build_projections", "compiled_projections",
-           "format_projection_row", "format_projection_table", "job_function", "job_inputs", "projections",
+           "format_projection_row", "format_projection_table", "job_function", "job_inputs", "lower_emmys", "projections",
            "random_values", "read_projection", "reference", "time_projection", "time_projections"]
