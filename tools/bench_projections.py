@@ -32,7 +32,9 @@ no call finds its data in L2, captured in a CUDA graph and timed in the same rou
   when the weights were bound), each product its own `linear` (q, k and v too: `splits`, the
   rows of the weights Emmy's weight preparation concatenated), silu(gate) * up, the residual
   added; compiled with torch.compile (default mode, static shapes, or
-  "max-autotune-no-cudagraphs") or run eagerly.
+  "max-autotune-no-cudagraphs") or run eagerly. The o projection's A, which Emmy reads as its
+  attention kernel writes it ([1, H, T, D]), reaches torch as cuDNN's attention leaves it in
+  the model ([1, T, H, D] in memory), so that its transpose to [T, H * D] is a view, not a copy.
 
 Correctness first: every contender's result is compared with the job in float32 on the same
 inputs (relative error of the norm); one over `tolerance` is reported with its error and never
@@ -360,14 +362,16 @@ def _torch_contender(who: str, p: Projection, values: Mapping[str, object]):
         a = a_matrix(values[p.a], p).contiguous()
         w = torch.cat([values[name] for name in p.weights]) if p.products > 1 else values[p.weights[0]]
         return F.linear, [a, w]
-    job = job_function(p)
+    job, inputs = job_function(p), job_inputs(p, values)
+    if p.a_layout == "heads":  # as cuDNN's attention leaves it in the model: [1, T, H, D] in memory,
+        inputs[0] = inputs[0].transpose(1, 2).contiguous().transpose(1, 2)  # so the job's transpose is a view
     # static shapes, as torch.compile first compiles a model at one token count (every job here
     # shares one code object: without it, the second shape seen would be compiled dynamic)
     if who == "compile":
         job = torch.compile(job, dynamic=False)
     elif who == "max-autotune":
         job = torch.compile(job, mode="max-autotune-no-cudagraphs", dynamic=False)
-    return job, job_inputs(p, values)
+    return job, inputs
 
 
 def _rotated(fn, inputs: list, out_bytes: int) -> tuple[Callable[[], object], int, object]:
@@ -406,8 +410,12 @@ def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object
     if p.problem:
         row["error"] = f"no torch job: {p.problem}"
         return row
-    values = random_values(p)
-    ref = reference(p, values)
+    try:
+        values = random_values(p)
+        ref = reference(p, values)
+    except Exception as e:  # (an argument that is no floating-point tensor)
+        row["error"] = f"no inputs: {_why(e)}"
+        return row
     out_bytes = p.m * p.n * p.products * 2
     runs, calls, keep = {}, {}, []
     with torch.no_grad():

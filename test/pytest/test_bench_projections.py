@@ -95,6 +95,20 @@ def test_a_misread_job_does_not_match():
     assert _error(bp.reference(replace(o, a_layout="rows"), values).numpy(), _body_result(o, values)) > 0.1
 
 
+def test_torch_reads_the_o_projections_input_as_the_model_has_it():
+    """The o projection's A reaches torch's job as cuDNN's attention leaves it ([1, T, H, D] in
+    memory: its transpose to [T, H * D] a view), with the same values; cuBLAS gets it as [M, K]."""
+    o = next(p for p in _projections(64) if p.kernel == "o_proj_residual")
+    values = bp.random_values(o, device="cpu")
+    job, inputs = bp._torch_contender("eager", o, values)
+    a = inputs[0]
+    assert a.shape == values[o.a].shape and a.transpose(1, 2).is_contiguous()
+    assert bp.a_matrix(a, o).data_ptr() == a.data_ptr()
+    assert _error(job(*inputs).float().numpy(), bp.reference(o, values).numpy()) < 1e-2
+    gemm, (a2, w) = bp._torch_contender("cublas", o, values)
+    assert a2.shape == (64, 2048) and a2.is_contiguous() and w.shape == (1024, 2048)
+
+
 def test_a_kernel_without_a_torch_job_is_listed_with_why():
     """An A operand that is neither [.., M, K] nor [1, H, M, D]: the projection says so (its row
     reports it, nothing is timed)."""
@@ -160,3 +174,23 @@ def test_projections_on_a_gpu(tmp_path):
             assert f"{c}_error" not in r, (r["kernel"], c, r.get(f"{c}_error"))
             assert r[f"{c}_err"] <= r["allowed_err"] and r[f"{c}_s"] > 0 and f"{c}_spread" in r
     assert "emmy/cublas" in bp.format_projection_table(rows, contenders)
+
+
+@pytest.mark.gpu
+def test_the_projections_case_on_a_gpu(tmp_path):
+    """tools/bench.py --cases projections end to end: a line per projection, the table and the
+    JSON rows (no time asserted)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import json
+
+    out = tmp_path / "proj.json"
+    p = _bench(tmp_path, "--cases", "projections", "--layer-sizes", "64", "--contenders", "emmy,cublas,compile",
+               "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "| case | kernel | M | N | K | job | emmy us | cublas us | compile us |" in p.stdout
+    rows = json.loads(out.read_text())["projections"]
+    assert [r["kernel"] for r in rows] == ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu",
+                                           "down_proj_residual"]
+    assert all(f"{c}_s" in r for r in rows for c in ("emmy", "cublas", "compile")), rows
