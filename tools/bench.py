@@ -26,6 +26,13 @@ q, k, v in the layout of the projections' outputs ([1, T, heads, 128], transpose
 module), against torch's SDPA on the same tensors with the cuDNN back-end and with the flash
 back-end (torch.nn.attention.sdpa_kernel), timed alike; TFLOP/s count the causal half of
 4 * T^2 * heads * 128.
+
+`--cases projections`: each projection of the layer (`--model`, `--layer-sizes` tokens) alone:
+every contraction kernel of Emmy's compile (q/k/v, o, gate/up, down, with what its prologue and
+epilogue fuse) launched alone on its own inputs, against cuBLAS on the same product
+(`cublas`: F.linear in bf16) and the same fused job as a small torch function under
+torch.compile (`compile`, `max-autotune`) or eager; one row per (size, kernel) with TFLOP/s and
+Emmy's time over cuBLAS's and torch.compile's (tools/bench_projections.py).
 """
 
 from __future__ import annotations
@@ -54,8 +61,14 @@ from emmy.measure.layer import (  # noqa: E402  (a layer's build, check and timi
     results_error,
 )
 from emmy.measure.timing import replayable, time_fn, time_replays  # noqa: E402  (the tuner times alike)
+from bench_projections import (  # noqa: E402  (--cases projections)
+    build_projections,
+    format_projection_row,
+    format_projection_table,
+    time_projections,
+)
 
-
+CASES = ("example", "layer", "model", "attention", "projections")
 QWEN3 = "Qwen/Qwen3-Embedding-0.6B"
 
 
@@ -205,7 +218,7 @@ def main() -> None:
     from emmy.diagnostics import EmmyError
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default="example,layer")
+    ap.add_argument("--cases", default="example,layer", help=f"comma-separated, of: {', '.join(CASES)}")
     ap.add_argument("--example-sizes", default="1,32,512,4096,32768")
     ap.add_argument("--layer-sizes", default="32,512,4096")
     ap.add_argument("--model", default=QWEN3,
@@ -217,8 +230,9 @@ def main() -> None:
                     help="query / key-value heads of the attention case (head dim 128, causal)")
     ap.add_argument("--contenders", default=None,
                     help="emmy[-tuned,-rules,-prior], eager, compile, max-autotune; for --cases attention "
-                         "emmy... and sdpa-cudnn, sdpa-flash (default: emmy,eager,compile,max-autotune, and "
-                         "sdpa-cudnn,sdpa-flash with --cases attention)")
+                         "emmy... and sdpa-cudnn, sdpa-flash; for --cases projections also cublas (default: "
+                         "emmy,eager,compile,max-autotune, and sdpa-cudnn,sdpa-flash with --cases attention, "
+                         "cublas with --cases projections; emmy,cublas,compile for --cases projections alone)")
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels (launched without overlap, "
@@ -237,7 +251,11 @@ def main() -> None:
                     help="compile every case and build its cubin into EMMY_HOME (no GPU needed)")
     args = ap.parse_args()
     cache = Path(os.environ.get("EMMY_HOME", "/tmp/emmy-home"))
-    default = "emmy,eager,compile,max-autotune" + (",sdpa-cudnn,sdpa-flash" if "attention" in args.cases else "")
+    cases = parse_cases(args.cases)
+    default = ("emmy,eager,compile,max-autotune" + (",sdpa-cudnn,sdpa-flash" if "attention" in cases else "")
+               + (",cublas" if "projections" in cases else ""))
+    if cases == ["projections"]:  # (max-autotune would tune every projection's GEMMs for minutes)
+        default = "emmy,cublas,compile"
     contenders = (args.contenders or default).split(",")
     variants = parse_variants(args.variant)
     if args.build_only:
@@ -272,20 +290,33 @@ def main() -> None:
                 print(f"  {who}'s kernels, each alone (sum {sum(kernels.values()):.1f} us{serial}):", flush=True)
             for kernel, us in kernels.items():
                 print(f"    {us:9.2f} us  {kernel[:100]}", flush=True)
-        if args.json:  # after every case, so a crash keeps what was measured
-            Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
-                                                   "torch": torch.__version__, "rows": rows}, indent=2))
+        write_json(args.json, ceilings, rows, [])  # after every case, so a crash keeps what was measured
+        torch._dynamo.reset()
+    projection_rows = []
+    proj_shown = [c for c in shown if c.startswith("emmy") or c in ("cublas", "compile", "max-autotune", "eager")]
+    for name, make in _projection_cases(args):
+        for row in time_projections(name, make(), args.target, cache, builds, contenders, args.tolerance):
+            projection_rows.append(row)
+            print(format_projection_row(row, proj_shown), flush=True)
+        write_json(args.json, ceilings, rows, projection_rows)
         torch._dynamo.reset()
     print()
     others = [r for r in rows if not is_attention_case(r["case"])]
     if others:
-        print(format_table(others, [c for c in shown if not c.startswith("sdpa-")]))
+        print(format_table(others, [c for c in shown if not c.startswith("sdpa-") and c != "cublas"]))
     if len(others) < len(rows):
         print(format_attention_table([r for r in rows if is_attention_case(r["case"])],
                                      [c for c in shown if c.startswith(("emmy", "sdpa-"))]))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"ceilings": ceilings, "device": torch.cuda.get_device_name(),
-                                               "torch": torch.__version__, "rows": rows}, indent=2))
+    if projection_rows:
+        print(format_projection_table(projection_rows, proj_shown))
+    write_json(args.json, ceilings, rows, projection_rows)
+
+
+def write_json(path: str | None, ceilings: dict, rows: list, projections: list) -> None:
+    """The run so far into `--json`'s file (nothing without one)."""
+    if path:
+        out = {"ceilings": ceilings, "device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+        Path(path).write_text(json.dumps({**out, **({"projections": projections} if projections else {})}, indent=2))
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,18 +449,39 @@ def format_attention_table(rows, contenders) -> str:
     return "\n".join(lines)
 
 
+def parse_cases(spec: str) -> list[str]:
+    """`--cases example,layer` as a list; an unknown name is an EmmyError naming the known ones."""
+    from emmy.diagnostics import EmmyError
+
+    cases = [c for c in spec.split(",") if c]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown or not cases:
+        raise EmmyError(f"--cases '{spec}': unknown case {', '.join(unknown) or '(none given)'}; "
+                        f"the cases are {', '.join(CASES)}")
+    return cases
+
+
+def _projection_cases(args):
+    """(name, a function tracing the layer) per size of `--cases projections`."""
+    if "projections" not in parse_cases(args.cases):
+        return []
+    prefix = "" if args.model == QWEN3 else f"{Path(args.model).name} "
+    return [(f"{prefix}T={t}", lambda t=t: layer_case(t, args.model)[0]) for t in map(int, args.layer_sizes.split(","))]
+
+
 def _cases(args):
     cases = []
     prefix = "" if args.model == QWEN3 else f"{Path(args.model).name} "
-    if "example" in args.cases:
+    args_cases = parse_cases(args.cases)
+    if "example" in args_cases:
         cases += [(f"example M={m}", lambda m=m: example_case(m)) for m in map(int, args.example_sizes.split(","))]
-    if "layer" in args.cases:
+    if "layer" in args_cases:
         cases += [(f"{prefix}layer T={t}", lambda t=t: layer_case(t, args.model))
                   for t in map(int, args.layer_sizes.split(","))]
-    if "model" in args.cases:
+    if "model" in args_cases:
         cases += [(f"{prefix}model T={t}", lambda t=t: model_case(t, args.model))
                   for t in map(int, args.model_sizes.split(","))]
-    if "attention" in args.cases:
+    if "attention" in args_cases:
         cases += [(f"attention {h}/{kv} T={t}", lambda t=t, h=h, kv=kv: attention_case(t, h, kv))
                   for h, kv in parse_heads(args.attention_heads) for t in map(int, args.attention_sizes.split(","))]
     return cases
@@ -473,6 +525,8 @@ def build_only(args, cache, builds: dict[str, EmmyBuild]) -> None:
                 continue
             plan, _ = emmy_plan(traced, args.target, how)
             plans.append((f"{name}{label}", plan))
+    for name, make in _projection_cases(args):
+        plans += [(f"{name} {label}", plan) for label, plan in build_projections(make(), args.target, builds)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = [(name, pool.submit(build_cubin, plan.source, args.target, cache)) for name, plan in plans]
         for name, f in futures:
