@@ -10,9 +10,9 @@ way of measuring).
 A candidate goes: the kernel isolated into a function of its own (`isolate.py`), its knobs pinned,
 the pipeline from decide-forks on, CUDA, nvcc (`builds.py`: a process pool ahead of the GPU, a
 timeout, ptxas's spill report), fresh random inputs of the kernel's shapes with outputs and
-temporaries filled with NaN, a comparison with a schedule-independent reference (`reference.py`), and the timing
-(`timing.py`: CUDA events under CUDA-graph replay, warm-up, median of repeats, L2 cleared between
-replays). A candidate that cannot be built, launched or trusted is a `Measurement` with its status
+temporaries filled with NaN, a comparison with a schedule-independent reference (`reference.py`),
+and the timing (`timing.py`: CUDA events under CUDA-graph replay, warm-up, median of repeats, L2
+cleared between replays). A candidate that cannot be built, launched or trusted is a `Measurement` with its status
 and reason, never an exception.
 """
 
