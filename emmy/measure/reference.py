@@ -388,5 +388,5 @@ def _torch_dtype(name: str):
             "i1": torch.bool}[name]
 
 
-__all__ = ["FORMAT", "KEY_CHUNK", "SAMPLE_ROWS", "TaskInputs", "check_outputs", "kept_reference", "reference", "reference_key",
-           "row_axis", "sample_runs", "sampled_reference", "task_inputs"]
+__all__ = ["FORMAT", "KEY_CHUNK", "SAMPLE_ROWS", "TaskInputs", "check_outputs", "kept_reference", "reference",
+           "reference_key", "row_axis", "sample_runs", "sampled_reference", "task_inputs"]
