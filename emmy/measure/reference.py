@@ -153,9 +153,9 @@ def sampled_reference(kernel, operands: Sequence[np.ndarray], rows: int,
     from emmy.analysis.classify import classify
     from emmy.interp.tile_stage import _Kernel
 
-    info = classify(kernel)
     if rows <= 0:
         return None
+    info = classify(kernel)
     if info.attention is not None:
         if info.axes[info.attention.query_axis] <= 3 * rows:
             return None
