@@ -259,7 +259,7 @@ def main() -> None:
     contenders = (args.contenders or default).split(",")
     variants = parse_variants(args.variant)
     if args.build_only:
-        return build_only(args, cache, emmy_builds(["emmy"], args.knob, variants, ""))
+        return build_only(args, cache, emmy_builds(contenders, args.knob, variants, storage_url(args.storage, cache)))
     if not torch.cuda.is_available():
         raise EmmyError("tools/bench.py times on a CUDA GPU and PyTorch finds none here "
                         f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'}); "
