@@ -81,6 +81,7 @@ DEFAULTS: dict[str, float] = {
     "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
     "thread_op_s": 2e-9,  # one operation a reduction's thread runs after its others (a dependent instruction's latency)
     "warp_op_s": 2.5e-10,  # one warp instruction of a reduction on the busiest SM (4 schedulers at ~2 GHz: 1.3e-10)
+    "prologue_load_s": 2e-7,  # one load of a fused statistics pass waited for alone (an L2 round trip, ~260 cycles)
 }
 NAMES = tuple(DEFAULTS)
 
@@ -120,6 +121,8 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
     # a tile's last block adds the other parts alone, after the rest (at one SM's share of L2)
     kernel = kernel + f["rounds"] * c["round_s"] + f["idle_rounds"] * c["idle_round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
+    # a fused statistics pass before the k loop: nothing overlaps its loads, waited for one by one
+    kernel = kernel + f["prologue_loads"] * c["prologue_load_s"]
     out = kernel + f["launches"] * c["launch_s"]
     return float(out) if np.ndim(out) == 0 else out
 

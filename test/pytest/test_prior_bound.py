@@ -170,6 +170,31 @@ def test_a_fused_prologue_is_folded_by_each_consumer_thread_between_its_mmas(fus
     assert slow - fast >= 0.99 * one["recompute_chain"] * 9e-9
 
 
+def test_a_fused_prologue_pass_waits_for_each_warps_rows_one_after_another(fused):
+    """Without a producer warpgroup (mma_sync here) a fused kernel computes its rows' statistics
+    in a pass before its k loop: each of its 4 warps takes 32 / 4 = 8 rows one after another,
+    and each lane waits for its 16-byte load of a row of 256 (one: 32 lanes x 8 elements) on its
+    own, nothing overlapping. Costed per element folded (as wgmma_ws's fold between its MMAs),
+    32-token forks measured on the H200 took 3 to 4 us more fused than split where the fold
+    predicted 1: the loads' round trips, not the arithmetic, are the cost. wgmma_ws keeps its
+    fold and makes no pass."""
+    base = {k: v for k, v in {**TILE, "workers": "mma_sync", "block_m": 32, "block_n": 32, "warps": 4,
+                              "copy": "cp_async", "fusion": "fused", "combine": "kernel", "split_tail": 1,
+                              "epilogue": "together"}.items() if k in knob_space_for(fused, TARGET)}
+    assert not check(fused, base, TARGET), check(fused, base, TARGET)
+    one = features(fused, base, TARGET)
+    two = features(fused, {**base, "warps": 8}, TARGET)
+    split = features(fused, {**base, "fusion": "split"}, TARGET)
+    ws = features(fused, {**base, "workers": "wgmma_ws", "block_m": 64, "copy": "tma"}, TARGET)
+    assert (one["rounds"], one["prologue_loads"], two["prologue_loads"]) == (1, 8, 4)
+    assert one["recompute_chain"] == 0 and split["prologue_loads"] == 0
+    assert ws["prologue_loads"] == 0 and ws["recompute_chain"] > 0
+    # nothing overlaps the pass: each load adds its round trip to the kernel's time
+    f = with_target(one, TARGET)
+    slow, fast = (predict(f, {**DEFAULTS, "prologue_load_s": t}) for t in (3e-7, 1e-7))
+    assert slow - fast == pytest.approx(8 * 2e-7)
+
+
 def test_a_reductions_issue_overlaps_its_loads(reduction):
     """Thread and warp operations are the issue side of the kernel (with its arithmetic): a few
     hide under the loads of a memory-bound reduction; many more make it issue-bound, and then
