@@ -86,7 +86,7 @@ DEFAULTS: dict[str, float] = {
     "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
     "thread_op_s": 2e-9,  # one operation a reduction's thread runs after its others (a dependent instruction's latency)
     "warp_op_s": 2.5e-10,  # one warp instruction of a reduction on the busiest SM (4 schedulers at ~2 GHz: 1.3e-10)
-    "prologue_load_s": 2e-7,  # one load of a fused statistics pass waited for alone (an L2 round trip, ~260 cycles)
+    "prologue_load_s": 2e-7,  # one load of a fused statistics pass waited for alone (an L2 round trip under load, ~400 cycles)
 }
 NAMES = tuple(DEFAULTS)
 
