@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -259,25 +260,32 @@ def main() -> None:
     contenders = (args.contenders or default).split(",")
     variants = parse_variants(args.variant)
     if args.build_only:
-        return build_only(args, cache, emmy_builds(["emmy"], args.knob, variants, ""))
+        return build_only(args, cache, emmy_builds(contenders, args.knob, variants, storage_url(args.storage, cache)))
     if not torch.cuda.is_available():
         raise EmmyError("tools/bench.py times on a CUDA GPU and PyTorch finds none here "
                         f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'}); "
                         "--build-only builds the kernels without one")
     builds = emmy_builds(contenders, args.knob, variants, storage_url(args.storage, cache))
     shown = contenders + [key for key in builds if key not in contenders]
-    ceilings = measure_ceilings()
+    from emmy.measure.gpu import device_id, gpu_lock
+
+    # the tuner's per-GPU lock, held while a case runs: a bench and an `emmy tune` on one GPU take turns
+    # (neither times while the other's kernels run); each case's compiles and builds run under it too
+    hold = partial(gpu_lock, cache, device_id())
+    with hold():
+        ceilings = measure_ceilings()
     print(f"# {torch.cuda.get_device_name()}  copy {ceilings['bandwidth_Bps'] / 1e12:.2f} TB/s  "
           f"bf16 matmul {ceilings['bf16_flops'] / 1e12:.0f} TFLOP/s  torch {torch.__version__}", flush=True)
     rows = []
     for name, make in _cases(args):
         traced, flops, bytes_ = make()
-        if is_attention_case(name):
-            row = run_attention_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
-                                     args.tolerance)
-        else:
-            row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
-                           args.profile, args.tolerance)
+        with hold():
+            if is_attention_case(name):
+                row = run_attention_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders,
+                                         builds, args.tolerance)
+            else:
+                row = run_case(name, traced, flops, bytes_, ceilings, args.target, cache, contenders, builds,
+                               args.profile, args.tolerance)
         if args.knob:
             row["pins"] = list(args.knob)
         rows.append(row)
@@ -295,9 +303,10 @@ def main() -> None:
     projection_rows = []
     proj_shown = [c for c in shown if c.startswith("emmy") or c in ("cublas", "compile", "max-autotune", "eager")]
     for name, make in _projection_cases(args):
-        for row in time_projections(name, make(), args.target, cache, builds, contenders, args.tolerance):
-            projection_rows.append(row)
-            print(format_projection_row(row, proj_shown), flush=True)
+        with hold():
+            for row in time_projections(name, make(), args.target, cache, builds, contenders, args.tolerance):
+                projection_rows.append(row)
+                print(format_projection_row(row, proj_shown), flush=True)
         write_json(args.json, ceilings, rows, projection_rows)
         torch._dynamo.reset()
     print()

@@ -18,6 +18,7 @@ from emmy.lowering.common import fragment_row
 from emmy.lowering.kb import KB
 from emmy.lowering.reduction import reduce_rows
 from emmy.lowering.scalar import BodyEmitter
+from emmy.schedule.contraction import PROLOGUE_VECTOR
 
 
 class ComputeMixin:
@@ -76,7 +77,7 @@ class ComputeMixin:
             row = kb.add(m0, r_local)
             mask = kb.and_(kb.lt(row, self.M), None if g.bm % warps == 0 else kb.lt(r_local, g.bm))
             scope = em.scope(self._row_coords(kb, row, batch), mask=mask)
-            res = reduce_rows(kb, em, scope, self.prologue, lane, 32, 8, self.k_last, None)
+            res = reduce_rows(kb, em, scope, self.prologue, lane, 32, PROLOGUE_VECTOR, self.k_last, None)
             ok = kb.cmp("eq", lane, 0)
             if g.bm % warps:
                 ok = kb.and_(ok, kb.lt(r_local, g.bm))

@@ -82,7 +82,7 @@ NAMES = (
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
     "recompute_flops", "rounds", "softmax_steps", "inflight_bytes", "recompute_rows", "ticket_bytes",
-    "idle_rounds", "thread_ops", "warp_ops", "stats_bytes", "recompute_chain",
+    "idle_rounds", "thread_ops", "warp_ops", "stats_bytes", "recompute_chain", "prologue_loads",
 )
 
 Features = dict[str, float]
@@ -190,7 +190,7 @@ SUMMED = ("flops", "unique_bytes", "reread_bytes", "workspace_bytes", "recompute
           "blocks", "spill_bytes", "warp_ops")
 MOST = ("threads", "smem_bytes", "tile_area", "steps", "unstaged", "reg_overflow", "single_slice",
         "multi_slice", "ticket_bytes", "recompute_rows", "tensor", "inflight_bytes", "stats_bytes")
-PER_ROUND = ("serial_steps", "idle_rounds", "thread_ops", "softmax_steps", "recompute_chain")
+PER_ROUND = ("serial_steps", "idle_rounds", "thread_ops", "softmax_steps", "recompute_chain", "prologue_loads")
 
 
 def combine(fs: list[Features], separate: bool, target: Target) -> Features:
@@ -372,6 +372,9 @@ def _tensor_rate(target: Target, workers: str) -> float:
 
 
 def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_prologue: bool) -> None:
+    from emmy.schedule.contraction import PROLOGUE_VECTOR
+    from emmy.schedule.reduction import largest_divisor_pow2
+
     (N, nc), M, K, B = info.gemm_n_nc, info.M, info.K, info.batch
     bm, bn, bk, split = plan.bm, plan.bn, plan.bk, plan.split
     elt = info.element_bytes
@@ -413,9 +416,17 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     if plan.prologue and not plan.stats_kernel:
         # every column of tiles computes its rows' statistics (a sum of squares over k) again
         f["recompute_flops"] = 2.0 * B * cols * M * K
-        # ... each consumer thread its share of the tile's rows, element after element between
-        # its MMAs, in every tile the busiest SM runs
-        f["recompute_chain"] = f["rounds"] * ceil(bm * ceil(K / split) / plan.consumers)
+        if prologue_pass(plan, a_reads_prologue):
+            # ... in a pass over the tile's rows before its k loop: each warp takes its rows one
+            # after another, and each lane waits for its 16-byte loads of a row one by one (the
+            # loads sit behind the row's bounds check), in every tile the busiest SM runs
+            rows = ceil(bm / max(1, plan.threads // target.warp_size))
+            loads = ceil(K / (target.warp_size * largest_divisor_pow2(K, PROLOGUE_VECTOR)))
+            f["prologue_loads"] = f["rounds"] * rows * loads
+        else:
+            # ... each consumer thread its share of the tile's rows, element after element
+            # between its MMAs (summed from the staged tiles), in every tile the busiest SM runs
+            f["recompute_chain"] = f["rounds"] * ceil(bm * ceil(K / split) / plan.consumers)
         if a_reads_prologue:  # ... before its k loop: A read again
             f["recompute_bytes"] = float(B * cols * M * K * elt)
     _, acc_budget = _budget(target, plan.threads)
@@ -423,6 +434,13 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     if plan.workers == "wgmma_ws":
         f["single_slice"] = 1.0 if bm < 128 else 0.0
         f["multi_slice"] = 1.0 if plan.mi > 1 else 0.0
+
+
+def prologue_pass(plan, a_reads_prologue: bool) -> bool:
+    """Whether a fused kernel computes its rows' statistics in a pass before its k loop
+    (`emmy.lowering.contraction`, emit_prologue): every worker but wgmma_ws, and wgmma_ws where
+    the A side itself reads the statistics; wgmma_ws otherwise sums them from the staged tiles."""
+    return not plan.producer or a_reads_prologue
 
 
 def _wave_bytes(plan, rows: int, cols: int, k_bytes: int, occ: float, target: Target) -> float:

@@ -9,7 +9,7 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
 
     compute  = flops * quant / (peak_flops * eff * feed * hide) + recompute_flops * quant / (fp32_flops
                * recompute_eff * hide) + serial_steps * step_s + softmax_steps * softmax_step_s
-               + recompute_rows * recompute_row_s + recompute_chain * recompute_op_s
+               + recompute_rows * recompute_row_s
                + thread_ops * thread_op_s + warp_ops * warp_op_s
                (a reduction's issue side: its operations overlap its loads like any arithmetic)
                eff = compute_eff on tensor cores, fma_eff on FMA units; feed = min(1, intensity /
@@ -29,6 +29,11 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
                * (1 + multi_slice_cost * multi_slice) * (1 + spill_cost * spill_bytes / 1024)
                * (1 + reg_cost * reg_overflow / 64) + rounds * round_s + idle_rounds * idle_round_s
                + ticket_bytes / (l2_bandwidth / sms * ticket_eff)
+               + prologue_loads * prologue_load_s + recompute_chain * recompute_op_s
+               (a fused kernel's row statistics: the pass before its k loop, whose loads each warp
+               waits for one by one, or the fold each consumer thread runs between its MMAs; the
+               H200 shows neither hidden under the kernel's loads or MMAs, so both come after
+               the overlap)
     seconds  = kernel + launches * launch_s
 
 The rates and bandwidths come from the target's table; the coefficients (all positive) are what
@@ -81,6 +86,7 @@ DEFAULTS: dict[str, float] = {
     "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
     "thread_op_s": 2e-9,  # one operation a reduction's thread runs after its others (a dependent instruction's latency)
     "warp_op_s": 2.5e-10,  # one warp instruction of a reduction on the busiest SM (4 schedulers at ~2 GHz: 1.3e-10)
+    "prologue_load_s": 2e-7,  # one load of a fused statistics pass waited for alone (an L2 round trip under load, ~400 cycles)
 }
 NAMES = tuple(DEFAULTS)
 
@@ -96,7 +102,6 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     compute = compute + f["recompute_flops"] * f["quant"] / (f["fp32_flops"] * c["recompute_eff"] * hide) \
         + f["serial_steps"] * c["step_s"]
     compute = compute + f["softmax_steps"] * c["softmax_step_s"] + f["recompute_rows"] * c["recompute_row_s"]
-    compute = compute + f["recompute_chain"] * c["recompute_op_s"]  # a fused prologue's fold, thread by thread
     # a reduction thread's operations, one after another, and the busiest SM's warp instructions:
     # the issue side of the kernel, which overlaps with its loads like any arithmetic
     compute = compute + f["thread_ops"] * c["thread_op_s"] + f["warp_ops"] * c["warp_op_s"]
@@ -120,6 +125,9 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
     # a tile's last block adds the other parts alone, after the rest (at one SM's share of L2)
     kernel = kernel + f["rounds"] * c["round_s"] + f["idle_rounds"] * c["idle_round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
+    # a fused kernel's row statistics: the pass before the k loop (nothing overlaps its loads,
+    # waited for one by one) or the fold each consumer thread runs between its MMAs
+    kernel = kernel + f["prologue_loads"] * c["prologue_load_s"] + f["recompute_chain"] * c["recompute_op_s"]
     out = kernel + f["launches"] * c["launch_s"]
     return float(out) if np.ndim(out) == 0 else out
 

@@ -73,6 +73,11 @@ def operand_smem_bytes(stages: int, block_m: int, block_n: int, block_k: int, co
     return operand_bytes(stages, block_m, block_n, block_k, contractions)
 
 
+# elements per load of a fused kernel's statistics pass over its rows (16 bytes of bf16:
+# `emmy.lowering.contraction_compute.emit_prologue`; the prior costs its loads)
+PROLOGUE_VECTOR = 8
+
+
 def stats_kernel_needed(prologue: bool, fusion: str, split: int) -> bool:
     """The row statistics come from a kernel of their own (fusion = split, or split_k's parts,
     which each see only part of a row)."""

@@ -323,3 +323,13 @@ def test_bench_builds_every_variant(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["built example M=64", "built example M=64 emmy:narrow"]
     assert len(list((tmp_path / "kernels").glob("*/emmy.cu"))) == 2
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc")
+def test_bench_build_only_builds_every_emmy_contender(tmp_path):
+    """--build-only builds each Emmy contender asked for (here the prior-only one beside the
+    default compile), not only `emmy`, so a GPU run of the same contenders finds every cubin built."""
+    p = _bench(tmp_path, "--build-only", "--cases", "example", "--example-sizes", "64",
+               "--contenders", "emmy,emmy-prior,compile")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["built example M=64", "built example M=64 emmy-prior"]

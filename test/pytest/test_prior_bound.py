@@ -166,8 +166,48 @@ def test_a_fused_prologue_is_folded_by_each_consumer_thread_between_its_mmas(fus
     f = with_target(one, TARGET)
     slow, fast = (predict(f, {**DEFAULTS, "recompute_op_s": t}) for t in (1e-8, 1e-9))
     assert slow > fast
-    # the whole fold is on the busiest SM's path (compute-bound here; the kernel's factors only add)
+    # the whole fold is on the busiest SM's path
     assert slow - fast >= 0.99 * one["recompute_chain"] * 9e-9
+
+
+def test_a_fused_fold_is_not_hidden_under_the_kernels_loads(fused):
+    """The consumer threads' fold adds to a kernel's time even where its loads are the slower
+    side: on the H200 the fused wgmma_ws schedules at 128 tokens (memory-bound: the weights
+    stream) measured 6 us over their split twins, the fold's share, not the few hundred ns a
+    fold overlapping the loads would leave. Made memory-bound here by a hundred times the bytes,
+    the fold still adds its whole time (overlapping it, the model added a tenth: `overlap`)."""
+    base = {k: v for k, v in {**TILE, "block_n": 128, "warps": 4, "block_m": 64, "fusion": "fused",
+                              "combine": "kernel", "split_tail": 1, "epilogue": "together"}.items()
+            if k in knob_space_for(fused, TARGET)}
+    one = features(fused, base, TARGET)
+    f = with_target({**one, "unique_bytes": 100 * one["unique_bytes"]}, TARGET)
+    slow, fast = (predict(f, {**DEFAULTS, "recompute_op_s": t}) for t in (1e-8, 1e-9))
+    assert slow - fast == pytest.approx(one["recompute_chain"] * 9e-9)
+
+
+def test_a_fused_prologue_pass_waits_for_each_warps_rows_one_after_another(fused):
+    """Without a producer warpgroup (mma_sync here) a fused kernel computes its rows' statistics
+    in a pass before its k loop: each of its 4 warps takes 32 / 4 = 8 rows one after another,
+    and each lane waits for its 16-byte load of a row of 256 (one: 32 lanes x 8 elements) on its
+    own, nothing overlapping. Costed per element folded (as wgmma_ws's fold between its MMAs),
+    32-token forks measured on the H200 took 3 to 4 us more fused than split where the fold
+    predicted 1: the loads' round trips, not the arithmetic, are the cost. wgmma_ws keeps its
+    fold and makes no pass."""
+    base = {k: v for k, v in {**TILE, "workers": "mma_sync", "block_m": 32, "block_n": 32, "warps": 4,
+                              "copy": "cp_async", "fusion": "fused", "combine": "kernel", "split_tail": 1,
+                              "epilogue": "together"}.items() if k in knob_space_for(fused, TARGET)}
+    assert not check(fused, base, TARGET), check(fused, base, TARGET)
+    one = features(fused, base, TARGET)
+    two = features(fused, {**base, "warps": 8}, TARGET)
+    split = features(fused, {**base, "fusion": "split"}, TARGET)
+    ws = features(fused, {**base, "workers": "wgmma_ws", "block_m": 64, "copy": "tma"}, TARGET)
+    assert (one["rounds"], one["prologue_loads"], two["prologue_loads"]) == (1, 8, 4)
+    assert one["recompute_chain"] == 0 and split["prologue_loads"] == 0
+    assert ws["prologue_loads"] == 0 and ws["recompute_chain"] > 0
+    # nothing overlaps the pass: each load adds its round trip to the kernel's time
+    f = with_target(one, TARGET)
+    slow, fast = (predict(f, {**DEFAULTS, "prologue_load_s": t}) for t in (3e-7, 1e-7))
+    assert slow - fast == pytest.approx(8 * 2e-7)
 
 
 def test_a_reductions_issue_overlaps_its_loads(reduction):
