@@ -14,7 +14,8 @@ A large kernel is evaluated on **three runs of rows** only, `sample_rows` rows e
 the middle and the last (`sampled_reference`), and checked there (`masks`):
 - an attention kernel on runs of queries, the keys a chunk at a time with an online softmax;
 - a contraction or a reduction whose rows are independent along a parallel axis (`row_axis`:
-  the rows of a contraction's A side, a reduction's rows) on runs of that axis, the body
+  the rows of a contraction's A side, a reduction's rows) of more than `WHOLE_ROWS` rows (8192:
+  below it the whole check, which sees a wrong tile anywhere, costs seconds) on runs of that axis, the body
   evaluated with the axis restricted to each run. The evaluator computes every value over a
   run exactly as over the whole axis, whatever the value reads (the weights, or other rows
   through a reduce over an axis of its own, are read whole): only a `loop.reduce` over the axis
@@ -44,6 +45,11 @@ from emmy.diagnostics import EmmyError
 from emmy.interp.numeric import element_dtype, round_to
 
 SAMPLE_ROWS = 64
+# A row-parallel kernel of up to this many rows is checked whole: kept once per host, its whole
+# reference costs seconds (0.3-3 s per projection of the Qwen3 layer at 4096 tokens on 2 cores),
+# and only a whole check sees a wrong tile anywhere (three runs of rows hold few of a kernel's
+# tiles). Beyond it the runs keep the reference within seconds (at 32768 tokens 5-26 s whole).
+WHOLE_ROWS = 8192
 # keys per step of the sampled attention reference's online softmax (its memory grows with it)
 KEY_CHUNK = 1024
 # the version of the kept reference's file format and meaning (bump when either changes)
@@ -148,7 +154,8 @@ def sampled_reference(kernel, operands: Sequence[np.ndarray], rows: int,
     """The kernel's results on three runs of `rows` rows (`sample_runs`), with the masks of
     those elements: for an attention kernel of more than 3 x `rows` queries, runs of queries
     (`_attention_runs`); for a kernel whose rows are independent along an axis (`row_axis`) of
-    more than 3 x `rows` rows, runs of that axis, each evaluated with the axis restricted to it.
+    more than 3 x `rows` and more than `WHOLE_ROWS` rows, runs of that axis, each evaluated with
+    the axis restricted to it.
     None for other kernels and small ones, which are evaluated whole."""
     from emmy.analysis.classify import classify
     from emmy.interp.tile_stage import _Kernel
@@ -161,7 +168,7 @@ def sampled_reference(kernel, operands: Sequence[np.ndarray], rows: int,
             return None
         return _attention_runs(kernel, info, operands, rows, key_chunk)
     axis = row_axis(info)
-    if axis is None or info.axes[axis] <= 3 * rows:
+    if axis is None or info.axes[axis] <= max(3 * rows, WHOLE_ROWS):
         return None
     k = _Kernel(kernel, info, operands)
     for run in sample_runs(info.axes[axis], rows):
@@ -258,7 +265,7 @@ def reference_key(module_text: str, kernel_name: str, seed: int, sample_rows: in
     from emmy.measure.gpu import source_hash
 
     parts = [f"format {FORMAT}", module_text, kernel_name, f"seed {seed}", f"rows {sample_rows}",
-             f"torch {torch.__version__}", source_hash()]
+             f"whole rows {WHOLE_ROWS}", f"torch {torch.__version__}", source_hash()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 

@@ -147,6 +147,7 @@ def test_measurers_share_the_kept_sampled_reference(qwen_tasks, tmp_path, monkey
     calls: list = []
     real = R.reference
     monkeypatch.setattr(R, "reference", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(R, "WHOLE_ROWS", 0)  # sampled at 512 rows (by default checked whole up to 8192)
     inside, outside = 200, 100  # the runs: rows 0-63, 192-255, 448-511
 
     def corrupt(index, outputs):

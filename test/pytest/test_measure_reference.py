@@ -26,6 +26,24 @@ def _layer_tasks() -> dict:
     return {t.kernel: t for t in tasks_of(CompileOptions(model=MODEL, layer=0, target="sm_90a"), [TOKENS])}
 
 
+@pytest.fixture(autouse=True)
+def _sample_small_kernels(monkeypatch):
+    """These tests sample kernels of 64 rows: below WHOLE_ROWS (checked whole) by default."""
+    monkeypatch.setattr(R, "WHOLE_ROWS", 0)
+
+
+def test_kernels_up_to_whole_rows_are_checked_whole(monkeypatch):
+    """By default a row-parallel kernel of up to WHOLE_ROWS rows is not sampled: the whole
+    reference, no masks."""
+    monkeypatch.setattr(R, "WHOLE_ROWS", TOKENS)
+    task = _layer_tasks()["o_proj_residual"]
+    inputs = task_inputs(task.module, task.kernel, device="cpu", sample_rows=ROWS)
+    assert inputs.masks == [None]
+    monkeypatch.setattr(R, "WHOLE_ROWS", TOKENS - 1)
+    inputs = task_inputs(task.module, task.kernel, device="cpu", sample_rows=ROWS)
+    assert inputs.masks[0] is not None and not inputs.masks[0].all()
+
+
 def _sampled_rows() -> np.ndarray:
     rows = np.zeros(TOKENS, dtype=bool)
     for lo, hi in sample_runs(TOKENS, ROWS):
@@ -251,6 +269,7 @@ def _inputs_in_a_process(text: str, kernel: str, cache: str, log: str, out: str,
         return real(*args, **kw)
 
     ref.reference = logged
+    ref.WHOLE_ROWS = 0  # (a spawned process: the parent's monkeypatch does not reach it)
     barrier.wait()
     inputs = ref.task_inputs(text, kernel, device="cpu", sample_rows=ROWS, cache_dir=Path(cache))
     np.savez(out, *inputs.reference, *inputs.masks)
