@@ -62,8 +62,9 @@ from emmy.measure.layer import (  # noqa: E402  (a layer's build, check and timi
     results_error,
 )
 from emmy.measure.timing import replayable, time_fn, time_replays  # noqa: E402  (the tuner times alike)
-from bench_projections import (  # noqa: E402  (--cases projections)
+from bench_projections import (  # noqa: E402  (--cases projections; a row's contender parts)
     build_projections,
+    contender_parts,
     format_projection_row,
     format_projection_table,
     time_projections,
@@ -588,13 +589,7 @@ def parse_variants(specs: list[str]) -> dict[str, tuple[str, ...]]:
 
 
 def format_row(row, contenders) -> str:
-    parts = [f"{row['case']:<18} floor {row['floor_s'] * 1e6:8.1f} us"]
-    for c in contenders:
-        if f"{c}_s" in row:
-            parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e})")
-        elif f"{c}_error" in row:
-            parts.append(f"{c} FAILED: {row[f'{c}_error'][:200]}")
-    return " | ".join(parts)
+    return " | ".join([f"{row['case']:<18} floor {row['floor_s'] * 1e6:8.1f} us", *contender_parts(row, contenders)])
 
 
 def format_table(rows, contenders) -> str:

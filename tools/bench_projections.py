@@ -521,17 +521,24 @@ def lower_emmys(found: Mapping[str, Mapping[str, Projection]], target: str, cach
 # ------------------------------------------------------------------------------------------------
 
 
-def format_projection_row(row: Mapping, contenders: Sequence[str]) -> str:
-    n = f"{row['n']}x{row['products']}" if row["products"] > 1 else str(row["n"])
-    parts = [f"{row['case']} {row['kernel']:<28} M {row['m']:<5} N {n:<7} K {row['k']:<5}"]
-    if "error" in row:
-        return parts[0] + f" | {row['error']}"
+def contender_parts(row: Mapping, contenders: Sequence[str]) -> list[str]:
+    """Each contender's part of a progress line (bench.py's rows too): its time and error, or
+    why it failed; nothing for one the row does not hold."""
+    parts = []
     for c in contenders:
         if f"{c}_s" in row:
             parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e})")
         elif f"{c}_error" in row:
             parts.append(f"{c} FAILED: {row[f'{c}_error'][:200]}")
-    return " | ".join(parts)
+    return parts
+
+
+def format_projection_row(row: Mapping, contenders: Sequence[str]) -> str:
+    n = f"{row['n']}x{row['products']}" if row["products"] > 1 else str(row["n"])
+    head = f"{row['case']} {row['kernel']:<28} M {row['m']:<5} N {n:<7} K {row['k']:<5}"
+    if "error" in row:
+        return head + f" | {row['error']}"
+    return " | ".join([head, *contender_parts(row, contenders)])
 
 
 def format_projection_table(rows: Sequence[Mapping], contenders: Sequence[str]) -> str:
