@@ -13,6 +13,8 @@ import ctypes
 import hashlib
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,29 @@ def store_atomically(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+@contextmanager
+def cache_lock(path: Path, required: bool = True) -> Iterator[None]:
+    """Hold an exclusive lock on the cache file `path` (created with its folder) while the block
+    runs: processes of one host that share a kernel cache take turns. Where the file cannot be
+    created, an OSError, unless not `required`: the block then runs unlocked."""
+    import fcntl
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a")
+    except OSError:
+        if required:
+            raise
+        yield
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def private_name() -> str:

@@ -268,16 +268,10 @@ def gpu_lock(cache_dir: Path, device: str):
     """Hold a GPU for measuring: an exclusive lock on a file named after the device (`device_id`)
     in the kernel cache's folder, so that measuring processes on one host take turns on a GPU
     (each checks and times only while it holds the lock; their builds run meanwhile)."""
-    import fcntl
+    from emmy.backend.run import cache_lock
 
-    path = lock_path(cache_dir, device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with cache_lock(lock_path(cache_dir, device)):
+        yield
 
 
 # ------------------------------------------------------------------------------------------------

@@ -303,21 +303,10 @@ def kept_reference(cache_dir: Path, key: str, shapes: Sequence[tuple[int, ...]],
 def _key_lock(cache_dir: Path, key: str) -> Iterator[None]:
     """An exclusive lock on `locks/reference-KEY.lock` in the kernel cache (none where the
     cache cannot be written: each process then computes on its own)."""
-    import fcntl
+    from emmy.backend.run import cache_lock
 
-    path = Path(cache_dir) / "locks" / f"reference-{key}.lock"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a")
-    except OSError:
+    with cache_lock(Path(cache_dir) / "locks" / f"reference-{key}.lock", required=False):
         yield
-        return
-    with f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _encode(refs: Sequence[np.ndarray], masks: Sequence[np.ndarray | None]) -> bytes:
