@@ -161,7 +161,7 @@ def cmd_tune(args) -> int:
             print(f"note: {o.layer.where()} at {o.layer.tokens} tokens not checked: {o.note}", file=sys.stderr)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if problems or any(o.failed for o in layers) else 0
 
 
 def _check_layers(args, options, tokens, tasks, outcomes, store, devices, progress):

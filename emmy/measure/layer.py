@@ -184,12 +184,15 @@ class Reference:
 
 
 def reference(traced) -> Reference:
-    """The case's module and inputs on the GPU and its float32 results (on a float copy)."""
+    """The case's module and inputs on the GPU and its float32 results (on a float copy; its
+    attention in bounded memory, `emmy.measure.bounded_attention`)."""
     import torch
 
     module = traced.layer_module.cuda()
     args = [v.cuda() for v in traced.inputs.values()]
-    with torch.no_grad():
+    from emmy.measure.bounded_attention import bounded_attention
+
+    with torch.no_grad(), bounded_attention():  # (float32 attention at 32768 tokens: 64 GiB whole)
         refs = as_list(copy.deepcopy(module).float()(*[a.float() if a.is_floating_point() else a for a in args]))
     return Reference(module, args, refs)
 

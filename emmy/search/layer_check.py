@@ -226,6 +226,7 @@ class LayerOutcome:
     verdict: Verdict | None
     note: str = ""
     problem: bool = False  # not checked: the note says why
+    failed: bool = False  # timing it raised (the note has the error): the run's exit status is 1
     recalled: bool = False  # read back from the store's checks of the same bests, not timed again
 
 
@@ -250,12 +251,17 @@ def check_layers(store, options, tokens: Sequence[int], tasks: Sequence, bests: 
         elif recalled is not None:
             outcome = LayerOutcome(layer, recalled, recalled=True)
         else:
-            timer = make_timer(layer)
-            verdict = check_layer(layer, tuned, timer)
-            if not verdict.problem:
-                for record in layer_records(layer, verdict, tuned, alone, timer.environment()):
-                    write_layer_check(store, record)
-            outcome = LayerOutcome(layer, verdict, verdict.problem, problem=bool(verdict.problem))
+            try:
+                timer = make_timer(layer)
+                verdict = check_layer(layer, tuned, timer)
+            except Exception as e:  # (out of memory, a CUDA error: the studies' trials are stored already)
+                why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+                outcome = LayerOutcome(layer, None, f"timing it failed: {why}", problem=True, failed=True)
+            else:
+                if not verdict.problem:
+                    for record in layer_records(layer, verdict, tuned, alone, timer.environment()):
+                        write_layer_check(store, record)
+                outcome = LayerOutcome(layer, verdict, verdict.problem, problem=bool(verdict.problem))
         out.append(outcome)
         if say is not None:
             say(layer_line(outcome))

@@ -322,6 +322,25 @@ def test_a_set_not_timed_is_a_note_and_no_record(home, capsys, monkeypatch):
     assert layer_checks(open_store(default_url(home), create=False)) == {}
 
 
+def test_a_layer_that_fails_to_time_is_an_error_not_a_traceback(home, capsys, monkeypatch):
+    """Timing the layer raising (out of memory, a CUDA error) is the layer's note and exit status 1;
+    the studies' trials stay in the store and nothing is recorded for the layer."""
+    from emmy.search import layer_check
+
+    def oom(self, sets):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 16.00 GiB")
+
+    monkeypatch.setattr(layer_check.CostLayerTimer, "time", oom)
+    assert run([*TUNE, "--trials", "2", "--layer", "0"]) == 1
+    captured = capsys.readouterr()
+    assert ("note: layer 0 at 16 tokens not checked: timing it failed: RuntimeError: CUDA out of memory. "
+            "Tried to allocate 16.00 GiB") in captured.err
+    assert "Traceback" not in captured.err
+    store = open_store(default_url(home), create=False)
+    assert layer_checks(store) == {} and store.study_names()
+    assert all(store.load(n).trials for n in store.study_names())
+
+
 def test_names_standing_for_several_keys_are_not_checked():
     parts = [LayerKernel("norm", "key-1", {"x": 1}, part="layer0"), LayerKernel("norm", "key-2", {"x": 1}, part="layer1")]
     layer = Layer("m", None, 512, "sm_90a", tuple(parts))
