@@ -34,7 +34,8 @@ Trials (the store's layout is in `emmy.records.store`):
 - a trial the measurer did not measure (it stops a batch after a candidate timed out: see
   `emmy.measure.child`) is FAIL without `status`, `reason` "not measured: ...";
 - a worker that dies mid-trial leaves a RUNNING trial that Optuna's heartbeat fails later (FAIL
-  without `status`); finished trials are committed one by one and never lost. A live worker
+  without `status`); finished trials are committed one by one and never lost. An enqueued first
+  trial left so is enqueued again by the next run (`requeue_unmeasured`). A live worker
   whose trial was failed that way (its heartbeats delayed past the grace period by a busy
   store) records its measurement as a new trial (`retold`: the number it had).
 
@@ -338,6 +339,8 @@ def run_trials(
     start = clock()
     space = conditional_space(task)
     study = open_study(store, task, seed, space, prior)
+    _fail_stale(study)
+    requeue_unmeasured(study)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
@@ -535,6 +538,34 @@ def _best_time(study) -> float | None:
     return min(times) if times else None
 
 
+def requeue_unmeasured(study) -> list[int]:
+    """Enqueues again each enqueued trial (the default, its neighbours, fork siblings, the prior's
+    picks) that ended without a measurement (FAIL without `status`: its worker was killed, or a
+    deadline stopped it) where no other trial has its parameters measured, waiting or running: a
+    resumed study measures its first points before TPE's draws. (Optuna's `skip_if_exists`
+    counts the unmeasured trial as existing.) Returns the numbers of the trials enqueued again."""
+    import optuna
+
+    S = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+
+    def params(t) -> dict:
+        return dict(t.system_attrs.get("fixed_params") or t.params)
+
+    live = {point_key(params(t)) for t in trials
+            if t.state in (S.WAITING, S.RUNNING) or "status" in t.user_attrs}
+    again = []
+    for t in trials:
+        fixed = t.system_attrs.get("fixed_params")
+        if t.state != S.FAIL or "status" in t.user_attrs or not fixed or point_key(fixed) in live:
+            continue
+        live.add(point_key(fixed))
+        attrs = {k: v for k, v in t.user_attrs.items() if k == "enqueued"}
+        study.enqueue_trial(dict(fixed), user_attrs=attrs or None)
+        again.append(t.number)
+    return again
+
+
 def _fail_stale(study) -> None:
     import optuna
 
@@ -686,4 +717,4 @@ def _write_best(study, trial: int, values, m: Measurement, env, count: int, defa
 
 
 __all__ = ["Best", "Budget", "branch_of", "conditional_space", "fork_branches", "fork_knobs", "fork_siblings", "task_fork_knobs", "measured",
-           "name_best", "nearest", "open_study", "params_of", "prior_picks", "run_trials"]
+           "name_best", "nearest", "open_study", "params_of", "prior_picks", "requeue_unmeasured", "run_trials"]

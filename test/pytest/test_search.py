@@ -97,6 +97,26 @@ def test_the_study_is_created_and_seeded_once(tasks, store):
     assert attrs["emmy.kernel"] == task.kernel and attrs["emmy.key"]["id"] == task.key_id
 
 
+def test_a_resumed_study_measures_first_points_its_killed_workers_left(tasks, store):
+    """Workers killed before measuring the enqueued first trials (FAIL without a status, as
+    Optuna's heartbeat leaves them): the next run enqueues them again and measures the default
+    first, not TPE's draws (Optuna's skip_if_exists counted the failed trials as existing)."""
+    task = tasks[0]
+    study = open_study(store, task)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    for _ in waiting:  # each asked, then left failed unmeasured
+        study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    run_trials(store, task, CostMeasurer(), Budget(trials=len(waiting)), seed=0)
+    values = _values(store.load(task.key_id))
+    assert values[0] == dict(task.default)
+    firsts = [dict(t.system_attrs["fixed_params"]) for t in waiting]
+    again = [t for t in measured(store.load(task.key_id)) if "fixed_params" in t.system_attrs]
+    assert [dict(t.system_attrs["fixed_params"]) for t in again] == firsts  # every first point, in order
+    from emmy.search.study import requeue_unmeasured
+
+    assert requeue_unmeasured(store.load(task.key_id)) == []  # measured now: nothing enqueued again
+
+
 def test_time_budget_stops_the_loop(tasks, store):
     ticks = iter(range(0, 1000, 10))
     done = run_trials(store, tasks[0], CostMeasurer(), Budget(seconds=25), clock=lambda: next(ticks))
