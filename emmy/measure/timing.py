@@ -90,7 +90,23 @@ def replayable(fn: Callable[[], object], graph: bool = True) -> Callable[[], obj
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
-    return g.replay  # (the bound method keeps the graph alive)
+    return Captured(g, fn)
+
+
+class Captured:
+    """A captured CUDA graph's replay, holding the function it captured as well as the graph: the
+    tensors the function closes over (inputs, outputs, temporaries) live as long as the replay, so
+    their memory is never handed to another allocation, or given back to the driver, while the
+    graph can still read and write it. (Holding the graph alone let a caller's inputs be freed: a
+    later compile emptying PyTorch's cache unmapped them, and the replay hit an illegal address.)"""
+
+    __slots__ = ("graph", "fn")
+
+    def __init__(self, graph, fn: Callable[[], object]):
+        self.graph, self.fn = graph, fn
+
+    def __call__(self) -> None:
+        self.graph.replay()
 
 
 def warm_up(runs: Mapping[str, Callable[[], object]], seconds: float = 0.2) -> None:
@@ -143,6 +159,6 @@ def time_fn(fn: Callable[[], object], graph: bool = True, reps: int = 50, inner:
 
 
 __all__ = [
-    "DEFAULT_L2_BYTES", "MAX_COPIES", "l2_bytes", "percentile", "replayable", "rotation_count",
+    "Captured", "DEFAULT_L2_BYTES", "MAX_COPIES", "l2_bytes", "percentile", "replayable", "rotation_count",
     "sample_replays", "summarize", "time_fn", "time_replays", "warm_up",
 ]

@@ -444,3 +444,37 @@ def test_gpu_lock_lets_one_process_measure_at_a_time(tmp_path):
         assert not free("GPU-a")
         assert free("GPU-b")
     assert free("GPU-a")
+
+
+def test_a_captured_replay_keeps_what_it_captured_alive():
+    """A replay holds the captured function (and so the tensors it closes over) as well as the
+    graph: a caller that drops its function does not free the memory the graph reads and writes."""
+    import gc
+    import weakref
+
+    from emmy.measure.timing import Captured
+
+    class Graph:
+        replays = 0
+
+        def replay(self):
+            Graph.replays += 1
+
+    class Buffers:  # what a captured call closes over
+        pass
+
+    held = Buffers()
+
+    def call(held=held):
+        return held
+
+    seen = weakref.ref(held)
+    run = Captured(Graph(), call)
+    del held, call
+    gc.collect()
+    assert seen() is not None
+    run()
+    assert Graph.replays == 1
+    del run
+    gc.collect()
+    assert seen() is None
