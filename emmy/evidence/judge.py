@@ -50,7 +50,7 @@ def judge_nearest(data: Sequence[tuple[str, Mapping]], keys: Mapping, target: st
     `emmy.prior.store.Prior`, or None (then no ranking, no vet, the rules below)."""
     from emmy.evidence.gather import Evidence, export_key, export_knowns
     from emmy.evidence.prior import PriorDecider, nearest_decider
-    from emmy.prior.evaluate import measured_times
+    from emmy.prior.evaluate import _vkey, measured_times  # the candidates' keys of measured_times
     from emmy.records.store import KEY_ATTR
     from emmy.tuning.deciders import Problem, RuleDecider, decide_kernel
 
@@ -87,10 +87,6 @@ def judge_nearest(data: Sequence[tuple[str, Mapping]], keys: Mapping, target: st
         rows.append(Row(kd.key, kernel, key.shape.split(";")[0], tier, borrowed, len(times),
                         min(t for _, t in times.values()), hit[1] if hit else None))
     return rows
-
-
-def _vkey(values: Mapping) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in values.items()))
 
 
 def summary(rows: Sequence[Row]) -> dict:
