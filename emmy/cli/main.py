@@ -22,7 +22,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from emmy.cli import golden, prior, records, tune
+from emmy.cli import evidence, golden, prior, records, tune
 from emmy.cli.report import run_guarded
 from emmy.context import STAGES
 from emmy.diagnostics import EmmyError
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     records.add_parser(sub)
     golden.add_parser(sub)
     prior.add_parser(sub)
+    evidence.add_parser(sub)
     return ap
 
 
@@ -457,7 +458,7 @@ def _emmy_home() -> Path:
 
 
 COMMANDS = {"compile": cmd_compile, "run": cmd_run, "tune": tune.cmd_tune, "records": records.cmd_records,
-            "golden": golden.cmd_golden, "prior": prior.cmd_prior}
+            "golden": golden.cmd_golden, "prior": prior.cmd_prior, "evidence": evidence.cmd_evidence}
 
 
 def run(argv: list[str]) -> int:

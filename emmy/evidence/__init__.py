@@ -7,8 +7,9 @@ For each kernel, the first tier that has an answer wins:
     local   -> the user's tuning store: the recorded best of this exact kernel key and target
                (where the layer check found it slower in this layer: the deploy answer it kept)
     golden  -> a reviewed entry shipped in golden/<target>/ for this exact key
-    nearest -> a record or golden entry of the same kernel structure on the nearest other shape,
-               same target, re-checked for legality on this one
+    nearest -> a record or golden entry of the same kernel structure on the nearest other shape
+               within the trust radius, same target, re-checked for legality on this one
+               (and, with a fitted prior, vetted: emmy.evidence.prior.NearestVet)
     prior   -> the cost model's best-ranked legal option (emmy.prior), bounded by the rules'
                answer (it must be predicted faster by a margin to replace it)
     rule    -> the hand-written rules (emmy.tuning.rules): always completes a legal assignment
@@ -21,7 +22,9 @@ judged alone; `rule` stays as the last resort unless the prior is on.
 
 - `recorded`: `Candidate`, and `RecordedDecider`, the decider of the three recorded tiers;
 - `gather`: the candidates of each recorded tier for one kernel (store, golden files);
-- `hierarchy`: the deciders in order, and what each kernel's decisions came from.
+- `hierarchy`: the deciders in order, and what each kernel's decisions came from;
+- `prior`: the prior tier's decider and the nearest tier's vet;
+- `judge`: the nearest tier judged offline on measured records (`emmy evidence judge`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
 - golden: the golden entry of the exact key (entries of the target's folder);
 - nearest: records and golden entries of the same structure and target on other shapes, nearest
   first. The distance between two shapes is the sum over their axes of |log2(a / b)|, so 512
-  and 1024 tokens are as far apart as 2048 and 4096; ties go to the store, then by key.
+  and 1024 tokens are as far apart as 2048 and 4096; ties go to the store, then by key. One
+  further than `RADIUS` is reported as skipped (too far), never borrowed.
 
 A local record that lost in a layer check of this very layer (`emmy.records.layer`: the layer,
 timed with all its tuned answers, was faster with this kernel's deploy answer) is skipped in this
@@ -31,6 +32,11 @@ from emmy.evidence.recorded import Candidate, Skipped
 
 # How many nearest candidates a kernel gets (the first legal one answers).
 NEAREST = 4
+# How far (`distance`) a shape may lie from the kernel's and still lend it an answer: the
+# extents' ratios multiply to at most 4 (512 -> 2048 rows of a projection, 512 -> 1024 tokens
+# of attention, whose two token axes both count). Past it, the offline judge of the tier
+# (`emmy evidence judge`, docs page 6) measured borrowed answers slower than the prior's.
+RADIUS = 2.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class Evidence:
     nearest: dict[str, list[Candidate]] = field(default_factory=dict)
     stale: dict[str, list[Skipped]] = field(default_factory=dict)
     lost: dict[str, str] = field(default_factory=dict)  # kernel -> the layer check its local record lost in
+    far: dict[str, int] = field(default_factory=dict)  # kernel -> records of its structure, all past RADIUS
 
     @classmethod
     def collect(cls, keys: Mapping[str, object], target: str, stored: Sequence[Known], golden: Sequence[Known],
@@ -84,7 +91,14 @@ class Evidence:
             others = [(distance(key.extents(), k.extents), i, k) for i, k in enumerate([*stored, *golden])
                       if k.structure == key.structure and k.target == target and k.version == key.version and k.shape != key.shape]
             others.sort(key=lambda t: (t[0], t[1]))
-            ev.nearest[name] = [_candidate("nearest", k, key.shape, d) for d, _, k in others[:NEAREST]]
+            ev.nearest[name] = [_candidate("nearest", k, key.shape, d) for d, _, k in others[:NEAREST] if d <= RADIUS]
+            far = [_candidate("nearest", k, key.shape, d) for d, _, k in others[:NEAREST] if d > RADIUS]
+            if far and not ev.nearest[name]:
+                ev.far[name] = len(far)
+            for c in far:
+                ev.stale.setdefault(name, []).append(Skipped("nearest", c.source, (
+                    f"too far to borrow from: distance {c.source['distance']:.2f} over {RADIUS:.2f} (the extents' "
+                    f"ratios multiply to more than {2 ** RADIUS:.0f})")))
         if layers:
             ev._apply_layers(keys, layers)
         return ev
@@ -175,6 +189,44 @@ def stored_knowns(store, target: str) -> list[Known]:
     return out
 
 
+def export_knowns(data: Mapping, source: str, target: str) -> list[Known]:
+    """The named best of every study of a records export (`emmy records export`) on `target`:
+    what `stored_knowns` reads from a store."""
+    from emmy.records.record import record_from
+    from emmy.records.store import BEST_ATTR, KEY_ATTR
+    from emmy.search.cost import CARD as COST_CARD
+
+    out = []
+    for study in data.get("studies", []):
+        attrs = study["attrs"]
+        fields = attrs.get(KEY_ATTR) or {}
+        if not isinstance(fields, Mapping) or fields.get("target") != target or BEST_ATTR not in attrs:
+            continue
+        key = export_key(fields)
+        try:
+            record = record_from(attrs[BEST_ATTR], key=study["name"], kernel=str(attrs.get("emmy.kernel", "")),
+                                 target=target, store=source)
+        except (KeyError, TypeError, ValueError):
+            continue  # a malformed best answers nothing (emmy records show names it)
+        out.append(Known(
+            key_id=study["name"], structure=key.structure, shape=key.shape, target=target, version=key.version,
+            extents=key.extents(), values=dict(record.values), time_s=record.time_s,
+            source={"records": source, "study": study["name"], "trial": record.trial, "time_s": record.time_s,
+                    "card": record.card},
+            summary=f"tuned {record.summary()} ({source}, study {study['name'][:21]}, trial {record.trial})",
+            measured=record.card != COST_CARD,
+        ))
+    return out
+
+
+def export_key(fields: Mapping):
+    """The `KernelKey` of a study's key attribute (`emmy.key`)."""
+    from emmy.schedule.key import KernelKey
+
+    return KernelKey(str(fields.get("structure", "")), str(fields.get("shape", "")), str(fields.get("target", "")),
+                     int(fields.get("version", 0) or 0))
+
+
 def stored_layers(store, target: str) -> list:
     """The store's layer checks on `target` (`emmy.records.layer`)."""
     from emmy.records.layer import layer_checks
@@ -216,4 +268,5 @@ def _candidate(tier: str, k: Known, shape: str, d: float = 0.0) -> Candidate:
     return Candidate(dict(k.values), reason, source)  # type: ignore[arg-type]
 
 
-__all__ = ["NEAREST", "Evidence", "Known", "distance", "golden_knowns", "stored_knowns", "stored_layers"]
+__all__ = ["NEAREST", "RADIUS", "Evidence", "Known", "distance", "export_key", "export_knowns",
+           "golden_knowns", "stored_knowns", "stored_layers"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from emmy.evidence import TIERS
 from emmy.evidence.gather import Evidence, golden_knowns, stored_knowns, stored_layers
+from emmy.evidence.prior import nearest_decider
 from emmy.evidence.recorded import RecordedDecider, Skipped
 from emmy.tuning.deciders import Decider, KeptDecider, PinnedDecider, RuleDecider
 from emmy.tuning.pins import Pins
@@ -61,10 +62,10 @@ class Hierarchy:
         if "pinned" in tiers:
             deciders.append(PinnedDecider(pins))
         deciders.append(KeptDecider())
-        vet = _nearest_vet(prior) if "prior" in tiers else None
         for tier in ("local", "golden", "nearest"):
             if tier in tiers:
-                d = RecordedDecider(tier, getattr(ev, tier), vet=vet if tier == "nearest" else None)
+                d = (nearest_decider(ev.nearest, prior if "prior" in tiers else None) if tier == "nearest"
+                     else RecordedDecider(tier, getattr(ev, tier)))
                 recorded.append(d)
                 deciders.append(d)
         if "prior" in tiers and prior is not None:
@@ -104,14 +105,6 @@ class Hierarchy:
         return {"key": key.id, "sources": used, "skipped": skipped, "misses": misses}
 
 
-def _nearest_vet(prior):
-    """The fitted prior's check of borrowed answers (emmy.evidence.prior.NearestVet), or None."""
-    from emmy.evidence.prior import NearestVet
-
-    fitted = prior is not None and getattr(prior.prior, "fitted", False)
-    return NearestVet(prior.prior) if fitted else None
-
-
 def _store(url: str):
     if not url:
         return None, "no store given"
@@ -145,6 +138,9 @@ def _misses(tiers, name, ev: Evidence, store_note: str, golden_note: str, option
                 out[tier] = f"no record of this key ({store_note})" if options.records else "no store"
             elif tier == "golden":
                 out[tier] = f"no entry for this key in {golden_note}" if options.golden else "no golden folder"
+            elif name in ev.far:
+                out[tier] = (f"the {ev.far[name]} nearest record(s) of this kernel's structure are too far "
+                             "(see the evidence skipped)")
             else:
                 out[tier] = "no record or golden entry of this kernel's structure on another shape"
     return out

@@ -21,7 +21,8 @@ default empty = none; the recorded best of the kernel's exact key and target, it
 the store, study and trial; nothing is created where there is no store), the golden files
 (tier `golden`: option `golden`, the golden folder, default empty = none; the entry of the exact
 key in `<folder>/<target>/*.json`), the nearest shape (tier `nearest`: a record or golden entry of
-the same kernel structure on another shape, nearest first, legal here), the prior (tier
+the same kernel structure on another shape within the trust radius, nearest first, legal here and
+vetted by a fitted prior), the prior (tier
 `prior`: the cost model's bounded choice, where the golden folder holds a fitted
 `<target>/prior.json`; with the rules off, the target's unfitted defaults), then the default rules (tier `rule`). Option `evidence` (tier names
 separated by `,`, default empty = all) turns tiers off. Every combination is checked by

@@ -191,12 +191,12 @@ def _fitted_prior(folder: Path) -> None:
 
 
 def test_the_prior_vets_a_borrowed_answer(tmp_path, task16):
-    """A nearest candidate the fitted prior predicts slower here than the rules' answer (by more
-    than MIN_MARGIN) is skipped, with both predicted times; one it does not is borrowed."""
+    """A nearest candidate the fitted prior predicts slower here than the rules' answer is
+    skipped, with both predicted times; one it does not is borrowed."""
     from emmy.evidence.prior import NearestVet
     from emmy.prior.features import Kernel
     from emmy.prior.model import score
-    from emmy.prior.store import MIN_MARGIN, load_prior, prior_path
+    from emmy.prior.store import load_prior, prior_path
     from emmy.search.study import conditional_space
     from emmy.tuning.legality import check
 
