@@ -12,8 +12,9 @@ time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's first
 `bounded`, what the prior tier would deploy (`emmy.prior.choose`: the rules' answer stands unless
 the predicted gain beats the margin). Where the rules' answer was not measured (the tuner's first
 trial came from a higher tier, golden or nearest records, or the answer's trial failed), a
-**proxy anchor** stands in for it: the measured candidate differing from it in the fewest knobs
-(ties: the earliest measured), and the row's pick says so (`anchor~`, `prior~`); it is judged
+**proxy anchor** stands in for it: the measured candidate differing from it in the fewest knobs,
+those with the anchor's structural knobs (`fusion`: the same program) first (ties: the earliest
+measured), and the row's pick says so (`anchor~`, `prior~`); it is judged
 exactly like a measured anchor, never by the unbounded top pick. `top` remains only where the
 rules find no answer at all. The summary's figures are the bounded ones, the worse of the two
 schemes. A key whose measured
@@ -74,11 +75,16 @@ def _median(xs: list[float]) -> float:
 
 def proxy_anchor(anchor: Mapping, measured: Sequence[Mapping]) -> dict:
     """The measured candidate that stands in for an anchor nobody measured: the one differing
-    from it in the fewest knobs (ties: the earliest measured)."""
-    def differing(v: Mapping) -> int:
-        return sum(repr(v.get(k)) != repr(anchor.get(k)) for k in {*anchor, *v})
+    from it in the fewest knobs, among those that run the same program first (the anchor's
+    values of the structural knobs, `emmy.tuning.knobs.STRUCTURAL`: a fused kernel does not
+    stand in for the rules' split one); ties: the earliest measured."""
+    from emmy.tuning.knobs import STRUCTURAL
 
-    return dict(min(enumerate(measured), key=lambda iv: (differing(iv[1]), iv[0]))[1])
+    def differing(v: Mapping, knobs) -> int:
+        return sum(repr(v.get(k)) != repr(anchor.get(k)) for k in knobs)
+
+    return dict(min(enumerate(measured), key=lambda iv: (differing(iv[1], [k for k in STRUCTURAL if k in anchor]),
+                                                          differing(iv[1], {*anchor, *iv[1]}), iv[0]))[1])
 
 
 def summarize(regrets: Sequence[float]) -> dict[str, float | int]:

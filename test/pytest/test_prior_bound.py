@@ -354,6 +354,19 @@ def test_proxy_anchor_is_the_measured_candidate_with_fewest_differing_knobs():
     assert proxy_anchor(anchor, measured[::-1]) == {"a": 1, "b": 2, "c": 9}
 
 
+def test_a_proxy_anchor_runs_the_rules_program_first():
+    """A candidate of the other `fusion` value is another program: it stands in for the rules'
+    answer only where no measured candidate runs the rules' program (at 32 tokens, the fused
+    attention one knob from the rules' split answer measured 1.7x the best)."""
+    anchor = {"fusion": "split", "block_q": 32, "stages": 2, "workers": "mma_sync"}
+    measured = [{"fusion": "fused", "block_q": 32, "stages": 3, "workers": "mma_sync"},
+                {"fusion": "split", "block_q": 64, "stages": 3, "workers": "wgmma"},
+                {"fusion": "split", "block_q": 64, "stages": 2, "workers": "wgmma"}]
+    assert proxy_anchor(anchor, measured) == measured[2]
+    assert proxy_anchor(anchor, measured[:1]) == measured[0]  # no split candidate: the nearest
+    assert proxy_anchor({"block_q": 32}, measured) == measured[0]  # no structural knob: fewest knobs
+
+
 def test_a_key_whose_rules_answer_was_not_measured_is_judged_against_its_proxy(info):
     """The rules' answer was never measured; its nearest measured neighbour (one knob apart)
     stands in. The unfitted prior's margin (about 2x) keeps it although another candidate
