@@ -3,12 +3,14 @@
 A case's reference runs its PyTorch module in float32 (`emmy.measure.layer.reference`). For
 float32, `F.scaled_dot_product_attention` with grouped-query heads falls back to the math
 back-end, which holds the whole score matrix: at 32768 tokens and 16 heads, 64 GiB, more than
-the card has beside the case. Inside `BoundedAttention`, a call whose score matrix would pass
+the card has beside the case. Inside `bounded_attention()`, a call whose score matrix would pass
 `SCORE_BYTES` is computed a block of queries at a time (each block with its own causal mask and
 only the keys it can see), with the same arithmetic per element; smaller calls run unchanged.
 """
 
 from __future__ import annotations
+
+import math
 
 SCORE_BYTES = 1 << 30  # the most score-matrix bytes one math-back-end call may hold
 
@@ -29,10 +31,7 @@ def blocked_sdpa(sdpa, q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
 
     *lead, lq, _ = q.shape
     lk = k.shape[-2]
-    heads_batch = 1
-    for d in lead:
-        heads_batch *= d
-    per_query = heads_batch * lk * 4
+    per_query = math.prod(lead) * lk * 4
     mask_per_query = attn_mask is None or (attn_mask.dim() >= 2 and attn_mask.shape[-2] == lq)
     if per_query * lq <= limit or dropout_p or not mask_per_query or (is_causal and attn_mask is not None):
         return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,

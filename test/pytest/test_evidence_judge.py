@@ -29,18 +29,10 @@ from emmy.targets import get_target
 from emmy.tuning.deciders import Problem
 from emmy.tuning.knobs import knob_space_for
 from emmy.tuning.legality import check
+from test_prior_cli import FACTORY  # (one linear kernel: x[T, 512] @ W[1024, 512]^T)
 from test_schedule_plan import QKV, kernels
 
 TARGET = get_target("sm_90a")
-FACTORY = '''
-import torch
-from torch import nn
-
-def make(tokens: int = 256):
-    torch.manual_seed(0)
-    lin = nn.Linear(512, 1024, bias=False).to(torch.bfloat16)
-    return lin, (torch.randn(1, tokens, 512, dtype=torch.bfloat16),)
-'''
 
 
 def _known(shape: str, values: dict, structure: str = "s" * 64) -> Known:
