@@ -20,7 +20,6 @@ here (`emmy prior evaluate` judges the prior held out).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,7 +49,7 @@ def judge_nearest(data: Sequence[tuple[str, Mapping]], keys: Mapping, target: st
     `emmy.prior.store.Prior`, or None (then no ranking, no vet, the rules below)."""
     from emmy.evidence.gather import Evidence, export_key, export_knowns
     from emmy.evidence.prior import PriorDecider, nearest_decider
-    from emmy.prior.evaluate import _vkey, measured_times  # the candidates' keys of measured_times
+    from emmy.prior.evaluate import measured_times, values_key
     from emmy.records.store import KEY_ATTR
     from emmy.tuning.deciders import Problem, RuleDecider, decide_kernel
 
@@ -83,7 +82,7 @@ def judge_nearest(data: Sequence[tuple[str, Mapping]], keys: Mapping, target: st
             if "alternative" in used.source:
                 borrowed += f" (alternative {used.source['alternative']})"
         values = {k: a.value for k, a in answers.items()}
-        hit = times.get(_vkey(values))
+        hit = times.get(values_key(values))
         rows.append(Row(kd.key, kernel, key.shape.split(";")[0], tier, borrowed, len(times),
                         min(t for _, t in times.values()), hit[1] if hit else None))
     return rows
@@ -91,12 +90,11 @@ def judge_nearest(data: Sequence[tuple[str, Mapping]], keys: Mapping, target: st
 
 def summary(rows: Sequence[Row]) -> dict:
     """Geometric mean and worst regret of the judged rows, their number, and the share judged."""
+    from emmy.prior.evaluate import summarize
+
     regrets = [r.regret for r in rows if r.regret is not None]
-    if not regrets:
-        return {"geomean_regret": None, "worst_regret": None, "n": 0, "coverage": 0.0 if rows else None}
-    geo = math.exp(sum(math.log(r) for r in regrets) / len(regrets))
-    return {"geomean_regret": round(geo, 4), "worst_regret": round(max(regrets), 4), "n": len(regrets),
-            "coverage": round(len(regrets) / len(rows), 4)}
+    coverage = round(len(regrets) / len(rows), 4) if rows else None
+    return {**summarize(regrets), "coverage": coverage}
 
 
 __all__ = ["MIN_MEASURED", "Row", "judge_nearest", "summary"]

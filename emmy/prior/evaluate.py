@@ -58,12 +58,13 @@ def measured_times(samples: Sequence[Sample]) -> dict[tuple, tuple[dict, float]]
     """Per distinct candidate (its values), the median of its measured times."""
     groups: dict[tuple, list] = {}
     for s in samples:
-        k = _vkey(s.values)
+        k = values_key(s.values)
         groups.setdefault(k, [dict(s.values), []])[1].append(s.time_s)
     return {k: (v, _median(ts)) for k, (v, ts) in groups.items()}
 
 
-def _vkey(values: Mapping) -> tuple:
+def values_key(values: Mapping) -> tuple:
+    """A candidate's values as a key: the same for equal values in any order."""
     return tuple(sorted((k, repr(v)) for k, v in values.items()))
 
 
@@ -115,11 +116,11 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
     if not anchor:  # the rules find no legal answer: nothing bounds the pick
         bounded, picked = top, "top"
     else:
-        proxy = _vkey(anchor) not in times
+        proxy = values_key(anchor) not in times
         if proxy:
             anchor = proxy_anchor(anchor, [v for v, _ in times.values()])
         choice = choose(info, target, [v for v, _ in times.values()], anchor, prior)
-        bounded, picked = _vkey(choice.values), choice.picked + ("~" if proxy else "")
+        bounded, picked = values_key(choice.values), choice.picked + ("~" if proxy else "")
     fusion = ""
     values = {k: v for k, (v, _) in times.items()}
     if any("fusion" in v for v in values.values()) and len({str(v.get("fusion")) for v in values.values()}) > 1:
@@ -213,4 +214,4 @@ def summary(rows: Sequence[Row]) -> dict:
     return {"geomean_regret": geo, "worst_regret": worst, "n": n, "by": per}
 
 
-__all__ = ["Row", "evaluate", "judge", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary"]
+__all__ = ["Row", "evaluate", "judge", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary", "values_key"]
