@@ -56,6 +56,7 @@ KEY_ATTR = "emmy.key"
 KERNEL_ATTR = "emmy.kernel"
 DESCRIPTION_ATTR = "emmy.description"
 MODEL_ATTR = "emmy.model"  # the model a study's kernel was first tuned from (the prior's leave-one-model-out)
+SPACE_ATTR = "emmy.space_size"  # the number of legal points of the study's space (a run that measured them all is done)
 BEST_ATTR = "emmy.best"
 
 # Seconds between a measuring worker's heartbeats, and after which a silent worker's running
@@ -306,7 +307,7 @@ def _check_schema(storage, name: str, create: bool) -> None:
 
 
 __all__ = [
-    "BEST_ATTR", "DESCRIPTION_ATTR", "KERNEL_ATTR", "KEY_ATTR", "META_STUDY", "Store",
+    "BEST_ATTR", "DESCRIPTION_ATTR", "KERNEL_ATTR", "KEY_ATTR", "META_STUDY", "SPACE_ATTR", "Store",
     "best_record", "default_url", "display_url", "open_store", "sqlite_path", "store_errors",
     "store_exists",
 ]

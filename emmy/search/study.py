@@ -59,7 +59,7 @@ from datetime import datetime, timezone
 
 from emmy.measure import Measurement
 from emmy.measure.timing import faster
-from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, Store
+from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, SPACE_ATTR, Store
 
 # How many of the best candidates are re-measured, interleaved, before a study names its best,
 # and how many rounds.
@@ -339,6 +339,8 @@ def run_trials(
     start = clock()
     space = conditional_space(task)
     study = open_study(store, task, seed, space, prior)
+    if study.user_attrs.get(SPACE_ATTR) != len(space.space):  # (for `emmy records efficiency`)
+        study.set_user_attr(SPACE_ATTR, len(space.space))
     _fail_stale(study)
     requeue_unmeasured(study)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)

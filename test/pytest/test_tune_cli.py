@@ -224,15 +224,22 @@ def test_records_bad_input(args, message, capsys):
 
 
 def test_records_efficiency(tuned, monkeypatch, capsys):
-    """A row per study (trials, fastest trial, trials to come within the margin of it) and the
-    median, said to be against each study's own fastest trial."""
+    """A row per study (trials, legal space, long or not, named best and fastest trial, the trials
+    it took to come within the margin of each) and the medians over every study and over the long
+    ones, said to be against the named best."""
     monkeypatch.setenv("EMMY_HOME", str(tuned[0]))
     assert run(["records", "efficiency"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[-3:] == ["trials", "to", "5%"] and len(out) == 2 + 2 + 2
-    assert all(1 <= int(line.split()[-1]) <= 6 and line.split()[2] == "6" for line in out[2:4])
-    assert out[4].startswith("median trials to within 5% of each study's fastest trial: ")
-    assert out[4].endswith(" over 2 studies") and "the longest has 6 trials" in out[5]
+    assert out[0].split()[2:6] == ["trials", "space", "long", "named"] and out[0].split()[-3:] == ["trial", "to", "5%"]
+    assert len(out) == 2 + 2 + 3
+    for line in out[2:4]:
+        cells = line.split()
+        assert cells[2] == "6" and int(cells[3]) > 6 and cells[4] == "no"  # the tuning run wrote the space's size
+        assert cells[6] == "us" and 1 <= int(cells[7]) <= 6 and 1 <= int(cells[-1]) <= 6
+    assert out[4].startswith("median trials to within 5% of the named best (else the fastest trial), every study: ")
+    assert out[4].endswith(" over 2 studies")
+    assert out[5].endswith("the long studies (200+ trials or the whole space): none measured right")
+    assert "the longest has 6 trials" in out[6]
     assert run(["records", "efficiency", "--within", "0"]) == 0
 
 
@@ -245,6 +252,34 @@ def test_to_within_counts_trials_in_measuring_order():
     rows = [study_efficiency("a", "k", [2.0, 1.0], 0.05), study_efficiency("b", "k", [1.0], 0.05),
             study_efficiency("c", "k", [None], 0.05)]
     assert [r.needed for r in rows] == [2, 1, None] and median_needed(rows) == 1.5
+
+
+def test_to_within_a_named_best():
+    """Against the named best (re-measured) rather than the fastest single trial, which noise
+    flatters; a named best faster than every trial leaves nothing within the margin."""
+    from emmy.records.efficiency import LONG_TRIALS, study_efficiency, to_within
+
+    assert to_within([12.0, None, 10.3, 9.9, 10.0], 0.05, 11.5) == 1
+    assert to_within([12.0, 10.3], 0.05, 9.0) is None
+    r = study_efficiency("a", "k", [13.0, 10.6, 10.0], 0.05, named_s=10.4, space=3)
+    assert (r.needed_fastest, r.needed_named, r.needed) == (3, 2, 2) and r.long
+    r = study_efficiency("b", "k", [10.0] * 5, 0.05, space=100)
+    assert r.needed == 1 and not r.long
+    assert study_efficiency("c", "k", [10.0] * LONG_TRIALS, 0.05).long
+
+
+def test_space_size_of_a_study_without_the_attribute(tuned):
+    """Studies tuned before runs wrote their space's size get it counted from their module (the
+    same count the run wrote); one whose module is missing or unreadable has none (not an error)."""
+    from emmy.records.efficiency import space_size
+    from emmy.records.store import SPACE_ATTR, default_url, open_store
+
+    store = open_store(default_url(tuned[0]), create=False)
+    for name in store.study_names():
+        attrs = store.load(name).user_attrs
+        assert space_size(attrs) == attrs[SPACE_ATTR] > 6
+    assert space_size({}) is None
+    assert space_size({"emmy.module": "not ir", "emmy.key": {"target": "sm_90a"}}) is None
 
 
 def test_records_list_without_a_store(home, capsys):
