@@ -360,7 +360,7 @@ def test_bench_table_shows_errors():
 
 def test_attention_reference_sampled_on_three_runs_of_queries():
     """A large attention kernel's reference covers three runs of queries (first, middle, last),
-    equal there to the whole evaluation; a NaN anywhere still fails the check."""
+    equal there to the whole evaluation up to float32 order; a NaN anywhere still fails the check."""
     torch = pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "test" / "pytest" / "models"))
     from handwritten_attention import make
@@ -383,7 +383,8 @@ def test_attention_reference_sampled_on_three_runs_of_queries():
     # (the keys in chunks with an online softmax: equal up to float32 order and bf16 rounding)
     np.testing.assert_allclose(sampled.reference[0][mask], whole.reference[0][mask], rtol=1e-2, atol=1e-2)
     out = torch.from_numpy(whole.reference[0].copy())
-    assert check_outputs([out], sampled.reference, sampled.masks) == (0.0, 0)
+    error, nans = check_outputs([out], sampled.reference, sampled.masks)
+    assert error < 1e-4 and nans == 0  # (float32 order: the CPU blocks the two evaluations differently)
     out.view(-1)[np.flatnonzero(~mask.ravel())[0]] = float("nan")  # outside the sampled queries
     assert check_outputs([out], sampled.reference, sampled.masks) == (float("inf"), 1)
 

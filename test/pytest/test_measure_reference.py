@@ -91,10 +91,14 @@ def test_check_with_masks_flags_a_wrong_row_inside_a_run_only():
             out.view(TOKENS, -1)[row, 3] = value
         return check_outputs([out], sampled.reference, sampled.masks)
 
-    assert check(None) == (0.0, 0)
+    # the whole and the sampled references agree up to float32 summation order (the CPU's matrix
+    # kernels block a product of all rows and one of a few runs of rows differently): not bit for bit
+    error, nans = check(None)
+    assert error < 1e-4 and nans == 0
     error, nans = check(inside)
     assert error > 1e-2 and nans == 0
-    assert check(outside) == (0.0, 0)
+    error, nans = check(outside)
+    assert error < 1e-4 and nans == 0
     assert check(outside, float("nan")) == (float("inf"), 1)
 
 
