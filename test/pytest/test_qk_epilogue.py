@@ -259,7 +259,14 @@ def test_interpreter_follows_the_epilogue(tokens, pins):
     out, err = _interpret(tokens, "attention.fusion=epilogue", *pins)
     fused, fused_err = _interpret(tokens, "attention.fusion=fused")
     assert err <= 1e-2, err
-    np.testing.assert_array_equal(out, fused)  # the same bf16 Q and K, computed in another kernel
+    # The same bf16 Q and K, computed in another kernel: equal but for the float32 order of the
+    # projection's sums, which the tile (block_n) and the CPU's matrix kernels decide; where that
+    # rounds a Q or K element the other way, a few outputs move by a bf16 step (0.3% of them, at
+    # most 1.5% of the output's RMS, at 65 tokens with block_n 256 on one CPU; none on another).
+    o, f = out.astype(np.float32), fused.astype(np.float32)
+    moved = np.abs(o - f)
+    assert np.mean(moved > 0) < 0.01 and moved.max() <= 2**-5 * np.sqrt(np.mean(f**2)), (np.mean(moved > 0), moved.max())
+    assert abs(err - fused_err) <= 1e-3 * max(err, fused_err) + 1e-6
 
 
 def test_interpreter_sees_a_tile_without_whole_heads(monkeypatch):
