@@ -101,7 +101,7 @@ def space_size(attrs: Mapping[str, object]) -> int | None:
 
 def efficiency_rows(store, within: float) -> list[Efficiency]:
     """One `Efficiency` per study of the store, in the store's order."""
-    from emmy.records.store import SPACE_ATTR
+    from emmy.records.store import KERNEL_ATTR, SPACE_ATTR
     from emmy.search.study import measured
 
     out = []
@@ -113,7 +113,7 @@ def efficiency_rows(store, within: float) -> list[Efficiency]:
         space = attrs.get(SPACE_ATTR)
         if not isinstance(space, int) and len(times) < LONG_TRIALS:
             space = space_size(attrs)
-        out.append(study_efficiency(name, str(attrs.get("emmy.kernel", "")), times, within, named_time(attrs),
+        out.append(study_efficiency(name, str(attrs.get(KERNEL_ATTR, "")), times, within, named_time(attrs),
                                     space if isinstance(space, int) else None))
     return out
 
