@@ -86,7 +86,7 @@ def _read(path: Path) -> str:
 
 def _list(store) -> int:
     from emmy.cli.table import format_table
-    from emmy.records.store import best_record
+    from emmy.records.store import KERNEL_ATTR, KEY_ATTR, best_record
     from emmy.search.study import measured
 
     rows = []
@@ -94,8 +94,8 @@ def _list(store) -> int:
         study = store.load(name)
         rec = best_record(store, name)
         attrs = study.user_attrs
-        target = (attrs.get("emmy.key") or {}).get("target", "")
-        rows.append((name, str(attrs.get("emmy.kernel", "")), str(target), str(len(measured(study))),
+        target = (attrs.get(KEY_ATTR) or {}).get("target", "")
+        rows.append((name, str(attrs.get(KERNEL_ATTR, "")), str(target), str(len(measured(study))),
                      rec.summary() if rec else "-", rec.date if rec else ""))
     checks = _layer_rows(store)
     if not rows and not checks:
@@ -144,7 +144,7 @@ def _show(store, key: str) -> int:
     from collections import Counter
 
     from emmy.records.layer import LAYER_PREFIX
-    from emmy.records.store import best_record
+    from emmy.records.store import KEY_ATTR, best_record
     from emmy.search.study import measured
 
     if key.startswith(LAYER_PREFIX):
@@ -153,7 +153,7 @@ def _show(store, key: str) -> int:
     study = store.load(name)
     attrs = study.user_attrs
     print(f"key {name}")
-    for field, value in (attrs.get("emmy.key") or {}).items():
+    for field, value in (attrs.get(KEY_ATTR) or {}).items():
         if field != "id":
             print(f"  {field}: {value}")
     print(f"kernel {attrs.get('emmy.kernel', '')}: {attrs.get('emmy.description', '')}")

@@ -193,7 +193,7 @@ def export_knowns(data: Mapping, source: str, target: str) -> list[Known]:
     """The named best of every study of a records export (`emmy records export`) on `target`:
     what `stored_knowns` reads from a store."""
     from emmy.records.record import record_from
-    from emmy.records.store import BEST_ATTR, KEY_ATTR
+    from emmy.records.store import BEST_ATTR, KERNEL_ATTR, KEY_ATTR
     from emmy.search.cost import CARD as COST_CARD
 
     out = []
@@ -204,7 +204,7 @@ def export_knowns(data: Mapping, source: str, target: str) -> list[Known]:
             continue
         key = export_key(fields)
         try:
-            record = record_from(attrs[BEST_ATTR], key=study["name"], kernel=str(attrs.get("emmy.kernel", "")),
+            record = record_from(attrs[BEST_ATTR], key=study["name"], kernel=str(attrs.get(KERNEL_ATTR, "")),
                                  target=target, store=source)
         except (KeyError, TypeError, ValueError):
             continue  # a malformed best answers nothing (emmy records show names it)

@@ -27,9 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emmy.diagnostics import EmmyError, first_line
-from emmy.records.store import MODEL_ATTR
-
-MODULE_ATTR = "emmy.module"
+from emmy.records.store import KERNEL_ATTR, MODEL_ATTR, MODULE_ATTR
 
 
 @dataclass(frozen=True)
@@ -108,7 +106,7 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
             if not isinstance(module, str):
                 module = (modules or {}).get(name)
             if not isinstance(module, str):
-                skipped.append(f"{where} ({attrs.get('emmy.kernel', '?')}): no {MODULE_ATTR} attribute "
+                skipped.append(f"{where} ({attrs.get(KERNEL_ATTR, '?')}): no {MODULE_ATTR} attribute "
                                f"(tuned before the store kept the kernel); name the model and token counts "
                                f"it was tuned at (--model, --tokens) to rebuild it, or tune it again")
                 continue
@@ -127,7 +125,7 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
                     unmeasured += 1  # the cost measurer's ranking, not a measurement
                     continue
                 try:
-                    s = _sample(t, kd, name, str(key.get("structure_id", name)), model, str(attrs.get("emmy.kernel", "")))
+                    s = _sample(t, kd, name, str(key.get("structure_id", name)), model, str(attrs.get(KERNEL_ATTR, "")))
                 except EmmyError:
                     stale += 1  # values the current plan no longer builds
                     continue

@@ -82,12 +82,12 @@ def space_size(attrs: Mapping[str, object]) -> int | None:
     from emmy.context import make_context
     from emmy.dialects.tile import KernelOp
     from emmy.ir_io import parse_module
-    from emmy.records.store import KEY_ATTR
+    from emmy.records.store import KEY_ATTR, MODULE_ATTR
     from emmy.schedule.space import legal_points
     from emmy.targets import get_target
     from emmy.tuning.knobs import knob_space_for
 
-    module, key = attrs.get("emmy.module"), attrs.get(KEY_ATTR)
+    module, key = attrs.get(MODULE_ATTR), attrs.get(KEY_ATTR)
     if not isinstance(module, str) or not isinstance(key, Mapping):
         return None
     try:

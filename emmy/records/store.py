@@ -55,6 +55,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 KEY_ATTR = "emmy.key"
 KERNEL_ATTR = "emmy.kernel"
 DESCRIPTION_ATTR = "emmy.description"
+MODULE_ATTR = "emmy.module"  # the isolated tile-stage module a study measured (its legal space, the prior's features)
 MODEL_ATTR = "emmy.model"  # the model a study's kernel was first tuned from (the prior's leave-one-model-out)
 SPACE_ATTR = "emmy.space_size"  # the number of legal points of the study's space (a run that measured them all is done)
 BEST_ATTR = "emmy.best"

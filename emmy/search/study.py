@@ -59,7 +59,7 @@ from datetime import datetime, timezone
 
 from emmy.measure import Measurement
 from emmy.measure.timing import faster
-from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, SPACE_ATTR, Store
+from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, MODULE_ATTR, SPACE_ATTR, Store
 
 # How many of the best candidates are re-measured, interleaved, before a study names its best,
 # and how many rounds.
@@ -162,7 +162,7 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
         study.set_user_attr(MODEL_ATTR, task.model)
     # For the prior (emmy.prior.data): the key is a digest and cannot give back the kernel, so
     # the isolated tile-stage module is kept; `emmy prior fit` rebuilds each trial's plan from it.
-    study.set_user_attr("emmy.module", task.module)
+    study.set_user_attr(MODULE_ATTR, task.module)
     space = space or conditional_space(task)
     default = dict(task.default)
     first = [default, *space.neighbours(default, NEIGHBOURS)] if default else []
