@@ -15,6 +15,7 @@ tests and for trying the tuner without a GPU: its times mean nothing).
 from __future__ import annotations
 
 import sys
+import time
 
 from emmy.diagnostics import EmmyError
 
@@ -121,12 +122,14 @@ def cmd_tune(args) -> int:
     assert store is not None
     from emmy.driver import CompileOptions
     from emmy.search.task import select, tasks_of
-    from emmy.search.tune import HEADER, fork_notes, outcome_notes, outcome_rows, tune
+    from emmy.search.tune import HEADER, cost_line, fork_notes, outcome_notes, outcome_rows, tune
 
     layer = args.layer
     options = CompileOptions(model=args.model, layer=layer, tokens=tokens[0], target=target, seed=args.seed,
                              tracer=args.tracer, verify_each=False, golden=_golden_dir())
+    started = time.monotonic()
     tasks = select(tasks_of(options, tokens), args.kernel)
+    finding_s = time.monotonic() - started
     from emmy.evidence.prior import prior_decider
     from emmy.targets import get_target
 
@@ -139,12 +142,14 @@ def cmd_tune(args) -> int:
                                   cache_dir=_emmy_home(), progress=progress, devices=devices,
                                   deadline_s=deadline, optuna_level=optuna_level, log=progress,
                                   prior=decider.prior if decider else None)
-    layers, layer_note = [], ""
+    layers, layer_note, checking_s = [], "", 0.0
     if args.kernel:
         layer_note = "the layer check (the layer timed with all its tuned answers) skipped: --kernel tunes only some kernels"
     else:
+        checking = time.monotonic()
         with store_errors(store.name):
             layers = _check_layers(args, options, tokens, tasks, outcomes, store, devices, progress)
+        checking_s = time.monotonic() - checking
     from emmy.search.layer_check import layer_rows
 
     print(format_table(HEADER, outcome_rows(outcomes) + layer_rows(layers)))
@@ -156,6 +161,8 @@ def cmd_tune(args) -> int:
             print(f"note: {note}", file=sys.stderr)
     if layer_note and progress is not None:
         print(f"note: {layer_note}", file=sys.stderr)
+    if progress is not None:
+        print(cost_line(outcomes, finding_s, checking_s), file=sys.stderr)
     for o in layers:
         if o.problem:
             print(f"note: {o.layer.where()} at {o.layer.tokens} tokens not checked: {o.note}", file=sys.stderr)

@@ -50,6 +50,10 @@ class Outcome:
     default_status: str
     timeouts: int = 0
     notes: tuple[str, ...] = field(default=())
+    # wall seconds this run spent on the study, builds and naming included: with one worker its
+    # trials and its naming; with several, from when every worker was done with the study before
+    # (or the run's start) to when its best was named
+    seconds: float | None = None
 
 
 def tune(
@@ -82,6 +86,7 @@ def tune(
     try:
         if workers == 1:
             for i, task in enumerate(tasks):
+                namer.begin(i)
                 run_trials(store, task, namer.measurer(), budget, seed=seed, batch=batch,
                            on_trial=lambda n, best, i=i: bars.update(i, n, best), prior=prior)
                 namer.name(i)
@@ -104,6 +109,12 @@ class _Namer:
         self.spec, self.cache_dir, self.deadline_s, self.device = spec, cache_dir, deadline_s, device
         self.outcomes: dict[int, Outcome] = {}
         self._measurer = None
+        self._began: dict[int, float] = {}  # when this run began work on each study (`Outcome.seconds`)
+        self._mark = time.monotonic()  # the start, then when every worker was done with the last study named
+
+    def begin(self, i: int) -> None:
+        """Study i's work begins now (one worker: its trials start)."""
+        self._began[i] = time.monotonic()
 
     def measurer(self):
         if self._measurer is None:
@@ -117,7 +128,10 @@ class _Namer:
         if i not in self.outcomes:
             replaced = len(getattr(self._measurer, "replaced", ()))
             start = time.monotonic()
-            self.outcomes[i] = _outcome(self.store, self.tasks[i], self.measurer)
+            began = self._began.get(i, self._mark)
+            self._mark = start
+            outcome = _outcome(self.store, self.tasks[i], self.measurer)
+            self.outcomes[i] = replace(outcome, seconds=time.monotonic() - began)
             if self.say is not None:
                 self.say(_named_line(self.outcomes[i], time.monotonic() - start))
             notes = tuple(f"naming the best: {why}" for why in getattr(self._measurer, "replaced", ())[replaced:])
@@ -178,8 +192,9 @@ def _named_line(o: Outcome, seconds: float) -> str:
     recalled = ", recalled" if o.best and o.best.recalled else ""
     timeouts = f", {o.timeouts} timeout" if o.timeouts else ""
     fork = f" [{'/'.join(o.best.fork_knobs)}: {fork_text(o.best.fork, spreads=False)}]" if o.best and o.best.fork else ""
+    study = f"; the study took {o.seconds:.1f} s" if o.seconds is not None else ""
     return (f"named {o.task.kernel} {o.task.key_id}: {best} ({o.trials} trials{timeouts}{recalled}) "
-            f"in {seconds:.1f} s{fork}")
+            f"in {seconds:.1f} s{study}{fork}")
 
 
 def _drain(done, finished: list[set[int]]) -> None:
@@ -313,7 +328,8 @@ HEADER = ("kernel", "key", "trials", "best", "default", "speed-up")
 
 def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[str, ...]]:
     """The final table's rows (`HEADER`): kernel, key, trials (with the candidates that passed
-    their deadline), best time and spread, the default's time, speed-up."""
+    their deadline), best time and spread, the default's time, speed-up (no wall time: the table
+    is the same for the same records; `cost_line` says what the run took)."""
     rows = []
     for o in outcomes:
         best = o.best
@@ -323,6 +339,18 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[str, ...]]:
         trials = f"{o.trials} ({o.timeouts} timeout)" if o.timeouts else str(o.trials)
         rows.append((o.task.kernel, o.task.key_id, trials, best_text, default_text, speedup))
     return rows
+
+
+def cost_line(outcomes: Sequence[Outcome], finding_s: float, checking_s: float) -> str:
+    """What the run cost in wall time: finding the kernels (the compile), the studies (each
+    study's trials, builds and naming; their mean and most per kernel), checking the layers."""
+    spent = [o.seconds for o in outcomes if o.seconds is not None]
+    total = finding_s + sum(spent) + checking_s
+    most = max((o for o in outcomes if o.seconds is not None), key=lambda o: o.seconds, default=None)
+    per = (f" ({sum(spent) / len(spent):.1f} s a study on average, at most {most.seconds:.1f} s: "
+           f"{most.task.kernel} {most.task.key_id})" if most is not None else "")
+    return (f"wall {total:.1f} s: {finding_s:.1f} s finding the kernels, {sum(spent):.1f} s on "
+            f"{len(spent)} studies{per}, {checking_s:.1f} s checking the layers")
 
 
 def outcome_notes(outcomes: Sequence[Outcome], deadline_s: float) -> list[str]:
@@ -351,4 +379,4 @@ def fork_notes(outcomes: Sequence[Outcome]) -> list[str]:
     return notes
 
 
-__all__ = ["HEADER", "Outcome", "fork_notes", "outcome_notes", "outcome_rows", "tune", "worker_main"]
+__all__ = ["HEADER", "Outcome", "cost_line", "fork_notes", "outcome_notes", "outcome_rows", "tune", "worker_main"]

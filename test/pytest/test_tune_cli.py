@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -378,6 +379,14 @@ def test_each_best_is_said_as_it_is_named_unless_quiet(tmp_path):
     # kernel: no fork): each branch at its best, said as it is named and after the table
     assert proc.stderr.count(" [fusion: fused ") == 1
     assert proc.stderr.count("fusion fork, each branch at its own best re-measured in the same rounds: fused ") == 1
+    # what the run cost: each study's wall time as it is named, and the whole run's at the end
+    assert proc.stderr.count("; the study took ") == 2
+    cost = re.search(r"^wall ([\d.]+) s: ([\d.]+) s finding the kernels, ([\d.]+) s on 2 studies \(([\d.]+) s a "
+                     r"study on average, at most ([\d.]+) s: \w+ [0-9a-f]{12}:\S+\), ([\d.]+) s checking the layers$",
+                     proc.stderr, re.M)
+    assert cost, proc.stderr
+    total, finding, studies, mean, most, checking = map(float, cost.groups())
+    assert abs(total - (finding + studies + checking)) <= 0.2 and mean <= most <= studies and finding > 0
     quiet = subprocess.run([*argv, "--quiet"], capture_output=True, text=True, env=env)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
