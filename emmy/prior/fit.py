@@ -63,8 +63,14 @@ def matrix(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
 
 
 def log_predict(f: Mapping[str, np.ndarray], theta: np.ndarray) -> np.ndarray:
+    """log(predicted seconds) per sample for the log-coefficients `theta`; for a 2-D `theta` (one
+    set of coefficients per row) one row of predictions per set (`predict` broadcasts)."""
     with np.errstate(all="ignore"):
-        p = predict(f, dict(zip(NAMES, np.exp(theta))))
+        coeffs = np.exp(theta)
+        if coeffs.ndim == 2:
+            p = predict(f, {n: coeffs[:, j, None] for j, n in enumerate(NAMES)})
+        else:
+            p = predict(f, dict(zip(NAMES, coeffs)))
         return np.log(np.maximum(p, 1e-30))
 
 
@@ -95,18 +101,16 @@ def fit_coeffs(samples: Sequence[Sample], start: Mapping[str, float] | None = No
         return np.where(a <= 1, 1.0, 1.0 / np.maximum(a, 1e-12))
 
     def stacked(th: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The weighted residuals and the ridge terms at `th`: one vector per row of a 2-D `th`."""
         r = y - log_predict(f, th)
-        return np.concatenate([np.sqrt(w) * r, ridge * (th - theta0)])
+        return np.concatenate([np.sqrt(w) * r, ridge * (th - theta0)], axis=-1)
 
+    steps = np.eye(theta.size) * 1e-5  # the Jacobian's forward differences, all in one prediction
     w = weights(y - log_predict(f, theta))
     cost = float(np.sum(stacked(theta, w) ** 2))
     for _ in range(MAX_STEPS):
         r0 = stacked(theta, w)
-        J = np.empty((r0.size, theta.size))
-        for j in range(theta.size):
-            d = np.zeros_like(theta)
-            d[j] = 1e-5
-            J[:, j] = (stacked(theta + d, w) - r0) / 1e-5
+        J = ((stacked(theta + steps, w) - r0) / 1e-5).T
         g = J.T @ r0
         H = J.T @ J
         improved = False
