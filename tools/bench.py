@@ -19,13 +19,14 @@ torch.compile (default), and torch.compile(mode="max-autotune-no-cudagraphs"), p
 Emmy variants (`--variant NAME=PINS`: the same compile with knobs pinned), so that a schedule and
 the rules' choice are compared in the same rounds on the same card.
 
-`--cases attention`: causal grouped-query attention alone (head dim 128; `--attention-heads`,
-default Qwen3's 16 query / 8 key-value heads and 32 / 8) at `--attention-sizes` tokens. Emmy's
+`--cases attention`: causal grouped-query attention alone (`--attention-heads QUERY/KV[/HEAD_DIM]`,
+default Qwen3's 16 query / 8 key-value heads and 32 / 8, head dim 128 unless a third number
+says otherwise, e.g. 32/8/64 for Llama-3.2-1B's) at `--attention-sizes` tokens. Emmy's
 attention kernel, compiled from a torch module that calls F.scaled_dot_product_attention on
-q, k, v in the layout of the projections' outputs ([1, T, heads, 128], transposed in the
+q, k, v in the layout of the projections' outputs ([1, T, heads, D], transposed in the
 module), against torch's SDPA on the same tensors with the cuDNN back-end and with the flash
 back-end (torch.nn.attention.sdpa_kernel), timed alike; TFLOP/s count the causal half of
-4 * T^2 * heads * 128.
+4 * T^2 * heads * D.
 
 `--cases projections`: each projection of the layer (`--model`, `--layer-sizes` tokens) alone:
 every contraction kernel of Emmy's compile (q/k/v, o, gate/up, down, with what its prologue and
@@ -228,8 +229,8 @@ def main() -> None:
                          "(config.json; random weights without safetensors) or path.py:fn")
     ap.add_argument("--model-sizes", default="512,4096", help="tokens for the whole-model case (--cases model)")
     ap.add_argument("--attention-sizes", default="1000,3000,4096,8192", help="tokens for the attention case (--cases attention)")
-    ap.add_argument("--attention-heads", default="16/8,32/8", metavar="QUERY/KV[,...]",
-                    help="query / key-value heads of the attention case (head dim 128, causal)")
+    ap.add_argument("--attention-heads", default="16/8,32/8", metavar="QUERY/KV[/HEAD_DIM][,...]",
+                    help="query / key-value heads (and head dim, 128 where left out) of the attention case (causal)")
     ap.add_argument("--contenders", default=None,
                     help="emmy[-tuned,-rules,-prior], eager, compile, max-autotune; for --cases attention "
                          "emmy... and sdpa-cudnn, sdpa-flash; for --cases projections also cublas (default: "
@@ -385,16 +386,15 @@ def attention_flops(tokens: int, heads: int, head_dim: int = ATTENTION_HEAD_DIM)
     return 2 * tokens * tokens * heads * head_dim
 
 
-def attention_case(tokens: int, heads: int, kv_heads: int):
+def attention_case(tokens: int, heads: int, kv_heads: int, head_dim: int = ATTENTION_HEAD_DIM):
     from emmy.frontend.models import ModelSource
     from emmy.frontend.trace import trace_layer
 
     src = ModelSource(spec="tools/bench.py:make_attention", kind="factory", model_id="sdpa-attention",
-                      factory=lambda: make_attention(tokens, heads, kv_heads))
+                      factory=lambda: make_attention(tokens, heads, kv_heads, head_dim))
     traced = trace_layer(src, 0, tokens)
-    d = ATTENTION_HEAD_DIM
-    bytes_ = 2 * tokens * d * (2 * heads + 2 * kv_heads)  # q, k, v read and the output written once
-    return traced, attention_flops(tokens, heads), bytes_
+    bytes_ = 2 * tokens * head_dim * (2 * heads + 2 * kv_heads)  # q, k, v read and the output written once
+    return traced, attention_flops(tokens, heads, head_dim), bytes_
 
 
 def run_attention_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, tolerance=1e-2):
@@ -492,8 +492,9 @@ def _cases(args):
         cases += [(f"{prefix}model T={t}", lambda t=t: model_case(t, args.model))
                   for t in map(int, args.model_sizes.split(","))]
     if "attention" in args_cases:
-        cases += [(f"attention {h}/{kv} T={t}", lambda t=t, h=h, kv=kv: attention_case(t, h, kv))
-                  for h, kv in parse_heads(args.attention_heads) for t in map(int, args.attention_sizes.split(","))]
+        cases += [(f"attention {h}/{kv}{'' if d == ATTENTION_HEAD_DIM else f'/{d}'} T={t}",
+                   lambda t=t, h=h, kv=kv, d=d: attention_case(t, h, kv, d))
+                  for h, kv, d in parse_heads(args.attention_heads) for t in map(int, args.attention_sizes.split(","))]
     return cases
 
 
@@ -501,17 +502,20 @@ def is_attention_case(name: str) -> bool:
     return name.startswith("attention ")
 
 
-def parse_heads(spec: str) -> list[tuple[int, int]]:
-    """`--attention-heads 16/8,32/8` as [(16, 8), (32, 8)]: query heads / key-value heads."""
+def parse_heads(spec: str) -> list[tuple[int, int, int]]:
+    """`--attention-heads 16/8,32/8/64` as [(16, 8, 128), (32, 8, 64)]: query heads / key-value
+    heads / head dim (ATTENTION_HEAD_DIM where left out)."""
     from emmy.diagnostics import EmmyError
 
     out = []
     for part in spec.split(","):
-        h, sep, kv = part.partition("/")
-        if not (sep and h.isdigit() and kv.isdigit() and int(kv) > 0 and int(h) % int(kv) == 0):
-            raise EmmyError(f"--attention-heads '{spec}': expected QUERY/KV[,QUERY/KV...] with the key-value "
-                            f"heads dividing the query heads, got '{part}'")
-        out.append((int(h), int(kv)))
+        fields = part.split("/")
+        ok = len(fields) in (2, 3) and all(f.isdigit() and int(f) > 0 for f in fields)
+        if not ok or int(fields[0]) % int(fields[1]) != 0 or (len(fields) == 3 and int(fields[2]) % 8 != 0):
+            raise EmmyError(f"--attention-heads '{spec}': expected QUERY/KV[/HEAD_DIM][,...] with the key-value "
+                            f"heads dividing the query heads and the head dim a multiple of 8, got '{part}'")
+        h, kv = int(fields[0]), int(fields[1])
+        out.append((h, kv, int(fields[2]) if len(fields) == 3 else ATTENTION_HEAD_DIM))
     return out
 
 

@@ -53,12 +53,15 @@ def test_flops_count_the_causal_half():
 
 
 def test_heads_option():
-    assert bench.parse_heads("16/8,32/8") == [(16, 8), (32, 8)]
+    assert bench.parse_heads("16/8,32/8") == [(16, 8, 128), (32, 8, 128)]
+    assert bench.parse_heads("32/8/64") == [(32, 8, 64)]
     from emmy.diagnostics import EmmyError
 
-    with pytest.raises(EmmyError, match=re.escape("--attention-heads '16/5': expected QUERY/KV[,QUERY/KV...] "
-                                                  "with the key-value heads dividing the query heads, got '16/5'")):
-        bench.parse_heads("16/5")
+    for bad in ("16/5", "16/8/60", "16/8/64/2", "16/0"):
+        with pytest.raises(EmmyError, match=re.escape(
+                f"--attention-heads '{bad}': expected QUERY/KV[/HEAD_DIM][,...] with the key-value heads dividing "
+                f"the query heads and the head dim a multiple of 8, got '{bad}'")):
+            bench.parse_heads(bad)
 
 
 def test_bad_heads_is_a_message(tmp_path):
@@ -97,3 +100,12 @@ def test_module_compiles_to_one_flash_kernel(tokens, pins, tma):
     assert (", 3, 1024, 3, 1024, 1>" in call) == tma  # K and V rows of 8 heads x 128 through tensor maps
     assert len(plan.kernels) == 1
     assert flops == bench.attention_flops(tokens, 16)
+
+
+def test_head_dim_of_the_case():
+    """A third number in the heads spec is the head dim (Llama-3.2-1B's 64): the traced module's
+    q, k and v have it, and the flops and bytes count it."""
+    traced, flops, bytes_ = bench.attention_case(256, 32, 8, 64)
+    assert [tuple(x.shape) for x in traced.inputs.values()] == [(1, 256, 32, 64), (1, 256, 8, 64), (1, 256, 8, 64)]
+    assert flops == bench.attention_flops(256, 32, 64) == 2 * 256 * 256 * 32 * 64
+    assert bytes_ == 2 * 256 * 64 * (2 * 32 + 2 * 8)
