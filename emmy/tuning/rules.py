@@ -16,7 +16,9 @@ The preferences (tier `rule` in the IR):
   and waves on the SMs (small M -> small block_m, narrower block_n or split_k to fill the SMs;
   large M -> big tiles), preferring tiles that divide the extents; block_k 64 (16-byte rows of bf16); 3-4 stages when
   there are enough k-steps and shared memory; warps from the tile area; 16-byte vectors.
-- attention: wgmma for S = Q K^T on sm_90a (one warpgroup of 64 query rows), else mma.sync with
+- attention: from 1000 keys of head dim 65-128 on sm_90a the warp-specialized kernel (`wgmma_ws`:
+  a producer warpgroup, two consumers of 64 query rows, 2 stages, tensor-map copies); else
+  wgmma for S = Q K^T on sm_90a (one warpgroup of 64 query rows), else mma.sync with
   one 16-row slice per warp; block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head
   dims <= 64); on the pipelined wgmma loop K and V by tensor-map copies at every length of at
   least one key block, and 128 x 128 tiles (two warpgroups) where they still fill the SMs twice.
@@ -659,9 +661,29 @@ def _c_fusion(knob, info, target, chosen, memo) -> Prefs:
 # --------------------------------------------------------------------------------------------
 
 
+# From this many keys the warp-specialized flash kernel (wgmma_ws) is the rules' first choice for
+# head dims over 64 up to 128. Measured on the H200, causal attention alone, head dim 128, CUDA-graph
+# replay (docs/bench/h200-attention-ws-2026-12-02.log, h200-attention-32-8-2026-12-02.log): two
+# consumer warpgroups of 64 rows, 2 stages, against the rules' wgmma kernel, in us, 16 / 8 heads:
+# 512 keys 16.4 against 13.7 (slower), 1000: 23.2 / 24.7, 2048: 50.2 / 55.5, 3000: 96.2 / 100.3,
+# 4096: 150.5 / 156.5, 8192: 539.9 / 581.3, 16384: 2071 / 2183; 32 / 8 heads: 512: 18.2 / 16.6,
+# 1000: 36.2 / 37.8, then 2-7% faster up to 16384. Head dim 64 was not measured with it.
+WS_ATTENTION_MIN_KEYS = 1000
+
+
+def _ws_attention(info, target) -> bool:
+    """Whether the rules prefer the warp-specialized flash kernel (WS_ATTENTION_MIN_KEYS)."""
+    return (target.has("wgmma") and 64 < info.head_dim <= 128 and info.seq_kv >= WS_ATTENTION_MIN_KEYS
+            and info.seq_q >= 128)
+
+
 def _a_workers(knob, info, target, chosen, memo) -> Prefs:
     sq = info.seq_q
     prefs: Prefs = []
+    if _ws_attention(info, target):
+        prefs.append(("wgmma_ws", f"{info.seq_kv} keys of head dim {info.head_dim}: a producer warpgroup copies K "
+                                  f"and V while two consumer warpgroups take turns (H200: 2-7% faster than wgmma "
+                                  f"from {WS_ATTENTION_MIN_KEYS} keys, slower at 512)"))
     if target.has("wgmma") and sq >= 64:
         prefs.append(("wgmma", f"{target.name} has wgmma and {sq} queries fill 64-row tiles"))
     if target.has("mma_sync"):
@@ -676,6 +698,8 @@ def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
         want, why = 16, f"{sq} queries fit one 16-row tile"
     elif sq <= 32:
         want, why = 32, f"{sq} queries fit one 32-row tile"
+    elif chosen.get("workers") == "wgmma_ws":
+        want, why = 128, f"{sq} queries: two consumer warpgroups of 64 rows sharing each key block"
     elif _wide_wgmma_attention(info, target, chosen):
         want = 128
         why = (f"{sq} queries x {heads} heads: {heads * ceil(sq / 128)} tiles of 128, two warpgroups "
@@ -714,6 +738,10 @@ def _a_block_kv(knob, info, target, chosen, memo) -> Prefs:
     want = 128 if info.head_dim <= 64 and info.seq_kv >= 128 else 64
     if chosen.get("block_q") == 128 and _wide_wgmma_attention(info, target, chosen):
         want = 128
+    if chosen.get("workers") == "wgmma_ws" and chosen.get("block_q") == 128 and info.seq_kv >= 128:
+        # what emmy tune chose for Qwen3's attention (head dim 128) in the layer at 2048, 4096 and
+        # 32768 tokens on the H200 (golden/sm_90a/qwen3-embedding-0.6b.json): 128-key blocks
+        want = 128
     want = min(want, max(16, 1 << (max(info.seq_kv, 1) - 1).bit_length()))
     values = _closest_first((16, 32, 64, 128), want)
     return [
@@ -723,7 +751,10 @@ def _a_block_kv(knob, info, target, chosen, memo) -> Prefs:
 
 def _a_warps(knob, info, target, chosen, memo) -> Prefs:
     bq = chosen.get("block_q", 64)
-    if chosen.get("workers") == "wgmma":
+    if chosen.get("workers") == "wgmma_ws":
+        want = 4 * max(1, bq // 64)
+        why = f"one consumer warpgroup per 64 rows of block_q={bq} (and the producer's 4 besides)"
+    elif chosen.get("workers") == "wgmma":
         want = 4 * max(1, bq // 64)
         why = f"one warpgroup per 64 rows of block_q={bq}"
     elif chosen.get("workers") == "mma_sync":
@@ -738,6 +769,12 @@ def _a_warps(knob, info, target, chosen, memo) -> Prefs:
 
 def _a_stages(knob, info, target, chosen, memo) -> Prefs:
     steps = ceil(info.seq_kv / chosen.get("block_kv", 64))
+    if chosen.get("workers") == "wgmma_ws":
+        # H200, head dim 128: 3 stages within 1-3% of 2 (docs/bench/h200-attention-ws-2026-12-02.log)
+        return [
+            (2, f"{steps} key steps: K and V each double-buffered, the producer one block ahead"),
+            (3, f"{steps} key steps: 3-deep staging of K and V"),
+        ]
     if chosen.get("workers") == "wgmma" and steps >= 3:
         # 3 stages: the software-pipelined wgmma loop (softmax of one key block while the
         # previous block's P x V runs); Qwen3 layer at 4096 tokens on an H200: see
@@ -763,6 +800,8 @@ def _a_copy(knob, info, target, chosen, memo) -> Prefs:
     # docs/bench/h200-attention-ragged-2026-12-01.log.
     cp = ("cp_async", "K and V rows by 16-byte cp.async from every thread")
     bkv = chosen.get("block_kv", 64)
+    if chosen.get("workers") == "wgmma_ws":
+        return [("tma", f"K and V blocks of {bkv} rows by tensor-map copies from the producer warpgroup")]
     if chosen.get("workers") != "wgmma" or chosen.get("stages", 1) < 3 or bkv > info.seq_kv:
         return [cp]
     why = (f"K and V blocks of {bkv} rows by tensor-map copies from one thread, the others only "

@@ -88,16 +88,18 @@ def test_attention_table():
     assert cells[7:] == ["1.25", "-"]  # emmy / cudnn, emmy / flash
 
 
-@pytest.mark.parametrize("tokens, pins, tma", [(3000, (), True), (3000, ("attention.copy=cp_async",), False),
-                                              (4096, (), True)])
-def test_module_compiles_to_one_flash_kernel(tokens, pins, tma):
+@pytest.mark.parametrize("tokens, pins, tma, workers", [(3000, (), True, 2), (3000, ("attention.copy=cp_async",), False, 1),
+                                                       (4096, (), True, 2)])
+def test_module_compiles_to_one_flash_kernel(tokens, pins, tma, workers):
     """The module at 3000 and 4096 tokens: one flash-attention kernel (q, k, v read in place as
-    direct rows); tensor-map K and V by the rules, at the ragged 3000 too, unless pinned."""
+    direct rows); by the rules the warp-specialized kernel (wgmma_ws: 2) with tensor-map K and V
+    in 128 x 128 tiles, at the ragged 3000 too; cp.async copies pinned, the wgmma kernel (1), which
+    can run them."""
     traced, flops, _ = bench.attention_case(tokens, 16, 8)
     plan, _ = bench.emmy_plan(traced, "sm_90a", bench.EmmyBuild(pins))
     (call,) = re.findall(r"emmy::attention::run<[^>]*>", plan.source)
-    assert call.startswith("emmy::attention::run<128, ") and call.endswith(", 1>")  # wgmma
-    assert (", 3, 1024, 3, 1024, 1>" in call) == tma  # K and V rows of 8 heads x 128 through tensor maps
+    assert call.startswith("emmy::attention::run<128, ") and call.endswith(f", {workers}>")
+    assert (", 3, 1024, 3, 1024, " in call) == tma  # K and V rows of 8 heads x 128 through tensor maps
     assert len(plan.kernels) == 1
     assert flops == bench.attention_flops(tokens, 16)
 

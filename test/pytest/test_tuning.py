@@ -276,8 +276,15 @@ def test_rules_follow_the_shapes():
     att_l = info_of(L.attention(1, 16, 8, 2048, 128))
     assert rules.decide(att_s, SM90, knob_space_for(att_s, SM90))["block_q"].value == 16
     assert rules.decide(att_l, SM90, knob_space_for(att_l, SM90))["block_q"].value == 64
-    # sm_90a: Q K^T on wgmma where 64-row query tiles fill
-    wg = rules.decide(att_l, SM90A, knob_space_for(att_l, SM90A))
+    # sm_90a, from 1000 keys of head dim 128: the warp-specialized kernel, two consumer
+    # warpgroups of 64 rows sharing 128-key blocks that the producer copies by tensor maps
+    ws = rules.decide(att_l, SM90A, knob_space_for(att_l, SM90A))
+    assert [ws[k].value for k in ("workers", "block_q", "block_kv", "warps", "stages", "copy", "fusion")] == \
+        ["wgmma_ws", 128, 128, 8, 2, "tma", "split"]
+    assert "producer warpgroup" in ws["workers"].reason and check(att_l, {k: c.value for k, c in ws.items()}, SM90A) == []
+    # below, Q K^T on wgmma where 64-row query tiles fill
+    att_m = info_of(L.attention(1, 16, 8, 512, 128))
+    wg = rules.decide(att_m, SM90A, knob_space_for(att_m, SM90A))
     assert (wg["workers"].value, wg["block_q"].value, wg["warps"].value) == ("wgmma", 64, 4)
     assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["workers"].value == "mma_sync"
     # K and V by tensor-map copies on the pipelined wgmma loop, at ragged lengths too (the last
@@ -286,18 +293,21 @@ def test_rules_follow_the_shapes():
     assert rules.decide(att_s, SM90A, knob_space_for(att_s, SM90A))["copy"].value == "cp_async"
     att_odd = info_of(L.attention(1, 16, 8, 130, 128))
     assert rules.decide(att_odd, SM90A, knob_space_for(att_odd, SM90A))["copy"].value == "tma"
-    att_3k = info_of(L.attention(1, 16, 8, 3000, 128))  # 384 tiles of 128 rows: two warpgroups
-    wide_3k = rules.decide(att_3k, SM90A, knob_space_for(att_3k, SM90A))
+    # the wgmma kernel pinned at long sequences (as before wgmma_ws led): 128 x 128 tiles where
+    # they fill the SMs twice (384 tiles at 3000 tokens), 64 x 64 where not (128 at 1000)
+    wgmma = {"workers": "wgmma"}
+    att_3k = info_of(L.attention(1, 16, 8, 3000, 128))
+    wide_3k = rules.decide(att_3k, SM90A, knob_space_for(att_3k, SM90A), wgmma)
     assert [wide_3k[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [128, 128, 8, 3, "tma"]
-    assert check(att_3k, {k: c.value for k, c in wide_3k.items()}, SM90A) == []
-    att_1k = info_of(L.attention(1, 16, 8, 1000, 128))  # 128 tiles of 128 rows: one warpgroup
-    d_1k = rules.decide(att_1k, SM90A, knob_space_for(att_1k, SM90A))
+    assert check(att_3k, {**wgmma, **{k: c.value for k, c in wide_3k.items()}}, SM90A) == []
+    att_1k = info_of(L.attention(1, 16, 8, 1000, 128))
+    d_1k = rules.decide(att_1k, SM90A, knob_space_for(att_1k, SM90A), wgmma)
     assert [d_1k[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 64, 4, 3, "tma"]
-    # long sequences: two warpgroups share each 128-key block, while the tiles still fill the SMs
+    assert rules.decide(att_1k, SM90A, knob_space_for(att_1k, SM90A))["workers"].value == "wgmma_ws"
     att_4k = info_of(L.attention(1, 16, 8, 4096, 128))
-    wide = rules.decide(att_4k, SM90A, knob_space_for(att_4k, SM90A))
+    wide = rules.decide(att_4k, SM90A, knob_space_for(att_4k, SM90A), wgmma)
     assert [wide[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [128, 128, 8, 3, "tma"]
-    assert check(att_4k, {k: c.value for k, c in wide.items()}, SM90A) == []
+    assert check(att_4k, {**wgmma, **{k: c.value for k, c in wide.items()}}, SM90A) == []
     assert rules.decide(att_4k, SM90, knob_space_for(att_4k, SM90))["block_q"].value == 64  # mma.sync
     # head dim 64 (Llama-3.2-1B, Qwen2-0.5B): 64 query rows by 128 keys, one warpgroup
     att_d64 = info_of(L.attention(1, 32, 8, 4096, 64))
