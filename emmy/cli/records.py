@@ -144,7 +144,7 @@ def _show(store, key: str) -> int:
     from collections import Counter
 
     from emmy.records.layer import LAYER_PREFIX
-    from emmy.records.store import KEY_ATTR, best_record
+    from emmy.records.store import DESCRIPTION_ATTR, KERNEL_ATTR, KEY_ATTR, best_record
     from emmy.search.study import measured
 
     if key.startswith(LAYER_PREFIX):
@@ -156,7 +156,7 @@ def _show(store, key: str) -> int:
     for field, value in (attrs.get(KEY_ATTR) or {}).items():
         if field != "id":
             print(f"  {field}: {value}")
-    print(f"kernel {attrs.get('emmy.kernel', '')}: {attrs.get('emmy.description', '')}")
+    print(f"kernel {attrs.get(KERNEL_ATTR, '')}: {attrs.get(DESCRIPTION_ATTR, '')}")
     trials = measured(study)
     states = Counter(str(t.user_attrs.get("status")) for t in trials)
     print(f"trials: {len(trials)} measured (" + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")")

@@ -344,13 +344,13 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[tuple[str, ...]]:
 def cost_line(outcomes: Sequence[Outcome], finding_s: float, checking_s: float) -> str:
     """What the run cost in wall time: finding the kernels (the compile), the studies (each
     study's trials, builds and naming; their mean and most per kernel), checking the layers."""
-    spent = [o.seconds for o in outcomes if o.seconds is not None]
-    total = finding_s + sum(spent) + checking_s
-    most = max((o for o in outcomes if o.seconds is not None), key=lambda o: o.seconds, default=None)
-    per = (f" ({sum(spent) / len(spent):.1f} s a study on average, at most {most.seconds:.1f} s: "
+    timed = [o for o in outcomes if o.seconds is not None]
+    studies = sum(o.seconds for o in timed)
+    most = max(timed, key=lambda o: o.seconds, default=None)
+    per = (f" ({studies / len(timed):.1f} s a study on average, at most {most.seconds:.1f} s: "
            f"{most.task.kernel} {most.task.key_id})" if most is not None else "")
-    return (f"wall {total:.1f} s: {finding_s:.1f} s finding the kernels, {sum(spent):.1f} s on "
-            f"{len(spent)} studies{per}, {checking_s:.1f} s checking the layers")
+    return (f"wall {finding_s + studies + checking_s:.1f} s: {finding_s:.1f} s finding the kernels, {studies:.1f} s on "
+            f"{len(timed)} studies{per}, {checking_s:.1f} s checking the layers")
 
 
 def outcome_notes(outcomes: Sequence[Outcome], deadline_s: float) -> list[str]:

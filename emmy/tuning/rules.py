@@ -667,7 +667,8 @@ def _c_fusion(knob, info, target, chosen, memo) -> Prefs:
 # consumer warpgroups of 64 rows, 2 stages, against the rules' wgmma kernel, in us, 16 / 8 heads:
 # 512 keys 16.4 against 13.7 (slower), 1000: 23.2 / 24.7, 2048: 50.2 / 55.5, 3000: 96.2 / 100.3,
 # 4096: 150.5 / 156.5, 8192: 539.9 / 581.3, 16384: 2071 / 2183; 32 / 8 heads: 512: 18.2 / 16.6,
-# 1000: 36.2 / 37.8, then 2-7% faster up to 16384. Head dim 64 was not measured with it.
+# 1000: 36.2 / 37.8, then 2-7% faster up to 16384. At head dim 64 (32 / 8 heads, 1024-8192 keys)
+# two consumers were slower than wgmma but at 8192 (docs/bench/h200-attention-ws-rules-2026-12-02d.log).
 WS_ATTENTION_MIN_KEYS = 1000
 
 
@@ -751,12 +752,10 @@ def _a_block_kv(knob, info, target, chosen, memo) -> Prefs:
 
 def _a_warps(knob, info, target, chosen, memo) -> Prefs:
     bq = chosen.get("block_q", 64)
-    if chosen.get("workers") == "wgmma_ws":
+    if chosen.get("workers") in ("wgmma", "wgmma_ws"):
         want = 4 * max(1, bq // 64)
-        why = f"one consumer warpgroup per 64 rows of block_q={bq} (and the producer's 4 besides)"
-    elif chosen.get("workers") == "wgmma":
-        want = 4 * max(1, bq // 64)
-        why = f"one warpgroup per 64 rows of block_q={bq}"
+        producer = " (and the producer's 4 besides)" if chosen["workers"] == "wgmma_ws" else ""
+        why = f"one {'consumer ' if producer else ''}warpgroup per 64 rows of block_q={bq}{producer}"
     elif chosen.get("workers") == "mma_sync":
         want = max(1, min(8, bq // 16))
         why = f"one warp per 16 rows of block_q={bq}"
