@@ -44,13 +44,18 @@ worker asks for as many as the budget leaves after the measured and the running 
 `batch`), and waits while others measure the last ones (a running trial of a dead worker counts
 until the heartbeat's grace period fails it). A study thus ends with its budget of measured
 trials, more only where workers asked at the same moment (at most (W - 1) x batch more). Several
-processes pointed at one store share the studies the same way.
+processes pointed at one store share the studies the same way. A worker asks for its next batch
+while the current one is measured (`PIPELINE`), so the sampler's time hides behind the builds
+and the GPU; a batch asked for when the budget ran out is left unmeasured (FAIL without
+`status`, `reason` "not measured: the worker stopped before it").
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +80,11 @@ PRIOR_POOL = 64
 PRIOR_SAMPLE = 1000
 # Consecutive repeated draws after which a worker stops (the sampler has little left to offer).
 MAX_REPEATS = 50
+# Whether a worker asks the sampler for its next batch while the current one is measured (the
+# sampler and the store cost about 0.3-0.5 s a trial, as much as a build: in a thread, beside
+# the measurement, they cost no wall time; the next batch is drawn with the current one still
+# running, which TPE's constant liar already allows for).
+PIPELINE = True
 # Seconds a worker waits while other workers measure the last trials of the budget.
 WAIT_S = 0.5
 # Structural forks (`emmy.tuning.knobs.STRUCTURAL`, e.g. `fusion`): each branch (a legal value of
@@ -307,8 +317,7 @@ def _key_fields(key) -> dict[str, object]:
 def _sampler(seed: int):
     import optuna
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # multivariate/group/constant_liar are "experimental"
+    with _quiet():  # multivariate/group/constant_liar are "experimental"
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
 
 
@@ -333,8 +342,11 @@ def run_trials(
 ) -> int:
     """One worker's loop on one study: ask up to `batch` trials, measure them together, tell,
     until the study has `budget.trials` measured trials, `budget.seconds` have passed, or every
-    legal point is measured. Returns the trials this worker measured. `on_trial(measured so far,
-    best time)` is called after each batch. `prior`: see `open_study`."""
+    legal point is measured. With PIPELINE the next batch is asked for in a thread while the
+    measurer has the current one (the two share nothing but the store, and the asking is done
+    before the current batch is told). Returns the trials this worker measured.
+    `on_trial(measured so far, best time)` is called after each batch. `prior`: see
+    `open_study`."""
     clock = clock or time.monotonic
     start = clock()
     space = conditional_space(task)
@@ -347,47 +359,72 @@ def run_trials(
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
     fork = _Fork(space, knobs) if knobs else None
-    while True:
-        _fail_stale(study)
+
+    def room() -> int:
+        """Trials this worker may ask for now (the measured and the running ones count)."""
         count, running = len(measured(study)), _running(study)
-        if budget.trials is not None and count >= budget.trials:
-            break
-        if budget.seconds is not None and clock() - start >= budget.seconds:
-            break
-        if count >= len(space.space) or repeats >= MAX_REPEATS:
-            break
-        room = batch if budget.trials is None else min(batch, budget.trials - count - running)
-        if room <= 0:  # the last trials of the budget are being measured by other workers
-            time.sleep(WAIT_S)
-            continue
-        trials, points = [], []
-        with _Heartbeat(store) as heart:
-            for _ in range(room):
+        return batch if budget.trials is None else min(batch, budget.trials - count - running)
+
+    def ask(heart: _Heartbeat) -> tuple[list, list, int]:
+        """A batch: (trials, points, draws pruned as repeats)."""
+        trials, points, pruned = [], [], 0
+        for _ in range(room()):
+            trial, point = _ask(store, study, space)
+            heart.add(trial._trial_id)
+            if fork is not None and fork.move(store, study, trial, point):  # (a starved branch's point enqueued)
                 trial, point = _ask(store, study, space)
                 heart.add(trial._trial_id)
-                if fork is not None and fork.move(store, study, trial, point):  # (a starved branch's point enqueued)
-                    trial, point = _ask(store, study, space)
-                    heart.add(trial._trial_id)
-                other = _repeats(study, trial, point)
-                if other is not None:
-                    _prune(study, trial, space, point, f"repeats trial {other}")
-                    repeats += 1
+            other = _repeats(study, trial, point)
+            if other is not None:
+                _prune(study, trial, space, point, f"repeats trial {other}")
+                pruned += 1
+                continue
+            trials.append(trial)
+            points.append(point)
+        return trials, points, pruned
+
+    ahead = None  # the next batch, asked while this one is measured (PIPELINE)
+    with _Heartbeat(store) as heart, ThreadPoolExecutor(1, thread_name_prefix="emmy-ask") as asker:
+        try:
+            while True:
+                _fail_stale(study)
+                if budget.trials is not None and len(measured(study)) >= budget.trials:
+                    break
+                if budget.seconds is not None and clock() - start >= budget.seconds:
+                    break
+                if len(measured(study)) >= len(space.space) or repeats >= MAX_REPEATS:
+                    break
+                if ahead is not None:
+                    trials, points, pruned = ahead.result()
+                    ahead = None
+                elif room() <= 0:  # the last trials of the budget are being measured by other workers
+                    time.sleep(WAIT_S)
                     continue
-                trials.append(trial)
-                points.append(point)
-            results = measurer.measure(task, points) if trials else []
-        if trials and env is None:
-            env = measurer.environment()
-        for trial, point, m in zip(trials, points, results):
-            _tell(study, trial, point, m, env)
-        for trial in trials[len(results):]:  # the measurer stopped short (after a timeout)
-            _unmeasured(study, trial, "not measured: the measurer stopped this batch after a timeout")
-        if not trials:
-            continue
-        repeats = 0
-        done_here += len(results)
-        if on_trial is not None:
-            on_trial(len(measured(study)), _best_time(study))
+                else:
+                    trials, points, pruned = ask(heart)
+                repeats += pruned
+                if not trials:
+                    continue
+                repeats = 0
+                if PIPELINE:
+                    ahead = asker.submit(ask, heart)
+                results = measurer.measure(task, points)
+                if ahead is not None:  # (the store is the asker's till it is done: told after it)
+                    wait([ahead])
+                if env is None:
+                    env = measurer.environment()
+                for trial, point, m in zip(trials, points, results):
+                    _tell(study, trial, point, m, env)
+                for trial in trials[len(results):]:  # the measurer stopped short (after a timeout)
+                    _unmeasured(study, trial, "not measured: the measurer stopped this batch after a timeout")
+                heart.drop(t._trial_id for t in trials)
+                done_here += len(results)
+                if on_trial is not None:
+                    on_trial(len(measured(study)), _best_time(study))
+        finally:  # a batch asked for ahead and never measured counts for nothing (enqueued points come back)
+            if ahead is not None and ahead.exception() is None:
+                for trial in ahead.result()[0]:
+                    _unmeasured(study, trial, "not measured: the worker stopped before it")
     return done_here
 
 
@@ -447,9 +484,22 @@ def _running(study) -> int:
     return sum("values" in t.user_attrs for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
 
 
+# Python's warning filters are one per process, and `catch_warnings` restores them on leaving: two
+# threads in it at once (a worker's asking thread and its loop) could leave Optuna's warnings on,
+# or ignored for good. So its every use here holds this lock.
+_WARNINGS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _quiet():
+    """Optuna's warnings silenced (one thread at a time)."""
+    with _WARNINGS_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def _ask(store: Store, study, space):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "heartbeat is supposed to be used with optimize"
+    with _quiet():  # "heartbeat is supposed to be used with optimize"
         trial = study.ask()
     store.storage.record_heartbeat(trial._trial_id)  # (before its values: see _running)
     point = dict(space.suggest(trial))
@@ -571,27 +621,34 @@ def requeue_unmeasured(study) -> list[int]:
 def _fail_stale(study) -> None:
     import optuna
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _quiet():
         optuna.storages.fail_stale_trials(study)
 
 
 class _Heartbeat:
-    """Records the heartbeats of a batch's trials from their asking to their measurement's end
+    """Records the heartbeats of a worker's trials from their asking to their measurement's end
     (a worker killed meanwhile stops beating, and its trials are failed by another worker after
-    the grace period)."""
+    the grace period); with PIPELINE, of the batch being measured and the next one."""
 
     def __init__(self, store: Store):
-        self.storage, self.ids = store.storage, []
+        self.storage, self.ids = store.storage, set()
+        self.lock = threading.Lock()  # (the asking thread adds, the measuring one drops)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True)
 
     def add(self, trial_id: int) -> None:
-        self.ids.append(trial_id)
+        with self.lock:
+            self.ids.add(trial_id)
+
+    def drop(self, trial_ids) -> None:
+        with self.lock:
+            self.ids.difference_update(trial_ids)
 
     def _beat(self) -> None:
         while not self.stop.wait(HEARTBEAT_S):
-            for tid in list(self.ids):
+            with self.lock:
+                ids = sorted(self.ids)
+            for tid in ids:
                 self.storage.record_heartbeat(tid)
 
     def __enter__(self):
