@@ -8,7 +8,9 @@ the best.
 The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
 default answer (what Emmy chooses without records) and its legal neighbours as the first trials,
-then, where a fitted prior for the target exists, the prior's top few candidates; then TPE
+then for a contraction whose default leaves its last wave part empty the tile shapes that fill
+it (`emmy.search.waves`), then, where a fitted prior for the target exists, the prior's top few
+candidates; then TPE
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
 seed per worker) proposes the rest.
 
@@ -54,16 +56,18 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from emmy.measure import Measurement
 from emmy.measure.timing import faster
+from emmy.search.points import nearest, point_key
+from emmy.search.waves import wave_fillers
 from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, MODULE_ATTR, SPACE_ATTR, Store
 
 # How many of the best candidates are re-measured, interleaved, before a study names its best,
@@ -91,8 +95,6 @@ WAIT_S = 0.5
 # the fork's knobs) keeps at least FORK_SHARE / (number of branches) of a study's trials (two
 # branches: a third each; the sampler places the rest).
 FORK_SHARE = 2 / 3
-# Nodes of the legal space a nearest-point search visits at most (it usually needs a few dozen).
-NEAREST_VISITS = 20000
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,6 @@ class Budget:
 
     trials: int | None = None
     seconds: float | None = None
-
-
-def point_key(values: Mapping[str, object]) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in values.items()))
 
 
 def conditional_space(task):
@@ -154,9 +152,10 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     """The study of the task's key; created (with its attributes and first trials) when missing.
     Several processes may call this at once: exactly one creates and seeds. `space`: the task's
     `conditional_space` where the caller has it (building it costs about half a second).
+    After the default, its neighbours and its fork siblings come the tile shapes that fill the
+    card's waves where the default's do not (`emmy.search.waves`, `enqueued`: "waves").
     `prior`: a fitted `emmy.prior.store.Prior` for the target, whose top candidates
-    (`prior_picks`) are enqueued after the default and its neighbours (user attribute
-    `enqueued`: "prior")."""
+    (`prior_picks`) are enqueued after those (user attribute `enqueued`: "prior")."""
     import optuna
 
     sampler = _sampler(seed)
@@ -183,6 +182,9 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     siblings = fork_siblings(space, default, {point_key(p) for p in first}, task_fork_knobs(task)) if default else []
     for point in siblings:
         study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "fork"}, skip_if_exists=True)
+        first.append(point)
+    for point in wave_fillers(task, space, default, {point_key(p) for p in first}) if default else []:
+        study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "waves"}, skip_if_exists=True)
         first.append(point)
     if prior is not None:
         for point in prior_picks(task, space, prior, {point_key(p) for p in first}):
@@ -263,48 +265,6 @@ def fork_siblings(space, default: Mapping[str, object], skip=frozenset(), knobs:
         if point is not None and point_key(point) not in skip:
             out.append(point)
     return out
-
-
-def nearest(space, point: Mapping[str, object], fixed: Mapping[str, object], avoid=frozenset()) -> dict | None:
-    """The legal point with the `fixed` values nearest to `point` (fewest other knobs changed,
-    then fewest steps along their domains; ties in knob and value order) whose point key is
-    not in `avoid`; None where there is none (or none within `NEAREST_VISITS` nodes). A
-    depth-first walk of the legal space in `space.order`, each knob's own value first, cut
-    where it cannot beat the best found."""
-    order, domains, legal = space.order, space.space.domains, space.space
-    best: list = [None, (len(order) + 1, 0)]
-    visits = 0
-
-    def walk(prefix: dict, cost: tuple[int, int]) -> None:
-        nonlocal visits
-        if cost >= best[1] or visits >= NEAREST_VISITS:
-            return
-        if len(prefix) == len(order):
-            if point_key(prefix) not in avoid:
-                best[0], best[1] = dict(prefix), cost
-            return
-        visits += 1
-        name = order[len(prefix)]
-        options = legal.options(prefix)
-        if name in fixed:
-            steps = [(fixed[name], (0, 0))] if fixed[name] in options else []
-        else:
-            here = point.get(name)
-            at = domains[name].index(here) if here in domains[name] else None
-
-            def step(v) -> tuple[int, int]:
-                if v == here:
-                    return (0, 0)
-                return (1, len(domains[name]) if at is None else abs(domains[name].index(v) - at))
-
-            steps = sorted(((v, step(v)) for v in options), key=lambda vs: vs[1])
-        for v, (c, d) in steps:
-            prefix[name] = v
-            walk(prefix, (cost[0] + c, cost[1] + d))
-            del prefix[name]
-
-    walk({}, (0, 0))
-    return best[0]
 
 
 def _key_fields(key) -> dict[str, object]:
