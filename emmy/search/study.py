@@ -31,8 +31,10 @@ Trials (the store's layout is in `emmy.records.store`):
 - a sampler's draw moved to a starved branch of a structural fork: PRUNED, not measured, `reason`
   "moved to BRANCH (N of M trials there)";
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
-  `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead (the legal space
-  checks each part of a kernel that runs as parts, so every draw is one that all parts can run);
+  `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead, or where all
+  its near neighbours were drawn, the nearest legal point no trial drew (so a small space is
+  measured whole); the legal space checks each part of a kernel that runs as parts, so every
+  draw is one that all parts can run;
 - a trial the measurer did not measure (it stops a batch after a candidate timed out: see
   `emmy.measure.child`) is FAIL without `status`, `reason` "not measured: ...";
 - a worker that dies mid-trial leaves a RUNNING trial that Optuna's heartbeat fails later (FAIL
@@ -495,6 +497,12 @@ def _prune(study, trial, space, point, why: str) -> None:
         if point_key(n) not in seen and params is not None:
             study.enqueue_trial(params, skip_if_exists=True)
             return
+    # every near neighbour drawn already: the nearest legal point nobody drew (so a small space
+    # is measured whole rather than the sampler repeating itself till MAX_REPEATS)
+    other = nearest(space, point, {}, avoid=seen)
+    params = params_of(space, other) if other is not None else None
+    if params is not None:
+        study.enqueue_trial(params, skip_if_exists=True)
 
 
 def _unmeasured(study, trial, why: str) -> None:

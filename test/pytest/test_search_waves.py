@@ -66,3 +66,22 @@ def test_none_where_the_default_fills_its_waves():
     task = _task(4096, "down_proj_residual")  # 128 tiles on 132 SMs
     assert features(task.info(), task.default, task.target_object())["quant"] <= SLACK
     assert wave_fillers(task, conditional_space(task), dict(task.default)) == []
+
+
+def test_a_small_space_is_measured_whole_rather_than_stopping_on_repeats(tmp_path, monkeypatch):
+    """Past the near neighbours of a repeated draw, the nearest legal point no trial drew is
+    enqueued, so a study whose budget exceeds its space measures every point, even where a
+    worker gives up after two repeated draws in a row."""
+    from emmy.search import study as study_module
+    from emmy.search.cost import CostMeasurer
+    from emmy.search.study import Budget, measured, run_trials
+
+    monkeypatch.setattr(study_module, "MAX_REPEATS", 2)
+    tasks = tasks_of(CompileOptions(model=MODEL, layer=0, target="sm_80"), [16])
+    task = min(tasks, key=lambda t: len(conditional_space(t).space))
+    n = len(conditional_space(task).space)
+    assert n <= 100
+    store = open_store(default_url(tmp_path))
+    run_trials(store, task, CostMeasurer(), Budget(trials=n + 50), batch=4)
+    points = {point_key(t.user_attrs["values"]) for t in measured(store.load(task.key_id))}
+    assert len(points) == n
