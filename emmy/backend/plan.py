@@ -69,9 +69,10 @@ class Buffer:
 
 @dataclass(frozen=True)
 class MapView:
-    """A tensor map parameter: the 2-D view of its buffer (elements `offset + r * stride + c`,
-    r < rows, c < cols) and the box one copy moves (emmy/dialects/tensor_map.py). The launch's
-    argument names the buffer; the host encodes the map from the buffer's address."""
+    """A tensor map parameter: the view of its buffer (elements `offset + r * stride + c`,
+    r < rows, c < cols, in `planes` planes `plane_stride` elements apart) and the box one copy
+    moves (emmy/dialects/tensor_map.py). The launch's argument names the buffer; the host encodes
+    the map from the buffer's address."""
 
     rows: int
     cols: int
@@ -79,11 +80,14 @@ class MapView:
     offset: int
     box_rows: int
     box_cols: int
+    planes: int = 1
+    plane_stride: int = 0
 
     def __str__(self) -> str:
+        planes = f"planes {self.planes} x {self.plane_stride}, " if self.planes > 1 else ""
         return (
             f"tensor_map<rows {self.rows}, cols {self.cols}, stride {self.stride}, offset {self.offset}, "
-            f"box {self.box_rows} x {self.box_cols}>"
+            f"{planes}box {self.box_rows} x {self.box_cols}>"
         )
 
 

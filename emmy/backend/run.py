@@ -333,14 +333,15 @@ def tensor_map(view: MapView, tensor, what: str):
     offset = -ctypes.addressof(raw) % _MAP_BYTES
     buf = (ctypes.c_ubyte * _MAP_BYTES).from_buffer(raw, offset)  # keeps `raw` alive
     u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-    dims = (u64 * 2)(view.cols, view.rows)
-    strides = (u64 * 1)(2 * view.stride)
-    box = (u32 * 2)(view.box_cols, view.box_rows)
-    steps = (u32 * 2)(1, 1)
+    rank = 3 if view.planes > 1 else 2  # (columns, rows[, planes])
+    dims = (u64 * 3)(view.cols, view.rows, view.planes)
+    strides = (u64 * 2)(2 * view.stride, 2 * view.plane_stride)
+    box = (u32 * 3)(view.box_cols, view.box_rows, 1)
+    steps = (u32 * 3)(1, 1, 1)
     encode = _libcuda().cuTensorMapEncodeTiled
     encode.restype = ctypes.c_int
     err = encode(
-        ctypes.byref(buf), _BF16, 2, ctypes.c_void_p(base), dims, strides, box, steps, 0,
+        ctypes.byref(buf), _BF16, rank, ctypes.c_void_p(base), dims, strides, box, steps, 0,
         _SWIZZLE[2 * view.box_cols], _L2_256B, 0,
     )
     if err != 0:

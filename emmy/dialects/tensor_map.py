@@ -1,5 +1,5 @@
 """What the `kernel` and `cuda` stages share about tensor maps (`!kernel.tensor_map`,
-`!cuda.tensor_map`): the 2-D view of a tensor that the tensor memory accelerator copies boxes of.
+`!cuda.tensor_map`): the view of a tensor that the tensor memory accelerator copies boxes of.
 
 A tensor map kernel parameter is bound, at launch, to a tensor argument: the host encodes a map
 of the view `offset + r * stride + c` (r < rows, c < cols, in elements) of that tensor, with
@@ -7,6 +7,15 @@ boxes of box_rows x box_cols elements and the swizzle of box_cols * 2 bytes (32,
 passes it by value (`const __grid_constant__ CUtensorMap`). The syntax lists the fields by name:
 
     !kernel.tensor_map<bf16, rows 4096, cols 1024, stride 1024, offset 0, box 128 x 64>
+
+A view may also have `planes`: P copies of that rows x cols view, `plane_stride` elements apart,
+read as one view of P * cols columns (column c of row r is element `offset + r * stride +
+(c / cols) * plane_stride + c % cols`; a box never crosses a plane, so cols is a multiple of
+box_cols). This is how a tensor stored head by head (attention's output, [heads, tokens, head
+dim]) is read as the rows x (heads * head dim) operand of the projection after it; the map is
+three-dimensional, and a copy names its column and plane apart:
+
+    !kernel.tensor_map<bf16, rows 3000, cols 128, stride 128, offset 0, planes 16 x 384000, box 128 x 64>
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ class TensorMapView(ParametrizedAttribute, TypeAttribute):
     offset: IntAttr
     box_rows: IntAttr
     box_cols: IntAttr
+    planes: IntAttr
+    plane_stride: IntAttr
 
     def verify(self) -> None:
         verify_view(self)
@@ -48,7 +59,8 @@ class TensorMapView(ParametrizedAttribute, TypeAttribute):
 
 
 def parse_view(parser: AttrParser) -> list[Attribute]:
-    """`<elt, rows R, cols C, stride S, offset O, box BR x BC>` -> the type's parameters."""
+    """`<elt, rows R, cols C, stride S, offset O[, planes P x PS], box BR x BC>` -> the type's
+    parameters (no `planes`: one plane, stride 0)."""
     with parser.in_angle_brackets():
         elt = parser.parse_type()
         values = []
@@ -57,11 +69,17 @@ def parse_view(parser: AttrParser) -> list[Attribute]:
             parser.parse_keyword(name)
             values.append(IntAttr(parser.parse_integer(allow_boolean=False, allow_negative=False)))
         parser.parse_punctuation(",")
+        planes, plane_stride = 1, 0
+        if parser.parse_optional_keyword("planes") is not None:
+            planes = parser.parse_integer(allow_boolean=False, allow_negative=False)
+            parser.parse_keyword("x")
+            plane_stride = parser.parse_integer(allow_boolean=False, allow_negative=False)
+            parser.parse_punctuation(",")
         parser.parse_keyword("box")
         box_rows = parser.parse_integer(allow_boolean=False, allow_negative=False)
         parser.parse_keyword("x")
         box_cols = parser.parse_integer(allow_boolean=False, allow_negative=False)
-    return [elt, *values, IntAttr(box_rows), IntAttr(box_cols)]
+    return [elt, *values, IntAttr(box_rows), IntAttr(box_cols), IntAttr(planes), IntAttr(plane_stride)]
 
 
 def print_view(t, printer: Printer) -> None:
@@ -69,7 +87,8 @@ def print_view(t, printer: Printer) -> None:
         printer.print_attribute(t.element_type)
         printer.print_string(
             f", rows {t.rows.data}, cols {t.cols.data}, stride {t.stride.data}, offset {t.offset.data}, "
-            f"box {t.box_rows.data} x {t.box_cols.data}"
+            + (f"planes {t.planes.data} x {t.plane_stride.data}, " if t.planes.data > 1 else "")
+            + f"box {t.box_rows.data} x {t.box_cols.data}"
         )
 
 
@@ -91,13 +110,23 @@ def verify_view(t) -> None:
         raise VerifyException(f"!{name}: box rows must be 32, 64 or 128 bytes (16, 32 or 64 bf16), got {bc} elements")
     if not 1 <= br <= MAX_BOX_ROWS:
         raise VerifyException(f"!{name}: a box has 1 to {MAX_BOX_ROWS} rows, got {br}")
+    planes, plane_stride = t.planes.data, t.plane_stride.data
+    if planes < 1:
+        raise VerifyException(f"!{name}: a view has at least one plane, got {planes}")
+    if planes > 1 and ((plane_stride * 2) % 16 or cols % bc):
+        raise VerifyException(
+            f"!{name}: with planes, the plane stride must be a multiple of 16 bytes (8 bf16) and the columns "
+            f"a multiple of the box's, got plane stride {plane_stride}, {cols} columns, boxes of {bc}"
+        )
+    if planes == 1 and plane_stride:
+        raise VerifyException(f"!{name}: one plane has no plane stride, got {plane_stride}")
 
 
 def view_fits(t, tensor: TensorType) -> str | None:
     """Why the view of map type `t` does not fit in `tensor` (None when it does)."""
     if tensor.element_type != t.element_type:
         return f"must be a tensor of {t.element_type}, got {tensor}"
-    last = t.offset.data + (t.rows.data - 1) * t.stride.data + t.cols.data
+    last = t.offset.data + (t.rows.data - 1) * t.stride.data + (t.planes.data - 1) * t.plane_stride.data + t.cols.data
     n = prod(tensor.get_shape())
     if last > n:
         return f"the view ends at element {last}, past the {n} elements of {tensor}"

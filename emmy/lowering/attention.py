@@ -364,7 +364,7 @@ def _tma_maps(
             continue
         if numel % stride:
             continue
-        params = (numel // stride, stride, stride, 0, sched.block_kv, TMA_SLAB)
+        params = (numel // stride, stride, stride, 0, sched.block_kv, TMA_SLAB, 1, 0)
         out.append((p.name, K.TensorMapType(BFloat16Type(), *(IntAttr(v) for v in params)), stride, ref))
     return out
 

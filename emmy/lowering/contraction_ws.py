@@ -52,7 +52,7 @@ class WarpSpecializedMixin:
             src = direct_source(em, self.cs[0].a_value, kset, k)
             a_load = src.load if isinstance(src, Leaf) else None
         if a_load is not None:
-            view = tensor_view(a_load, m_axis, k, self.ext, g.bm, g.slab)
+            view = tensor_view(a_load, m_axis, k, self.ext, g.bm, g.slab, planes=True)
             if view is not None:
                 out.append(MapOperand("a", 0, a_load, view, a_load.tensor.index))
         for c, contraction in enumerate(self.cs):
@@ -87,7 +87,10 @@ class WarpSpecializedMixin:
             for s_ in range(g.bk // g.slab):
                 col = kb.add(kb.mul(kt, g.bk), s_ * g.slab)
                 dst = kb.ptr_add(base, s_ * rows * g.slab)
-                if part is None:
+                if m.view.planes.data > 1:  # (the A side only: a column within its plane)
+                    width = m.view.cols.data
+                    kb.call("emmy::tma_load_3d", [dst, map_arg, kb.rem(col, width), row0, kb.div(col, width), bar])
+                elif part is None:
                     kb.call("emmy::tma_load_2d", [dst, map_arg, col, row0, bar])
                 else:
                     mask = kb.idx((1 << g.cluster) - 1)

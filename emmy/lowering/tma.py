@@ -7,7 +7,12 @@ stride — is a 2-D view of its tensor, and a tensor map over that view copies a
 (emmy/backend/runtime/emmy_tma.cuh). The kernel gets one `!kernel.tensor_map` argument per such
 operand, bound at launch to the operand's tensor.
 
-    tensor_view(load, row_axis, k_axis, extents, box_rows, box_cols) -> TensorMapType | None
+With `planes`, a load that reads the k axis as `k / D` in one dimension and `k % D` in the
+contiguous last one (attention's output [heads, tokens, head dim] read as the o projection's
+rows x (heads * head dim) A side) is a view of D columns in k / D planes (a three-dimensional
+map, `emmy/dialects/tensor_map.py`), where D is a multiple of the box's columns.
+
+    tensor_view(load, row_axis, k_axis, extents, box_rows, box_cols, planes=False) -> TensorMapType | None
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from math import prod
 
 from xdsl.dialects.builtin import BFloat16Type, IntAttr, TensorType, bf16
 
-from emmy.analysis.indexing import affine_form
+from xdsl.dialects import arith
+from xdsl.ir import SSAValue
+
+from emmy.analysis.indexing import affine_form, constant_int
 from emmy.lowering.scalar import row_major_strides
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import LoadOp
@@ -37,11 +45,13 @@ class MapOperand:
 
 
 def tensor_view(
-    load: LoadOp, row_axis: str, k_axis: str, extents: dict[str, int], box_rows: int, box_cols: int
+    load: LoadOp, row_axis: str, k_axis: str, extents: dict[str, int], box_rows: int, box_cols: int,
+    planes: bool = False,
 ) -> K.TensorMapType | None:
     """The tensor map type of `load` as a view with one row per value of `row_axis` and one
     column per value of `k_axis`, boxes of box_rows x box_cols; None when the load is not such
-    a view (other axes, k not contiguous, rows not 16-byte aligned, a box too tall)."""
+    a view (other axes, k not contiguous, rows not 16-byte aligned, a box too tall). With
+    `planes`, also a view in planes (module docstring)."""
     t = load.tensor.type
     if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
         return None
@@ -49,22 +59,60 @@ def tensor_view(
         return None
     coeffs: dict[str, int] = {}
     const = 0
+    split: dict[str, tuple[int, int]] = {}  # "div" / "rem" -> (D, the dimension's stride)
     for index, stride in zip(load.indices, row_major_strides(t.get_shape())):
         form = affine_form(index)
         if form is None:
-            return None
+            part = _k_part(index, k_axis) if planes else None
+            if part is None or part[0] in split:
+                return None
+            split[part[0]] = (part[1], stride)
+            continue
         const += form.constant * stride
         for axis, c in form.coeffs.items():
             coeffs[axis] = coeffs.get(axis, 0) + c * stride
     coeffs = {a: c for a, c in coeffs.items() if c}
+    n = prod(t.get_shape())
+    if split:
+        return _planes_view(split, coeffs, const, row_axis, k_axis, extents, box_rows, box_cols, n)
     if set(coeffs) != {row_axis, k_axis} or coeffs[k_axis] != 1:
         return None
     stride, rows, cols = coeffs[row_axis], extents[row_axis], extents[k_axis]
     if stride < cols or (2 * stride) % 16 or (2 * const) % 16 or const < 0:
         return None
-    if const + (rows - 1) * stride + cols > prod(t.get_shape()):
+    if const + (rows - 1) * stride + cols > n:
         return None
-    params = (rows, cols, stride, const, box_rows, box_cols)
+    return _map_type(rows, cols, stride, const, box_rows, box_cols, 1, 0)
+
+
+def _k_part(index: SSAValue, k_axis: str) -> tuple[str, int] | None:
+    """("div", D) for `k / D`, ("rem", D) for `k % D` (D a constant > 1, k the bare axis)."""
+    op = index.owner
+    if not isinstance(op, (arith.DivUIOp, arith.RemUIOp)):
+        return None
+    d, k = constant_int(op.rhs), affine_form(op.lhs)
+    if d is None or d < 2 or k is None or k.coeffs != {k_axis: 1} or k.constant:
+        return None
+    return ("div" if isinstance(op, arith.DivUIOp) else "rem", d)
+
+
+def _planes_view(split, coeffs, const, row_axis, k_axis, extents, box_rows, box_cols, n) -> K.TensorMapType | None:
+    """The view in planes of a load reading k as `k / D` (plane) and `k % D` (contiguous column)."""
+    if set(split) != {"div", "rem"} or set(coeffs) != {row_axis}:
+        return None
+    (d, plane_stride), (d2, col_stride) = split["div"], split["rem"]
+    stride, rows, k = coeffs[row_axis], extents[row_axis], extents[k_axis]
+    if d != d2 or col_stride != 1 or k % d or d % box_cols or stride < d:
+        return None
+    planes = k // d
+    if (2 * stride) % 16 or (2 * plane_stride) % 16 or (2 * const) % 16 or const < 0 or plane_stride < 1:
+        return None
+    if const + (rows - 1) * stride + (planes - 1) * plane_stride + d > n:
+        return None
+    return _map_type(rows, d, stride, const, box_rows, box_cols, planes, plane_stride)
+
+
+def _map_type(*params: int) -> K.TensorMapType:
     return K.TensorMapType(bf16, *(IntAttr(p) for p in params))
 
 

@@ -540,8 +540,8 @@ def test_tma_attention_maps_direct_rows():
     maps = [(a, t) for a, t in ((a, a.type) for a in func.body.block.args) if isinstance(t, K.TensorMapType)]
     assert len(maps) == 1  # V only: K is computed (RMSNorm + rope) inside the flash kernel
     v_map = maps[0][1]
-    rows, cols, stride, offset, box_rows, box_cols = (p.data for p in v_map.parameters[1:])
-    assert (cols, stride, offset, box_rows, box_cols) == (stride, stride, 0, 64, 64) and rows * stride > 0
+    rows, cols, stride, offset, box_rows, box_cols, planes, _ = (p.data for p in v_map.parameters[1:])
+    assert (cols, stride, offset, box_rows, box_cols, planes) == (stride, stride, 0, 64, 64, 1) and rows * stride > 0
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data == f"emmy::attention::run<128, 64, 64, 4, 3, 2, 128, 2, 128, 3, {stride}, 1>"
     (launch,) = built.launches
@@ -553,7 +553,7 @@ def test_tma_attention_maps_direct_rows():
     kinds = [a.type for a in main.body.block.args if isinstance(a.type, K.TensorMapType)]
     assert len(kinds) == 2  # materialized K rows and V
     k_params = [p.data for p in kinds[0].parameters[1:]]
-    assert k_params == [2 * 256, 128, 128, 0, 64, 64]  # the 2 key heads' rows of the K temporary
+    assert k_params == [2 * 256, 128, 128, 0, 64, 64, 1, 0]  # the 2 key heads' rows of the K temporary
     (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
     assert ", 0, 0, 3, 128, 3, " in call.callee.data  # Q direct rows, K and V through maps
     assert split.launches[1].args[-2:] == (A.Tmp(1), launch.args[-1])
@@ -581,7 +581,7 @@ def test_tma_attention_at_ragged_lengths():
     op, built = _tma_build("split", T=100)
     _, main = built.funcs
     maps = [a.type for a in main.body.block.args if isinstance(a.type, K.TensorMapType)]
-    assert [[p.data for p in m.parameters[1:]][4:] for m in maps] == [[64, 64], [64, 64]]
+    assert [[p.data for p in m.parameters[1:]][4:6] for m in maps] == [[64, 64], [64, 64]]
     (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
     assert ", 0, 0, 3, 128, 3, " in call.callee.data
     assert [constant(v) for v in call.operands[-5:-1]] == [100, 100, 1, 0]  # seq_q, seq_kv, causal, offset

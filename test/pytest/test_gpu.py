@@ -76,7 +76,8 @@ TMA_CASES = [
 ]
 # Attention with K and V by tensor-map copies (copy=tma; key blocks of 64 divide the keys):
 # materialized K and V rows (fusion=split), K computed in the flash kernel and only V copied by
-# tensor maps (fusion=fused), and one tensor-map key block per query block at 64 tokens.
+# tensor maps (fusion=fused), and one tensor-map key block per query block at 64 tokens; and the
+# o projection's tensor maps in planes.
 ATTENTION_TMA_CASES = [
     (64, ("attention.copy=tma",)),
     (1024, ("attention.copy=tma", "attention.fusion=split")),
@@ -84,6 +85,13 @@ ATTENTION_TMA_CASES = [
     (1024, ("attention.copy=tma", "attention.block_kv=128", "attention.fusion=split")),
     # two warpgroups of 64 query rows sharing each 128-key block (the rules' choice at 4096 tokens)
     (1024, ("attention.copy=tma", "attention.block_q=128", "attention.warps=8", "attention.block_kv=128")),
+    # the o projection's A side (attention's output, head by head) through a map in planes, one
+    # three-dimensional copy per k-step slab: rows past M (300, 3000), 256-row tiles, persistent
+    (300, ("o_proj_residual.workers=wgmma_ws", "o_proj_residual.copy=tma", "o_proj_residual.split_k=1")),
+    (3000, ("o_proj_residual.workers=wgmma_ws", "o_proj_residual.copy=tma", "o_proj_residual.split_k=1",
+            "o_proj_residual.block_m=256", "o_proj_residual.block_n=96", "o_proj_residual.warps=16")),
+    (1000, ("o_proj_residual.workers=wgmma_ws", "o_proj_residual.copy=tma", "o_proj_residual.split_k=1",
+            "o_proj_residual.schedule=persistent", "o_proj_residual.block_k=128")),
 ]
 # split_k with combine = last_block (the tile's last block adds the parts and stores the tile):
 # the rules' split o and down projections on wgmma_ws (split 4 and 8 at 130 tokens, 2 and 4 at

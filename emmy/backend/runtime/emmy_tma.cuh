@@ -44,6 +44,19 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap& map, 
 #endif
 }
 
+// A box of a map with planes (emmy/dialects/tensor_map.py): column `col` within plane `plane`.
+__device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap& map, int col, int row, int plane,
+                                            long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(s),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(col), "r"(row), "r"(plane), "r"(b)
+      : "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Thread block clusters (sm_90+): blocks of one cluster run together and reach each other's
 // shared memory. A pair of blocks sharing a B tile each copy half of it and multicast the half

@@ -341,6 +341,24 @@ func.func @f(%p: !kernel.tensor_map<bf16, rows 512, cols 32, stride 32, offset 0
 // CHECK: !kernel.tensor_map: a box has 1 to 256 rows, got 512
 
 // -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 64, cols 96, stride 96, offset 0, planes 4 x 6144, box 64 x 64>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: with planes, the plane stride must be a multiple of 16 bytes (8 bf16) and the columns a multiple of the box's, got plane stride 6144, 96 columns, boxes of 64
+
+// -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, planes 0 x 0, box 64 x 32>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: a view has at least one plane, got 0
+
+// -----
+func.func @f(%p: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, planes 1 x 64, box 64 x 32>) {
+  func.return
+}
+// CHECK: !kernel.tensor_map: one plane has no plane stride, got 64
+
+// -----
 kernel.func @k(%a: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
 }
 func.func @f(%x: tensor<32x32xbf16>) {

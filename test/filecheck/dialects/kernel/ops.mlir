@@ -140,6 +140,13 @@ kernel.func @pair() grid [4, 2, 1] block [128, 1, 1] smem 0 cluster [1, 2, 1] {
 // CHECK:      kernel.func @pair() grid [4, 2, 1] block [128, 1, 1] smem 0 cluster [1, 2, 1] {
 // CHECK-NEXT:   kernel.call "emmy::cluster_sync"() : () -> ()
 
+// A view in planes (three dimensions): attention's output [heads, tokens, head dim] read as
+// tokens x (heads * head dim); one plane prints no `planes`.
+kernel.func @tma3(%a: !kernel.tensor_map<bf16, rows 3000, cols 128, stride 128, offset 0, planes 16 x 384000, box 128 x 64>, %b: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, planes 1 x 0, box 64 x 32>) grid [1, 1, 1] block [128, 1, 1] smem 4096 {
+  kernel.call "emmy::tma_prefetch"(%a) : (!kernel.tensor_map<bf16, rows 3000, cols 128, stride 128, offset 0, planes 16 x 384000, box 128 x 64>) -> ()
+}
+// CHECK:      kernel.func @tma3(%a: !kernel.tensor_map<bf16, rows 3000, cols 128, stride 128, offset 0, planes 16 x 384000, box 128 x 64>, %b: !kernel.tensor_map<bf16, rows 64, cols 32, stride 32, offset 0, box 64 x 32>)
+
 // A launch without arguments prints no type list; discardable attributes sit before the types.
 kernel.func @none() grid [1, 1, 1] block [32, 1, 1] smem 0 {
   %t = kernel.thread_id z {note = 1 : i64}
