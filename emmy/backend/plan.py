@@ -244,7 +244,7 @@ def _host_value(plan: LaunchPlan, kernel: Kernel, i: int, arg: str | int | float
         b = plan.buffer(arg)
         return (
             f"emmy::tensor_map_2d(({c_type(b.dtype)}*){b.name} + {t.offset}, {t.rows}, {t.cols}, {t.stride}, "
-            f"{t.box_rows}, {t.box_cols})"
+            f"{t.box_rows}, {t.box_cols}" + (f", {t.planes}, {t.plane_stride})" if t.planes > 1 else ")")
         )
     if t.startswith("ptr<"):
         if not isinstance(arg, str):

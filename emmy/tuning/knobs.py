@@ -57,8 +57,10 @@ Meanings (what the kernel stage does with each value):
 - `copy`: how the producer warpgroup of `wgmma_ws` fills the pipeline slots: every thread
   issuing 16-byte `cp.async` copies (`cp_async`), or one thread issuing one tensor-memory-
   accelerator copy per operand tile and slab (`tma`, sm_90+), the hardware writing the swizzled
-  layout and counting the bytes on the slot's barrier. Operands the tensor maps cannot describe
-  (a computed A side, concatenated weights) stay on cp.async.
+  layout and counting the bytes on the slot's barrier. An A side stored in planes (attention's
+  output head by head, read as tokens x (heads * head dim) by the o projection) gets a
+  three-dimensional map (emmy/lowering/tma.py). Operands the tensor maps cannot describe (a
+  computed A side, concatenated weights) stay on cp.async.
 - `cluster`: blocks per thread block cluster along the m side (1: no clusters; 2: pairs of
   blocks with the same columns, each copying half of the shared B tile and multicasting it to
   both, which halves the B traffic out of L2; `copy = tma`, sm_90+; with `schedule =

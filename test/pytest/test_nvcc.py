@@ -228,3 +228,21 @@ def test_whole_layer_compiles(tmp_path, target, pins):
         assert source.count("emmy::wgmma::tile<") >= 4
         if cuobjdump_path() is not None:
             assert "HGMMA" in sass(cubin)
+
+
+def test_host_entry_encodes_maps_in_planes(tmp_path):
+    """The o projection's A side, attention's output head by head, is copied through a map in
+    planes; the generated launch function encodes it as a three-dimensional map (its planes and
+    plane stride after the box), and the whole layer builds as a shared library for sm_90a."""
+    from emmy.driver import CompileOptions, compile_model
+
+    pins = ("o_proj_residual.workers=wgmma_ws", "o_proj_residual.copy=tma", "o_proj_residual.split_k=1",
+            "o_proj_residual.block_m=128", "o_proj_residual.block_n=256", "o_proj_residual.warps=8")
+    result = compile_model(CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=300, target="sm_90a", pins=pins))
+    plan = launch_plan(result.module)
+    kernel = next(k for k in plan.kernels if k.name == "o_proj_residual")
+    maps = [str(t) for t in kernel.arg_types if not isinstance(t, str)]
+    assert maps[0] == "tensor_map<rows 300, cols 128, stride 128, offset 0, planes 16 x 38400, box 128 x 64>"
+    assert re.search(r"emmy::tensor_map_2d\(\(__nv_bfloat16\*\)\w+ \+ 0, 300, 128, 128, 128, 64, 16, 38400\)", plan.source)
+    lib = compile_source(plan.source, "sm_90a", tmp_path, cubin=False)
+    assert lib.suffix == ".so" and lib.exists()

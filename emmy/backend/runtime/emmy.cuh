@@ -6,7 +6,7 @@
 //   emmy_mma.cuh    emmy::mma::warp_tile (ldmatrix + mma.sync m16n8k16, sm_80+),
 //                   emmy::fma::thread_tile (plain FMA)
 //   emmy_wgmma.cuh  emmy::wgmma::tile, desc, fence/commit/wait (sm_90a)
-//   emmy_tma.cuh    tma_load_2d, mbar_arrive_expect_tx (sm_90+), tensor_map_2d (host)
+//   emmy_tma.cuh    tma_load_2d/3d, mbar_arrive_expect_tx (sm_90+), tensor_map_2d (host)
 //
 // Standalone checks of each building block: tools/kernel_checks/*.cu.
 #pragma once

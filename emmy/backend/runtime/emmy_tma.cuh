@@ -44,7 +44,7 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap& map, 
 #endif
 }
 
-// A box of a map with planes (emmy/dialects/tensor_map.py): column `col` within plane `plane`.
+// A box of a map in planes (emmy/dialects/tensor_map.py): column `col` within plane `plane`.
 __device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap& map, int col, int row, int plane,
                                             long long* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -126,10 +126,12 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem, const CUtensor
 #endif
 }
 
-// Host side: the map of a 2-D view (see above), for the launch functions of generated sources.
-// The driver's encoder is looked up through the runtime, so nothing links against libcuda.
+// Host side: the map of a view (see above; `planes` planes `plane_stride` elements apart, a 3-D
+// map past one plane), for the launch functions of generated sources. The driver's encoder is
+// looked up through the runtime, so nothing links against libcuda.
 inline CUtensorMap tensor_map_2d(const void* base, unsigned long long rows, unsigned long long cols,
-                                 unsigned long long stride, unsigned box_rows, unsigned box_cols) {
+                                 unsigned long long stride, unsigned box_rows, unsigned box_cols,
+                                 unsigned long long planes = 1, unsigned long long plane_stride = 0) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -141,16 +143,17 @@ inline CUtensorMap tensor_map_2d(const void* base, unsigned long long rows, unsi
     encode = reinterpret_cast<Encode>(fn);
   }
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {stride * 2};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t step[2] = {1, 1};
+  const cuuint32_t rank = planes > 1 ? 3 : 2;  // (columns, rows[, planes])
+  const cuuint64_t dims[3] = {cols, rows, planes};
+  const cuuint64_t strides[2] = {stride * 2, plane_stride * 2};
+  const cuuint32_t box[3] = {box_cols, box_rows, 1};
+  const cuuint32_t step[3] = {1, 1, 1};
   const unsigned width = box_cols * 2;
   const CUtensorMapSwizzle swizzle = width == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : width == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                    : CU_TENSOR_MAP_SWIZZLE_32B;
   if (encode != nullptr) {
-    encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, step,
+    encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides, box, step,
            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   }
