@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from xdsl.dialects.builtin import BFloat16Type, IntAttr, TensorType, bf16
-
 from xdsl.dialects import arith
+from xdsl.dialects.builtin import BFloat16Type, IntAttr, TensorType, bf16
 from xdsl.ir import SSAValue
 
 from emmy.analysis.indexing import affine_form, constant_int
@@ -77,12 +76,7 @@ def tensor_view(
         return _planes_view(split, coeffs, const, row_axis, k_axis, extents, box_rows, box_cols, n)
     if set(coeffs) != {row_axis, k_axis} or coeffs[k_axis] != 1:
         return None
-    stride, rows, cols = coeffs[row_axis], extents[row_axis], extents[k_axis]
-    if stride < cols or (2 * stride) % 16 or (2 * const) % 16 or const < 0:
-        return None
-    if const + (rows - 1) * stride + cols > n:
-        return None
-    return _map_type(rows, cols, stride, const, box_rows, box_cols, 1, 0)
+    return _map_type(extents[row_axis], extents[k_axis], coeffs[row_axis], const, box_rows, box_cols, n)
 
 
 def _k_part(index: SSAValue, k_axis: str) -> tuple[str, int] | None:
@@ -101,18 +95,21 @@ def _planes_view(split, coeffs, const, row_axis, k_axis, extents, box_rows, box_
     if set(split) != {"div", "rem"} or set(coeffs) != {row_axis}:
         return None
     (d, plane_stride), (d2, col_stride) = split["div"], split["rem"]
-    stride, rows, k = coeffs[row_axis], extents[row_axis], extents[k_axis]
-    if d != d2 or col_stride != 1 or k % d or d % box_cols or stride < d:
+    k = extents[k_axis]
+    if d != d2 or col_stride != 1 or k % d or d % box_cols:
         return None
-    planes = k // d
-    if (2 * stride) % 16 or (2 * plane_stride) % 16 or (2 * const) % 16 or const < 0 or plane_stride < 1:
-        return None
-    if const + (rows - 1) * stride + (planes - 1) * plane_stride + d > n:
-        return None
-    return _map_type(rows, d, stride, const, box_rows, box_cols, planes, plane_stride)
+    return _map_type(extents[row_axis], d, coeffs[row_axis], const, box_rows, box_cols, n, k // d, plane_stride)
 
 
-def _map_type(*params: int) -> K.TensorMapType:
+def _map_type(rows: int, cols: int, stride: int, const: int, box_rows: int, box_cols: int, n: int,
+              planes: int = 1, plane_stride: int = 0) -> K.TensorMapType | None:
+    """The map type of a view, or None where its rows overlap, it is not 16-byte aligned, or it
+    runs past the tensor's `n` elements."""
+    if stride < cols or (2 * stride) % 16 or (2 * plane_stride) % 16 or (2 * const) % 16 or const < 0:
+        return None
+    if const + (rows - 1) * stride + (planes - 1) * plane_stride + cols > n:
+        return None
+    params = (rows, cols, stride, const, box_rows, box_cols, planes, plane_stride)
     return K.TensorMapType(bf16, *(IntAttr(p) for p in params))
 
 

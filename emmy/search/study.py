@@ -49,8 +49,9 @@ worker asks for as many as the budget leaves after the measured and the running 
 until the heartbeat's grace period fails it). A study thus ends with its budget of measured
 trials, more only where workers asked at the same moment (at most (W - 1) x batch more). Several
 processes pointed at one store share the studies the same way. A worker asks for its next batch
-while the current one is measured (`PIPELINE`), so the sampler's time hides behind the builds
-and the GPU; a batch asked for when the budget ran out is left unmeasured (FAIL without
+while the current one is measured (the sampler and the store cost about 0.3-0.5 s a trial, as
+much as a build; in a thread beside the measurement they cost no wall time, and the next batch is
+drawn with the current one still running, which TPE's constant liar allows for); a batch asked for when the budget ran out is left unmeasured (FAIL without
 `status`, `reason` "not measured: the worker stopped before it").
 """
 
@@ -86,11 +87,6 @@ PRIOR_POOL = 64
 PRIOR_SAMPLE = 1000
 # Consecutive repeated draws after which a worker stops (the sampler has little left to offer).
 MAX_REPEATS = 50
-# Whether a worker asks the sampler for its next batch while the current one is measured (the
-# sampler and the store cost about 0.3-0.5 s a trial, as much as a build: in a thread, beside
-# the measurement, they cost no wall time; the next batch is drawn with the current one still
-# running, which TPE's constant liar already allows for).
-PIPELINE = True
 # Seconds a worker waits while other workers measure the last trials of the budget.
 WAIT_S = 0.5
 # Structural forks (`emmy.tuning.knobs.STRUCTURAL`, e.g. `fusion`): each branch (a legal value of
@@ -304,8 +300,8 @@ def run_trials(
 ) -> int:
     """One worker's loop on one study: ask up to `batch` trials, measure them together, tell,
     until the study has `budget.trials` measured trials, `budget.seconds` have passed, or every
-    legal point is measured. With PIPELINE the next batch is asked for in a thread while the
-    measurer has the current one (the two share nothing but the store, and the asking is done
+    legal point is measured. The next batch is asked for in a thread while the measurer has
+    the current one (the two share nothing but the store, and the asking is done
     before the current batch is told). Returns the trials this worker measured.
     `on_trial(measured so far, best time)` is called after each batch. `prior`: see
     `open_study`."""
@@ -327,10 +323,10 @@ def run_trials(
         count, running = len(measured(study)), _running(study)
         return batch if budget.trials is None else min(batch, budget.trials - count - running)
 
-    def ask(heart: _Heartbeat) -> tuple[list, list, int]:
-        """A batch: (trials, points, draws pruned as repeats)."""
+    def ask(heart: _Heartbeat, n: int) -> tuple[list, list, int]:
+        """A batch of up to `n`: (trials, points, draws pruned as repeats)."""
         trials, points, pruned = [], [], 0
-        for _ in range(room()):
+        for _ in range(n):
             trial, point = _ask(store, study, space)
             heart.add(trial._trial_id)
             if fork is not None and fork.move(store, study, trial, point):  # (a starved branch's point enqueued)
@@ -345,34 +341,34 @@ def run_trials(
             points.append(point)
         return trials, points, pruned
 
-    ahead = None  # the next batch, asked while this one is measured (PIPELINE)
+    ahead = None  # the next batch, asked while this one is measured
     with _Heartbeat(store) as heart, ThreadPoolExecutor(1, thread_name_prefix="emmy-ask") as asker:
         try:
             while True:
                 _fail_stale(study)
-                if budget.trials is not None and len(measured(study)) >= budget.trials:
+                count = len(measured(study))
+                if budget.trials is not None and count >= budget.trials:
                     break
                 if budget.seconds is not None and clock() - start >= budget.seconds:
                     break
-                if len(measured(study)) >= len(space.space) or repeats >= MAX_REPEATS:
+                if count >= len(space.space) or repeats >= MAX_REPEATS:
                     break
                 if ahead is not None:
                     trials, points, pruned = ahead.result()
                     ahead = None
-                elif room() <= 0:  # the last trials of the budget are being measured by other workers
-                    time.sleep(WAIT_S)
-                    continue
                 else:
-                    trials, points, pruned = ask(heart)
+                    free = room()
+                    if free <= 0:  # the last trials of the budget are being measured by other workers
+                        time.sleep(WAIT_S)
+                        continue
+                    trials, points, pruned = ask(heart, free)
                 repeats += pruned
                 if not trials:
                     continue
                 repeats = 0
-                if PIPELINE:
-                    ahead = asker.submit(ask, heart)
+                ahead = asker.submit(lambda: ask(heart, room()))
                 results = measurer.measure(task, points)
-                if ahead is not None:  # (the store is the asker's till it is done: told after it)
-                    wait([ahead])
+                wait([ahead])  # (the store is the asker's till it is done: told after it)
                 if env is None:
                     env = measurer.environment()
                 for trial, point, m in zip(trials, points, results):
@@ -596,7 +592,7 @@ def _fail_stale(study) -> None:
 class _Heartbeat:
     """Records the heartbeats of a worker's trials from their asking to their measurement's end
     (a worker killed meanwhile stops beating, and its trials are failed by another worker after
-    the grace period); with PIPELINE, of the batch being measured and the next one."""
+    the grace period): the batch being measured and the next one, asked for meanwhile."""
 
     def __init__(self, store: Store):
         self.storage, self.ids = store.storage, set()
