@@ -83,7 +83,9 @@ def short_source(source: dict | None) -> str:
     where = (f"{source['file'].rsplit('/', 1)[-1]} entry {source['entry']}" if "file" in source
              else f"study {source.get('study', '?')[:21]} trial {source.get('trial', '?')}")
     if tier == "nearest":
-        return f"{where}, shape {str(source.get('shape', '')).split(';')[0]}"
+        reshaped = source.get("reshaped")
+        tile = f", reshaped to {reshaped['to']['block_m']} x {reshaped['to']['block_n']}" if reshaped else ""
+        return f"{where}, shape {str(source.get('shape', '')).split(';')[0]}{tile}"
     return where
 
 

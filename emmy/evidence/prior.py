@@ -94,12 +94,15 @@ class NearestVet:
 
 
 def nearest_decider(candidates, prior) -> RecordedDecider:
-    """The nearest tier's decider: with a fitted prior (a PriorDecider), its candidates vetted
-    on each kernel's shape (`NearestVet`); without one, as recorded."""
+    """The nearest tier's decider: with a fitted prior (a PriorDecider), its candidates' tiles
+    reshaped where they leave this shape's last wave part empty (`emmy.evidence.reshape`) and
+    then vetted on each kernel's shape (`NearestVet`); without one, as recorded."""
+    from emmy.evidence.reshape import Reshape
+
     fitted = prior is not None and getattr(prior.prior, "fitted", False)
     if not fitted:
         return RecordedDecider("nearest", candidates)
-    return RecordedDecider("nearest", candidates, vet=NearestVet(prior.prior))
+    return RecordedDecider("nearest", candidates, vet=NearestVet(prior.prior), reshape=Reshape(prior.prior))
 
 
 def prior_decider(golden: str, target, required: bool = False) -> PriorDecider | None:

@@ -5,7 +5,11 @@ of candidates (full knob assignments with where they came from), best first; the
 agrees with the stronger answers and is legal on this kernel and target answers every knob it
 names. The ones passed over are reported (`skipped`), with why. A tier may also have a `vet`: a
 last check of a legal candidate on this kernel (the nearest tier's: `emmy.evidence.prior.NearestVet`,
-the prior's comparison of the borrowed values with the rules' answer on this shape).
+the prior's comparison of the borrowed values with the rules' answer on this shape), and a
+`reshape`, run before the vet: another legal assignment in place of the candidate's, with what
+changed and why (the nearest tier's: `emmy.evidence.reshape.Reshape`, a borrowed tile that leaves
+this shape's last wave part empty). A reshaped candidate answers with its source's `reshaped`
+detail and its reason extended.
 """
 
 from __future__ import annotations
@@ -53,12 +57,16 @@ class RecordedDecider:
     skipped: MutableMapping[str, list[Skipped]] = field(default_factory=dict)
     # (problem, fixed, the full assignment) -> why not to use a legal candidate here, or ""
     vet: Callable[[Problem, Mapping[str, Answer], Mapping[str, KnobValue]], str] | None = None
+    # (problem, fixed, the full assignment) -> (another legal assignment, its JSON-able detail) or None
+    reshape: Callable[[Problem, Mapping[str, Answer], Mapping[str, KnobValue]], tuple[dict, dict] | None] | None = None
 
     def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
         notes = self.skipped.setdefault(problem.kernel, [])
         del notes[:]  # a kernel decided again (fitting parts, a launch budget) reports once
         for c in self.candidates.get(problem.kernel, ()):
             why = self._unusable(problem, fixed, c)
+            if not why and self.reshape is not None:
+                c = self._reshaped(problem, fixed, c)
             if not why and self.vet is not None:
                 why = self.vet(problem, fixed, {**dict(c.values), **{k: a.value for k, a in fixed.items()}})
             if why:
@@ -67,6 +75,15 @@ class RecordedDecider:
             self.used[problem.kernel] = c
             return {k: Answer(v, self.name, c.reason) for k, v in c.values.items() if k not in fixed}
         return {}
+
+    def _reshaped(self, problem: Problem, fixed: Mapping[str, Answer], c: Candidate) -> Candidate:
+        from emmy.evidence.reshape import describe
+
+        got = self.reshape(problem, fixed, {**dict(c.values), **{k: a.value for k, a in fixed.items()}})
+        if got is None:
+            return c
+        values, detail = got
+        return Candidate({k: values[k] for k in c.values}, f"{c.reason}; {describe(detail)}", {**c.source, "reshaped": detail})
 
     @staticmethod
     def _unusable(problem: Problem, fixed: Mapping[str, Answer], c: Candidate) -> str:

@@ -1,0 +1,90 @@
+"""The nearest tier's reshape: a borrowed tile that leaves this shape's last wave part empty.
+
+A tile measured best at 4096 tokens (the Qwen3 layer's o projection: 128 x 256, 32 x 4 = 128
+blocks on 132 SMs) leaves 36 SMs idle at 3000 tokens (24 x 4 = 96 blocks) where another shape
+fills the card (256 x 96: 12 x 11 = 132 blocks); the H200 ran them 33.7 and 24.8 us.
+What was measured elsewhere says which values are good for this kernel's structure; what the
+shape changes (the tile count against the SM count) is what the prior's physical model counts.
+So where the borrowed assignment is a grid contraction whose wave quantization here is above
+`emmy.prior.waves.SLACK`, the tile shapes that fill the waves better (`emmy.prior.waves.shapes`,
+each with the borrowed warps per tile row or the borrowed warps, every other knob as borrowed)
+are ranked by the physical model (the fitted coefficients without the learned correction, as
+the vet does: `emmy.evidence.prior.NearestVet`), and the fastest replaces the borrowed tile when
+predicted at least `RESHAPE_MARGIN` faster. Pinned tile knobs are never changed, and every
+reshaped assignment is legal here (`emmy.tuning.legality.check`).
+
+    reshape = Reshape(prior)
+    reshape(problem, fixed, values) -> (values', detail) | None   # detail: JSON-able, for --explain
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from emmy.tuning.deciders import Answer, Problem
+
+# How much faster the physical model must predict another tile shape than the borrowed one. The
+# model's ranking of tile shapes alone errs less than its held-out margin over every knob
+# (Prior.margin: 1.26 for contractions, mostly from copies and workers it mispredicts); on the
+# H200 the fillers it ranks first measured 1.08x-1.36x faster where it predicted 1.16x-1.25x
+# (the o and down projections at 2560 and 3000 tokens).
+RESHAPE_MARGIN = 1.05
+TILE_KNOBS = ("block_m", "block_n", "warps")
+
+
+@dataclass(frozen=True)
+class Reshape:
+    prior: object  # emmy.prior.store.Prior (fitted)
+
+    def __call__(self, problem: Problem, fixed: Mapping[str, Answer],
+                 values: Mapping[str, object]) -> tuple[dict, dict] | None:
+        from emmy.prior.features import Kernel
+        from emmy.prior.model import score
+        from emmy.prior.waves import fills_better, fills_worse, grid_contraction, shapes, terms
+        from emmy.tuning.legality import check
+
+        domains = problem.space
+        if any(k in fixed for k in ("block_m", "block_n")) or not grid_contraction(problem.info, domains, values):
+            return None
+        kernel = Kernel(problem.info, problem.target)
+        own = terms(kernel, values)
+        if not fills_worse(own):
+            return None
+        own_s = score(kernel, values, self.prior.coeffs, penalized=False)
+        if own_s is None:
+            return None
+        best = None
+        for bm, bn, scaled in shapes(domains, values):
+            warps = [values.get("warps")] if "warps" in fixed else [*scaled, values.get("warps")]
+            for w in dict.fromkeys(warps):
+                candidate = {**values, "block_m": bm, "block_n": bn, **({"warps": w} if w is not None else {})}
+                if check(problem.info, candidate, problem.target):
+                    continue
+                other = terms(kernel, candidate)
+                if not fills_better(own, other):
+                    continue
+                t = score(kernel, candidate, self.prior.coeffs, penalized=False)
+                if t is not None and (best is None or t < best[0]):
+                    best = (t, candidate, other)
+        if best is None or best[0] * RESHAPE_MARGIN > own_s:
+            return None
+        t, candidate, other = best
+        detail = {"from": {k: values[k] for k in TILE_KNOBS if k in values},
+                  "to": {k: candidate[k] for k in TILE_KNOBS if k in candidate},
+                  "quant": [round(own[0], 3), round(other[0], 3)],
+                  "predicted_s": t, "borrowed_predicted_s": own_s, "margin": RESHAPE_MARGIN}
+        return candidate, detail
+
+
+def describe(detail: Mapping[str, object]) -> str:
+    """One line for a reshape's detail (the reason --explain prints)."""
+    a, b = detail["from"], detail["to"]
+    qa, qb = detail["quant"]
+    return (f"reshaped from {a['block_m']} x {a['block_n']} ({a.get('warps', '?')} warps) to {b['block_m']} x "
+            f"{b['block_n']} ({b.get('warps', '?')} warps) to fill the waves here (wave quantization {qa:.2f} -> {qb:.2f}; "
+            f"the prior's physical model predicts {detail['predicted_s'] * 1e6:.2f} us against "
+            f"{detail['borrowed_predicted_s'] * 1e6:.2f} us)")
+
+
+__all__ = ["RESHAPE_MARGIN", "Reshape", "describe"]

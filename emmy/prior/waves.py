@@ -1,0 +1,69 @@
+"""Tile shapes that fill the card's waves: a fact of the cost model shared by the search (a
+study's first trials, `emmy.search.waves`) and the nearest tier (a borrowed tile reshaped for
+this shape, `emmy.evidence.reshape`).
+
+    terms(kernel, values) -> (quant, tile_area) | None
+    fills_worse(kernel, values) -> bool          # quant above SLACK: worth trying other shapes
+    shapes(domains, values) -> [(block_m, block_n, [warps, ...]), ...]
+
+A contraction's blocks run in waves of one block per SM; when a tile count is a little over or
+under a multiple of the SM count, the last wave keeps few SMs busy (the Qwen3 layer's down
+projection at 3000 tokens: 128 x 256 tiles, 96 blocks on 132 SMs, 45.2 us; 256 x 96 tiles, 132
+blocks, 33.5 us on an H200). `quant` (`emmy.prior.features`) is the busiest SM's blocks over
+the average. Where it is above `SLACK`, other (block_m, block_n) whose quantization is lower and
+that keep at least `MIN_AREA` of the tile are worth a look (smaller tiles starve the tensor
+cores on operand traffic), each first with the same rows per warp (warps scaled with block_m).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+from emmy.diagnostics import EmmyError
+
+# The wave quantization above which other tile shapes are worth a look (1.0: whole waves).
+SLACK = 1.15
+# The least tile area another shape keeps (a share of the one it replaces).
+MIN_AREA = 0.5
+
+
+def terms(kernel, values: Mapping[str, object]) -> tuple[float, float] | None:
+    """(wave quantization, tile area) of an assignment (`kernel`: `emmy.prior.features.Kernel`);
+    None where it cannot be planned."""
+    try:
+        f = kernel.features(values)
+    except EmmyError:
+        return None
+    return f["quant"], f["tile_area"]
+
+
+def grid_contraction(info, domains: Mapping[str, Sequence[object]], values: Mapping[str, object]) -> bool:
+    """Whether the assignment is one whose waves a tile shape decides: a contraction (`info`: its
+    KernelInfo) scheduled as a grid without split-k, with block_m and block_n to change."""
+    return (info.kind == "contraction" and "block_m" in domains and "block_n" in domains
+            and values.get("schedule", "grid") == "grid" and values.get("split_k", 1) == 1)
+
+
+def fills_worse(own: tuple[float, float] | None) -> bool:
+    """Whether an assignment's (quant, area) leaves enough of its last wave empty to look further."""
+    return own is not None and own[0] > SLACK
+
+
+def fills_better(own: tuple[float, float], other: tuple[float, float] | None) -> bool:
+    """Whether another shape's (quant, area) fills the waves better and keeps enough of the tile."""
+    return other is not None and other[0] < own[0] and other[1] >= MIN_AREA * own[1]
+
+
+def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object]) -> Iterator[tuple[int, int, list]]:
+    """Every other (block_m, block_n) of the domains, with the warps to try: the same rows per
+    warp as `values` first (warps scaled with block_m) where the domain has it."""
+    bm0, bn0, w0 = values["block_m"], values["block_n"], values.get("warps", 0)
+    for bm in domains["block_m"]:
+        for bn in domains["block_n"]:
+            if (bm, bn) == (bm0, bn0):
+                continue
+            scaled = w0 * bm // bm0
+            yield bm, bn, [scaled] if scaled in domains.get("warps", ()) else []
+
+
+__all__ = ["MIN_AREA", "SLACK", "fills_better", "fills_worse", "grid_contraction", "shapes", "terms"]

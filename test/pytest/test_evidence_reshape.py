@@ -1,0 +1,73 @@
+"""The nearest tier reshapes a borrowed tile that leaves this shape's last wave part empty
+(emmy.evidence.reshape): the golden 128 x 256 tiles of the o and down projections at 4096
+tokens become 256 x 96 at 3000 (one whole wave on 132 SMs), and --explain says so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emmy.evidence.reshape import RESHAPE_MARGIN, Reshape
+from emmy.prior.features import Kernel
+from emmy.prior.model import score
+from emmy.prior.store import load_prior, prior_path
+from emmy.prior.waves import SLACK, terms
+from emmy.tuning.deciders import Answer, Problem
+from emmy.tuning.legality import check
+from test_cli import emmy
+from test_search_waves import MODEL, TARGET, _task
+
+GOLDEN_4096 = {"block_m": 128, "block_n": 256, "warps": 8}
+
+
+@pytest.fixture(scope="module")
+def o_3000():
+    task = _task(3000, "o_proj_residual")
+    from emmy.targets import get_target
+    from emmy.tuning.knobs import knob_space_for
+
+    target = get_target(TARGET)
+    info = task.info()
+    return Problem("o_proj_residual", info, target, knob_space_for(info, target), {}), {**task.default, **GOLDEN_4096}
+
+
+@pytest.fixture(scope="module")
+def prior():
+    from pathlib import Path
+
+    return load_prior(prior_path(Path(__file__).resolve().parents[2] / "golden", TARGET), TARGET)
+
+
+def test_a_tile_that_leaves_a_wave_part_empty_is_reshaped_to_a_legal_one_predicted_faster(o_3000, prior):
+    problem, borrowed = o_3000
+    kernel = Kernel(problem.info, problem.target)
+    assert terms(kernel, borrowed)[0] > SLACK  # 96 tiles on 132 SMs
+    values, detail = Reshape(prior)(problem, {}, borrowed)
+    assert (values["block_m"], values["block_n"]) == (256, 96)
+    assert check(problem.info, values, problem.target) == []
+    assert {k: v for k, v in values.items() if k not in ("block_m", "block_n", "warps")} == \
+        {k: v for k, v in borrowed.items() if k not in ("block_m", "block_n", "warps")}
+    assert terms(kernel, values)[0] < terms(kernel, borrowed)[0]
+    assert detail["predicted_s"] * RESHAPE_MARGIN <= detail["borrowed_predicted_s"]
+    assert detail["predicted_s"] == score(kernel, values, prior.coeffs, penalized=False)
+    assert detail["from"] == GOLDEN_4096 and json.dumps(detail)
+
+
+def test_a_pinned_tile_or_one_that_fills_its_waves_is_kept(o_3000, prior):
+    problem, borrowed = o_3000
+    pinned = {"block_n": Answer(256, "pinned", "pinned")}
+    assert Reshape(prior)(problem, pinned, borrowed) is None
+    filled = {**borrowed, "block_m": 256, "block_n": 96, "warps": 16}  # 132 tiles: one whole wave
+    assert Reshape(prior)(problem, {}, filled) is None
+    assert Reshape(prior)(problem, {}, {**borrowed, "split_k": 2}) is None  # split-k spreads its own waves
+
+
+def test_explain_says_the_borrowed_tile_was_reshaped():
+    proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "3000", "--target", TARGET, "--explain")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("o_proj_residual ")]
+    block_m = next(r for r in rows if r.split()[1] == "block_m")
+    assert block_m.split()[2:4] == ["256", "nearest"]
+    assert "shape m=4096 n=1024 k=2048, reshaped to 256 x 96" in block_m
+    assert "reshaped from 128 x 256 (8 warps) to 256 x 96 (16 warps) to fill the waves here" in block_m
