@@ -393,6 +393,7 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     persistent = ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")
     split_stats = bool(info.prologue) and chosen.get("fusion") == "split"
     from_rows = PERSISTENT_SPLIT_MIN_ROWS if split_stats else PERSISTENT_MIN_ROWS
+    persistent_pays = info.M >= from_rows and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4
     if _pairs_pay(info, chosen):
         # Measured on the H200 (same run, docs/bench/h200-pairs-persistent.log), gate/up alone:
         # pairs of persistent blocks against pairs of blocks with a tile each, Llama-3.2-1B
@@ -404,14 +405,14 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
         # each against persistent pairs, Llama-3.2-1B 235.1 -> 223.2 us at 2048 tokens and
         # 351.6 -> 340.5 at 3000, Mistral-7B 1148.4 -> 1108.0 at 3000).
         pairs_grid = ("grid", "one block per output tile, in pairs sharing B (see cluster)")
-        if info.M >= from_rows and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4:
+        if persistent_pays:
             why = (f"M={info.M}, {tiles} tiles: pairs of blocks sharing B (see cluster), one pair per two SMs "
-                   f"taking up to {ceil(tiles / target.sms)} tiles each, staging the next while storing the last "
+                   f"taking up to {per} tiles each, staging the next while storing the last "
                    f"(H200: gate/up 1-7% faster than a pair per tile at 4096 tokens, 3-5% at 2048-3000 with "
                    f"the row statistics from a kernel of their own)")
             return [("persistent", why), pairs_grid]
         return [pairs_grid, persistent]
-    if info.M >= from_rows and not info.epilogue_loads and int(chosen.get("stages", 1)) >= 4:
+    if persistent_pays:
         if info.M >= PERSISTENT_MIN_ROWS:
             what, evidence = "", "2-5% faster from M=4096 when the epilogue reads no tensor"
         else:
