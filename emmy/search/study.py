@@ -12,7 +12,8 @@ then for a contraction whose default leaves its last wave part empty the tile sh
 it (`emmy.search.waves`), then, where a fitted prior for the target exists, the prior's top few
 candidates; then TPE
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
-seed per worker) proposes the rest.
+seed per worker) proposes the rest. A study continued after the rules changed their answer
+measures today's default before TPE's draws (`enqueue_current_default`).
 
 Structural forks (`emmy.tuning.knobs.STRUCTURAL`: `fusion`, whose values are different programs;
 a kernel has one where its values launch different kernels, `task_fork_knobs`)
@@ -313,6 +314,7 @@ def run_trials(
         study.set_user_attr(SPACE_ATTR, len(space.space))
     _fail_stale(study)
     requeue_unmeasured(study)
+    enqueue_current_default(study, space, task)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
@@ -552,6 +554,27 @@ def _now() -> str:
 def _best_time(study) -> float | None:
     times = [t.value for t in measured(study) if t.value is not None]
     return min(times) if times else None
+
+
+def enqueue_current_default(study, space, task) -> bool:
+    """Enqueues the task's default answer (what the rules choose today) in a study that has it
+    neither measured nor waiting nor running: a study made when the rules chose otherwise, then
+    continued, measures today's default after its waiting first trials and before TPE's draws, so the table's speed-up over the default and the
+    prior's anchor (emmy.prior.evaluate) are measured, not guessed. Returns whether it did."""
+    import optuna
+
+    default = dict(task.default)
+    params = params_of(space, default) if default else None
+    if params is None:
+        return False
+    S = optuna.trial.TrialState
+    for t in study.get_trials(deepcopy=False):
+        if "values" in t.user_attrs and point_key(t.user_attrs["values"]) == point_key(default):
+            return False
+        if t.state in (S.WAITING, S.RUNNING) and point_key(dict(t.system_attrs.get("fixed_params") or t.params)) == point_key(params):
+            return False
+    study.enqueue_trial(params, user_attrs={"enqueued": "default"})
+    return True
 
 
 def requeue_unmeasured(study) -> list[int]:

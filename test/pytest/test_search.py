@@ -387,3 +387,28 @@ def test_the_default_is_remeasured_beside_the_best(tasks, store):
     assert store.load(task.key_id).user_attrs["emmy.best"]["default_s"] == 2e-5
     out = _outcome(store, task, lambda: Slow(times))
     assert out.best.recalled and out.default_time_s == 2e-5
+
+
+def test_a_continued_study_measures_todays_default_first(tasks, store):
+    """A study made when the rules answered otherwise (here: its first trials measured, then the
+    default changed to a point it never measured): continuing it measures the new default after
+    the first trials still waiting and before TPE's draws, once, so the table's speed-up over
+    the default is measured."""
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=6), seed=0)
+    study = store.load(task.key_id)
+    from emmy.search.study import conditional_space, params_of
+
+    space = conditional_space(task)
+    seen = {point_key(v) for v in _values(study)}  # measured, or waiting as enqueued first trials:
+    waiting = [dict(t.system_attrs["fixed_params"]) for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]
+    seen |= {point_key(w) for w in waiting}
+    other = next(p for p in reversed(space.neighbours(dict(task.default), 60))
+                 if point_key(p) not in seen and point_key(params_of(space, p)) not in seen)
+    changed = replace(task, default=other)
+    n = 6 + len(waiting) + 1  # the first trials still waiting, then today's default
+    run_trials(store, changed, CostMeasurer(), Budget(trials=n), seed=0)
+    values = _values(store.load(task.key_id))
+    assert values[n - 1] == dict(other)
+    run_trials(store, changed, CostMeasurer(), Budget(trials=n + 2), seed=0)  # measured now: not again
+    assert [point_key(v) for v in _values(store.load(task.key_id))].count(point_key(other)) == 1
