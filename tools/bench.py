@@ -90,22 +90,24 @@ def measure_ceilings() -> dict:
     return {"bandwidth_Bps": bandwidth, "bf16_flops": rate}
 
 
-def kernel_times(fn, reps: int = 20) -> dict[str, float]:
-    """Mean device microseconds per call of every kernel `fn` launches (torch.profiler, CUPTI)."""
+def kernel_times(replay, reps: int = 20) -> dict[str, float]:
+    """Mean device microseconds per call of every kernel a replay launches (torch.profiler,
+    CUPTI). `replay`: a captured graph's replay (emmy.measure.timing.replayable), so the kernels
+    run back to back exactly as when the layer is timed, not paced by the host's launches."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
+    replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            fn()
+            replay()
         torch.cuda.synchronize()
     out = {}
     for e in prof.key_averages():
         t = getattr(e, "device_time_total", None)
         if t is None:
             t = getattr(e, "cuda_time_total", 0.0)
-        if t > 0 and not e.key.startswith(("cudaLaunch", "cuLaunch", "Memcpy", "Memset")):
+        if t > 0 and not e.key.startswith(("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "Memcpy", "Memset")):
             out[e.key] = round(t / reps, 2)
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
@@ -144,11 +146,13 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, b
             row[f"{key}_s"] = t
         for key in (k for k in builds if k in timed and profile):
             # each kernel on its own: no launch overlaps the one before it (with overlapping
-            # launches a kernel's time would include waiting for its predecessor's tail)
-            row[f"{key}_kernels_us"] = kernel_times(lambda: fns[key](overlap=False))
-            row[f"{key}_serial_s"] = time_fn(lambda: fns[key](overlap=False))
+            # launches a kernel's time would include waiting for its predecessor's tail); the
+            # layer captured and replayed as when timed, so the kernels run back to back
+            serial = replayable(lambda: fns[key](overlap=False))
+            row[f"{key}_kernels_us"] = kernel_times(serial)
+            row[f"{key}_serial_s"] = time_fn(serial, graph=False)
         if profile and "compile" in timed:
-            row["compile_kernels_us"] = kernel_times(fns["compile"])
+            row["compile_kernels_us"] = kernel_times(timed["compile"])
     return row
 
 
@@ -239,7 +243,7 @@ def main() -> None:
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels (launched without overlap, "
-                    "so each time is the kernel's own) and of torch.compile's")
+                    "so each time is the kernel's own) and of torch.compile's, in the captured layer's replay")
     ap.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                     help="pin a schedule knob of Emmy's kernels, as emmy compile --knob (repeatable)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=KERNEL.KNOB=VALUE[,...]",
@@ -297,7 +301,7 @@ def main() -> None:
             if kernels:
                 serial = (f", {row[f'{who}_serial_s'] * 1e6:.1f} us replayed without overlapping launches"
                           if f"{who}_serial_s" in row else "")
-                print(f"  {who}'s kernels, each alone (sum {sum(kernels.values()):.1f} us{serial}):", flush=True)
+                print(f"  {who}'s kernels in the replayed layer (sum {sum(kernels.values()):.1f} us{serial}):", flush=True)
             for kernel, us in kernels.items():
                 print(f"    {us:9.2f} us  {kernel[:100]}", flush=True)
         write_json(args.json, ceilings, rows, [])  # after every case, so a crash keeps what was measured

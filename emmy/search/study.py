@@ -12,8 +12,9 @@ then for a contraction whose default leaves its last wave part empty the tile sh
 it (`emmy.search.waves`), then, where a fitted prior for the target exists, the prior's top few
 candidates; then TPE
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
-seed per worker) proposes the rest. A study continued after the rules changed their answer
-measures today's default before TPE's draws (`enqueue_current_default`).
+seed per worker) proposes the rest. A study continued after the answers changed measures
+today's default and the rules' answer (the prior's anchor) before TPE's draws
+(`enqueue_current_default`).
 
 Structural forks (`emmy.tuning.knobs.STRUCTURAL`: `fusion`, whose values are different programs;
 a kernel has one where its values launch different kernels, `task_fork_knobs`)
@@ -556,25 +557,33 @@ def _best_time(study) -> float | None:
     return min(times) if times else None
 
 
-def enqueue_current_default(study, space, task) -> bool:
-    """Enqueues the task's default answer (what the rules choose today) in a study that has it
-    neither measured nor waiting nor running: a study made when the rules chose otherwise, then
-    continued, measures today's default after its waiting first trials and before TPE's draws, so the table's speed-up over the default and the
-    prior's anchor (emmy.prior.evaluate) are measured, not guessed. Returns whether it did."""
+def enqueue_current_default(study, space, task) -> list[str]:
+    """Enqueues, in a study that has them neither measured nor waiting nor running, the task's
+    default answer (what the compile chooses today without the store: golden, nearest, prior)
+    and the hand-written rules' answer (the prior's anchor, emmy.prior.choose.rules_anchor). A
+    study made when the answers were others, then continued, measures today's after its waiting
+    first trials and before TPE's draws, so the table's speed-up over the default is measured and
+    `emmy prior evaluate` judges the prior against its measured anchor, not a stand-in. Returns
+    what it enqueued ("default", "rules")."""
     import optuna
 
-    default = dict(task.default)
-    params = params_of(space, default) if default else None
-    if params is None:
-        return False
+    from emmy.prior.choose import rules_anchor
+
     S = optuna.trial.TrialState
-    for t in study.get_trials(deepcopy=False):
-        if "values" in t.user_attrs and point_key(t.user_attrs["values"]) == point_key(default):
-            return False
-        if t.state in (S.WAITING, S.RUNNING) and point_key(dict(t.system_attrs.get("fixed_params") or t.params)) == point_key(params):
-            return False
-    study.enqueue_trial(params, user_attrs={"enqueued": "default"})
-    return True
+    trials = study.get_trials(deepcopy=False)
+    known = {point_key(t.user_attrs["values"]) for t in trials if "values" in t.user_attrs}
+    known |= {point_key(dict(t.system_attrs.get("fixed_params") or t.params))
+              for t in trials if t.state in (S.WAITING, S.RUNNING)}
+    done = []
+    for why, point in (("default", dict(task.default)),
+                       ("rules", rules_anchor(task.info(), task.target_object(), dict(task.space)) or {})):
+        params = params_of(space, point) if point else None
+        if params is None or point_key(point) in known or point_key(params) in known:
+            continue
+        study.enqueue_trial(params, user_attrs={"enqueued": why})
+        known |= {point_key(point), point_key(params)}
+        done.append(why)
+    return done
 
 
 def requeue_unmeasured(study) -> list[int]:

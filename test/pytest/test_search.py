@@ -412,3 +412,24 @@ def test_a_continued_study_measures_todays_default_first(tasks, store):
     assert values[n - 1] == dict(other)
     run_trials(store, changed, CostMeasurer(), Budget(trials=n + 2), seed=0)  # measured now: not again
     assert [point_key(v) for v in _values(store.load(task.key_id))].count(point_key(other)) == 1
+
+
+def test_a_study_measures_the_rules_answer_where_the_default_is_another(tasks, store):
+    """Where the default comes from elsewhere (a golden entry, the prior) and differs from the
+    hand-written rules' answer, the study measures the rules' answer too (`enqueued` "rules"):
+    the prior's anchor, which `emmy prior evaluate` judges against."""
+    from emmy.prior.choose import rules_anchor
+    from emmy.search.study import conditional_space
+
+    task = tasks[0]
+    rules = rules_anchor(task.info(), task.target_object(), dict(task.space))
+    assert point_key(rules) == point_key(dict(task.default))  # (no golden file for sm_90: the rules answer)
+    space = conditional_space(task)
+    near = {point_key(p) for p in space.neighbours(rules, 60)[:20]}
+    other = next(p for p in reversed(space.neighbours(rules, 60)) if point_key(p) not in near)
+    changed = replace(task, default=other)
+    run_trials(store, changed, CostMeasurer(), Budget(trials=40), seed=0)
+    trials = measured(store.load(task.key_id))
+    assert point_key(trials[0].user_attrs["values"]) == point_key(other)
+    ruled = [t for t in trials if point_key(t.user_attrs["values"]) == point_key(rules)]
+    assert len(ruled) == 1 and ruled[0].user_attrs.get("enqueued") == "rules"
