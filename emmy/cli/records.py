@@ -12,7 +12,6 @@ showing and exporting never create a store.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -45,9 +44,9 @@ def cmd_records(args) -> int:
     _quiet_optuna()
     url = storage_url(args)
     if args.action == "import":
-        from emmy.records.transfer import read_export
+        from emmy.records.transfer import read_export, read_file
 
-        data = read_export(_read(Path(args.argument)), args.argument)
+        data = read_export(read_file(Path(args.argument), "file"), args.argument)
         store = open_store(url)
         from emmy.records.transfer import import_records
 
@@ -75,13 +74,6 @@ def cmd_records(args) -> int:
         if args.action == "efficiency":
             return _efficiency(store, args.within / 100.0)
         return _export(store, Path(args.argument))
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise EmmyError(f"cannot read '{path}': {getattr(e, 'strerror', None) or e}") from None
 
 
 def _list(store) -> int:
@@ -247,13 +239,10 @@ def _efficiency(store, within: float) -> int:
 
 
 def _export(store, path: Path) -> int:
-    from emmy.records.transfer import export_records
+    from emmy.records.transfer import export_records, write_file
 
     data = export_records(store)
-    try:
-        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    except OSError as e:
-        raise EmmyError(f"cannot write '{path}': {e.strerror}") from None
+    write_file(path, data)
     trials = sum(len(s["trials"]) for s in data["studies"])
     print(f"exported {trials} trials of {len(data['studies'])} studies to {path}", file=sys.stdout)
     return 0

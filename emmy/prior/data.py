@@ -57,7 +57,7 @@ class KeyData:
 def records_data(store_url: str | None = None, files: Sequence[str] = ()) -> list[tuple[str, dict]]:
     """(source name, export data) from the store at `store_url` and/or export files; an
     EmmyError for a missing store or file, or one that is not an export."""
-    from emmy.records.transfer import read_export
+    from emmy.records.transfer import read_export, read_file
 
     out = []
     if store_url:
@@ -71,11 +71,7 @@ def records_data(store_url: str | None = None, files: Sequence[str] = ()) -> lis
             out.append((store.name, export_records(store)))
     for name in files:
         path = Path(name)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise EmmyError(f"cannot read records file '{path}': {getattr(e, 'strerror', None) or e}") from None
-        out.append((str(path), read_export(text, str(path))))
+        out.append((str(path), read_export(read_file(path), str(path))))
     return out
 
 

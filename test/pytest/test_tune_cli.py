@@ -91,6 +91,34 @@ def test_records_export_import(tuned, tmp_path, monkeypatch, capsys):
     assert "imported 0 trials" in capsys.readouterr().out
 
 
+def test_records_export_import_gzipped(tuned, tmp_path, monkeypatch, capsys):
+    """A name ending in .gz is written and read gzip-compressed, by `records` and `prior fit`
+    alike; the same records either way."""
+    import gzip
+
+    home, _ = tuned
+    monkeypatch.setenv("EMMY_HOME", str(home))
+    plain, packed = tmp_path / "r.json", tmp_path / "r.json.gz"
+    assert run(["records", "export", str(plain)]) == 0 and run(["records", "export", str(packed)]) == 0
+    assert json.loads(gzip.decompress(packed.read_bytes())) == json.loads(plain.read_text())
+    assert run(["records", "import", str(packed), "--storage", default_url(tmp_path / "other")]) == 0
+    assert "imported 12 trials of 2 studies" in capsys.readouterr().out
+    from emmy.prior.data import records_data
+
+    assert [d for _, d in records_data(None, [str(packed)])] == [d for _, d in records_data(None, [str(plain)])]
+
+
+def test_records_import_bad_gzip(tmp_path, capsys):
+    bad = tmp_path / "x.json.gz"
+    bad.write_bytes(b"not gzip at all")
+    assert f"cannot read file '{bad}'" in _error(capsys, ["records", "import", str(bad)])
+    import gzip
+
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(b'{"format": "emmy-records"' * 100)[:40])
+    assert f"cannot read file '{cut}'" in _error(capsys, ["records", "import", str(cut)])
+
+
 def test_compile_uses_the_local_records(tuned, monkeypatch, capsys, tmp_path):
     import shutil
 
