@@ -571,7 +571,9 @@ def enqueue_current_default(study, space, task) -> list[str]:
 
     S = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
-    known = {point_key(t.user_attrs["values"]) for t in trials if "values" in t.user_attrs}
+    # measured (a pruned draw of the same point measured nothing), waiting or being measured
+    known = {point_key(t.user_attrs["values"]) for t in trials if "status" in t.user_attrs}
+    known |= {point_key(t.user_attrs["values"]) for t in trials if t.state == S.RUNNING and "values" in t.user_attrs}
     known |= {point_key(dict(t.system_attrs.get("fixed_params") or t.params))
               for t in trials if t.state in (S.WAITING, S.RUNNING)}
     done = []
