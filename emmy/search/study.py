@@ -14,7 +14,7 @@ candidates; then TPE
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
 seed per worker) proposes the rest. A study continued after the answers changed measures
 today's default and the rules' answer (the prior's anchor) before TPE's draws
-(`enqueue_current_default`).
+(`enqueue_todays_answers`).
 
 Structural forks (`emmy.tuning.knobs.STRUCTURAL`: `fusion`, whose values are different programs;
 a kernel has one where its values launch different kernels, `task_fork_knobs`)
@@ -315,7 +315,7 @@ def run_trials(
         study.set_user_attr(SPACE_ATTR, len(space.space))
     _fail_stale(study)
     requeue_unmeasured(study)
-    enqueue_current_default(study, space, task)
+    enqueue_todays_answers(study, space, task)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
@@ -557,7 +557,7 @@ def _best_time(study) -> float | None:
     return min(times) if times else None
 
 
-def enqueue_current_default(study, space, task) -> list[str]:
+def enqueue_todays_answers(study, space, task) -> list[str]:
     """Enqueues, in a study that has them neither measured nor waiting nor running, the task's
     default answer (what the compile chooses today without the store: golden, nearest, prior)
     and the hand-written rules' answer (the prior's anchor, emmy.prior.choose.rules_anchor). A

@@ -438,7 +438,7 @@ def test_a_study_measures_the_rules_answer_where_the_default_is_another(tasks, s
 def test_a_pruned_draw_of_the_default_does_not_count_as_measured(tasks, store):
     """A draw of the default that was pruned (moved to another branch, or a repeat) measured
     nothing: the default is still enqueued and measured."""
-    from emmy.search.study import conditional_space, enqueue_current_default
+    from emmy.search.study import conditional_space, enqueue_todays_answers
 
     task = tasks[0]
     study = open_study(store, task)
@@ -447,6 +447,6 @@ def test_a_pruned_draw_of_the_default_does_not_count_as_measured(tasks, store):
     pruned = study.ask()
     pruned.set_user_attr("values", dict(task.default))
     study.tell(pruned, state=optuna.trial.TrialState.PRUNED)
-    assert "default" in enqueue_current_default(study, conditional_space(task), task)
+    assert "default" in enqueue_todays_answers(study, conditional_space(task), task)
     run_trials(store, task, CostMeasurer(), Budget(trials=1), seed=0)
     assert _values(store.load(task.key_id)) == [dict(task.default)]
