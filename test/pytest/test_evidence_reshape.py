@@ -1,6 +1,7 @@
 """The nearest tier reshapes a borrowed tile that leaves this shape's last wave part empty
 (emmy.evidence.reshape): the golden 128 x 256 tiles of the o and down projections at 4096
-tokens become 256 x 96 at 3000 (one whole wave on 132 SMs), and --explain says so."""
+tokens become 256 x 96 at 3000 (one whole wave on 132 SMs), and --explain says so; a tile
+narrowed to half its columns gets twice the k step (emmy.prior.waves.deeper_step)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import json
 
 import pytest
 
-from emmy.evidence.reshape import RESHAPE_MARGIN, Reshape
+from emmy.evidence.reshape import RESHAPE_MARGIN, Reshape, describe
 from emmy.prior.features import Kernel
 from emmy.prior.model import score
 from emmy.prior.store import load_prior, prior_path
-from emmy.prior.waves import SLACK, terms
+from emmy.prior.waves import SLACK, deeper_step, step_work, terms
 from emmy.tuning.deciders import Answer, Problem
 from emmy.tuning.legality import check
 from test_cli import emmy
@@ -51,7 +52,8 @@ def test_a_tile_that_leaves_a_wave_part_empty_is_reshaped_to_a_legal_one_predict
     assert terms(kernel, values)[0] < terms(kernel, borrowed)[0]
     assert detail["predicted_s"] * RESHAPE_MARGIN <= detail["borrowed_predicted_s"]
     assert detail["predicted_s"] == score(kernel, values, prior.coeffs, penalized=False)
-    assert detail["from"] == GOLDEN_4096 and json.dumps(detail)
+    assert detail["from"] == {**GOLDEN_4096, "block_k": borrowed["block_k"]} and json.dumps(detail)
+    assert detail["to"]["block_k"] == borrowed["block_k"]  # 96 columns: no exact deeper step
 
 
 def test_a_pinned_tile_or_one_that_fills_its_waves_is_kept(o_3000, prior):
@@ -61,6 +63,45 @@ def test_a_pinned_tile_or_one_that_fills_its_waves_is_kept(o_3000, prior):
     filled = {**borrowed, "block_m": 256, "block_n": 96, "warps": 16}  # 132 tiles: one whole wave
     assert Reshape(prior)(problem, {}, filled) is None
     assert Reshape(prior)(problem, {}, {**borrowed, "split_k": 2}) is None  # split-k spreads its own waves
+
+
+GOLDEN_2048 = {"block_m": 128, "block_n": 128, "block_k": 64, "warps": 8, "workers": "wgmma_ws", "copy": "tma",
+               "stages": 4, "schedule": "grid", "split_k": 1}
+
+
+@pytest.fixture(scope="module")
+def o_1024():
+    task = _task(1024, "o_proj_residual")
+    from emmy.targets import get_target
+    from emmy.tuning.knobs import knob_space_for
+
+    target = get_target(TARGET)
+    info = task.info()
+    return Problem("o_proj_residual", info, target, knob_space_for(info, target), {}), {**task.default, **GOLDEN_2048}
+
+
+def test_a_narrower_tile_gets_the_deeper_k_step_that_keeps_a_warpgroups_work_per_step(o_1024, prior):
+    problem, borrowed = o_1024
+    values, detail = Reshape(prior)(problem, {}, borrowed)
+    assert (values["block_m"], values["block_n"], values["warps"]) == (128, 64, 8)  # 128 blocks, not 64
+    assert values["block_k"] == 128 and step_work(values) == step_work(borrowed) == 64 * 128 * 64
+    assert check(problem.info, values, problem.target) == []
+    assert (detail["from"]["block_k"], detail["to"]["block_k"]) == (64, 128)
+    assert "k steps 128 deep instead of 64" in describe(detail)
+    pinned = {"block_k": Answer(64, "pinned", "pinned")}
+    values, detail = Reshape(prior)(problem, pinned, borrowed)
+    assert (values["block_n"], values["block_k"]) == (64, 64) and "k steps" not in describe(detail)
+
+
+def test_deeper_step_only_scales_exactly_within_the_domain():
+    domains = {"block_k": (16, 32, 64, 128)}
+    wide = {"workers": "wgmma_ws", "warps": 8, "block_m": 128, "block_n": 128, "block_k": 64}
+    assert deeper_step(domains, wide, {**wide, "block_n": 64}) == 128
+    assert deeper_step(domains, wide, {**wide, "block_n": 96}) is None  # 128 / 96 is no whole factor
+    assert deeper_step(domains, wide, {**wide, "block_n": 32}) is None  # 256 is outside the domain
+    assert deeper_step(domains, wide, {**wide, "block_n": 256}) is None  # wider: the step is not smaller
+    assert deeper_step(domains, wide, {**wide, "block_m": 256, "warps": 16, "block_n": 64}) == 128
+    assert step_work({**wide, "workers": "mma_sync"}) is None
 
 
 def test_explain_says_the_borrowed_tile_was_reshaped():
