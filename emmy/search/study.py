@@ -33,7 +33,8 @@ Trials (the store's layout is in `emmy.records.store`):
 - a sampler's draw moved to a starved branch of a structural fork: PRUNED, not measured, `reason`
   "moved to BRANCH (N of M trials there)";
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
-  `reason` "repeats trial N"; an unmeasured legal neighbour is enqueued instead, or where all
+  `reason` "repeats trial N" (today's default or rules' answer enqueued again after failing
+  under another build of Emmy is no repeat: `retries` lists the failed trials); an unmeasured legal neighbour is enqueued instead, or where all
   its near neighbours were drawn, the nearest legal point no trial drew (so a small space is
   measured whole); the legal space checks each part of a kernel that runs as parts, so every
   draw is one that all parts can run;
@@ -91,6 +92,10 @@ PRIOR_SAMPLE = 1000
 MAX_REPEATS = 50
 # Seconds a worker waits while other workers measure the last trials of the budget.
 WAIT_S = 0.5
+# The user attribute of an enqueued trial that measures again a point whose only records are
+# failures under another build of Emmy (`enqueue_todays_answers`): those trials' numbers, which
+# its draw does not count as repeats.
+RETRIES_ATTR = "retries"
 # Structural forks (`emmy.tuning.knobs.STRUCTURAL`, e.g. `fusion`): each branch (a legal value of
 # the fork's knobs) keeps at least FORK_SHARE / (number of branches) of a study's trials (two
 # branches: a third each; the sampler places the rest).
@@ -307,6 +312,8 @@ def run_trials(
     before the current batch is told). Returns the trials this worker measured.
     `on_trial(measured so far, best time)` is called after each batch. `prior`: see
     `open_study`."""
+    from emmy.measure.gpu import source_hash  # (no GPU: a hash of Emmy's sources, as records keep it)
+
     clock = clock or time.monotonic
     start = clock()
     space = conditional_space(task)
@@ -315,7 +322,7 @@ def run_trials(
         study.set_user_attr(SPACE_ATTR, len(space.space))
     _fail_stale(study)
     requeue_unmeasured(study)
-    enqueue_todays_answers(study, space, task)
+    enqueue_todays_answers(study, space, task, source_hash=source_hash())
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
@@ -469,12 +476,14 @@ def _ask(store: Store, study, space):
 
 
 def _repeats(study, trial, point) -> int | None:
-    """The number of another trial that measured, or is measuring, the same point."""
+    """The number of another trial that measured, or is measuring, the same point (the failures
+    under another build that `trial` retries aside: `RETRIES_ATTR`)."""
     import optuna
 
     key = point_key(point)
+    retried = set(trial.user_attrs.get(RETRIES_ATTR) or ())
     for t in study.get_trials(deepcopy=False):
-        if t.number == trial.number or "values" not in t.user_attrs:
+        if t.number == trial.number or t.number in retried or "values" not in t.user_attrs:
             continue
         live = t.state == optuna.trial.TrialState.RUNNING or "status" in t.user_attrs
         if live and point_key(t.user_attrs["values"]) == key:
@@ -557,22 +566,37 @@ def _best_time(study) -> float | None:
     return min(times) if times else None
 
 
-def enqueue_todays_answers(study, space, task) -> list[str]:
+def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -> list[str]:
     """Enqueues, in a study that has them neither measured nor waiting nor running, the task's
     default answer (what the compile chooses today without the store: golden, nearest, prior)
     and the hand-written rules' answer (the prior's anchor, emmy.prior.choose.rules_anchor). A
     study made when the answers were others, then continued, measures today's after its waiting
     first trials and before TPE's draws, so the table's speed-up over the default is measured and
-    `emmy prior evaluate` judges the prior against its measured anchor, not a stand-in. Returns
-    what it enqueued ("default", "rules")."""
+    `emmy prior evaluate` judges the prior against its measured anchor, not a stand-in. A failure
+    (no time: the build, the launch or the timing failed; `wrong` is a result, not a failure)
+    recorded by another build of Emmy than `source_hash` (this one's, `env.source_hash`) does
+    not count as measured: the Qwen3 layer's o projection at 512 tokens had its rules' answer
+    fail once to load (a harness bug fixed since), and nothing measured it again. Returns what it
+    enqueued ("default", "rules")."""
     import optuna
 
     from emmy.prior.choose import rules_anchor
 
     S = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
+
+    def measured_here(t) -> bool:
+        if t.user_attrs["status"] in ("ok", "wrong") or source_hash is None:
+            return True
+        env = t.user_attrs.get("env")
+        return isinstance(env, dict) and env.get("source_hash") == source_hash
+
     # measured (a pruned draw of the same point measured nothing), waiting or being measured
-    known = {point_key(t.user_attrs["values"]) for t in trials if "status" in t.user_attrs}
+    known = {point_key(t.user_attrs["values"]) for t in trials if "status" in t.user_attrs and measured_here(t)}
+    stale: dict[tuple, list[int]] = {}  # failed under another build: the trials a new measurement retries
+    for t in trials:
+        if "status" in t.user_attrs and not measured_here(t):
+            stale.setdefault(point_key(t.user_attrs["values"]), []).append(t.number)
     known |= {point_key(t.user_attrs["values"]) for t in trials if t.state == S.RUNNING and "values" in t.user_attrs}
     known |= {point_key(dict(t.system_attrs.get("fixed_params") or t.params))
               for t in trials if t.state in (S.WAITING, S.RUNNING)}
@@ -582,7 +606,8 @@ def enqueue_todays_answers(study, space, task) -> list[str]:
         params = params_of(space, point) if point else None
         if params is None or point_key(point) in known or point_key(params) in known:
             continue
-        study.enqueue_trial(params, user_attrs={"enqueued": why})
+        retries = stale.get(point_key(point), [])
+        study.enqueue_trial(params, user_attrs={"enqueued": why, **({RETRIES_ATTR: retries} if retries else {})})
         known |= {point_key(point), point_key(params)}
         done.append(why)
     return done

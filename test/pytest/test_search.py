@@ -450,3 +450,39 @@ def test_a_pruned_draw_of_the_default_does_not_count_as_measured(tasks, store):
     assert "default" in enqueue_todays_answers(study, conditional_space(task), task)
     run_trials(store, task, CostMeasurer(), Budget(trials=1), seed=0)
     assert _values(store.load(task.key_id)) == [dict(task.default)]
+
+
+def test_a_failure_of_todays_answer_recorded_by_another_build_is_measured_again(tasks, store):
+    """The rules' answer (here: the default too) failed once under another build of Emmy (a
+    harness error): continuing the study measures it again, once; a failure recorded by this
+    build, or a wrong result by any build, counts as measured."""
+    from emmy.measure.gpu import source_hash
+    from emmy.search.study import conditional_space, enqueue_todays_answers
+
+    task = tasks[0]
+    study = open_study(store, task)
+    space = conditional_space(task)
+    for _ in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # the first trials, never measured
+    failed = study.ask()
+    for k, v in {"values": dict(task.default), "status": "launch_error", "reason": "CUDA_ERROR_NOT_FOUND",
+                 "env": {"source_hash": "an older build"}}.items():
+        failed.set_user_attr(k, v)
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    assert enqueue_todays_answers(study, space, task, source_hash="this build") == ["default"]
+    assert enqueue_todays_answers(study, space, task, source_hash="this build") == []  # waiting now: once
+    run_trials(store, task, CostMeasurer(), Budget(trials=30), seed=0)
+    again = [t.user_attrs["status"] for t in measured(store.load(task.key_id))
+             if point_key(t.user_attrs["values"]) == point_key(dict(task.default))]
+    assert again == ["launch_error", "ok"]
+    retry = next(t for t in measured(store.load(task.key_id)) if t.user_attrs["status"] == "ok"
+                 and point_key(t.user_attrs["values"]) == point_key(dict(task.default)))
+    assert retry.user_attrs["retries"] == [failed.number] and retry.user_attrs["enqueued"] == "default"
+
+    other = store.load(task.key_id)
+    for status, build in (("launch_error", source_hash()), ("wrong", "an older build")):
+        t = other.ask()
+        for k, v in {"values": dict(task.default), "status": status, "env": {"source_hash": build}}.items():
+            t.set_user_attr(k, v)
+        other.tell(t, state=optuna.trial.TrialState.FAIL)
+    assert enqueue_todays_answers(other, space, task, source_hash=source_hash()) == []
