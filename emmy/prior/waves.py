@@ -31,6 +31,10 @@ from emmy.diagnostics import EmmyError
 SLACK = 1.15
 # The least tile area another shape keeps (a share of the one it replaces).
 MIN_AREA = 0.5
+# A consumer warpgroup's multiply-adds per k-step (`step_work`) that the rules give a
+# warp-specialized tile where its block_k can reach it exactly: 64 rows x 128 columns x 64 deep,
+# the step of the H200's best tiles (128 x 128, 64 deep, two consumer warpgroups).
+FULL_STEP_WORK = 64 * 128 * 64
 
 
 def terms(kernel, values: Mapping[str, object]) -> tuple[float, float] | None:
@@ -81,6 +85,16 @@ def step_work(values: Mapping[str, object]) -> int | None:
         return None
     groups = max(1, int(values["warps"]) // 4)
     return int(values["block_m"]) // groups * int(values["block_n"]) * int(values["block_k"])
+
+
+def full_step(domains: Mapping[str, Sequence[object]], values: Mapping[str, object]) -> int | None:
+    """The block_k of the domain that brings a wgmma assignment's step work up to
+    `FULL_STEP_WORK` exactly, where its own falls short by a whole factor; else None."""
+    own = step_work(values)
+    if own is None or own >= FULL_STEP_WORK or FULL_STEP_WORK % own:
+        return None
+    bk = int(values["block_k"]) * (FULL_STEP_WORK // own)
+    return bk if bk in domains.get("block_k", ()) else None
 
 
 def deeper_step(domains: Mapping[str, Sequence[object]], borrowed: Mapping[str, object],
