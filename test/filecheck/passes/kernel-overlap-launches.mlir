@@ -72,3 +72,42 @@ builtin.module attributes {emmy.target = "sm_80"} {
 // CHECK-NOT:   kernel.call
 // CHECK:       kernel.launch @a(%{{.*}}) : tensor<32xbf16>
 // CHECK-NEXT:  kernel.launch @a(%{{.*}}) : tensor<32xbf16>
+
+// -----
+
+// sm_90a (132 SMs of 228 KiB): a kernel launched early with one wave of blocks or fewer, whose
+// shared memory would let two of them share an SM, takes half an SM's (116736 bytes), so its
+// blocks spread over the SMs instead of packing two to each SM the earlier kernel left first.
+// More blocks than SMs, more than half an SM's, or launched first: unchanged.
+builtin.module attributes {emmy.target = "sm_90a"} {
+  kernel.func @first(%x: !kernel.ptr<bf16>) grid [128, 1, 1] block [384, 1, 1] smem 98304 {
+    %t = kernel.thread_id x
+  }
+  kernel.func @one_wave(%x: !kernel.ptr<bf16>) grid [16, 8, 1] block [384, 1, 1] smem 98304 {
+    %t = kernel.thread_id x
+  }
+  kernel.func @two_waves(%x: !kernel.ptr<bf16>) grid [32, 8, 1] block [384, 1, 1] smem 98304 {
+    %t = kernel.thread_id x
+  }
+  kernel.func @reduction(%x: !kernel.ptr<bf16>) grid [64, 1, 1] block [256, 1, 1] smem 16 {
+    %t = kernel.thread_id x
+  }
+  kernel.func @large(%x: !kernel.ptr<bf16>) grid [132, 1, 1] block [384, 1, 1] smem 196608 {
+    %t = kernel.thread_id x
+  }
+  func.func @f(%x: tensor<32xbf16> {emmy.name = "x", emmy.role = "input"}) -> tensor<32xbf16> {
+    %y = kernel.empty : tensor<32xbf16>
+    kernel.launch @first(%x) : tensor<32xbf16>
+    kernel.launch @one_wave(%y) : tensor<32xbf16>
+    kernel.launch @two_waves(%y) : tensor<32xbf16>
+    kernel.launch @reduction(%y) : tensor<32xbf16>
+    kernel.launch @large(%y) : tensor<32xbf16>
+    func.return %y : tensor<32xbf16>
+  }
+}
+
+// CHECK-LABEL: kernel.func @first(%{{.*}}: !kernel.ptr<bf16>) grid [128, 1, 1] block [384, 1, 1] smem 98304 {
+// CHECK:       kernel.func @one_wave(%{{.*}}: !kernel.ptr<bf16>) grid [16, 8, 1] block [384, 1, 1] smem 116736 {
+// CHECK:       kernel.func @two_waves(%{{.*}}: !kernel.ptr<bf16>) grid [32, 8, 1] block [384, 1, 1] smem 98304 {
+// CHECK:       kernel.func @reduction(%{{.*}}: !kernel.ptr<bf16>) grid [64, 1, 1] block [256, 1, 1] smem 116736 {
+// CHECK:       kernel.func @large(%{{.*}}: !kernel.ptr<bf16>) grid [132, 1, 1] block [384, 1, 1] smem 196608 {
