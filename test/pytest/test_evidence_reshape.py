@@ -22,15 +22,20 @@ from test_search_waves import MODEL, TARGET, _task
 GOLDEN_4096 = {"block_m": 128, "block_n": 256, "warps": 8}
 
 
-@pytest.fixture(scope="module")
-def o_3000():
-    task = _task(3000, "o_proj_residual")
+def _o_borrowing(tokens: int, borrowed: dict):
+    """The o projection's problem at `tokens` and its default with `borrowed` values over it."""
     from emmy.targets import get_target
     from emmy.tuning.knobs import knob_space_for
 
+    task = _task(tokens, "o_proj_residual")
     target = get_target(TARGET)
     info = task.info()
-    return Problem("o_proj_residual", info, target, knob_space_for(info, target), {}), {**task.default, **GOLDEN_4096}
+    return Problem("o_proj_residual", info, target, knob_space_for(info, target), {}), {**task.default, **borrowed}
+
+
+@pytest.fixture(scope="module")
+def o_3000():
+    return _o_borrowing(3000, GOLDEN_4096)
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +76,7 @@ GOLDEN_2048 = {"block_m": 128, "block_n": 128, "block_k": 64, "warps": 8, "worke
 
 @pytest.fixture(scope="module")
 def o_1024():
-    task = _task(1024, "o_proj_residual")
-    from emmy.targets import get_target
-    from emmy.tuning.knobs import knob_space_for
-
-    target = get_target(TARGET)
-    info = task.info()
-    return Problem("o_proj_residual", info, target, knob_space_for(info, target), {}), {**task.default, **GOLDEN_2048}
+    return _o_borrowing(1024, GOLDEN_2048)
 
 
 def test_a_narrower_tile_gets_the_deeper_k_step_that_keeps_a_warpgroups_work_per_step(o_1024, prior):
