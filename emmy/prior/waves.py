@@ -76,6 +76,11 @@ def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object]
             yield bm, bn, [scaled] if scaled in domains.get("warps", ()) else []
 
 
+def warpgroup_rows(values: Mapping[str, object]) -> int:
+    """The rows of the tile one consumer warpgroup computes (block_m over warps / 4)."""
+    return int(values["block_m"]) // max(1, int(values["warps"]) // 4)
+
+
 def step_work(values: Mapping[str, object]) -> int | None:
     """Multiply-adds per k-step of one consumer warpgroup (its rows x block_n x block_k) of a
     wgmma assignment; None for other workers (their warps split a tile otherwise)."""
@@ -83,18 +88,23 @@ def step_work(values: Mapping[str, object]) -> int | None:
 
     if values.get("workers") not in WGMMA_WORKERS or not values.get("warps"):
         return None
-    groups = max(1, int(values["warps"]) // 4)
-    return int(values["block_m"]) // groups * int(values["block_n"]) * int(values["block_k"])
+    return warpgroup_rows(values) * int(values["block_n"]) * int(values["block_k"])
+
+
+def _step_for(domains: Mapping[str, Sequence[object]], values: Mapping[str, object], want: int | None) -> int | None:
+    """The block_k of the domain that brings `values`' step work up to `want` exactly, where its
+    own falls short by a whole factor; else None."""
+    own = step_work(values)
+    if own is None or want is None or own >= want or want % own:
+        return None
+    bk = int(values["block_k"]) * (want // own)
+    return bk if bk in domains.get("block_k", ()) else None
 
 
 def full_step(domains: Mapping[str, Sequence[object]], values: Mapping[str, object]) -> int | None:
     """The block_k of the domain that brings a wgmma assignment's step work up to
     `FULL_STEP_WORK` exactly, where its own falls short by a whole factor; else None."""
-    own = step_work(values)
-    if own is None or own >= FULL_STEP_WORK or FULL_STEP_WORK % own:
-        return None
-    bk = int(values["block_k"]) * (FULL_STEP_WORK // own)
-    return bk if bk in domains.get("block_k", ()) else None
+    return _step_for(domains, values, FULL_STEP_WORK)
 
 
 def deeper_step(domains: Mapping[str, Sequence[object]], borrowed: Mapping[str, object],
@@ -102,11 +112,8 @@ def deeper_step(domains: Mapping[str, Sequence[object]], borrowed: Mapping[str, 
     """The block_k of the domain that gives `candidate` (another tile shape for `borrowed`'s
     values) the step work `borrowed` has, where that is a deeper step than its own; None where
     the candidate's steps are no smaller, the scale is not exact or the domain lacks it."""
-    own, want = step_work(candidate), step_work(borrowed)
-    if own is None or want is None or own >= want or want % own:
-        return None
-    bk = int(candidate["block_k"]) * (want // own)
-    return bk if bk in domains.get("block_k", ()) else None
+    return _step_for(domains, candidate, step_work(borrowed))
 
 
-__all__ = ["MIN_AREA", "SLACK", "deeper_step", "step_work", "fills_better", "fills_worse", "grid_contraction", "shapes", "terms"]
+__all__ = ["FULL_STEP_WORK", "MIN_AREA", "SLACK", "deeper_step", "fills_better", "fills_worse", "full_step",
+           "grid_contraction", "shapes", "step_work", "terms", "warpgroup_rows"]

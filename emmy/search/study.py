@@ -34,8 +34,8 @@ Trials (the store's layout is in `emmy.records.store`):
   "moved to BRANCH (N of M trials there)";
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
   `reason` "repeats trial N" (today's default or rules' answer enqueued again after failing
-  under another build of Emmy is no repeat: `retries` lists the failed trials); an unmeasured legal neighbour is enqueued instead, or where all
-  its near neighbours were drawn, the nearest legal point no trial drew (so a small space is
+  under another build of Emmy is no repeat: `retries` lists the failed trials); an unmeasured
+  legal neighbour is enqueued instead, or where all its near neighbours were drawn, the nearest legal point no trial drew (so a small space is
   measured whole); the legal space checks each part of a kernel that runs as parts, so every
   draw is one that all parts can run;
 - a trial the measurer did not measure (it stops a batch after a candidate timed out: see
@@ -591,12 +591,17 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -
         env = t.user_attrs.get("env")
         return isinstance(env, dict) and env.get("source_hash") == source_hash
 
-    # measured (a pruned draw of the same point measured nothing), waiting or being measured
-    known = {point_key(t.user_attrs["values"]) for t in trials if "status" in t.user_attrs and measured_here(t)}
-    stale: dict[tuple, list[int]] = {}  # failed under another build: the trials a new measurement retries
+    # measured (a pruned draw of the same point measured nothing), waiting or being measured;
+    # failed under another build: the trials a new measurement retries
+    known: set[tuple] = set()
+    stale: dict[tuple, list[int]] = {}
     for t in trials:
-        if "status" in t.user_attrs and not measured_here(t):
-            stale.setdefault(point_key(t.user_attrs["values"]), []).append(t.number)
+        if "status" in t.user_attrs:
+            key = point_key(t.user_attrs["values"])
+            if measured_here(t):
+                known.add(key)
+            else:
+                stale.setdefault(key, []).append(t.number)
     known |= {point_key(t.user_attrs["values"]) for t in trials if t.state == S.RUNNING and "values" in t.user_attrs}
     known |= {point_key(dict(t.system_attrs.get("fixed_params") or t.params))
               for t in trials if t.state in (S.WAITING, S.RUNNING)}

@@ -624,22 +624,21 @@ def _c_full_step(info, target, chosen, reasons) -> None:
     warps: the Qwen3 layer's o and down projections at 1024 tokens 15.19 -> 12.77 and 17.68 ->
     15.49 us with 128-deep steps, o at 512 tokens (wgmma) 0.76x; the layer in deploy mode at
     1024 tokens 114.9 -> 100.2 us."""
-    from emmy.prior.waves import full_step, step_work
+    from emmy.prior.waves import full_step, step_work, warpgroup_rows
 
     if "block_k" not in reasons or chosen.get("workers") != "wgmma_ws":
         return
     bk = full_step(info_space(info, target), chosen)
     if bk is None or check(info, {**chosen, "block_k": bk}, target):
         return
-    rows = int(chosen["block_m"]) // max(1, int(chosen["warps"]) // 4)
     was = chosen["block_k"]
     chosen["block_k"] = bk
     reasons["block_k"] = (f"K={info.K} in steps of {bk} ({bk * info.element_bytes}-byte rows), not {was}: each consumer "
-                          f"warpgroup's {rows}x{chosen['block_n']} tile then does {step_work(chosen)} multiply-adds per "
-                          f"step, as 128x128 tiles with 64-deep steps do (H200: o and down 13-16% faster at 128x64)")
-    if "stages" in reasons:
-        steps = ceil(ceil(info.K / bk) / int(chosen.get("split_k", 1)))
-        reasons["stages"] = f"{steps} k-step(s) per block: {chosen['stages']}-deep staging"
+                          f"warpgroup's {warpgroup_rows(chosen)}x{chosen['block_n']} tile then does {step_work(chosen)} "
+                          f"multiply-adds per step, as 128x128 tiles with 64-deep steps do (H200: o and down 13-16% "
+                          f"faster at 128x64)")
+    if "stages" in reasons:  # its reason counts the k-steps, which the deeper step halves
+        reasons["stages"] = dict(_c_stages("stages", info, target, chosen, {}))[chosen["stages"]]
 
 
 # wgmma_ws contractions take their row statistics from a kernel of their own: summed from the A
