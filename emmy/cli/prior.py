@@ -115,9 +115,12 @@ def _trust(prior, kind: str) -> str:
     """The margin of a kind and where it comes from, and the learned correction kept for it."""
     held = prior.residuals.get(kind, {}).get("held_out")
     where = (f"held out: {held['pairs']} pairs, worst x{held['worst']:.2f}" if held else "from the spread")
+    across = held.get("across") if held else None
+    other = (f"; x{prior.margin(kind, across=True):.2f} on other units than the rules' "
+             f"({across['pairs']} pairs, worst x{across['worst']:.2f})" if across else "")
     weights = prior.correction.get(kind)
     corr = f"learned correction of {len(weights)} knob values" if weights else "no learned correction"
-    return f"margin x{prior.margin(kind):.2f} ({where}), {corr}"
+    return f"margin x{prior.margin(kind):.2f} ({where}){other}, {corr}"
 
 
 def _show(path: Path | None, target: str) -> int:

@@ -13,15 +13,17 @@ anchor) and as terms of the model (`emmy.prior.features`), not as the last word.
 penalty (`Prior.penalty`: a candidate further outside the data the fit saw than the anchor is
 must predict that much faster). Its best candidate replaces the anchor only when
 
-    predicted(best) * penalty(best) * margin <= predicted(anchor)
+    predicted(best) * penalty(best) * margin(best) <= predicted(anchor)
 
-with `margin = Prior.margin(kind) * exp(ENVELOPE_PENALTY * d(anchor))`: `Prior.margin(kind)` is
+where `best` is the candidate with the least predicted(c) * penalty(c) * margin(c), and
+`margin(c) = Prior.margin(kind, across) * exp(ENVELOPE_PENALTY * d(anchor))`: `Prior.margin` is
 calibrated on keys held out of the fit (`emmy.prior.fit.held_out`: the factor by which the
 top-ranked candidate measured slower, against another candidate of its key, than predicted; the
-margin covers a high quantile of it), else exp(Z * spread) from the in-sample residuals (about 2x
-for the unfitted defaults); grown by how far the anchor itself lies outside the fitted data (a
-shape never measured asks a larger gain), and `penalty(best)` counting only the distance past the
-anchor's. So: the pick is never predicted slower than the anchor (by construction); when the
+margin covers a high quantile of it), apart for candidates on other arithmetic units than the
+anchor (`across`: another `workers` value, where the model errs more), else exp(Z * spread) from
+the in-sample residuals (about 2x for the unfitted defaults); grown by how far the anchor itself
+lies outside the fitted data (a shape never measured asks a larger gain), and `penalty(c)`
+counting only the distance past the anchor's. So: the pick is never predicted slower than the anchor (by construction); when the
 model's ranking error between the pick and the anchor is a factor E (measured over predicted,
 the pick's against the anchor's), the pick measures at most E / margin times the anchor's time:
 no slower than the anchor whenever E stays within the margin (as it did for that quantile of the
@@ -41,7 +43,7 @@ import math
 from typing import TYPE_CHECKING
 
 from emmy.prior.model import score
-from emmy.prior.store import ENVELOPE_PENALTY
+from emmy.prior.store import ENGINE_KNOB, ENVELOPE_PENALTY, across_engines
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
@@ -78,7 +80,11 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
     anchor_s = score(kernel, anchor, prior, penalized=False)
     base = _distance(kernel, anchor, prior)
     # a kernel whose anchor lies outside the fitted data (a shape never measured) asks more
-    margin = prior.margin(info.kind) * math.exp(ENVELOPE_PENALTY * base)
+    grow = math.exp(ENVELOPE_PENALTY * base)
+
+    def margin_of(values: Mapping[str, KnobValue]) -> float:
+        return prior.margin(info.kind, across_engines(values, anchor)) * grow
+
     ranked: list[tuple[float, int, dict]] = []
     seen = set()
     for i, values in enumerate([anchor, *candidates]):
@@ -91,19 +97,25 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
             ranked.append((t, i, dict(values)))
     ranked.sort(key=lambda r: (r[0], r[1]))
     if anchor_s is None or not ranked:
-        return PriorChoice(anchor, None, anchor, None, None, "anchor", margin, len(ranked),
+        return PriorChoice(anchor, None, anchor, None, None, "anchor", grow * prior.margin(info.kind), len(ranked),
                            "the prior predicts no time for the rules' answer: the rules' answer stands")
-    best_s, _, best = ranked[0]
-    others = [(v, t) for t, _, v in ranked if v != best]
-    if best != anchor and best_s * margin <= anchor_s:
-        runner = next(((v, t) for v, t in others), None)
+    # each candidate shows its own margin; the pick is the one whose time with it is least
+    bounded = [(t * margin_of(v), t, i, v) for t, i, v in ranked if v != anchor]
+    if not bounded:
+        return PriorChoice(anchor, anchor_s, anchor, anchor_s, None, "anchor", grow * prior.margin(info.kind),
+                           len(ranked), "the rules' answer ranks first")
+    gate, best_s, _, best = min(bounded, key=lambda b: (b[0], b[2]))
+    margin = gate / best_s
+    engines = f", on other units than the rules' ({best.get(ENGINE_KNOB)})" if across_engines(best, anchor) else ""
+    if gate <= anchor_s:
+        runner = next(((v, t) for t, _, v in ranked if v != best), None)
         return PriorChoice(best, best_s, anchor, anchor_s, runner, "prior", margin, len(ranked),
                            f"predicted {best_s * 1e6:.2f} us against the rules' {anchor_s * 1e6:.2f} us "
-                           f"(a gain over the margin x{margin:.2f})")
-    runner = (best, best_s) if best != anchor else next(((v, t) for v, t in others), None)
-    why = ("the rules' answer ranks first" if best == anchor else
+                           f"(a gain over the margin x{margin:.2f}{engines})")
+    runner = (best, best_s)
+    why = ("the rules' answer ranks first" if ranked[0][2] == anchor else
            f"the best other candidate predicts {best_s * 1e6:.2f} us against the rules' "
-           f"{anchor_s * 1e6:.2f} us (a gain under the margin x{margin:.2f})")
+           f"{anchor_s * 1e6:.2f} us (a gain under the margin x{margin:.2f}{engines})")
     return PriorChoice(anchor, anchor_s, anchor, anchor_s, runner, "anchor", margin, len(ranked), why)
 
 

@@ -10,7 +10,8 @@
     {"format": "emmy-prior", "schema": 2, "target": "sm_90a", "emmy": "0.1.0", "date": "...",
      "coefficients": {"compute_eff": 0.71, ...},
      "residuals": {"contraction": {"spread": 0.08, "keys": 40, "trials": 900,
-                                   "held_out": {"margin": 1.3, "worst": 2.9, "pairs": 800}}, ...},
+                                   "held_out": {"margin": 1.3, "worst": 2.9, "pairs": 800,
+                                                "across": {"margin": 1.6, "worst": 2.9, "pairs": 300}}}, ...},
      "envelope": {"contraction": {"tile_area": [lo, hi], ..., "workers": ["mma_sync", ...]}, ...},
      "data": {"trials": 1500, "keys": {"<key id>": 30, ...}, "sources": ["records.json"]},
      "correction": {"contraction": {"combine=last_block": 0.12, "split_k=16": 0.3, ...}, ...}}
@@ -19,8 +20,9 @@
 log-time residuals, each taken relative to its key's mean (a prior only ever compares candidates
 of one kernel). `held_out` is the margin calibrated on keys held out of the fit
 (`emmy.prior.fit.held_out`: how much slower than predicted, against another candidate of
-its key, the top-ranked candidate measured; `margin` a high quantile of that factor, `worst` the
-largest, `pairs` how many). The envelope holds, per kind, the range of each of `ENVELOPE_TERMS`
+its key, the top-ranked candidate measured; `margin` a high quantile of that factor over the pairs
+on the same arithmetic units (`workers`), `worst` the largest, `pairs` how many; `across` the same
+over the pairs on different units, where there were enough). The envelope holds, per kind, the range of each of `ENVELOPE_TERMS`
 (log1p of the term) over the fitted candidates and the categorical knob values seen.
 `correction` holds, per kind where the fit kept it, the learned correction's weights
 (`emmy.prior.correction`: log-time per knob value; a candidate's time is the model's times
@@ -60,6 +62,15 @@ ENVELOPE_PENALTY = 0.5  # per log unit outside the fitted data
 ENVELOPE_TERMS = ("flops", "unique_bytes", "tile_area", "intensity", "waves", "busy", "stages", "steps",
                   "occupancy", "threads", "workspace_bytes", "launches", "reg_overflow")
 CATEGORICAL_KNOBS = ("workers", "schedule", "fusion", "combine", "copy")
+# The knob that picks a kernel's arithmetic units (emmy.tuning.knobs): two candidates on different
+# units are ranked through different rates and efficiencies, so the prior's error between them is
+# larger than between two schedules on the same units, and their margin is calibrated apart.
+ENGINE_KNOB = "workers"
+
+
+def across_engines(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    """Whether candidates `a` and `b` run on different arithmetic units (`ENGINE_KNOB`)."""
+    return a.get(ENGINE_KNOB) != b.get(ENGINE_KNOB)
 
 
 @dataclass(frozen=True)
@@ -88,12 +99,17 @@ class Prior:
 
         return math.exp(correction(self.correction.get(kind, {}), values))
 
-    def margin(self, kind: str) -> float:
+    def margin(self, kind: str, across: bool = False) -> float:
         """How much faster the prior must predict a candidate than the anchor before it picks it:
-        the held-out margin the fit calibrated for the kind, else exp(Z * spread)."""
+        the held-out margin the fit calibrated for the kind, else exp(Z * spread). `across`: the
+        candidate runs on other arithmetic units than the anchor (`across_engines`); where the
+        fit calibrated a margin for such pairs (`held_out["across"]`) it applies, when larger."""
         held = (self.residuals.get(kind) or {}).get("held_out")
         if held:
-            return max(MIN_MARGIN, float(held["margin"]))
+            m = float(held["margin"])
+            if across and held.get("across"):
+                m = max(m, float(held["across"]["margin"]))
+            return max(MIN_MARGIN, m)
         return max(MIN_MARGIN, math.exp(Z * self.spread(kind)))
 
     def distance(self, kind: str, f: Mapping[str, float], values: Mapping[str, object] | None = None) -> float:
@@ -162,10 +178,11 @@ def prior_from(data: object, where: str, target: str) -> Prior:
         raise EmmyError(f"{where}: \"residuals\" must map each kind to an object with a non-negative \"spread\"")
     for kind, r in residuals.items():
         held = r.get("held_out")
-        if held is not None and not (isinstance(held, dict) and _number(held.get("margin")) and held["margin"] >= 1
-                                     and _number(held.get("worst")) and isinstance(held.get("pairs"), int)):
-            raise EmmyError(f"{where}: residuals of {kind}: \"held_out\" must hold a \"margin\" of at least 1, "
-                            f"a \"worst\" factor and a count of \"pairs\"")
+        for name, m in (("held_out", held), ("held_out.across", held.get("across") if isinstance(held, dict) else None)):
+            if m is not None and not (isinstance(m, dict) and _number(m.get("margin")) and m["margin"] >= 1
+                                      and _number(m.get("worst")) and isinstance(m.get("pairs"), int)):
+                raise EmmyError(f"{where}: residuals of {kind}: \"{name}\" must hold a \"margin\" of at least 1, "
+                                f"a \"worst\" factor and a count of \"pairs\"")
     envelope = data.get("envelope", {})
     if not isinstance(envelope, dict) or not all(isinstance(e, dict) for e in envelope.values()):
         raise EmmyError(f"{where}: \"envelope\" must map each kind to an object")
@@ -206,5 +223,5 @@ def write_prior(path: Path, prior: Prior) -> None:
         raise EmmyError(f"cannot write '{path}': {e.strerror}") from None
 
 
-__all__ = ["DEFAULT_SPREAD", "ENVELOPE_PENALTY", "FILE_NAME", "MIN_MARGIN", "Prior", "Z", "load_prior",
+__all__ = ["DEFAULT_SPREAD", "ENGINE_KNOB", "ENVELOPE_PENALTY", "FILE_NAME", "MIN_MARGIN", "Prior", "Z", "across_engines", "load_prior",
            "prior_from", "prior_json", "prior_path", "write_prior"]

@@ -158,7 +158,12 @@ class GemmEstimate:
         )
 
 
-FEW_ROWS_STATS_MIN_K = 2048  # from here few-row products take their row statistics from a kernel of their own
+# From this K few-row products take their row statistics from a kernel of their own (_c_fusion).
+# Measured on the H200: K = 2048 and 4096 (Llama-3.2-1B, Mistral-7B; docs/bench/h200-few-rows-stats.log),
+# and K = 1024, Qwen3's q/k/v and gate/up at 32 tokens in the tuning store (the 32 x 32 mma.sync
+# tile, docs/bench/h200-records-2026-12-03c.json.gz): q/k/v 6.33 us split against 11.36 fused,
+# gate/up 8.02 against 12.87.
+FEW_ROWS_STATS_MIN_K = 1024
 
 
 def _streams_after_stats(info: KernelInfo, workers: str) -> bool:
@@ -675,7 +680,7 @@ def _c_fusion(knob, info, target, chosen, memo) -> Prefs:
         # -> 137.2 us (torch.compile 161.8) and 69.2 -> 55.9 (82.0).
         return [
             ("split", f"M={info.M} rows over K={info.K}: the row statistics in a kernel of their own, the k loop "
-                      f"only streams the weights (H200: q/k/v 1.5-1.9x, gate/up 1.1-1.2x faster at 32 tokens)"),
+                      f"only streams the weights (H200: q/k/v 1.5-1.9x, gate/up 1.1-1.6x faster at 32 tokens)"),
             ("fused", "the row statistics are computed from the rows each block loads anyway"),
         ]
     if info.prologue:

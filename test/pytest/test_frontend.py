@@ -339,6 +339,21 @@ def test_llama_family_matches_transformers(tmp_path, model_type):
     assert (model_type == "qwen2") == ("self_attn.q_proj.bias" in ours.params)
     (out,) = evaluate(hf, hf.inputs)
     assert torch.equal(out, hf.reference(hf.inputs))
+    # the module is called as Emmy's own layer is (tools/bench.py and the layer checks do)
+    assert torch.equal(hf.layer_module(*hf.inputs.values()), hf.reference(hf.inputs))
+
+
+def test_a_layer_emmy_does_not_build_itself_runs_like_its_own(tmp_path):
+    """Llama 3's rotary scaling (`rope_type` llama3) is not Emmy's own layer's: transformers'
+    layer is traced, and the benchmark calls it as `module(hidden_states, cos, sin)` too."""
+    pytest.importorskip("transformers")
+    scaling = {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+               "original_max_position_embeddings": 64, "rope_type": "llama3"}
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "model_type": "llama", "rope_scaling": scaling}))
+    traced = trace_layer(resolve_model(str(tmp_path)), 0, 8)
+    assert type(traced.layer_module).__name__ == "LlamaDecoderLayer"
+    assert "self_attn.q_proj.weight" in traced.params
+    assert torch.equal(traced.layer_module(*traced.inputs.values()), traced.reference(traced.inputs))
 
 
 def test_local_directory_weights_from_safetensors(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from emmy.diagnostics import EmmyError
 from emmy.driver import CompileOptions, compile_model
-from emmy.prior.choose import choose, neighbourhood
+from emmy.prior.choose import choose, neighbourhood, rules_anchor
 from emmy.prior.correction import correction, fit_correction, knob_terms
 from emmy.prior.data import KeyData, Sample
 from emmy.prior.evaluate import evaluate, proxy_anchor
@@ -293,6 +293,42 @@ def test_the_margin_is_calibrated_on_held_out_keys(info):
     assert lone.residuals["contraction"]["keys"] == 2 and "held_out" not in lone.residuals["contraction"]
 
 
+def test_pairs_on_other_arithmetic_units_get_a_margin_of_their_own(info):
+    """The model errs more between candidates on different units (`workers`): here every
+    candidate off the anchor's units measures within a lognormal of 0.3 of the model, the others
+    within 0.01. The fit calibrates the two kinds of pairs apart, and only a candidate on other
+    units than the anchor has to beat the larger margin."""
+    rng = np.random.default_rng(6)
+    anchor = _anchor(info)
+    space = knob_space_for(info, TARGET)
+    mine = neighbourhood(info, TARGET, space, anchor)
+    other = [v for w in ("wgmma", "mma_sync")
+             for v in neighbourhood(info, TARGET, space, rules_anchor(info, TARGET, space, {"workers": w}), {"workers": w})]
+    assert {v["workers"] for v in mine} == {anchor["workers"]} != {v["workers"] for v in other} == {"wgmma", "mma_sync"}
+    rng.shuffle(other)
+    samples = []
+    for i, k in enumerate("abcd"):
+        samples += _synthetic(info, k, mine[i * 15:(i + 1) * 15], rng, 0.01)
+        samples += _synthetic(info, k, other[i * 15:(i + 1) * 15], rng, 0.3)
+    prior = fit(samples, "sm_90a")
+    held = prior.residuals["contraction"]["held_out"]
+    assert held["across"]["pairs"] >= 10 and held["across"]["margin"] > held["margin"]
+    assert prior.margin("contraction", across=True) == held["across"]["margin"] > prior.margin("contraction")
+    # a choice: the same predicted gain picks a candidate on the anchor's units, not one on others
+    p = Prior("sm_90a", dict(DEFAULTS), {"contraction": {"spread": 0.1, "held_out": {
+        "margin": 1.03, "worst": 2.0, "pairs": 100, "across": {"margin": 100.0, "worst": 200.0, "pairs": 50}}}})
+    kernel = Kernel(info, TARGET)
+    slow = rules_anchor(info, TARGET, space, {"workers": "mma_sync"})  # an anchor the others beat
+    slow_s = score(kernel, slow, p, penalized=False)
+    faster = [v for v in mine if (score(kernel, v, p) or math.inf) * 1.03 < slow_s]
+    assert faster  # candidates on other units than this anchor, predicted faster than it
+    c = choose(info, TARGET, faster, slow, p)
+    assert c.picked == "anchor" and c.values == slow and "on other units than the rules' (wgmma_ws)" in c.reason
+    assert choose(info, TARGET, faster, slow, Prior("sm_90a", dict(DEFAULTS), _held(1.03))).picked == "prior"
+    near = [v for v in other if v["workers"] == "mma_sync" and (score(kernel, v, p) or math.inf) * 1.03 < slow_s]
+    assert near and choose(info, TARGET, near + faster, slow, p).values in near  # same units: the small margin
+
+
 def test_the_learned_correction_finds_a_knob_value_the_model_misses(info):
     rng = np.random.default_rng(5)
     points = neighbourhood(info, TARGET, knob_space_for(info, TARGET), _anchor(info))
@@ -324,6 +360,8 @@ def test_a_prior_file_keeps_the_held_out_margin_and_the_correction(tmp_path):
     ('"residuals": {"contraction": {"spread": 0.1, "held_out": {"margin": 0.5, "worst": 1, "pairs": 3}}}',
      r"residuals of contraction: \"held_out\" must hold a \"margin\" of at least 1"),
     ('"residuals": {"contraction": {"spread": 0.1, "held_out": 2}}', r"\"held_out\" must hold"),
+    ('"residuals": {"contraction": {"spread": 0.1, "held_out": {"margin": 1.2, "worst": 2, "pairs": 30, '
+     '"across": {"margin": 1.5}}}}', r"residuals of contraction: \"held_out.across\" must hold a \"margin\""),
     ('"correction": {"contraction": {"stages=3": "big"}}', r"\"correction\" must map each kind"),
     ('"correction": []', r"\"correction\" must map each kind"),
 ])

@@ -479,16 +479,18 @@ def test_split_tail_legality_and_rule():
 
 
 def test_few_rows_over_a_long_k_take_their_statistics_first():
-    """At most 32 rows with RMSNorm over K >= 2048 (Llama-3.2-1B, Mistral-7B at 32 tokens): the
-    row statistics in a kernel of their own, and q/k/v split along k to fill the SMs; Qwen3's
-    K=1024 keeps the fused statistics and its tiles."""
+    """At most 32 rows with RMSNorm over K >= 1024 (Qwen3, Llama-3.2-1B, Mistral-7B at 32
+    tokens): the row statistics in a kernel of their own, and Mistral's q/k/v split along k to
+    fill the SMs; Qwen3's K=1024 keeps its tiles, and a K of 512 the fused statistics."""
     mistral = info_of(L.rmsnorm_matmul(32, 6144, 4096, target="sm_90a"))
     d = rules.decide(mistral, SM90A, knob_space_for(mistral, SM90A))
     assert (d["workers"].value, d["fusion"].value, d["split_k"].value) == ("mma_sync", "split", 4)
     assert "only streams the weights" in d["fusion"].reason
     qwen = info_of(L.rmsnorm_matmul(32, 4096, 1024, target="sm_90a"))
     q = rules.decide(qwen, SM90A, knob_space_for(qwen, SM90A))
-    assert (q["fusion"].value, q["split_k"].value, q["block_n"].value) == ("fused", 1, 32)
+    assert (q["fusion"].value, q["split_k"].value, q["block_n"].value) == ("split", 1, 32)
+    short = info_of(L.rmsnorm_matmul(32, 4096, 512, target="sm_90a"))
+    assert rules.decide(short, SM90A, knob_space_for(short, SM90A))["fusion"].value == "fused"
     wide = info_of(L.rmsnorm_matmul(512, 6144, 4096, target="sm_90a"))  # wgmma_ws: split for its shared memory
     assert "wgmmas" in rules.decide(wide, SM90A, knob_space_for(wide, SM90A))["fusion"].reason
 
