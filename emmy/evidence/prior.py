@@ -1,10 +1,14 @@
 """The prior tier: the cost model's bounded choice (`emmy.prior.choose.prior_decision`).
 
 The prior ranks the legal neighbourhood of the rules' answer and replaces that answer only when
-it predicts a gain over its margin (the bound is in `emmy.prior.choose`). Where it keeps the
-rules' answer, this decider answers nothing and the rules answer (tier `rule`, with their own
-reasons), unless the rules are turned off (`completes`): then the kept answer is the prior's
-(tier `prior`). The report says what the prior ranked either way. Its coefficients come from
+it predicts a gain over its margin (the bound is in `emmy.prior.choose`). Before that, a fitted
+prior reshapes the rules' tile where it leaves the last wave part empty, as the nearest tier
+reshapes a borrowed one (`emmy.evidence.reshape`: the Qwen3 layer's o and down projections at
+3000 tokens, the rules' 128 x 256 tiles make 96 blocks on 132 SMs; 256 x 96 tiles, 132 blocks,
+ran 24.2 and 33.0 us on the H200 against 32.7 and 44.6); the reshaped answer is the anchor.
+Where it keeps the rules' answer as they gave it, this decider answers nothing and the rules
+answer (tier `rule`, with their own reasons), unless the rules are turned off (`completes`):
+then the kept answer is the prior's (tier `prior`). The report says what the prior ranked either way. Its coefficients come from
 `<golden folder>/<target>/prior.json` when there is one, else the target's unfitted defaults.
 
 A fitted prior also vets the nearest tier (`NearestVet`): values measured on another shape are
@@ -39,18 +43,30 @@ class PriorDecider:
     name: str = "prior"
     completes: bool = False  # the last tier (rules off): answer with the rules' answer it kept
     choices: MutableMapping[str, object] = field(default_factory=dict)  # kernel -> PriorChoice
+    reshaped: MutableMapping[str, dict] = field(default_factory=dict)  # kernel -> the rules' tile reshaped (detail)
 
     def answer(self, problem: Problem, fixed: Mapping[str, Answer]) -> dict[str, Answer]:
-        from emmy.prior.choose import prior_decision
+        from emmy.evidence.reshape import Reshape, describe
+        from emmy.prior.choose import prior_decision, rules_anchor
 
         values = {k: a.value for k, a in fixed.items()}
-        choice = prior_decision(problem.info, problem.target, problem.space, self.prior, values)
+        anchor = rules_anchor(problem.info, problem.target, problem.space, values)
+        if anchor is None:
+            return {}
+        # the rules' tile, like a borrowed one, reshaped where it leaves the last wave part empty
+        filled = Reshape(self.prior)(problem, fixed, anchor) if getattr(self.prior, "fitted", False) else None
+        if filled is not None:
+            anchor, self.reshaped[problem.kernel] = filled
+        choice = prior_decision(problem.info, problem.target, problem.space, self.prior, values, anchor)
         if choice is None:
             return {}
         self.choices[problem.kernel] = choice
-        if choice.picked != "prior" and not self.completes:
+        if choice.picked != "prior" and not self.completes and filled is None:
             return {}
-        return {k: Answer(v, "prior", f"prior: {choice.reason}") for k, v in choice.values.items()
+        why = choice.reason
+        if filled is not None:
+            why = f"the rules' answer {describe(filled[1])}; {why}"
+        return {k: Answer(v, "prior", f"prior: {why}") for k, v in choice.values.items()
                 if k in problem.space and k not in fixed}
 
     def source(self, kernel: str) -> dict | None:
@@ -62,8 +78,11 @@ class PriorDecider:
         runner = None
         if c.runner_up is not None:
             runner = {"values": dict(c.runner_up[0]), "predicted_s": c.runner_up[1]}
-        return {"tier": "prior", "picked": c.picked, "predicted_s": c.predicted_s, "rules_predicted_s": c.anchor_s,
-                "runner_up": runner, "margin": round(c.margin, 4), "candidates": c.candidates, "why": c.reason}
+        out = {"tier": "prior", "picked": c.picked, "predicted_s": c.predicted_s, "rules_predicted_s": c.anchor_s,
+               "runner_up": runner, "margin": round(c.margin, 4), "candidates": c.candidates, "why": c.reason}
+        if kernel in self.reshaped:
+            out["reshaped"] = self.reshaped[kernel]
+        return out
 
 
 @dataclass(frozen=True)

@@ -155,11 +155,13 @@ def neighbourhood(info: KernelInfo, target: Target, space: Mapping[str, Sequence
 
 
 def prior_decision(info: KernelInfo, target: Target, space: Mapping[str, Sequence[KnobValue]], prior: Prior,
-                   fixed: Mapping[str, KnobValue] | None = None) -> PriorChoice | None:
-    """The prior tier's answer for a kernel: the rules' answer (completing the pins `fixed`) as
-    the anchor, its legal neighbourhood ranked, the bound applied. None where the rules find no
-    legal completion (decide-forks reports that as it does today)."""
-    anchor = rules_anchor(info, target, space, fixed)
+                   fixed: Mapping[str, KnobValue] | None = None,
+                   anchor: Mapping[str, KnobValue] | None = None) -> PriorChoice | None:
+    """The prior tier's answer for a kernel: the rules' answer (completing the pins `fixed`; or
+    `anchor`, a full legal assignment standing for it) as the anchor, its legal neighbourhood
+    ranked, the bound applied. None where the rules find no legal completion (decide-forks
+    reports that as it does today)."""
+    anchor = dict(anchor) if anchor is not None else rules_anchor(info, target, space, fixed)
     if anchor is None:
         return None
     return choose(info, target, neighbourhood(info, target, space, anchor, fixed), anchor, prior)

@@ -111,3 +111,35 @@ def test_explain_says_the_borrowed_tile_was_reshaped():
     assert block_m.split()[2:4] == ["256", "nearest"]
     assert "shape m=4096 n=1024 k=2048, reshaped to 256 x 96" in block_m
     assert "reshaped from 128 x 256 (8 warps) to 256 x 96 (16 warps) to fill the waves here" in block_m
+
+
+def test_the_prior_tier_reshapes_the_rules_tile_too(o_3000, prior):
+    """Without records (the prior and the rules alone) the rules' own 128 x 256 tile at 3000
+    tokens is reshaped like a borrowed one: tier prior, the reason and the source say so, and the
+    neighbourhood is ranked around the reshaped answer."""
+    from emmy.evidence.prior import PriorDecider
+    from emmy.prior.choose import rules_anchor
+
+    problem, _ = o_3000
+    rules = rules_anchor(problem.info, problem.target, problem.space)
+    assert (rules["block_m"], rules["block_n"], rules["warps"]) == (128, 256, 8)
+    decider = PriorDecider(prior)
+    answers = decider.answer(problem, {})
+    assert (answers["block_m"].value, answers["block_n"].value, answers["warps"].value) == (256, 96, 16)
+    assert answers["block_m"].tier == "prior"
+    assert "the rules' answer reshaped from 128 x 256 (8 warps) to 256 x 96 (16 warps)" in answers["block_m"].reason
+    source = decider.source("o_proj_residual")
+    assert source["reshaped"]["to"]["block_m"] == 256 and json.dumps(source)
+    # a pinned tile is kept: nothing to reshape, and the rules' answer stands (no answer)
+    pinned = {"block_n": Answer(256, "pinned", "--knob")}
+    assert decider.answer(problem, pinned).get("block_m") is None
+
+
+def test_explain_says_the_rules_tile_was_reshaped_by_the_prior():
+    proc = emmy("compile", MODEL, "--layer", "0", "--tokens", "3000", "--target", TARGET, "--evidence",
+                "pinned,prior,rule", "--explain")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("down_proj_residual ")]
+    block_n = next(r for r in rows if r.split()[1] == "block_n")
+    assert block_n.split()[2:4] == ["96", "prior"]
+    assert "the rules' answer reshaped from 128 x 256 (8 warps) to 256 x 96 (16 warps) to fill the waves" in block_n
