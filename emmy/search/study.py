@@ -307,7 +307,8 @@ def run_trials(
 ) -> int:
     """One worker's loop on one study: ask up to `batch` trials, measure them together, tell,
     until the study has `budget.trials` measured trials, `budget.seconds` have passed, or every
-    legal point is measured. The next batch is asked for in a thread while the measurer has
+    legal point is measured. Today's answers that the study lacks (`enqueue_todays_answers`) are
+    measured past the trial budget: a study that was already whole measures them too. The next batch is asked for in a thread while the measurer has
     the current one (the two share nothing but the store, and the asking is done
     before the current batch is told). Returns the trials this worker measured.
     `on_trial(measured so far, best time)` is called after each batch. `prior`: see
@@ -322,7 +323,12 @@ def run_trials(
         study.set_user_attr(SPACE_ATTR, len(space.space))
     _fail_stale(study)
     requeue_unmeasured(study)
-    enqueue_todays_answers(study, space, task, source_hash=source_hash())
+    todays = enqueue_todays_answers(study, space, task, source_hash=source_hash())
+    # the trial budget, stretched where a whole study lacks today's answers: they are measured,
+    # after the trials that wait ahead of them (Optuna hands out waiting trials in order)
+    cap = budget.trials
+    if cap is not None and todays:
+        cap = max(cap, len(measured(study)) + len(_waiting(study)))
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
@@ -331,7 +337,7 @@ def run_trials(
     def room() -> int:
         """Trials this worker may ask for now (the measured and the running ones count)."""
         count, running = len(measured(study)), _running(study)
-        return batch if budget.trials is None else min(batch, budget.trials - count - running)
+        return batch if cap is None else min(batch, cap - count - running)
 
     def ask(heart: _Heartbeat, n: int) -> tuple[list, list, int]:
         """A batch of up to `n`: (trials, points, draws pruned as repeats)."""
@@ -357,7 +363,7 @@ def run_trials(
             while True:
                 _fail_stale(study)
                 count = len(measured(study))
-                if budget.trials is not None and count >= budget.trials:
+                if cap is not None and count >= cap:
                     break
                 if budget.seconds is not None and clock() - start >= budget.seconds:
                     break
@@ -616,6 +622,12 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -
         known |= {point_key(point), point_key(params)}
         done.append(why)
     return done
+
+
+def _waiting(study) -> list:
+    import optuna
+
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
 
 
 def requeue_unmeasured(study) -> list[int]:

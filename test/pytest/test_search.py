@@ -414,6 +414,28 @@ def test_a_continued_study_measures_todays_default_first(tasks, store):
     assert [point_key(v) for v in _values(store.load(task.key_id))].count(point_key(other)) == 1
 
 
+def test_a_whole_study_measures_todays_default_past_its_budget(tasks, store):
+    """A study that already has its budget of trials, continued after the default changed to a
+    point it never measured: today's default is measured anyway (the table's default is then a
+    trial the study can name), once, and nothing else past the budget."""
+    from emmy.search.study import conditional_space, params_of
+
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=6), seed=0)
+    study = store.load(task.key_id)
+    # the first trials the budget left waiting, measured ahead of today's default (Optuna's order)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    space = conditional_space(task)
+    seen = {point_key(v) for v in _values(study)} | {point_key(dict(t.system_attrs["fixed_params"])) for t in waiting}
+    other = next(p for p in reversed(space.neighbours(dict(task.default), 60))
+                 if point_key(p) not in seen and point_key(params_of(space, p)) not in seen)
+    changed = replace(task, default=other)
+    measured_now = run_trials(store, changed, CostMeasurer(), Budget(trials=6), seed=0)
+    values = [point_key(v) for v in _values(store.load(task.key_id))]
+    assert measured_now == len(waiting) + 1 and values[-1] == point_key(other) and len(values) == 7 + len(waiting)
+    assert run_trials(store, changed, CostMeasurer(), Budget(trials=6), seed=0) == 0  # measured now: nothing
+
+
 def test_a_study_measures_the_rules_answer_where_the_default_is_another(tasks, store):
     """Where the default comes from elsewhere (a golden entry, the prior) and differs from the
     hand-written rules' answer, the study measures the rules' answer too (`enqueued` "rules"):
