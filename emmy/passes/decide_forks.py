@@ -94,13 +94,14 @@ from emmy.phase import is_prepare
 from emmy.schedule.plan import part_problems, plan_kernel
 from emmy.schedule import qk_epilogue
 from emmy.tuning.deciders import (
+    TRADE_ORDER,
     Answer,
     Decider,
     FixedDecider,
     PinnedDecider,
     Problem,
     decide_kernel,
-    trade_for_launches,
+    trades_for_launches,
 )
 from emmy.tuning.pins import check_pins_used, parse_pins
 from emmy.targets import Target, module_target
@@ -233,11 +234,12 @@ def _fit_launch_budget(
     """Trade rule-decided helper launches of one function's forward-phase kernels (module
     docstring) until it makes at most `budget` launches per call."""
     kernels = [k for k in func.walk() if isinstance(k, KernelOp) and not is_prepare(k)]
-    trades = [(k, trade) for k in kernels if (trade := trade_for_launches(problems[k].space, answers[k]))]
-    if not trades or len(kernels) > budget:
-        return  # nothing to trade, or one launch per kernel is already past the budget
+    if len(kernels) > budget:
+        return  # one launch per kernel is already past the budget
     launches = {k: len(plan_kernel(k, target).launches) for k in kernels}
-    for k, (knob, value, what) in trades:
+    # each kind of trade over every kernel before the next kind (a combine before any statistics)
+    trades = [(k, t) for k in kernels for t in trades_for_launches(problems[k].space, answers[k])]
+    for k, (knob, value, what) in sorted(trades, key=lambda kt: TRADE_ORDER.index(kt[1][0])):
         total = sum(launches.values())
         if total <= budget:
             return
@@ -247,9 +249,13 @@ def _fit_launch_budget(
         new = decide_kernel(problems[k], traded)
         if new[knob].value != value:
             continue  # not legal with the rest of this kernel's answers
-        answers[k] = new
+        old = answers[k]
         _write(k, new)
-        launches[k] = len(plan_kernel(k, target).launches)
+        fewer = len(plan_kernel(k, target).launches)
+        if fewer >= launches[k]:
+            _write(k, old)  # saves no launch here: kept as it was
+            continue
+        answers[k], launches[k] = new, fewer
 
 
 def _fit_parts(

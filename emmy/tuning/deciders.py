@@ -113,18 +113,28 @@ class FixedDecider:
         return {k: a for k, a in self.answers.items() if k in problem.space and k not in fixed}
 
 
-def trade_for_launches(
+# The helper launches the launch budget trades, in the order it tries them (over every kernel
+# before the next kind): a split-k combine kernel, then a row-statistics kernel.
+TRADE_ORDER = ("combine", "fusion")
+
+
+def trades_for_launches(
     space: Mapping[str, tuple[KnobValue, ...]], answers: Mapping[str, Answer]
-) -> tuple[str, KnobValue, str] | None:
-    """(knob, value, what it does) that would save a kernel one helper launch, where its current
-    answer came from the rules and takes one: split_k's parts added by the last block of each
-    tile instead of a `_combine` kernel. None where there is nothing to trade."""
+) -> list[tuple[str, KnobValue, str]]:
+    """(knob, value, what it does) that may save a kernel one helper launch, where its current
+    answer came from the rules: split_k's parts added by the last block of each tile instead of
+    a `_combine` kernel; then the row statistics computed in the kernel (`fusion` = fused)
+    instead of by a kernel of their own. The launch budget keeps a trade only where the plan
+    makes fewer launches with it."""
+    out = []
     combine, split = answers.get("combine"), answers.get("split_k")
-    if combine is None or split is None or combine.tier != "rule" or combine.value != "kernel":
-        return None
-    if int(split.value) <= 1 or "last_block" not in space.get("combine", ()):
-        return None
-    return ("combine", "last_block", f"the last of each tile's {split.value} blocks adds the parts, no _combine kernel")
+    if (combine is not None and split is not None and combine.tier == "rule" and combine.value == "kernel"
+            and int(split.value) > 1 and "last_block" in space.get("combine", ())):
+        out.append(("combine", "last_block", f"the last of each tile's {split.value} blocks adds the parts, no _combine kernel"))
+    fusion = answers.get("fusion")
+    if fusion is not None and fusion.tier == "rule" and fusion.value == "split" and "fused" in space.get("fusion", ()):
+        out.append(("fusion", "fused", "fused: what a kernel of its own computed first (row statistics, rotated K rows) computed in this one"))
+    return out
 
 
 def default_deciders(pins: Pins) -> list[Decider]:

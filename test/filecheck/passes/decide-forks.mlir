@@ -29,11 +29,19 @@
 // BADTIER-NEXT: valid tiers: pinned, local, golden, nearest, prior, rule
 // NOCOMPLETER: error: keep 'rule' or 'prior' on: one of them must complete every schedule
 
-// The launch budget (max-launches): Qwen3's layer at 32 tokens on sm_90 takes 7 launches per call
-// with the rules' answers (the down projection's parts added by a combine kernel); a budget of 6
-// trades that combine kernel for the last block of each tile, and says so. No budget: no trade.
+// The launch budget (max-launches): Qwen3's layer at 32 tokens on sm_90 takes 9 launches per call
+// with the rules' answers (the down projection's parts added by a combine kernel, the row
+// statistics of q/k/v and gate/up and attention's K rows in kernels of their own); a budget of 6
+// trades the combine kernel for the last block of each tile first, then statistics kernels in
+// order (q/k/v's, attention's), until it fits, and says so. No budget: no trade.
+// BUDGET:     tile.kernel @rms_norm_qkv_proj
+// BUDGET:     fusion = #tile.knob<"fusion", ["fused", "split"] = "fused", "rule", "launch budget: @layer0 would make 8 launches per call, 6 allowed: fused: what a kernel of its own computed first (row statistics, rotated K rows) computed in this one">
+// BUDGET:     tile.kernel @attention
+// BUDGET:     "launch budget: @layer0 would make 7 launches per call, 6 allowed: fused: what a kernel of its own computed first (row statistics, rotated K rows) computed in this one"
+// BUDGET:     tile.kernel @rms_norm_gate_up_proj_silu
+// BUDGET-NOT: launch budget
 // BUDGET:     tile.kernel @down_proj_residual
-// BUDGET:     combine = #tile.knob<"combine", ["kernel", "last_block"] = "last_block", "rule", "launch budget: @layer0 would make 7 launches per call, 6 allowed: the last of each tile's {{[0-9]+}} blocks adds the parts, no _combine kernel">
+// BUDGET:     combine = #tile.knob<"combine", ["kernel", "last_block"] = "last_block", "rule", "launch budget: @layer0 would make 9 launches per call, 6 allowed: the last of each tile's {{[0-9]+}} blocks adds the parts, no _combine kernel">
 // NOBUDGET-NOT: launch budget
 // NOBUDGET:     tile.kernel @down_proj_residual
 // NOBUDGET:     combine = #tile.knob<"combine", ["kernel", "last_block"] = "kernel", "rule", "a kernel of its own adds the {{[0-9]+}} parts and runs the epilogue">
