@@ -323,12 +323,8 @@ def run_trials(
         study.set_user_attr(SPACE_ATTR, len(space.space))
     _fail_stale(study)
     requeue_unmeasured(study)
-    todays = enqueue_todays_answers(study, space, task, source_hash=source_hash())
-    # the trial budget, stretched where a whole study lacks today's answers: they are measured,
-    # after the trials that wait ahead of them (Optuna hands out waiting trials in order)
-    cap = budget.trials
-    if cap is not None and todays:
-        cap = max(cap, len(measured(study)) + len(_waiting(study)))
+    enqueue_todays_answers(study, space, task, source_hash=source_hash())
+    cap = _stretched(study, budget.trials)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
@@ -572,6 +568,10 @@ def _best_time(study) -> float | None:
     return min(times) if times else None
 
 
+# What `enqueue_todays_answers` marks its trials with (user attribute "enqueued").
+TODAYS = ("default", "rules")
+
+
 def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -> list[str]:
     """Enqueues, in a study that has them neither measured nor waiting nor running, the task's
     default answer (what the compile chooses today without the store: golden, nearest, prior)
@@ -622,6 +622,18 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -
         known |= {point_key(point), point_key(params)}
         done.append(why)
     return done
+
+
+def _stretched(study, trials: int | None) -> int | None:
+    """The trial budget of a study that has spent it while today's answers wait unmeasured
+    (enqueued by this run, or by one that stopped at its budget): stretched so that they are
+    measured, with the trials waiting ahead of them (Optuna hands out waiting trials in order)."""
+    done = len(measured(study))
+    if trials is None or done < trials:
+        return trials
+    waiting = [t.user_attrs.get("enqueued") in TODAYS for t in _waiting(study)]
+    last = max((i for i, todays in enumerate(waiting) if todays), default=-1)
+    return max(trials, done + last + 1)
 
 
 def _waiting(study) -> list:

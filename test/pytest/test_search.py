@@ -436,6 +436,28 @@ def test_a_whole_study_measures_todays_default_past_its_budget(tasks, store):
     assert run_trials(store, changed, CostMeasurer(), Budget(trials=6), seed=0) == 0  # measured now: nothing
 
 
+def test_todays_default_left_waiting_by_a_whole_study_is_measured_by_the_next_run(tasks, store):
+    """A run before this rule enqueued today's default into a whole study and stopped at its
+    budget; the next run measures it (and only it)."""
+    from emmy.search.study import conditional_space, enqueue_todays_answers, params_of
+
+    task = tasks[0]
+    run_trials(store, task, CostMeasurer(), Budget(trials=6), seed=0)
+    study = store.load(task.key_id)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # (no first trials left waiting)
+    space = conditional_space(task)
+    seen = {point_key(v) for v in _values(study)}
+    other = next(p for p in reversed(space.neighbours(dict(task.default), 60))
+                 if point_key(p) not in seen and point_key(params_of(space, p)) not in seen)
+    changed = replace(task, default=other)
+    assert enqueue_todays_answers(study, space, changed) == ["default"]  # ... and that run stopped
+    assert run_trials(store, changed, CostMeasurer(), Budget(trials=6), seed=0) == 1
+    assert point_key(_values(store.load(task.key_id))[-1]) == point_key(other)
+    fresh = tasks[1]  # a study with budget left: today's answers wait their turn, the budget holds
+    assert run_trials(store, fresh, CostMeasurer(), Budget(trials=2), seed=0) == 2
+
+
 def test_a_study_measures_the_rules_answer_where_the_default_is_another(tasks, store):
     """Where the default comes from elsewhere (a golden entry, the prior) and differs from the
     hand-written rules' answer, the study measures the rules' answer too (`enqueued` "rules"):
