@@ -8,8 +8,9 @@ reshapes a borrowed one (`emmy.evidence.reshape`: the Qwen3 layer's o and down p
 ran 24.2 and 33.0 us on the H200 against 32.7 and 44.6); the reshaped answer is the anchor.
 Where it keeps the rules' answer as they gave it, this decider answers nothing and the rules
 answer (tier `rule`, with their own reasons), unless the rules are turned off (`completes`):
-then the kept answer is the prior's (tier `prior`). The report says what the prior ranked either way. Its coefficients come from
-`<golden folder>/<target>/prior.json` when there is one, else the target's unfitted defaults.
+then the kept answer is the prior's (tier `prior`). The report says what the prior ranked either
+way. Its coefficients come from `<golden folder>/<target>/prior.json` when there is one, else the
+target's unfitted defaults.
 
 A fitted prior also vets the nearest tier (`NearestVet`): values measured on another shape are
 borrowed unless the prior's physical model (its fitted coefficients, without the learned

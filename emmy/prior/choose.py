@@ -23,9 +23,10 @@ margin covers a high quantile of it), apart for candidates on other arithmetic u
 anchor (`across`: another `workers` value, where the model errs more), else exp(Z * spread) from
 the in-sample residuals (about 2x for the unfitted defaults); grown by how far the anchor itself
 lies outside the fitted data (a shape never measured asks a larger gain), and `penalty(c)`
-counting only the distance past the anchor's. So: the pick is never predicted slower than the anchor (by construction); when the
-model's ranking error between the pick and the anchor is a factor E (measured over predicted,
-the pick's against the anchor's), the pick measures at most E / margin times the anchor's time:
+counting only the distance past the anchor's. So: the pick is never predicted slower than the
+anchor (by construction); when the model's ranking error between the pick and the anchor is a
+factor E (measured over predicted, the pick's against the anchor's), the pick measures at most
+E / margin times the anchor's time:
 no slower than the anchor whenever E stays within the margin (as it did for that quantile of the
 held-out pairs), at most `worst / margin` slower for the worst held-out error, and faster
 whenever the predicted gain holds. A candidate outside the fitted data must show a larger gain
@@ -105,7 +106,7 @@ def choose(info: KernelInfo, target: Target, candidates: Iterable[Mapping[str, K
         return PriorChoice(anchor, anchor_s, anchor, anchor_s, None, "anchor", grow * prior.margin(info.kind),
                            len(ranked), "the rules' answer ranks first")
     gate, best_s, _, best = min(bounded, key=lambda b: (b[0], b[2]))
-    margin = gate / best_s
+    margin = margin_of(best)
     engines = f", on other units than the rules' ({best.get(ENGINE_KNOB)})" if across_engines(best, anchor) else ""
     if gate <= anchor_s:
         runner = next(((v, t) for t, _, v in ranked if v != best), None)

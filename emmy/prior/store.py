@@ -20,10 +20,11 @@
 log-time residuals, each taken relative to its key's mean (a prior only ever compares candidates
 of one kernel). `held_out` is the margin calibrated on keys held out of the fit
 (`emmy.prior.fit.held_out`: how much slower than predicted, against another candidate of
-its key, the top-ranked candidate measured; `margin` a high quantile of that factor over the pairs
-on the same arithmetic units (`workers`), `worst` the largest, `pairs` how many; `across` the same
-over the pairs on different units, where there were enough). The envelope holds, per kind, the range of each of `ENVELOPE_TERMS`
-(log1p of the term) over the fitted candidates and the categorical knob values seen.
+its key, the top-ranked candidate measured; `margin` a high quantile of that factor over the
+pairs on the same arithmetic units (`workers`), `worst` the largest, `pairs` how many; `across`
+the same over the pairs on different units, where there were enough). The envelope holds, per
+kind, the range of each of `ENVELOPE_TERMS` (log1p of the term) over the fitted candidates and
+the categorical knob values seen.
 `correction` holds, per kind where the fit kept it, the learned correction's weights
 (`emmy.prior.correction`: log-time per knob value; a candidate's time is the model's times
 exp(the sum of its values' weights)). Schema 1 files (no `held_out`, no `correction`) are read:
@@ -178,7 +179,8 @@ def prior_from(data: object, where: str, target: str) -> Prior:
         raise EmmyError(f"{where}: \"residuals\" must map each kind to an object with a non-negative \"spread\"")
     for kind, r in residuals.items():
         held = r.get("held_out")
-        for name, m in (("held_out", held), ("held_out.across", held.get("across") if isinstance(held, dict) else None)):
+        across = held.get("across") if isinstance(held, dict) else None
+        for name, m in (("held_out", held), ("held_out.across", across)):
             if m is not None and not (isinstance(m, dict) and _number(m.get("margin")) and m["margin"] >= 1
                                       and _number(m.get("worst")) and isinstance(m.get("pairs"), int)):
                 raise EmmyError(f"{where}: residuals of {kind}: \"{name}\" must hold a \"margin\" of at least 1, "
