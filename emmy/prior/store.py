@@ -225,5 +225,5 @@ def write_prior(path: Path, prior: Prior) -> None:
         raise EmmyError(f"cannot write '{path}': {e.strerror}") from None
 
 
-__all__ = ["DEFAULT_SPREAD", "ENGINE_KNOB", "ENVELOPE_PENALTY", "FILE_NAME", "MIN_MARGIN", "Prior", "Z", "across_engines", "load_prior",
-           "prior_from", "prior_json", "prior_path", "write_prior"]
+__all__ = ["DEFAULT_SPREAD", "ENGINE_KNOB", "ENVELOPE_PENALTY", "FILE_NAME", "MIN_MARGIN", "Prior", "Z",
+           "across_engines", "load_prior", "prior_from", "prior_json", "prior_path", "write_prior"]

@@ -35,8 +35,8 @@ Trials (the store's layout is in `emmy.records.store`):
 - a draw that repeats a candidate another trial measured or is measuring: PRUNED, not measured,
   `reason` "repeats trial N" (today's default or rules' answer enqueued again after failing
   under another build of Emmy is no repeat: `retries` lists the failed trials); an unmeasured
-  legal neighbour is enqueued instead, or where all its near neighbours were drawn, the nearest legal point no trial drew (so a small space is
-  measured whole); the legal space checks each part of a kernel that runs as parts, so every
+  legal neighbour is enqueued instead, or where all its near neighbours were drawn, the nearest
+  legal point no trial drew (so a small space is measured whole); the legal space checks each part of a kernel that runs as parts, so every
   draw is one that all parts can run;
 - a trial the measurer did not measure (it stops a batch after a candidate timed out: see
   `emmy.measure.child`) is FAIL without `status`, `reason` "not measured: ...";
@@ -308,9 +308,9 @@ def run_trials(
     """One worker's loop on one study: ask up to `batch` trials, measure them together, tell,
     until the study has `budget.trials` measured trials, `budget.seconds` have passed, or every
     legal point is measured. Today's answers that the study lacks (`enqueue_todays_answers`) are
-    measured past the trial budget: a study that was already whole measures them too. The next batch is asked for in a thread while the measurer has
-    the current one (the two share nothing but the store, and the asking is done
-    before the current batch is told). Returns the trials this worker measured.
+    measured past the trial budget: a study that was already whole measures them too. The next
+    batch is asked for in a thread while the measurer has the current one (the two share nothing
+    but the store, and the asking is done before the current batch is told). Returns the trials this worker measured.
     `on_trial(measured so far, best time)` is called after each batch. `prior`: see
     `open_study`."""
     from emmy.measure.gpu import source_hash  # (no GPU: a hash of Emmy's sources, as records keep it)

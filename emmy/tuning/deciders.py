@@ -114,7 +114,8 @@ class FixedDecider:
 
 
 # The helper launches the launch budget trades, in the order it tries them (over every kernel
-# before the next kind): a split-k combine kernel, then a row-statistics kernel.
+# before the next kind): a split-k combine kernel, then a kernel that computes a fused
+# kernel's producers first (row statistics, attention's rotated K rows).
 TRADE_ORDER = ("combine", "fusion")
 
 
@@ -123,17 +124,19 @@ def trades_for_launches(
 ) -> list[tuple[str, KnobValue, str]]:
     """(knob, value, what it does) that may save a kernel one helper launch, where its current
     answer came from the rules: split_k's parts added by the last block of each tile instead of
-    a `_combine` kernel; then the row statistics computed in the kernel (`fusion` = fused)
-    instead of by a kernel of their own. The launch budget keeps a trade only where the plan
+    a `_combine` kernel; then `fusion` = fused: what a kernel of its own computed first (row
+    statistics, attention's rotated K rows) computed in this one. The launch budget keeps a trade only where the plan
     makes fewer launches with it."""
     out = []
     combine, split = answers.get("combine"), answers.get("split_k")
     if (combine is not None and split is not None and combine.tier == "rule" and combine.value == "kernel"
             and int(split.value) > 1 and "last_block" in space.get("combine", ())):
-        out.append(("combine", "last_block", f"the last of each tile's {split.value} blocks adds the parts, no _combine kernel"))
+        out.append(("combine", "last_block",
+                    f"the last of each tile's {split.value} blocks adds the parts, no _combine kernel"))
     fusion = answers.get("fusion")
     if fusion is not None and fusion.tier == "rule" and fusion.value == "split" and "fused" in space.get("fusion", ()):
-        out.append(("fusion", "fused", "fused: what a kernel of its own computed first (row statistics, rotated K rows) computed in this one"))
+        out.append(("fusion", "fused",
+                    "fused: what a kernel of its own computed first (row statistics, rotated K rows) computed in this one"))
     return out
 
 
