@@ -95,6 +95,7 @@ from emmy.schedule.attention import (
     AttentionPlan,
     Producer,
     analyze,
+    score_fold,
     smem_bytes,
 )
 
@@ -299,7 +300,7 @@ def _flash_func(
     kb.call(
         run_callee(plan, sched, frozenset(materialized), {m[0]: m[2] for m in maps}),
         [
-            *args, score.result, free.result, out.result, q_block,
+            *args, score.result, free.result, kb.fconst(score_fold(plan)), out.result, q_block,
             kb.idx(plan.seq_q), kb.idx(plan.seq_kv), kb.idx(int(plan.causal)),
             kb.idx(plan.causal_offset), sbuf,
         ],

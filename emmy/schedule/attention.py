@@ -22,7 +22,7 @@ from math import gcd
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as mathd
-from xdsl.dialects.builtin import BFloat16Type, FloatAttr, TensorType
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, FloatAttr, TensorType
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from emmy.analysis.body import value_tree
@@ -474,6 +474,24 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
         mask=sel.result if sel is not None else None,
         unmasked=(sel.rhs if _is_neg_inf(sel.lhs) else sel.lhs) if sel is not None else None,
     )
+
+
+def score_fold(body: AttentionBody) -> float:
+    """c where the score of a key no mask touches is exactly `dot * c` in f32, c a positive
+    finite constant (the attention scale), else 0.0. The main loop then takes the row max of
+    the raw dots and folds c into its exponent (FreeScore in attention.cuh): the same softmax
+    up to the rounding of c * log2(e), one multiplication per score fewer."""
+    v = body.unmasked if body.mask is not None else body.score
+    op = v.owner
+    if not isinstance(op, arith.MulfOp) or not isinstance(v.type, Float32Type):
+        return 0.0
+    for a, b in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+        const = b.owner
+        if a is body.dot and isinstance(const, arith.ConstantOp) and isinstance(const.value, FloatAttr):
+            c = float(const.value.value.data)
+            if 0.0 < c < float("inf"):
+                return c
+    return 0.0
 
 
 # --------------------------------------------------------------------------------------------

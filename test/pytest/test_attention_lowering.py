@@ -19,6 +19,7 @@ import pytest
 
 from emmy.analysis.classify import classify
 from emmy.lowering import attention as A
+from emmy.schedule.attention import score_fold
 from emmy.backend.cxx import emit_kernel
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
@@ -86,14 +87,19 @@ def attention_ir(
     break_softmax: bool = False,
     knobs: str | None = None,
     target: str = "sm_90",
+    scale: float | None = None,
+    round_score: bool = False,
 ) -> str:
     """A module holding one attention tile.kernel.
+
+    scale: the score's factor (default 1 / sqrt(D)); round_score: the scaled score rounded to
+    bf16 and back (no longer exactly dot * scale in f32).
 
     qwen=True: inputs qkv [T, (H + 2 HKV) D], q_norm/k_norm weights [D], cos/sin [1, T, D];
     Q/K = rope(rmsnorm(x)) as Qwen3 computes them (bf16 roundings), V plain; output [T, H D].
     qwen=False: q [H, T, D], k/v [HKV, T, D], output [H, T, D].
     """
-    scale = 1.0 / D**0.5
+    scale = 1.0 / D**0.5 if scale is None else scale
     G = H // HKV
     W = (H + 2 * HKV) * D
     b = _Body()
@@ -178,6 +184,9 @@ def attention_ir(
         b.raw(f"loop.yield {pr} : f32")
         b.raw("}")
         s = b.v(f"arith.mulf {dot}, {cscale} : f32", "s")
+        if round_score:
+            sb = b.v(f"arith.truncf {s} : f32 to bf16", "b")
+            s = b.v(f"arith.extf {sb} : bf16 to f32", "s")
         if causal:
             gt = b.v(f"arith.cmpi ugt, {kv}, {q} : index", "p")
             s = b.v(f"arith.select {gt}, {ninf}, {s} : f32", "s")
@@ -312,7 +321,25 @@ def test_kernel_ir():
     assert not any(o.name in ("arith.select", "arith.cmpi") for o in free.walk())
     assert any(o.name == "arith.mulf" for o in free.walk())  # the scale stays
     (call,) = calls
-    assert call.operands[6:9] == (score.result, free.result, lambdas[6].result)
+    assert call.operands[6:8] == (score.result, free.result)
+    assert call.operands[9] is lambdas[6].result
+    fold = call.operands[8].owner  # the scale free applies, which the main loop folds in
+    assert fold.name == "arith.constant" and fold.value.value.data == pytest.approx(128**-0.5)
+
+
+@pytest.mark.parametrize(
+    "kw, fold",
+    [
+        ({}, 128**-0.5),
+        ({"causal": False}, 128**-0.5),
+        ({"qwen": False, "scale": 0.125}, 0.125),
+        ({"scale": -0.5}, 0.0),  # a negative factor turns the row max into the min
+        ({"round_score": True}, 0.0),  # rounded to bf16: not exactly dot * scale
+    ],
+)
+def test_score_fold_only_for_an_exact_positive_scale(kw, fold):
+    op, info, _ = build_text(attention_ir(T=64, **kw))
+    assert score_fold(A.analyze(op, info)) == pytest.approx(fold)
 
 
 def test_non_causal_score_is_its_own_free_lambda():
@@ -323,6 +350,7 @@ def test_non_causal_score_is_its_own_free_lambda():
     assert len(lambdas) == 6  # q term/elem, k term/elem, score, out
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
     assert call.operands[6] is call.operands[7] is lambdas[4].result
+    assert call.operands[9] is lambdas[5].result
 
 
 def test_cuda_text():

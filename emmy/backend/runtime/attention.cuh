@@ -27,7 +27,7 @@
 // Entry point (all arguments but the lambdas are ints or pointers):
 //
 //   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED, WGMMA>(
-//       qa, qb, ka, kb, va, vb, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
+//       qa, qb, ka, kb, va, vb, score, free, fold, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
 //
 // Each producer (Q rows indexed by query, K and V rows by key; columns d < D) is two arguments
 // (a, b) whose meaning depends on its MODE:
@@ -51,6 +51,9 @@
 // free  = [](int q, int kv, float dot) -> float: the logit of a pair no mask applies to (score
 //         without its causal mask; the generated kernel passes score itself when it has none);
 //         called in every other key block.
+// fold  = float: > 0 where free is exactly dot * fold (a positive constant scale): the loop
+//         then folds it into the softmax's exponent instead of calling free (FreeScore); 0:
+//         free applies.
 // out   = [](int q, int e, float o) -> void: stores the normalized output element, called once
 //         per q < seq_q, e < D.
 // q_block: query rows [q_block * BQ, q_block * BQ + BQ). causal != 0: key kv is masked for query
@@ -437,6 +440,18 @@ struct MaskTag {
 // exponentiated in place relative to the new running max; m_run and l_run updated. Returns the
 // factor rescaling the row's earlier sums. The row's max and sum are taken in four independent
 // chains (the instructions of one chain wait on each other).
+// The score of a key no mask touches: `ff` (the lowering's `free` lambda), and `fold` > 0 where
+// that score is exactly dot * fold (the attention scale): softmax_row then takes the row max of
+// the raw dots, scales that one value, and folds the scale into the exponent's multiplier, one
+// instruction per score less than applying ff to each (the consumers' issue slots are what the
+// warp-specialized loop runs short of). fold = 0: ff applies.
+template <class FF>
+struct FreeScore {
+  const FF& ff;
+  float fold;
+  __device__ __forceinline__ float operator()(int q, int kv, float dot) const { return ff(q, kv, dot); }
+};
+
 template <int NT, bool MASK, class SF, class FF>
 __device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (*s)[4], int h, int q, int k0, int k_lo,
                                              int t, int seq_q, int seq_kv, float& m_run, float& l_run) {
@@ -453,7 +468,7 @@ __device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (
       float v = s[nt][2 * h + c];
       if constexpr (MASK) {
         v = (q < seq_q && kv < seq_kv && kv >= k_lo) ? sf(q, kv, v) : -INFINITY;
-      } else {
+      } else if (!(ff.fold > 0.f)) {
         v = ff(q, kv, v);
       }
       s[nt][2 * h + c] = v;
@@ -465,6 +480,9 @@ __device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (
   for (int i = 1; i < kChains; ++i) mx[0] = fmaxf(mx[0], mx[i]);
   mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], 1));
   mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], 2));
+  const float fold = MASK ? 0.f : ff.fold;  // s holds raw dots: scale their max (fold > 0 keeps it the max)
+  if (fold > 0.f) mx[0] *= fold;
+  const float k_exp = fold > 0.f ? fold * kLog2e : kLog2e;
   const float m_new = fmaxf(m_run, mx[0]);
   const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no (-inf) - (-inf)
   const float alpha = ex2_ftz((m_run - m_use) * kLog2e);
@@ -476,7 +494,7 @@ __device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const float p = ex2_ftz(fmaf(s[nt][2 * h + c], kLog2e, -m_scaled));
+      const float p = ex2_ftz(fmaf(s[nt][2 * h + c], k_exp, -m_scaled));
       s[nt][2 * h + c] = p;
       rs[(2 * nt + c) % kChains] += p;
     }
@@ -804,7 +822,9 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
   constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  // warp through a shuffle: known warp-uniform, so the wgmma descriptors stay uniform (flash_ws)
+  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31, g = lane >> 2,
+            t = lane & 3;
   const int wg = warp >> 2;  // this warpgroup: named barrier 1 + wg is its turn to issue
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = sQ + C::kQElems;
@@ -909,7 +929,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   static_assert(C::kWgmma && C::MT == 1 && STAGES >= 3, "flash_wgmma: wgmma tiles and 3+ stages");
 
   const int tid = threadIdx.x;
-  const int warp = tid >> 5;
+  const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // known warp-uniform (see flash_ws)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
@@ -1116,10 +1136,11 @@ template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, in
           int KRED, int VMODE, int VRED, int WGMMA = 0, class QA, class QB, class KA, class KB,
           class VA, class VB, class SF, class FF, class OF>
 __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
-                                    const VA& va, const VB& vb, const SF& score, const FF& free, const OF& out,
-                                    int q_block, int seq_q, int seq_kv, int causal,
+                                    const VA& va, const VB& vb, const SF& score, const FF& free_score,
+                                    float fold, const OF& out, int q_block, int seq_q, int seq_kv, int causal,
                                     int causal_offset, void* smem) {
   using C = Config<D, BQ, BKV, WARPS, STAGES, WGMMA>;
+  const detail::FreeScore<FF> free{free_score, fold};
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);

@@ -89,7 +89,9 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
   static_assert(QF::kDirect && KF::kTma && VF::kTma,
                 "wgmma_ws attention: plain Q rows, K and V by tensor maps (fusion = split, copy = tma)");
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // the warp index through a shuffle: the compiler then knows it is warp-uniform and keeps what
+  // derives from it (each warpgroup's Q rows, hence the wgmma descriptors) in uniform registers
+  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = sQ + C::kQElems;
   __nv_bfloat16* sV = sK + STAGES * C::kKVElems;

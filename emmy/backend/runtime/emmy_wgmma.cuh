@@ -33,6 +33,14 @@ __device__ __forceinline__ uint64_t desc(const void* smem) {
   return d;
 }
 
+// A descriptor moved `bytes` further into shared memory: its start address field (bits 0-13,
+// in 16-byte units) stepped. Tiles lie below 256 KiB, so the field never carries into the rest
+// and only the low word changes (one integer add, the high word shared by every step).
+__device__ __forceinline__ uint64_t desc_step(uint64_t d, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(d) + (bytes >> 4);
+  return (d & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // Shared-memory matrix descriptor: MN-major B ("transposed": each 128-byte row holds 64
 // consecutive n at one k), 128-byte swizzle, 8-row groups 1024 bytes apart, groups of 64 n
 // (slabs) `slab_bytes` apart.
@@ -107,10 +115,12 @@ __device__ __forceinline__ void tile(const bf16* sA, const bf16* sB, float* acc)
   constexpr int SLAB = BK < 64 ? BK : 64, ROWB = 2 * SLAB, STEPS = SLAB / 16;
   fence_operand<N / 2>(acc);
   fence();
+  // one descriptor per operand; each k-step steps its address by a constant
+  const uint64_t da = desc<ROWB>(sA), db = desc<ROWB>(sB);
 #pragma unroll
   for (int kk = 0; kk < BK / 16; ++kk) {
     const int s = kk / STEPS, off = (kk % STEPS) * 16;
-    mma_async<N>(desc<ROWB>(sA + s * RA * SLAB + off), desc<ROWB>(sB + s * RB * SLAB + off), acc,
+    mma_async<N>(desc_step(da, 2 * (s * RA * SLAB + off)), desc_step(db, 2 * (s * RB * SLAB + off)), acc,
                  ZERO && kk == 0 ? 0 : 1);
   }
   commit();
@@ -131,8 +141,9 @@ __device__ __forceinline__ void tile_rs(const uint32_t (*a)[4], const bf16* sB, 
   static_assert(N % 64 == 0 && N <= 256, "wgmma register-A tile: N a multiple of 64, at most 256");
   fence_operand<N / 2>(acc);
   fence();
+  const uint64_t db = desc_mn(sB, ROWS * 64 * 2);
 #pragma unroll
-  for (int kk = 0; kk < KSTEPS; ++kk) mma_async_rs<N>(a[kk], desc_mn(sB + kk * 16 * 64, ROWS * 64 * 2), acc);
+  for (int kk = 0; kk < KSTEPS; ++kk) mma_async_rs<N>(a[kk], desc_step(db, 2 * kk * 16 * 64), acc);
   commit();
   fence_operand<N / 2>(acc);
 #else
