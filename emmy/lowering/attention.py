@@ -66,6 +66,7 @@ Variants (the plan's `fusion`, the attention's fusion knob):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from math import prod
 
 from xdsl.dialects import arith
@@ -91,6 +92,7 @@ from emmy.schedule.attention import (
     ROWSUM,
     SMEM_ALIGN_WGMMA,
     TMA,
+    WS_PRODUCER_THREADS,
     AttentionBody,
     AttentionPlan,
     Producer,
@@ -148,11 +150,12 @@ def _producer_args(kb: KB, top: Scope, p: Producer, em: BodyEmitter) -> tuple[SS
 
 def run_callee(
     plan: AttentionBody, sched: AttentionPlan, materialized: frozenset[str] = frozenset(),
-    maps: Mapping[str, int] | None = None,
+    maps: Mapping[str, int] | None = None, role: int | None = None,
 ) -> str:
     """The C++ name of the main loop with its template arguments (`materialized`: operands read
     as direct rows from the split variant's temporaries; `maps`: operands copied through tensor
-    maps, with the row length of each map's view)."""
+    maps, with the row length of each map's view). With a `role` (schedule = persistent: 0 the
+    producer, 1 the consumers) the one query block of `run_ws` instead of `run`."""
     args = [plan.head_dim, sched.block_q, sched.block_kv, sched.warps, sched.stages]
     for p in (plan.q, plan.k, plan.v):
         if maps and p.name in maps:
@@ -161,6 +164,8 @@ def run_callee(
             args += [DIRECT, 0]
         else:
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
+    if role is not None:
+        return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role]) + ">"
     args.append(2 if sched.warp_specialized else int(sched.wgmma))
     return "emmy::attention::run<" + ", ".join(str(a) for a in args) + ">"
 
@@ -254,17 +259,75 @@ def _flash_func(
     temp_args = kb.func.body.block.args[n_args - len(maps) - len(temps):n_args - len(maps)]
     map_args = dict(zip((m[0] for m in maps), kb.func.body.block.args[n_args - len(maps):]))
 
-    bid_x = kb.block_id("x")
-    bid_y = kb.block_id("y")
-    outer = decompose(kb, bid_x, plan.batch_axes, axes) if plan.batch_axes else {}
-    top = em.scope(outer)
-    # the longest (causal) query blocks of all heads start first (x, the head, varies fastest)
-    q_block = kb.sub(n_qblocks - 1, bid_y)
-    q_block.name_hint = "q_block"
     tiles = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages)  # without the alignment
     sbuf = kb.shared(BFloat16Type(), tiles // 2, 0, SMEM_ALIGN_WGMMA if sched.wgmma else 16, "smem")
-
     materialized = {p.name: (arg, p, gqa) for arg, (_, p, gqa) in zip(temp_args, temps)}
+    bid_x = kb.block_id("x")
+    idx = IndexType()
+    callee = partial(run_callee, plan, sched, frozenset(materialized), {m[0]: m[2] for m in maps})
+
+    def query_block(row: SSAValue | int, q_block: SSAValue, role: int | None = None,
+                    ring: SSAValue | None = None) -> SSAValue | None:
+        """The main loop's call for one query block of batch x head row `row` (its lambdas and
+        operands bound to that row)."""
+        outer = decompose(kb, row, plan.batch_axes, axes) if plan.batch_axes else {}
+        top = em.scope(outer)
+        args = _operand_args(kb, em, top, plan, outer, axes, materialized, map_args)
+        score = _score_lambda(kb, top, plan, masked=True)
+        free = _score_lambda(kb, top, plan, masked=False) if plan.mask is not None else score
+        out = _lambda(kb, [idx, idx, f32], ["q", "e", "o"], None)
+        q, e, o = out.body.block.args
+        with kb.at(out.body.block):
+            s = top.child({plan.query_axis: q, plan.v.col_axis: e}, overrides={plan.out_override: [o]})
+            s.store(plan.store)
+            out.body.block.add_op(K.YieldOp())
+        tail = [] if ring is None else [ring]
+        return kb.call(
+            callee(role=role),
+            [
+                *args, score.result, free.result, kb.fconst(score_fold(plan)), out.result, q_block,
+                kb.idx(plan.seq_q), kb.idx(plan.seq_kv), kb.idx(int(plan.causal)),
+                kb.idx(plan.causal_offset), *tail, sbuf,
+            ],
+            None if ring is None else idx,
+        )
+
+    if not sched.persistent:
+        # the longest (causal) query blocks of all heads start first (x, the head, varies fastest)
+        q_block = kb.sub(n_qblocks - 1, kb.block_id("y"))
+        q_block.name_hint = "q_block"
+        query_block(bid_x, q_block)
+        return kb.finish(), [m[3] for m in maps]
+
+    # schedule = persistent: blocks take query blocks t = blockIdx.x, + gridDim.x, ... of the
+    # grid's order (head fastest, the longest first), each role in a loop of its own after the
+    # barriers' setup (run_ws in attention.cuh); the ring's count goes from call to call
+    shape = f"{plan.head_dim}, {sched.block_q}, {sched.block_kv}, {sched.warps}, {sched.stages}"
+    kb.call(f"emmy::attention::ws_begin<{shape}>", [sbuf])
+    tid = kb.thread_id()
+    for role, cond in ((0, kb.lt(tid, WS_PRODUCER_THREADS)), (1, kb.cmp("sge", tid, WS_PRODUCER_THREADS))):
+        with kb.if_(cond):
+            kb.call(f"emmy::attention::ws_role<{shape}, {role}>")
+
+            def step(t: SSAValue, carried: list[SSAValue], role: int = role) -> list[SSAValue]:
+                q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch))
+                q_block.name_hint = "q_block"
+                ring = query_block(kb.rem(t, sched.batch), q_block, role, carried[0])
+                assert ring is not None
+                return [ring]
+
+            kb.for_iter(bid_x, sched.tiles, sched.blocks, [kb.idx(0)], step, name="t")
+    return kb.finish(), [m[3] for m in maps]
+
+
+def _operand_args(
+    kb: KB, em: BodyEmitter, top: Scope, plan: AttentionBody, outer: Mapping[str, SSAValue],
+    axes: Mapping[str, int], materialized: Mapping[str, tuple[SSAValue, Producer, tuple[str, int] | None]],
+    map_args: Mapping[str, SSAValue],
+) -> list[SSAValue]:
+    """The (a, b) arguments of Q, K and V for the batch x head row at `outer`: rows of the split
+    variant's temporaries (per key head under grouped-query attention), a tensor map and its row
+    offset, or the producer's own arguments (_producer_args)."""
     args: list[SSAValue] = []
     for p in (plan.q, plan.k, plan.v):
         if p.name in materialized:
@@ -285,27 +348,7 @@ def _flash_func(
             args += [map_args[p.name], _row0_offset(kb, top, p)]
         else:
             args += list(_producer_args(kb, top, p, em))
-
-    idx = IndexType()
-    score = _score_lambda(kb, top, plan, masked=True)
-    free = _score_lambda(kb, top, plan, masked=False) if plan.mask is not None else score
-
-    out = _lambda(kb, [idx, idx, f32], ["q", "e", "o"], None)
-    q, e, o = out.body.block.args
-    with kb.at(out.body.block):
-        s = top.child({plan.query_axis: q, plan.v.col_axis: e}, overrides={plan.out_override: [o]})
-        s.store(plan.store)
-        out.body.block.add_op(K.YieldOp())
-
-    kb.call(
-        run_callee(plan, sched, frozenset(materialized), {m[0]: m[2] for m in maps}),
-        [
-            *args, score.result, free.result, kb.fconst(score_fold(plan)), out.result, q_block,
-            kb.idx(plan.seq_q), kb.idx(plan.seq_kv), kb.idx(int(plan.causal)),
-            kb.idx(plan.causal_offset), sbuf,
-        ],
-    )
-    return kb.finish(), [m[3] for m in maps]
+    return args
 
 
 def _check_ws_operands(plan: AttentionBody, materialized: set[str], mapped: set[str]) -> None:

@@ -481,6 +481,9 @@ def _budget(target: Target, threads: int) -> tuple[int, int]:
 def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int) -> None:
     B, D, Sq, Skv = plan.batch, plan.head_dim, plan.seq_q, plan.seq_kv
     bq, bkv = plan.block_q, plan.block_kv
+    if plan.persistent:  # a block per SM looping over the query blocks: the grid's rounds of them
+        f["rounds"] = f["serial_steps"] = float(ceil(plan.tiles / target.sms))
+        _waves(f, plan.tiles, target)
     qb = ceil(Sq / bq)
     kv_steps = ceil(Skv / bkv)
     share = 0.5 + 0.5 / qb if causal else 1.0  # the key blocks a causal query block visits

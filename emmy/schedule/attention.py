@@ -544,6 +544,8 @@ class AttentionPlan:
     tma: bool = False  # copy = tma: direct K and V rows by tensor-map copies (kTma); a ragged
     # last key block is copied from seq_kv - block_kv, its repeated keys masked (key_start in
     # attention.cuh), so that no copy crosses the end of the keys
+    persistent: bool = False  # schedule = persistent (wgmma_ws): a block per SM loops over the
+    # query blocks (run_ws in attention.cuh), in the grid's longest-first order
 
     @property
     def warp_specialized(self) -> bool:
@@ -605,16 +607,26 @@ class AttentionPlan:
         return -(-self.seq_q // self.block_q)
 
     @property
+    def tiles(self) -> int:
+        """Query blocks of every batch x head row: what the blocks compute, one each with
+        schedule = grid."""
+        return self.batch * self.query_blocks
+
+    @property
     def grid(self) -> tuple[int, int, int]:
+        if self.persistent:  # a block per SM (at most a tile each), x only
+            return (min(self.tiles, self.target.sms), 1, 1)
         return (self.batch, self.query_blocks, 1)
 
     @property
     def blocks(self) -> int:
-        return self.batch * self.query_blocks
+        return self.grid[0] * self.grid[1]
 
     @property
     def waves(self) -> int:
-        return -(-self.blocks // self.target.sms)
+        """Rounds of query blocks an SM runs (blocks of the grid one after another, or the
+        persistent block's loop)."""
+        return -(-self.tiles // self.target.sms)
 
     @property
     def smem_bytes(self) -> int:
@@ -691,6 +703,11 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
             raise _err(name, why)
         if stages < 2:
             raise _err(name, f"workers=wgmma_ws copies K and V into a ring of stages >= 2 buffers (stages={stages})")
+    schedule = str(v["schedule"])
+    if schedule not in ("grid", "persistent"):
+        raise _err(name, f"unknown schedule '{schedule}' (grid or persistent)")
+    if schedule == "persistent" and workers != "wgmma_ws":
+        raise _err(name, f"schedule=persistent loops the warp-specialized kernel over query blocks: it needs workers=wgmma_ws, not {workers}")
     batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
@@ -701,7 +718,8 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     if computed:  # a prologue kernel for the computed ones of Q, K and V
         prep = (-(-max(computed) // (PREP_WARPS * PREP_ROWS)), batch, len(computed))
     return AttentionPlan(
-        name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma
+        name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma,
+        schedule == "persistent",
     )
 
 

@@ -8,7 +8,7 @@ job, `emmy/tuning/legality.py`).
 | kind | knobs (in this order) |
 |---|---|
 | contraction | block_m, block_n, block_k, split_k, combine, split_tail, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
-| attention | block_q, block_kv, workers (mma_sync; wgmma, wgmma_ws on sm_90a), stages, warps, copy, fusion (Q and K inside the flash kernel, by a prologue kernel, or in the projection's epilogue) |
+| attention | block_q, block_kv, workers (mma_sync; wgmma, wgmma_ws on sm_90a), stages, warps, copy, schedule (persistent on sm_90a), fusion (Q and K inside the flash kernel, by a prologue kernel, or in the projection's epilogue) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
 
@@ -53,7 +53,10 @@ Meanings (what the kernel stage does with each value):
   many equal runs as there are blocks, so no multiprocessor idles in a last, partial wave. A
   tile whose steps fall to two or more blocks is stored by the last of them to finish, after
   adding the others' float32 parts from a workspace in block order (as `combine =
-  last_block`).
+  last_block`). Attention (`wgmma_ws` only): one block per query block and head (`grid`), or
+  one block per multiprocessor taking query blocks in the same longest-first order
+  (`persistent`): its producer warpgroup copies the next query block's first key blocks while
+  the consumers still finish the last one's, and each block sets up its barriers once.
 - `copy`: how the producer warpgroup of `wgmma_ws` fills the pipeline slots: every thread
   issuing 16-byte `cp.async` copies (`cp_async`), or one thread issuing one tensor-memory-
   accelerator copy per operand tile and slab (`tma`, sm_90+), the hardware writing the swizzled
@@ -154,6 +157,8 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         # (wgmma with 3+ stages or wgmma_ws, where it is the only way; key blocks of at most
         # the keys)
         "copy": COPIES,
+        # one block per query block, or a block per SM looping over them (wgmma_ws)
+        "schedule": ("grid", "persistent"),
         "fusion": ATTENTION_FUSION,
     },
     "reduction": {

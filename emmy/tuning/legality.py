@@ -563,6 +563,14 @@ def _a_copy(info, v, t, reasons):
         reasons.append(f"copy=tma copies whole key blocks: block_kv={v['block_kv']} is more than the {info.seq_kv} keys")
 
 
+def _a_schedule(info, v, t, reasons):
+    # schedule = persistent loops the warp-specialized kernel (attention_ws.cuh, run_ws) over
+    # query blocks: its ring of K and V buffers and its consumers' turns carry on from one to
+    # the next; the other flash loops have no such loop
+    if v.has("schedule", "workers") and v["schedule"] == "persistent" and v["workers"] != "wgmma_ws":
+        reasons.append(f"schedule=persistent loops the warp-specialized kernel: it needs workers=wgmma_ws, not {v['workers']}")
+
+
 # --------------------------------------------------------------------------------------------
 # Reduction and elementwise
 # --------------------------------------------------------------------------------------------
@@ -600,7 +608,7 @@ _RULES: dict[str, tuple[Rule, ...]] = {
         _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue,
         _c_split, _c_split_tail, _c_combine, _c_vector,
     ),
-    "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy, _a_fusion),
+    "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy, _a_schedule, _a_fusion),
     "reduction": (_r_threads, _r_vector),
     "elementwise": (_e_threads, _e_vector),
 }

@@ -846,6 +846,17 @@ def _a_copy(knob, info, target, chosen, memo) -> Prefs:
     return [("tma", why), cp]
 
 
+def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
+    grid = ("grid", "a block per query block and head")
+    if chosen.get("workers") != "wgmma_ws":
+        return [grid]
+    bq = chosen.get("block_q", 128)
+    tiles = info.batch * ceil(info.seq_q / bq)
+    why = (f"{tiles} query blocks on {min(tiles, target.sms)} blocks looping over them: the producer copies "
+           "the next query block's first key blocks while the consumers finish the last one's")
+    return [("persistent", why), grid]
+
+
 SPLIT_ATTENTION_MIN_KEYS = 32  # from here the attention's q/k rows come from a prologue kernel
 
 
@@ -943,7 +954,7 @@ _ORDER: dict[str, tuple[str, ...]] = {
     "contraction": (
         "workers", "block_k", "block_m", "block_n", "split_k", "warps", "stages", "vector", "fusion",
     ),
-    "attention": ("workers", "block_q", "block_kv", "warps", "stages", "copy", "fusion"),
+    "attention": ("workers", "block_q", "block_kv", "warps", "stages", "copy", "schedule", "fusion"),
     "reduction": ("vector", "rows_per_block", "threads"),
     "elementwise": ("vector", "threads", "items"),
 }
@@ -989,6 +1000,7 @@ _PREFS: dict[str, Callable[..., Prefs]] = {
             "warps": _a_warps,
             "stages": _a_stages,
             "copy": _a_copy,
+            "schedule": _a_schedule,
             "fusion": _a_fusion,
         }
     ),

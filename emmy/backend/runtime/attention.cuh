@@ -1153,5 +1153,44 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   }
 }
 
+// schedule = persistent (workers = wgmma_ws only): a block per SM loops over query blocks. The
+// generated kernel calls ws_begin once; then, in each role's branch (ROLE 0: threads below 128,
+// the producer warpgroup; ROLE 1: the consumers), ws_role once and run_ws for each query block
+// the block takes, in the same order in both branches, `ring` being what the previous run_ws
+// returned (0 first): the key blocks the ring has carried so far. So the producer copies the
+// next query block's first key blocks while the consumers still finish this one's, and no
+// block-wide barrier is met after ws_begin.
+template <int D, int BQ, int BKV, int WARPS, int STAGES>
+__device__ __forceinline__ void ws_begin(void* smem) {
+  detail::ws_setup<Config<D, BQ, BKV, WARPS, STAGES, 2>>(smem);
+}
+
+template <int D, int BQ, int BKV, int WARPS, int STAGES, int ROLE>
+__device__ __forceinline__ void ws_role() {
+  detail::ws_registers<Config<D, BQ, BKV, WARPS, STAGES, 2>, ROLE == 0>();
+}
+
+template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
+          int KRED, int VMODE, int VRED, int ROLE, class QA, class QB, class KA, class KB,
+          class VA, class VB, class SF, class FF, class OF>
+__device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
+                                      const VA& va, const VB& vb, const SF& score, const FF& free_score,
+                                      float fold, const OF& out, int q_block, int seq_q, int seq_kv, int causal,
+                                      int causal_offset, int ring, void* smem) {
+  using C = Config<D, BQ, BKV, WARPS, STAGES, 2>;
+  const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
+  const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
+  const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
+  const detail::FreeScore<FF> free{free_score, fold};
+  detail::ws_check<C, decltype(qf), decltype(kf), decltype(vf)>();
+  const int n_blocks = detail::key_blocks<BQ, BKV>(q_block * BQ, seq_q, seq_kv, causal, causal_offset);
+  if constexpr (ROLE == 0) {
+    detail::ws_produce<C>(kf, vf, n_blocks, seq_kv, ring, smem);
+  } else {
+    detail::ws_consume<C>(qf, score, free, out, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, ring, smem);
+  }
+  return ring + n_blocks;
+}
+
 }  // namespace attention
 }  // namespace emmy

@@ -77,18 +77,86 @@ __device__ __forceinline__ void stage_q_ws(const QF& qf, __nv_bfloat16* sQ, int 
   emmy::named_barrier<128>(3 + wg);          // ... after every thread of the warpgroup copied
 }
 
-template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
-__device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
-                                         const OF& of, int q_block, int seq_q, int seq_kv, int causal,
-                                         int causal_offset, void* smem) {
+// The ring's mbarriers (attention.cuh's tma_barriers, in the alignment slack): per stage a `full`
+// and an `empty` one for K, the same for V.
+template <class C>
+struct WsRing {
+  long long* full_k;
+  long long* full_v;
+  long long* empty_k;
+  long long* empty_v;
+  __device__ __forceinline__ explicit WsRing(void* smem) {
+    full_k = tma_barriers<C, 4>(smem);
+    full_v = full_k + C::STAGES;
+    empty_k = full_v + C::STAGES;
+    empty_v = empty_k + C::STAGES;
+  }
+};
+
+// Once per block, before the roles part: thread 0 initializes the ring's barriers; the block's
+// last block-wide barrier (from here the roles only meet on mbarriers and named barriers).
+template <class C>
+__device__ __forceinline__ void ws_setup(void* smem) {
+  const WsRing<C> r(smem);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int b = 0; b < C::STAGES; ++b) {
+      emmy::mbar_init(r.full_k + b, 1);
+      emmy::mbar_init(r.full_v + b, 1);
+      emmy::mbar_init(r.empty_k + b, C::WARPS);
+      emmy::mbar_init(r.empty_v + b, C::WARPS);
+    }
+  }
+  __syncthreads();
+}
+
+// Once per role, right after the roles part (every thread of a warpgroup executes it): with two
+// consumers the producer gives registers back and the consumers take them (setmaxnreg).
+template <class C, bool PRODUCER>
+__device__ __forceinline__ void ws_registers() {
+  if constexpr (C::WARPS / 4 == 2) {
+    if constexpr (PRODUCER) {
+      regs_lower<kProducerRegs>();
+    } else {
+      regs_raise<kConsumerRegs>();
+    }
+  }
+}
+
+// The producer's part of one query block: thread 0 copies its n_blocks key blocks, K_j then V_j.
+// `ring` counts the key blocks the block copied before this query block (schedule = persistent
+// goes on from one query block to the next): block j takes buffer (ring + j) % STAGES, and
+// waits for that buffer's last use to be released first.
+template <class C, class KF, class VF>
+__device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blocks, int seq_kv, int ring, void* smem) {
+  constexpr int BKV = C::BKV, STAGES = C::STAGES, D = C::D;
+  if (threadIdx.x != 0) return;
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem) + C::kQElems;
+  __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
+  const WsRing<C> r(smem);
+#pragma unroll 1
+  for (int j = 0; j < n_blocks; ++j) {
+    const int n = ring + j, buf = n % STAGES, k0 = key_start<BKV, true>(j, seq_kv);
+    if (n >= STAGES) emmy::mbar_wait(r.empty_k + buf, (n / STAGES - 1) & 1);
+    emmy::mbar_arrive_expect_tx(r.full_k + buf, BKV * D * 2);
+    kf.template copy<D, BKV>(sK + buf * C::kKVElems, k0, r.full_k + buf);
+    if (n >= STAGES) emmy::mbar_wait(r.empty_v + buf, (n / STAGES - 1) & 1);
+    emmy::mbar_arrive_expect_tx(r.full_v + buf, BKV * D * 2);
+    vf.template copy<D, BKV>(sV + buf * C::kKVElems, k0, r.full_v + buf);
+  }
+}
+
+// The consumers' part of one query block (q_block), its key blocks at ring + j of the ring (see
+// ws_produce). Each consumer warpgroup copies its Q rows, runs the key blocks and stores its
+// rows of O; with two consumers their turns start over with each query block (consumer 0
+// first) and end even, so query blocks follow one another without a block-wide barrier.
+template <class C, class QF, class SF, class FF, class OF>
+__device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF& ff, const OF& of, int q_block,
+                                           int n_blocks, int seq_q, int seq_kv, int causal, int causal_offset,
+                                           int ring, void* smem) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES, D = C::D;
   constexpr int NC = C::WARPS / 4;  // consumer warpgroups
-  static_assert(C::kWgmma && C::MT == 1 && (NC == 1 || NC == 2) && STAGES >= 2,
-                "wgmma_ws attention: 1 or 2 consumer warpgroups of 64 query rows, 2+ stages");
-  static_assert(QF::kDirect && KF::kTma && VF::kTma,
-                "wgmma_ws attention: plain Q rows, K and V by tensor maps (fusion = split, copy = tma)");
-
   // the warp index through a shuffle: the compiler then knows it is warp-uniform and keeps what
   // derives from it (each warpgroup's Q rows, hence the wgmma descriptors) in uniform registers
   const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
@@ -96,41 +164,8 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
   __nv_bfloat16* sK = sQ + C::kQElems;
   __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
   const int q0 = q_block * BQ;
-  const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
+  const WsRing<C> r(smem);
 
-  long long* full_k = tma_barriers<C, 4>(smem);
-  long long* full_v = full_k + STAGES;
-  long long* empty_k = full_v + STAGES;
-  long long* empty_v = empty_k + STAGES;
-  if (tid == 0) {
-#pragma unroll
-    for (int b = 0; b < STAGES; ++b) {
-      emmy::mbar_init(full_k + b, 1);
-      emmy::mbar_init(full_v + b, 1);
-      emmy::mbar_init(empty_k + b, C::WARPS);
-      emmy::mbar_init(empty_v + b, C::WARPS);
-    }
-  }
-  __syncthreads();  // the last block-wide barrier: from here the roles only meet on mbarriers
-
-  if (warp < 4) {  // the producer warpgroup
-    if constexpr (NC == 2) regs_lower<kProducerRegs>();
-    if (tid == 0) {
-#pragma unroll 1
-      for (int j = 0; j < n_blocks; ++j) {
-        const int buf = j % STAGES, k0 = key_start<BKV, true>(j, seq_kv);
-        if (j >= STAGES) emmy::mbar_wait(empty_k + buf, (j / STAGES - 1) & 1);
-        emmy::mbar_arrive_expect_tx(full_k + buf, BKV * D * 2);
-        kf.template copy<D, BKV>(sK + buf * C::kKVElems, k0, full_k + buf);
-        if (j >= STAGES) emmy::mbar_wait(empty_v + buf, (j / STAGES - 1) & 1);
-        emmy::mbar_arrive_expect_tx(full_v + buf, BKV * D * 2);
-        vf.template copy<D, BKV>(sV + buf * C::kKVElems, k0, full_v + buf);
-      }
-    }
-    return;
-  }
-
-  if constexpr (NC == 2) regs_raise<kConsumerRegs>();
   const int cw = warp - 4;   // warp among the consumers: query rows q0 + 16 cw ..
   const int wg = cw >> 2;    // consumer warpgroup: named barrier 1 + wg is its turn to issue
   const int g = lane >> 2, t = lane & 3;
@@ -154,18 +189,22 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
     };
     // S_j = Q K_j^T (one wgmma group, no wait), once K_j landed; in turn.
     auto scores = [&](int j) {
-      emmy::mbar_wait(full_k + j % STAGES, (j / STAGES) & 1);
+      const int n = ring + j;
+      emmy::mbar_wait(r.full_k + n % STAGES, (n / STAGES) & 1);
       turn();
-      emmy::wgmma::tile<BKV, D, BQ, BKV, true>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
+      emmy::wgmma::tile<BKV, D, BQ, BKV, true>(sQw, sK + (n % STAGES) * C::kKVElems, &s[0][0]);
     };
     // O += P_j V_j (one wgmma group, no wait); V_j landed (wait_v) before the turn.
-    auto wait_v = [&](int j) { emmy::mbar_wait(full_v + j % STAGES, (j / STAGES) & 1); };
+    auto wait_v = [&](int j) {
+      const int n = ring + j;
+      emmy::mbar_wait(r.full_v + n % STAGES, (n / STAGES) & 1);
+    };
     auto values = [&](int j) {
-      emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + (j % STAGES) * C::kKVElems, &acc[0][0]);
+      emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + ((ring + j) % STAGES) * C::kKVElems, &acc[0][0]);
     };
     // This warp is done with K_j (V_j): its buffer may be refilled once every consumer warp is.
     auto release = [&](long long* empty, int j) {
-      if (lane == 0) emmy::mbar_arrive(empty + j % STAGES);
+      if (lane == 0) emmy::mbar_arrive(empty + (ring + j) % STAGES);
     };
     auto softmax = [&](int j) {
       softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q_first, g, t, seq_q, seq_kv, causal, causal_offset);
@@ -177,7 +216,7 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
     pass();
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
-    release(empty_k, 0);
+    release(r.empty_k, 0);
     softmax(0);
     pack_p<BKV>(p, s);
 #pragma unroll 1
@@ -188,12 +227,12 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
       pass();
       emmy::wgmma::wait<1>();  // the scores (committed first); P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
-      release(empty_k, j);
+      release(r.empty_k, j);
       softmax(j);
       emmy::wgmma::wait<0>();
       emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
       emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
-      release(empty_v, j - 1);
+      release(r.empty_v, j - 1);
       rescale_acc<DT>(acc, alpha);
       pack_p<BKV>(p, s);
     }
@@ -206,8 +245,39 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
     }
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
+    release(r.empty_v, n_blocks - 1);
   }
   store_rows<DT>(of, acc, l_run, q_first + g, t, seq_q);
+#else
+  __trap();  // needs sm_90a
+#endif
+}
+
+template <class C, class QF, class KF, class VF>
+__device__ __forceinline__ void ws_check() {
+  constexpr int NC = C::WARPS / 4;
+  static_assert(C::kWgmma && C::MT == 1 && (NC == 1 || NC == 2) && C::STAGES >= 2,
+                "wgmma_ws attention: 1 or 2 consumer warpgroups of 64 query rows, 2+ stages");
+  static_assert(QF::kDirect && KF::kTma && VF::kTma,
+                "wgmma_ws attention: plain Q rows, K and V by tensor maps (fusion = split, copy = tma)");
+}
+
+// schedule = grid: one query block per block, the roles apart from the start.
+template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
+__device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
+                                         const OF& of, int q_block, int seq_q, int seq_kv, int causal,
+                                         int causal_offset, void* smem) {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  ws_check<C, QF, KF, VF>();
+  const int n_blocks = key_blocks<C::BQ, C::BKV>(q_block * C::BQ, seq_q, seq_kv, causal, causal_offset);
+  ws_setup<C>(smem);
+  if (threadIdx.x < 128) {  // the producer warpgroup
+    ws_registers<C, true>();
+    ws_produce<C>(kf, vf, n_blocks, seq_kv, 0, smem);
+    return;
+  }
+  ws_registers<C, false>();
+  ws_consume<C>(qf, sf, ff, of, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, 0, smem);
 #else
   __trap();  // needs sm_90a
 #endif
