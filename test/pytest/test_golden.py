@@ -159,3 +159,31 @@ def test_promote_refuses_the_cost_measurers_records(tmp_path):
                 str(tmp_path / "g" / "sm_80" / "x.json"), env=env, cwd=ROOT)
     assert_user_error(proc, "nothing to promote", "(only the cost measurer's record: not a measurement)")
     assert not (tmp_path / "g").exists()
+
+
+def test_carry_over_adds_a_new_knob_at_its_off_value(tmp_path, example_tasks):
+    """An entry stale only because its kernel gained a knob gets today's key and the knob's off
+    value (the program it measured); entries stale for other reasons stay for check to name."""
+    from emmy.golden.migrate import carry_over
+    from emmy.tuning.knobs import FEATURE_OFF
+
+    task = next(t for t in example_tasks.values() if "epilogue" in t.space)
+    before = {k: v for k, v in task.default.items() if k != "epilogue"}
+    old = "f" * 12 + task.key.id[12:]
+    alternative = {"values": dict(before), "time_s": 2.0e-5, "spread": 0.02}
+    no_block_m = {k: v for k, v in before.items() if k != "block_m"}
+    path = write(tmp_path, TARGET, [
+        entry_for(task, key=old, structure="f" * 64, values=before, alternatives=[alternative]),
+        entry_for(task, tokens=8, key="e" * 12 + task.key.id[12:], values=no_block_m),  # no off value for block_m
+        entry_for(task, tokens=4, key="d" * 12 + task.key.id[12:], values=before, description="another body"),
+    ])
+    changed, notes = carry_over(tmp_path, compile_tasks=lambda *a: example_tasks)
+    assert changed == [path] and len(notes) == 1 and f"-> {task.key.id} (epilogue={FEATURE_OFF['epilogue']})" in notes[0]
+    carried = next(e for e in read_file(path).entries if e.tokens == 16)
+    assert carried.key == task.key.id and carried.structure == task.key.structure
+    assert dict(carried.values) == {**before, "epilogue": FEATURE_OFF["epilogue"]}
+    assert list(carried.values) == list(task.space)  # in the kernel's knob order
+    assert dict(carried.alternatives[0].values) == dict(carried.values) and carried.alternatives[0].time_s == 2.0e-5
+    text = messages(check_dir(tmp_path, compile_tasks=lambda *a: example_tasks))
+    assert "16 tokens" not in text  # the carried entry checks out
+    assert text.count("stale: the key is now") == 2

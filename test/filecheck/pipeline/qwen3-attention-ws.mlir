@@ -1,25 +1,46 @@
 // The Qwen3 layer's attention at 3000 tokens with the warp-specialized schedule pinned
 // (workers = wgmma_ws, sm_90a): the prologue kernel materializes the normalized, rotated Q and K
 // rows (fusion = split), and the main kernel has a producer warpgroup besides its 8 computing
-// warps (384 threads) and calls emmy::attention::run with WGMMA = 2 (attention_ws.cuh) on plain
-// Q rows (mode 0) and K and V through tensor maps (mode 3).
-// RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 3000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=128' --knob 'attention.warps=8' --knob 'attention.block_kv=128' --knob 'attention.stages=2' -o %t.cu
+// warps (384 threads) on plain Q rows (mode 0) and K and V through tensor maps (mode 3). The
+// blocks loop, one per SM, over the query blocks (schedule = persistent): the barriers set up
+// once (ws_begin), then each role's loop calls emmy::attention::run_ws (attention_ws.cuh) per
+// query block, the producer's (role 0) first (pinned here: the golden entries of Qwen3's
+// attention, measured with one block per query block, answer `grid` at these lengths). Pinned to
+// schedule = grid, one block per query block calls emmy::attention::run with WGMMA = 2.
+// RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 3000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=128' --knob 'attention.warps=8' --knob 'attention.block_kv=128' --knob 'attention.stages=2' --knob 'attention.schedule=persistent' -o %t.cu
 // RUN: filecheck %s < %t.cu
-// RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 1000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=64' --knob 'attention.warps=4' --knob 'attention.block_kv=64' --knob 'attention.stages=3' -o %t1.cu
+// RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 3000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=128' --knob 'attention.warps=8' --knob 'attention.block_kv=128' --knob 'attention.stages=2' --knob 'attention.schedule=grid' -o %t2.cu
+// RUN: filecheck %s --check-prefix=GRID < %t2.cu
+// RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 1000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=64' --knob 'attention.warps=4' --knob 'attention.block_kv=64' --knob 'attention.stages=3' --knob 'attention.schedule=persistent' -o %t1.cu
 // RUN: filecheck %s --check-prefix=ONE < %t1.cu
 // RUN: not emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 1000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=fused' 2>&1 | filecheck %s --check-prefix=FUSED
+// RUN: not emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 1000 --target sm_90a --knob 'attention.workers=wgmma' --knob 'attention.schedule=persistent' 2>&1 | filecheck %s --check-prefix=PERSISTENT
 
 // CHECK: __global__ void __launch_bounds__(256) attention_prep(
 // CHECK: emmy::attention::materialize<128, 2, 128, 8, 4>
 // CHECK: __global__ void __launch_bounds__(384, 1) attention(
 // CHECK-SAME: const __grid_constant__ CUtensorMap tma_k
 // CHECK-SAME: const __grid_constant__ CUtensorMap tma_v
-// CHECK: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 2>(
+// CHECK: emmy::attention::ws_begin<128, 128, 128, 8, 2>(
+// CHECK: if (
+// CHECK-NEXT: emmy::attention::ws_role<128, 128, 128, 8, 2, 0>();
+// CHECK: for (int [[T:t_[0-9]+]] = bid_x_{{[0-9]+}}; [[T]] < c384_{{[0-9]+}}; [[T]] += c132_{{[0-9]+}})
+// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 0>(
+// CHECK: emmy::attention::ws_role<128, 128, 128, 8, 2, 1>();
+// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 1>(
+
+// GRID: __global__ void __launch_bounds__(384, 1) attention(
+// GRID-NOT: ws_begin
+// GRID: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 2>(
 
 // One consumer warpgroup: 256 threads, 3 stages.
 // ONE: __global__ void __launch_bounds__(256, 1) attention(
-// ONE: emmy::attention::run<128, 64, 64, 4, 3, 0, 0, 3, 128, 3, 4096, 2>(
+// ONE: emmy::attention::run_ws<128, 64, 64, 4, 3, 0, 0, 3, 128, 3, 4096, 1>(
 
 // Computed Q and K without the prologue kernel: no legal schedule, and why.
 // FUSED: kernel 'attention': no legal schedule on sm_90a with workers=wgmma_ws, fusion=fused
 // FUSED: workers=wgmma_ws needs plain rows of Q, K and V, and q, k computed (normalized, rotated) in the kernel: use fusion=split
+
+// schedule = persistent loops the warp-specialized kernel only.
+// PERSISTENT: error: kernel 'attention': the pinned values workers=wgmma, schedule=persistent are illegal on sm_90a:
+// PERSISTENT-NEXT: schedule=persistent loops the warp-specialized kernel: it needs workers=wgmma_ws, not wgmma

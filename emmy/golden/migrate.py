@@ -1,0 +1,74 @@
+"""Golden entries carried over a knob added to their kernels' space.
+
+    changed, notes = carry_over(directory)           # rewrites the files it changes
+
+A kind of kernel that gains a knob gets new keys (the knob set is part of the structure a key
+hashes), so every golden entry of that kind reads stale in `emmy golden check`, though the
+program it measured is still there: the new knob at its off value (`knobs.FEATURE_OFF`, the
+value a kernel without the knob runs with) builds it. `carry_over` gives such an entry the key
+the pipeline makes today and adds that value to its values and to every alternative's. It
+carries an entry over only where nothing else changed: the same kernel name, shape, space
+version and description (operations, operands, dtypes), and only knobs with an off value in
+today's domain missing from it. Any other stale entry is left as it is for `golden check` to
+report. Run it after adding such a knob (`python tools/golden_carry_over.py`), then
+`emmy golden check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from emmy.golden.check import model_tasks
+from emmy.golden.schema import Alternative, Entry, read_dir, write_file
+from emmy.tuning.knobs import FEATURE_OFF, KnobValue
+
+
+def carry_over(directory: Path, compile_tasks=None) -> tuple[list[Path], list[str]]:
+    """Carry the stale entries of the golden files under `directory` over added knobs (see the
+    module docstring). Returns the files rewritten and a note per entry carried over.
+    `compile_tasks` as in `emmy.golden.check.check_dir`."""
+    compile_tasks = compile_tasks or model_tasks(directory.resolve().parent)
+    cache: dict[tuple, dict] = {}
+    changed: list[Path] = []
+    notes: list[str] = []
+    for f in read_dir(directory):
+        entries = list(f.entries)
+        touched = False
+        for i, e in enumerate(entries):
+            group = (e.model, e.layer, e.tokens, f.target)
+            if group not in cache:
+                cache[group] = compile_tasks(*group)
+            task = cache[group].get(e.kernel)
+            new = _carried(e, task) if task is not None and task.key.id != e.key else None
+            if new is not None:
+                added = ", ".join(f"{k}={v}" for k, v in new.values.items() if k not in e.values)
+                notes.append(f"{f.where(i)}: key {e.key} -> {new.key} ({added})")
+                entries[i] = new
+                touched = True
+        if touched:
+            write_file(f.path, f.target, entries)
+            changed.append(f.path)
+    return changed, notes
+
+
+def _carried(e: Entry, task) -> Entry | None:
+    """`e` under the task's key with the added knobs at their off values, or None where `e` is
+    stale for another reason."""
+    key = task.key
+    if (key.shape, key.version, task.description) != (e.shape, e.version, e.description):
+        return None
+    added = [k for k in task.space if k not in e.values]
+    if not added or any(k not in task.space for k in e.values):
+        return None
+    if any(k not in FEATURE_OFF or FEATURE_OFF[k] not in task.space[k] for k in added):
+        return None
+
+    def extend(values) -> dict[str, KnobValue]:
+        return {k: values[k] if k in values else FEATURE_OFF[k] for k in task.space}
+
+    alternatives = tuple(Alternative(extend(a.values), a.time_s, a.spread) for a in e.alternatives)
+    return replace(e, key=key.id, structure=key.structure, values=extend(e.values), alternatives=alternatives)
+
+
+__all__ = ["carry_over"]
