@@ -299,24 +299,34 @@ def _flash_func(
         query_block(bid_x, q_block)
         return kb.finish(), [m[3] for m in maps]
 
-    # schedule = persistent: blocks take query blocks t = blockIdx.x, + gridDim.x, ... of the
-    # grid's order (head fastest, the longest first), each role in a loop of its own after the
-    # barriers' setup (run_ws in attention.cuh); the ring's count goes from call to call
+    # schedule = persistent: in round k a block takes the query block t = k * G + blockIdx.x of
+    # the grid's order (head fastest, the longest first), G the blocks, and in odd rounds
+    # k * G + G - 1 - blockIdx.x: a snake, so that a block with a longer query block in one round
+    # gets a shorter one in the next (causal query blocks shorten along the order; taken
+    # round-robin, the first blocks got the longest of every round: 1.14x slower than the grid's
+    # blocks at 4096 tokens, 16 / 8 heads). Past the last query block run_ws does nothing. Each
+    # role loops on its own after the barriers' setup (run_ws in attention.cuh); the ring's count
+    # goes from call to call.
     shape = f"{plan.head_dim}, {sched.block_q}, {sched.block_kv}, {sched.warps}, {sched.stages}"
+    blocks = sched.blocks
+    rounds = -(-sched.tiles // blocks)
     kb.call(f"emmy::attention::ws_begin<{shape}>", [sbuf])
     tid = kb.thread_id()
     for role, cond in ((0, kb.lt(tid, WS_PRODUCER_THREADS)), (1, kb.cmp("sge", tid, WS_PRODUCER_THREADS))):
         with kb.if_(cond):
             kb.call(f"emmy::attention::ws_role<{shape}, {role}>")
 
-            def step(t: SSAValue, carried: list[SSAValue], role: int = role) -> list[SSAValue]:
+            def step(k: SSAValue, carried: list[SSAValue], role: int = role) -> list[SSAValue]:
+                odd = kb.cmp("ne", kb.rem(k, 2), 0)
+                t = kb.add(kb.mul(k, blocks), kb.select(odd, kb.sub(blocks - 1, bid_x), bid_x))
+                t.name_hint = "t"
                 q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch))
                 q_block.name_hint = "q_block"
                 ring = query_block(kb.rem(t, sched.batch), q_block, role, carried[0])
                 assert ring is not None
                 return [ring]
 
-            kb.for_iter(bid_x, sched.tiles, sched.blocks, [kb.idx(0)], step, name="t")
+            kb.for_iter(0, rounds, 1, [kb.idx(0)], step, name="k")
     return kb.finish(), [m[3] for m in maps]
 
 

@@ -1159,7 +1159,8 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
 // the block takes, in the same order in both branches, `ring` being what the previous run_ws
 // returned (0 first): the key blocks the ring has carried so far. So the producer copies the
 // next query block's first key blocks while the consumers still finish this one's, and no
-// block-wide barrier is met after ws_begin.
+// block-wide barrier is met after ws_begin. A q_block below 0 (a round past the last query
+// block) does nothing.
 template <int D, int BQ, int BKV, int WARPS, int STAGES>
 __device__ __forceinline__ void ws_begin(void* smem) {
   detail::ws_setup<Config<D, BQ, BKV, WARPS, STAGES, 2>>(smem);
@@ -1183,6 +1184,7 @@ __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, 
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
   const detail::FreeScore<FF> free{free_score, fold};
   detail::ws_check<C, decltype(qf), decltype(kf), decltype(vf)>();
+  if (q_block < 0) return ring;
   const int n_blocks = detail::key_blocks<BQ, BKV>(q_block * BQ, seq_q, seq_kv, causal, causal_offset);
   if constexpr (ROLE == 0) {
     detail::ws_produce<C>(kf, vf, n_blocks, seq_kv, ring, smem);

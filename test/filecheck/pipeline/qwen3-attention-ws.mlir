@@ -4,7 +4,7 @@
 // warps (384 threads) on plain Q rows (mode 0) and K and V through tensor maps (mode 3). The
 // blocks loop, one per SM, over the query blocks (schedule = persistent): the barriers set up
 // once (ws_begin), then each role's loop calls emmy::attention::run_ws (attention_ws.cuh) per
-// query block, the producer's (role 0) first (pinned here: the golden entries of Qwen3's
+// query block, in 3 rounds (384 query blocks on 132 blocks), the producer's (role 0) first (pinned here: the golden entries of Qwen3's
 // attention, measured with one block per query block, answer `grid` at these lengths). Pinned to
 // schedule = grid, one block per query block calls emmy::attention::run with WGMMA = 2.
 // RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 3000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=128' --knob 'attention.warps=8' --knob 'attention.block_kv=128' --knob 'attention.stages=2' --knob 'attention.schedule=persistent' -o %t.cu
@@ -24,7 +24,7 @@
 // CHECK: emmy::attention::ws_begin<128, 128, 128, 8, 2>(
 // CHECK: if (
 // CHECK-NEXT: emmy::attention::ws_role<128, 128, 128, 8, 2, 0>();
-// CHECK: for (int [[T:t_[0-9]+]] = bid_x_{{[0-9]+}}; [[T]] < c384_{{[0-9]+}}; [[T]] += c132_{{[0-9]+}})
+// CHECK: for (int [[K:k_[0-9]+]] = c0_{{[0-9]+}}; [[K]] < c3_{{[0-9]+}}; [[K]] += c1_{{[0-9]+}})
 // CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 0>(
 // CHECK: emmy::attention::ws_role<128, 128, 128, 8, 2, 1>();
 // CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 1>(
