@@ -162,16 +162,19 @@ class GemmEstimate:
 # Measured on the H200: K = 2048 and 4096 (Llama-3.2-1B, Mistral-7B; docs/bench/h200-few-rows-stats.log),
 # and K = 1024, Qwen3's q/k/v and gate/up at 32 tokens in the tuning store (the 32 x 32 mma.sync
 # tile, docs/bench/h200-records-2026-12-03c.json.gz): q/k/v 6.33 us split against 11.36 fused,
-# gate/up 8.02 against 12.87.
+# gate/up 8.02 against 12.87. Not with sibling outputs (the running example's q/k/v at 32 tokens,
+# docs/bench/h200-records-2026-12-03d.json.gz: fused 11.22 us against 15.02 split at best; the
+# rules' split answer there cost 1.59x in `emmy prior evaluate`'s leave-one-model-out).
 FEW_ROWS_STATS_MIN_K = 1024
 
 
 def _streams_after_stats(info: KernelInfo, workers: str) -> bool:
     """A few-row product (mma.sync, at most WIDE_K_MAX_ROWS rows) with a row prologue over a
-    long k: it streams the weights, and the rules compute its row statistics first (_c_fusion)."""
+    long k and one output per column: it streams the weights, and the rules compute its row
+    statistics first (_c_fusion)."""
     return (
         bool(info.prologue) and workers == "mma_sync" and info.M <= WIDE_K_MAX_ROWS
-        and info.K >= FEW_ROWS_STATS_MIN_K
+        and info.K >= FEW_ROWS_STATS_MIN_K and not info.has_siblings_fork
     )
 
 
@@ -847,14 +850,18 @@ def _a_copy(knob, info, target, chosen, memo) -> Prefs:
 
 
 def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
-    grid = ("grid", "a block per query block and head")
+    # H200, causal, head dim 128, 1024-8192 tokens, 16 / 8 and 32 / 8 heads: the hardware's
+    # block scheduler hands the next (shorter) query block to whichever SM frees first, and
+    # persistent blocks taking theirs round-robin were 1-14% slower (16 / 8 at 4096 tokens:
+    # 158.5 us against 138.8; docs/bench/h200-attention-fold-persistent-2026-12-03e.log)
+    grid = ("grid", "a block per query block and head: the block scheduler hands out the causal "
+                    "query blocks, longest first, as SMs free up")
     if chosen.get("workers") != "wgmma_ws":
-        return [grid]
+        return [("grid", "a block per query block and head")]
     bq = chosen.get("block_q", 128)
     tiles = info.batch * ceil(info.seq_q / bq)
-    why = (f"{tiles} query blocks on {min(tiles, target.sms)} blocks looping over them: the producer copies "
-           "the next query block's first key blocks while the consumers finish the last one's")
-    return [("persistent", why), grid]
+    why = f"{tiles} query blocks on {min(tiles, target.sms)} blocks looping over them in snaking rounds"
+    return [grid, ("persistent", why)]
 
 
 SPLIT_ATTENTION_MIN_KEYS = 32  # from here the attention's q/k rows come from a prologue kernel

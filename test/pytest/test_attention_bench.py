@@ -93,18 +93,13 @@ def test_attention_table():
 def test_module_compiles_to_one_flash_kernel(tokens, pins, tma, workers):
     """The module at 3000 and 4096 tokens: one flash-attention kernel (q, k, v read in place as
     direct rows); by the rules the warp-specialized kernel (wgmma_ws: 2) with tensor-map K and V
-    in 128 x 128 tiles, at the ragged 3000 too, blocks looping over the query blocks (run_ws: the
-    producer's call, then the consumers'); cp.async copies pinned, the wgmma kernel (1), which
-    can run them, a block per query block (run)."""
+    in 128 x 128 tiles, at the ragged 3000 too, a block per query block; cp.async copies pinned,
+    the wgmma kernel (1), which can run them."""
     traced, flops, _ = bench.attention_case(tokens, 16, 8)
     plan, _ = bench.emmy_plan(traced, "sm_90a", bench.EmmyBuild(pins))
-    calls = re.findall(r"emmy::attention::run(?:_ws)?<[^>]*>", plan.source)
-    if workers == 2:
-        assert [c.rsplit(", ", 1)[0] for c in calls] == [calls[0].rsplit(", ", 1)[0]] * 2
-        assert calls[0].startswith("emmy::attention::run_ws<128, ") and [c[-2] for c in calls] == ["0", "1"]
-    else:
-        assert len(calls) == 1 and calls[0].startswith("emmy::attention::run<128, ") and calls[0].endswith(", 1>")
-    assert all((", 3, 1024, 3, 1024, " in c) == tma for c in calls)  # K and V rows of 8 heads x 128 through tensor maps
+    (call,) = re.findall(r"emmy::attention::run(?:_ws)?<[^>]*>", plan.source)
+    assert call.startswith("emmy::attention::run<128, ") and call.endswith(f", {workers}>")
+    assert (", 3, 1024, 3, 1024, " in call) == tma  # K and V rows of 8 heads x 128 through tensor maps
     assert len(plan.kernels) == 1
     assert flops == bench.attention_flops(tokens, 16)
 

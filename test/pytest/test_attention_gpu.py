@@ -33,7 +33,7 @@ WS1 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=64
        "attention.block_kv=64", "attention.stages=3")
 WS2 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=128", "attention.warps=8",
        "attention.block_kv=128", "attention.stages=2")
-GRID = ("attention.schedule=grid",)
+PERSISTENT = ("attention.schedule=persistent",)
 ATTENTION_GPU_CASES = [
     # every length, Qwen3's heads (16 / 8, head dim 128), the rules' schedule
     *[(t, 16, 8, 128, ()) for t in (1, 7, 63, 65, 1000, 3000, 5000)],
@@ -57,8 +57,9 @@ ATTENTION_GPU_CASES = [
     (1000, 14, 2, 128, WS2), (3000, 14, 2, 128, WS1), (5000, 32, 8, 128, WS2),
     *[(t, 32, 8, 64, WS2) for t in (1000, 3000, 5000)],
     (1000, 14, 2, 64, WS1), (3000, 8, 8, 64, WS1),
-    # the rules loop those over query blocks (schedule = persistent); one block per query block
-    (1000, 16, 8, 128, WS2 + GRID), (3000, 14, 2, 128, WS1 + GRID), (5000, 32, 8, 64, WS2 + GRID),
+    # blocks looping over the query blocks (schedule = persistent; the rules' grid above)
+    (300, 16, 8, 128, WS1 + PERSISTENT), (1000, 16, 8, 128, WS2 + PERSISTENT), (5000, 16, 8, 128, WS2 + PERSISTENT),
+    (3000, 14, 2, 128, WS1 + PERSISTENT), (5000, 32, 8, 64, WS2 + PERSISTENT), (3000, 8, 8, 64, WS1 + PERSISTENT),
 ]
 EPILOGUE = ("attention.fusion=epilogue",)
 # Below 257 tokens the module alone is not one flash kernel (its longest reduction, the head dim,

@@ -273,11 +273,11 @@ def test_gpu_case_builds_the_warp_specialized_kernel(case):
 
     _, plan = compiled(case, "sm_90a")
     calls = [ln for ln in plan.source.splitlines() if "emmy::attention::run" in ln]
-    if "attention.schedule=grid" in case[4]:  # one query block per block
+    if "attention.schedule=persistent" in case[4]:  # looping blocks: the producer's loop, then the consumers'
+        assert [re.search(r"run_ws<[^>]*, (\d)>\(", c).group(1) for c in calls] == ["0", "1"], calls
+    else:  # the rules' one block per query block
         (call,) = calls
         assert re.search(r"emmy::attention::run<[^>]*, 2>\(", call), call
-    else:  # the rules' persistent blocks: the producer's loop, then the consumers'
-        assert [re.search(r"run_ws<[^>]*, (\d)>\(", c).group(1) for c in calls] == ["0", "1"], calls
     assert f"__launch_bounds__({32 * int(case[4][3].rsplit('=', 1)[1]) + 128}, 1)" in plan.source
 
 
