@@ -853,7 +853,9 @@ def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
     # H200, causal, head dim 128, 1024-8192 tokens, 16 / 8 and 32 / 8 heads: the hardware's
     # block scheduler hands the next (shorter) query block to whichever SM frees first, and
     # persistent blocks taking theirs round-robin were 1-14% slower (16 / 8 at 4096 tokens:
-    # 158.5 us against 138.8; docs/bench/h200-attention-fold-persistent-2026-12-03e.log)
+    # 158.5 us against 138.8; docs/bench/h200-attention-fold-persistent-2026-12-03e.log), in
+    # snaking rounds 1-22% (141.5 against 136.2, 512-32768 tokens;
+    # docs/bench/h200-attention-2026-12-03e.log)
     grid = ("grid", "a block per query block and head: the block scheduler hands out the causal "
                     "query blocks, longest first, as SMs free up")
     if chosen.get("workers") != "wgmma_ws":
