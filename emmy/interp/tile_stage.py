@@ -21,7 +21,9 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   stores evaluated on the block with the contraction and prologue results overridden.
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
   max, running sum and output rescaled by exp(old max - new max)), the sum divided out at the
-  end (or inside P x V when the loop does so), then the epilogue on the block. With fusion =
+  end (or inside P x V when the loop does so), then the epilogue on the block; with schedule =
+  persistent the query blocks one head at a time in the order the launch's blocks take them
+  (`knobs.snake_order`), so an order that loses or repeats one fails the write count. With fusion =
   epilogue the projection's run rewrites the Q/K heads of its output tile by tile first
   (`emmy.interp.qk_epilogue`), and the attention reads them as rows.
 - reduction: blocks of rows_per_block rows; each top-level reduce accumulated in sweeps of
@@ -58,7 +60,7 @@ from emmy.schedule.plan import plan_for, plan_kernel
 from emmy.schedule.qk_epilogue import check_pairs, task_of
 from emmy.schedule.reduction import ReductionPlan
 from emmy.targets import Target, module_target
-from emmy.tuning.knobs import stream_k_runs
+from emmy.tuning.knobs import snake_order, stream_k_runs
 
 Ranges = dict[str, tuple[int, int]]
 
@@ -335,16 +337,40 @@ def _depends_on(r: ReduceOp, reduces: set[ReduceOp]) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+def _attention_blocks(info, plan: AttentionPlan) -> Iterator[Ranges]:
+    """The query blocks in the order the kernel's blocks take them: with `schedule = grid`, a
+    query block of every head at once (each head's the same); with `persistent`, per block of
+    the launch its query blocks of one head each, round after round (knobs.snake_order; head
+    fastest, the longest causal query blocks first), so that a tile the order loses or takes
+    twice shows in the results."""
+    att = info.attention
+    ext = info.axes
+    if not plan.persistent:
+        for qr in _tiles(ext[att.query_axis], plan.block_q):
+            yield {att.query_axis: qr}
+        return
+    rows = [a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis)]
+    for tiles in snake_order(plan.tiles, plan.blocks):
+        for t in tiles:
+            row, q_block = t % plan.batch, plan.query_blocks - 1 - t // plan.batch
+            block: Ranges = {}
+            for a in reversed(rows):  # row-major over the batch and head axes, the last fastest
+                row, i = divmod(row, ext[a])
+                block[a] = (i, i + 1)
+            lo = q_block * plan.block_q
+            block[att.query_axis] = (lo, min(lo + plan.block_q, ext[att.query_axis]))
+            yield block
+
+
 def _run_attention(k: _Kernel, plan: AttentionPlan) -> list[np.ndarray]:
     info = k.info
     att = info.attention
     assert att is not None
     ext = info.axes
-    bq, bkv = plan.block_q, plan.block_kv
+    bkv = plan.block_kv
     mx, sm, pv = att.max_reduce, att.sum_reduce, att.pv.reduce
     key = att.key_axis
-    for qr in _tiles(ext[att.query_axis], bq):
-        block: Ranges = {att.query_axis: qr}
+    for block in _attention_blocks(info, plan):
         m = l = acc = None
         m_axes = l_axes = acc_axes = ()
         for kr in _tiles(ext[key], bkv):

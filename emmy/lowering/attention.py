@@ -84,6 +84,7 @@ from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp
 from emmy.schedule import qk_epilogue
+from emmy.tuning.knobs import snake_tile
 from emmy.schedule.attention import (
     DIRECT,
     ELEM,
@@ -299,14 +300,11 @@ def _flash_func(
         query_block(bid_x, q_block)
         return kb.finish(), [m[3] for m in maps]
 
-    # schedule = persistent: in round k a block takes the query block t = k * G + blockIdx.x of
-    # the grid's order (head fastest, the longest first), G the blocks, and in odd rounds
-    # k * G + G - 1 - blockIdx.x: a snake, so that a block with a longer query block in one round
-    # gets a shorter one in the next (causal query blocks shorten along the order; taken
-    # round-robin, the first blocks got the longest of every round: 1.14x slower than the grid's
-    # blocks at 4096 tokens, 16 / 8 heads). Past the last query block run_ws does nothing. Each
-    # role loops on its own after the barriers' setup (run_ws in attention.cuh); the ring's count
-    # goes from call to call.
+    # schedule = persistent: in round k a block takes query block t of the grid's order (head
+    # fastest, the longest first) by knobs.snake_tile (odd rounds backwards: causal query blocks
+    # shorten along the order; taken round-robin, the first blocks got the longest of every
+    # round). Past the last query block run_ws does nothing. Each role loops on its own after
+    # the barriers' setup (run_ws in attention.cuh); the ring's count goes from call to call.
     shape = f"{plan.head_dim}, {sched.block_q}, {sched.block_kv}, {sched.warps}, {sched.stages}"
     blocks = sched.blocks
     rounds = -(-sched.tiles // blocks)
@@ -317,8 +315,7 @@ def _flash_func(
             kb.call(f"emmy::attention::ws_role<{shape}, {role}>")
 
             def step(k: SSAValue, carried: list[SSAValue], role: int = role) -> list[SSAValue]:
-                odd = kb.cmp("ne", kb.rem(k, 2), 0)
-                t = kb.add(kb.mul(k, blocks), kb.select(odd, kb.sub(blocks - 1, bid_x), bid_x))
+                t = kb.idx(snake_tile(kb, k, bid_x, blocks))
                 t.name_hint = "t"
                 q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch))
                 q_block.name_hint = "q_block"

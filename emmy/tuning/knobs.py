@@ -242,6 +242,23 @@ def grouped_tile(ops, t, mb: int, nb: int, group: int):
     return ops.add(first, ops.rem(local, size)), ops.div(local, size)
 
 
+def snake_tile(ops, k, block, blocks: int):
+    """Attention's `schedule = persistent`: the tile (query block, in the grid's order) that
+    block `block` of `blocks` takes in round k: k * blocks + block, and in odd rounds
+    k * blocks + blocks - 1 - block, so that a block with a longer causal query block in one
+    round gets a shorter one in the next. Past the last tile a block takes nothing. `ops` does
+    the arithmetic, as in `grouped_tile`."""
+    turn = ops.mul(ops.rem(k, 2), ops.sub(blocks - 1, ops.mul(block, 2)))  # odd rounds run backwards
+    return ops.add(ops.mul(k, blocks), ops.add(block, turn))
+
+
+def snake_order(tiles: int, blocks: int) -> list[list[int]]:
+    """Per block of a persistent attention launch, the tiles it takes, round after round
+    (`snake_tile` on numbers)."""
+    rounds = -(-tiles // blocks)
+    return [[t for k in range(rounds) if (t := snake_tile(_Ints, k, b, blocks)) < tiles] for b in range(blocks)]
+
+
 def stream_k_whole(tiles: int, sms: int) -> int:
     """`schedule = stream_k`: how many tiles, from the first, go one to a block in whole waves
     (every whole wave but the last); the rest are shared out as runs of k-steps."""

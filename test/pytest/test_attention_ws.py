@@ -200,6 +200,31 @@ def test_interpreter_does_not_depend_on_workers():
     assert len(a) == len(b) == 1 and np.array_equal(a[0], b[0])
 
 
+def test_interpreter_follows_persistent_blocks(monkeypatch):
+    """With schedule = persistent the interpreter takes the query blocks head by head in the
+    launch's snaking order (knobs.snake_order): the same numbers as a block per query block,
+    and an order that loses a query block is caught (the interpreter counts every element's
+    writes)."""
+    text, shapes = L.attention(1, 4, 2, 130, 64, target="sm_90a")
+    args = random_args(shapes)
+    tiles = "workers=wgmma_ws;stages=2;block_q=64;block_kv=64;warps=4;copy=tma;fusion=split"
+    (grid,) = tile_stage.run_function(tile_module(text, f"{tiles};schedule=grid"), args)
+    (persistent,) = tile_stage.run_function(tile_module(text, f"{tiles};schedule=persistent"), args)
+    assert np.array_equal(grid, persistent)
+    monkeypatch.setattr(tile_stage, "snake_order", lambda tiles, blocks: [[t for t in range(tiles) if t != 5]])
+    with pytest.raises(AssertionError, match="result 0 has 4096 elements never written"):
+        tile_stage.run_function(tile_module(text, f"{tiles};schedule=persistent"), args)
+
+
+def test_snake_order_takes_every_query_block_once():
+    from emmy.tuning.knobs import snake_order
+
+    assert snake_order(10, 3) == [[0, 5, 6], [1, 4, 7], [2, 3, 8, 9]]
+    for tiles, blocks in [(512, 132), (1024, 132), (7, 7), (5, 8), (133, 132)]:
+        order = snake_order(tiles, blocks)
+        assert len(order) == blocks and sorted(t for b in order for t in b) == list(range(tiles))
+
+
 def _ws_build(T=256, D=128, qwen=True, **over):
     op, info = _op(T, D, qwen)
     return A.build(op, info, plan_for(info, _ws(**over), SM90A))
