@@ -706,8 +706,9 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     schedule = str(v["schedule"])
     if schedule not in ("grid", "persistent"):
         raise _err(name, f"unknown schedule '{schedule}' (grid or persistent)")
-    if schedule == "persistent" and workers != "wgmma_ws":
-        raise _err(name, f"schedule=persistent loops the warp-specialized kernel over query blocks: it needs workers=wgmma_ws, not {workers}")
+    why = persistent_illegal(workers) if schedule == "persistent" else ""
+    if why:
+        raise _err(name, why)
     batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
@@ -721,6 +722,16 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma,
         schedule == "persistent",
     )
+
+
+def persistent_illegal(workers: str) -> str:
+    """Why schedule = persistent cannot run with these workers (empty when it can; legality.py
+    asks the same): it loops the warp-specialized kernel (run_ws in attention.cuh), whose ring of
+    K and V buffers and consumers' turns carry on from one query block to the next; the other
+    flash loops have no such loop."""
+    if workers != "wgmma_ws":
+        return f"schedule=persistent loops the warp-specialized kernel over query blocks: it needs workers=wgmma_ws, not {workers}"
+    return ""
 
 
 def ws_illegal(info: KernelInfo, warps: int, copy: str, fusion: str) -> str:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from emmy.schedule.attention import smem_bytes as attention_smem_bytes
 from emmy.schedule import qk_epilogue
+from emmy.schedule.attention import persistent_illegal as attention_persistent_illegal
 from emmy.schedule.attention import ws_illegal as attention_ws_illegal
 from emmy.schedule.contraction import (
     MAX_ACC_PER_THREAD,
@@ -564,11 +565,10 @@ def _a_copy(info, v, t, reasons):
 
 
 def _a_schedule(info, v, t, reasons):
-    # schedule = persistent loops the warp-specialized kernel (attention_ws.cuh, run_ws) over
-    # query blocks: its ring of K and V buffers and its consumers' turns carry on from one to
-    # the next; the other flash loops have no such loop
-    if v.has("schedule", "workers") and v["schedule"] == "persistent" and v["workers"] != "wgmma_ws":
-        reasons.append(f"schedule=persistent loops the warp-specialized kernel: it needs workers=wgmma_ws, not {v['workers']}")
+    if v.has("schedule", "workers") and v["schedule"] == "persistent":
+        why = attention_persistent_illegal(v["workers"])
+        if why:
+            reasons.append(why)
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def test_persistent_needs_the_warp_specialized_kernel():
                                                   "blocks: it needs workers=wgmma_ws, not wgmma")):
         plan_for(info, wg, SM90A)
     assert check(info, wg, SM90A) == [
-        "schedule=persistent loops the warp-specialized kernel: it needs workers=wgmma_ws, not wgmma"
+        "schedule=persistent loops the warp-specialized kernel over query blocks: it needs workers=wgmma_ws, not wgmma"
     ]
     assert check(info, _ws(schedule="persistent"), SM90A) == []
 

@@ -434,12 +434,6 @@ struct MaskTag {
   static constexpr bool value = B;
 };
 
-// Online softmax of one fragment row (h) of a 16-row S tile s[NT][4] for query q against keys
-// k0 ...: scores scaled (and with MASK, masked: keys below k_lo or at or past seq_kv, queries at
-// or past seq_q and the score's own mask, through sf; without, through ff: no mask at all),
-// exponentiated in place relative to the new running max; m_run and l_run updated. Returns the
-// factor rescaling the row's earlier sums. The row's max and sum are taken in four independent
-// chains (the instructions of one chain wait on each other).
 // The score of a key no mask touches: `ff` (the lowering's `free` lambda), and `fold` > 0 where
 // that score is exactly dot * fold (the attention scale): softmax_row then takes the row max of
 // the raw dots, scales that one value, and folds the scale into the exponent's multiplier, one
@@ -452,6 +446,12 @@ struct FreeScore {
   __device__ __forceinline__ float operator()(int q, int kv, float dot) const { return ff(q, kv, dot); }
 };
 
+// Online softmax of one fragment row (h) of a 16-row S tile s[NT][4] for query q against keys
+// k0 ...: scores scaled (and with MASK, masked: keys below k_lo or at or past seq_kv, queries at
+// or past seq_q and the score's own mask, through sf; without, through ff: no mask at all),
+// exponentiated in place relative to the new running max; m_run and l_run updated. Returns the
+// factor rescaling the row's earlier sums. The row's max and sum are taken in four independent
+// chains (the instructions of one chain wait on each other).
 template <int NT, bool MASK, class SF, class FF>
 __device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (*s)[4], int h, int q, int k0, int k_lo,
                                              int t, int seq_q, int seq_kv, float& m_run, float& l_run) {

@@ -1,6 +1,9 @@
 // Emmy's warp-specialized flash attention for sm_90a (workers = wgmma_ws): FlashAttention-3's
 // schedule on the pieces of attention.cuh (which includes this file after its helpers, and calls
-// flash_ws from emmy::attention::run when WGMMA == 2).
+// flash_ws from emmy::attention::run when WGMMA == 2: one query block per block). The pieces of
+// flash_ws (ws_setup, ws_registers, ws_produce, ws_consume) also run schedule = persistent, where
+// a block per SM loops over query blocks (ws_begin, ws_role and run_ws in attention.cuh): each
+// takes `ring`, the key blocks the ring carried before, so buffers and mbarrier phases go on.
 //
 // Roles (threads = 128 + 32 * WARPS; WARPS = 4 or 8 consumer warps, BQ = 16 * WARPS):
 //

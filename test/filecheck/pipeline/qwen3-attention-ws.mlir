@@ -43,4 +43,4 @@
 
 // schedule = persistent loops the warp-specialized kernel only.
 // PERSISTENT: error: kernel 'attention': the pinned values workers=wgmma, schedule=persistent are illegal on sm_90a:
-// PERSISTENT-NEXT: schedule=persistent loops the warp-specialized kernel: it needs workers=wgmma_ws, not wgmma
+// PERSISTENT-NEXT: schedule=persistent loops the warp-specialized kernel over query blocks: it needs workers=wgmma_ws, not wgmma
