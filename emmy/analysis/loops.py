@@ -160,18 +160,33 @@ def backward_slice(loop: FusedOp, values: Iterable[SSAValue]) -> list[Operation]
 
 def short_limit(module: Operation) -> int:
     """The largest reduction cost counted as short: SHORT_REDUCTION, or less than half the
-    longest reduction of the module when that is smaller (so that a small model's projections
-    are not 'short' while its head-dim reductions are: small models fuse like full-size ones)."""
+    longest reduction over a model parameter (a projection's) when that is smaller, so that a
+    small model's projections are not 'short' while its head-dim reductions are: small models
+    fuse like full-size ones. Reductions over no parameter do not lower it: attention alone,
+    whose longest sums run over its keys, fuses like a full-size model's attention at every
+    length (at 256 tokens its 128-long scores were 'long' next to the 256 keys and got a kernel
+    of their own: 2.5x cuDNN's time on the H200 instead of a flash kernel)."""
     longest = 0
     for op in module.walk():
         if isinstance(op, ReduceOp):
             owner = axes_owner(op)
-            if isinstance(owner, FusedOp):
+            if isinstance(owner, FusedOp) and _reads_parameter(op, owner):
                 cost = 1
                 for a in op.axis_names:
                     cost *= owner.extents[a]
                 longest = max(longest, cost)
     return SHORT_REDUCTION if longest == 0 else max(1, min(SHORT_REDUCTION, (longest - 1) // 2))
+
+
+def _reads_parameter(r: ReduceOp, loop: FusedOp) -> bool:
+    """Whether reduction `r` of `loop` loads a model parameter (weight_derived)."""
+    params = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
+    for op in r.body.walk():
+        if isinstance(op, LoadOp):
+            arg = op.operands[0]
+            if isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in params:
+                return True
+    return False
 
 
 def heavy_reduce_domains(

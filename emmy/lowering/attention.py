@@ -99,6 +99,7 @@ from emmy.schedule.attention import (
     Producer,
     analyze,
     score_fold,
+    staged_output,
     smem_bytes,
 )
 
@@ -165,10 +166,11 @@ def run_callee(
             args += [DIRECT, 0]
         else:
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
+    staged = [int(staged_output(plan))] if sched.wgmma else []
     if role is not None:
-        return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role]) + ">"
+        return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role, *staged]) + ">"
     args.append(2 if sched.warp_specialized else int(sched.wgmma))
-    return "emmy::attention::run<" + ", ".join(str(a) for a in args) + ">"
+    return "emmy::attention::run<" + ", ".join(str(a) for a in [*args, *staged]) + ">"
 
 
 def _gqa_group(plan: AttentionBody, info: KernelInfo) -> tuple[str, int] | None:

@@ -494,6 +494,17 @@ def score_fold(body: AttentionBody) -> float:
     return 0.0
 
 
+def staged_output(body: AttentionBody) -> bool:
+    """Whether the output stores exactly bf16(O / l), the normalized P x V sum rounded once. The
+    wgmma main loops then stage O as bf16 in shared memory and store it row by row, whole
+    sectors at a time (store_rows_staged in attention.cuh); the store lambda, called with the
+    staged value, rounds it to the same bf16 again. Any other epilogue (an f32 output, arithmetic
+    after the division) gets the fragments' f32 values as before."""
+    v = body.store.value
+    op = v.owner
+    return isinstance(op, arith.TruncFOp) and op.input is body.out_override and isinstance(v.type, BFloat16Type)
+
+
 # --------------------------------------------------------------------------------------------
 # Plan
 # --------------------------------------------------------------------------------------------

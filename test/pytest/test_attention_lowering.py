@@ -19,7 +19,7 @@ import pytest
 
 from emmy.analysis.classify import classify
 from emmy.lowering import attention as A
-from emmy.schedule.attention import score_fold
+from emmy.schedule.attention import score_fold, staged_output
 from emmy.backend.cxx import emit_kernel
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
@@ -89,11 +89,13 @@ def attention_ir(
     target: str = "sm_90",
     scale: float | None = None,
     round_score: bool = False,
+    out_scale: float | None = None,
 ) -> str:
     """A module holding one attention tile.kernel.
 
     scale: the score's factor (default 1 / sqrt(D)); round_score: the scaled score rounded to
-    bf16 and back (no longer exactly dot * scale in f32).
+    bf16 and back (no longer exactly dot * scale in f32); out_scale: the normalized output
+    multiplied by it before it is rounded and stored.
 
     qwen=True: inputs qkv [T, (H + 2 HKV) D], q_norm/k_norm weights [D], cos/sin [1, T, D];
     Q/K = rope(rmsnorm(x)) as Qwen3 computes them (bf16 roundings), V plain; output [T, H D].
@@ -220,6 +222,9 @@ def attention_ir(
     b.raw(f"loop.yield {pvv} : f32")
     b.raw("}")
     o = "%pv" if divide_in_pv else b.v("arith.divf %pv, %sm : f32", "f")
+    if out_scale is not None:
+        k = b.v(f"arith.constant {out_scale:e} : f32", "cf")
+        o = b.v(f"arith.mulf {o}, {k} : f32", "f")
     ob = b.v(f"arith.truncf {o} : f32 to bf16", "b")
     if qwen:
         b.raw(f"loop.store {ob}, 0 [{q}, {col(h, 0, e)}] : bf16")
@@ -342,6 +347,27 @@ def test_score_fold_only_for_an_exact_positive_scale(kw, fold):
     assert score_fold(A.analyze(op, info)) == pytest.approx(fold)
 
 
+@pytest.mark.parametrize(
+    "kw, staged",
+    [
+        ({}, True),
+        ({"divide_in_pv": False}, True),  # O = (P x V) / l, then rounded
+        ({"qwen": False}, True),
+        ({"out_scale": 2.0}, False),  # arithmetic after the division: the lambda needs O in f32
+    ],
+)
+def test_output_staged_only_when_it_stores_bf16_of_o(kw, staged):
+    """staged_output: the output is exactly bf16(O / l); the wgmma main loops then stage O in
+    shared memory (STAGED_OUT, the template argument after the wgmma mode), the mma.sync one
+    never gets the argument."""
+    op, info, _ = build_text(attention_ir(T=64, **kw))
+    assert staged_output(A.analyze(op, info)) is staged
+    for workers, tail in (("wgmma", f", 1, {int(staged)}>"), ("mma_sync", ", 0>")):
+        _, _, built = build_text(attention_ir(knobs=_knobs(workers=workers), **kw), target="sm_90a")
+        (call,) = [o for o in built.funcs[-1].walk() if isinstance(o, K.CallOp) and "attention::run" in o.callee.data]
+        assert call.callee.data.endswith(tail)
+
+
 def test_non_causal_score_is_its_own_free_lambda():
     """Without a causal mask the main loop gets the score lambda twice (score and free)."""
     _, _, built = build_text(attention_ir(T=100, causal=False))
@@ -391,12 +417,13 @@ def test_split_variant():
 
 
 def test_wgmma_attention():
-    """workers=wgmma (sm_90a): S = Q K^T on wgmma (the template's last argument); the tiles'
-    base is aligned to 1024 bytes for wgmma's swizzle, and the shared memory has room for it."""
+    """workers=wgmma (sm_90a): S = Q K^T on wgmma (the template's wgmma mode, before STAGED_OUT);
+    the tiles' base is aligned to 1024 bytes for wgmma's swizzle, and the shared memory has room
+    for it."""
     _, _, built = build_text(attention_ir(knobs=_knobs(workers="wgmma")), target="sm_90a")
     (func,) = built.funcs
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
-    assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0, 1>"
+    assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0, 1, 1>"
     (smem,) = [o for o in func.walk() if isinstance(o, K.SharedOp)]
     assert smem.align.value.data == 1024
     assert func.smem_bytes == A.smem_bytes(128, 64, 64, 2, wgmma=True) == (64 * 128 + 4 * 64 * 128) * 2 + 1024
@@ -544,7 +571,7 @@ def test_wgmma_attention_three_stages_is_the_pipelined_loop():
     _, _, built = build_text(attention_ir(T=256, knobs=_knobs(workers="wgmma", stages=3)), target="sm_90a")
     (func,) = built.funcs
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
-    assert call.callee.data.startswith("emmy::attention::run<128, 64, 64, 4, 3, ") and call.callee.data.endswith(", 1>")
+    assert call.callee.data.startswith("emmy::attention::run<128, 64, 64, 4, 3, ") and call.callee.data.endswith(", 1, 1>")
     assert func.smem_bytes == A.smem_bytes(128, 64, 64, 3, wgmma=True) == (64 * 128 + 6 * 64 * 128) * 2 + 1024
 
 
@@ -571,7 +598,7 @@ def test_tma_attention_maps_direct_rows():
     rows, cols, stride, offset, box_rows, box_cols, planes, _ = (p.data for p in v_map.parameters[1:])
     assert (cols, stride, offset, box_rows, box_cols, planes) == (stride, stride, 0, 64, 64, 1) and rows * stride > 0
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
-    assert call.callee.data == f"emmy::attention::run<128, 64, 64, 4, 3, 2, 128, 2, 128, 3, {stride}, 1>"
+    assert call.callee.data == f"emmy::attention::run<128, 64, 64, 4, 3, 2, 128, 2, 128, 3, {stride}, 1, 1>"
     (launch,) = built.launches
     v_tensor = A.analyze(op, classify(op)).v.load.tensor
     assert launch.args[-1] == A.In(v_tensor.index)

@@ -104,9 +104,9 @@ def test_persistent_kernel_ir():
     assert calls == [
         "emmy::attention::ws_begin<128, 128, 128, 8, 2>",
         "emmy::attention::ws_role<128, 128, 128, 8, 2, 0>",
-        "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 0>",
+        "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 0, 1>",
         "emmy::attention::ws_role<128, 128, 128, 8, 2, 1>",
-        "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 1>",
+        "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 1, 1>",
     ]
     loops = [o for o in func.walk() if isinstance(o, K.ForOp)]
     assert len(loops) == 2 and all(len(loop.res) == 1 for loop in loops)  # the ring's count
@@ -235,7 +235,7 @@ def test_lowering_emits_the_warp_specialized_loop():
     prep, main = built.funcs
     (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith("emmy::attention::run<128, 128, 64, 8, 2, 0, 0, 3, 128, 3, ")
-    assert call.callee.data.endswith(", 2>")  # WGMMA = 2: flash_ws
+    assert call.callee.data.endswith(", 2, 1>")  # WGMMA = 2: flash_ws; O staged (bf16(O / l) stored)
     src = cuda_source(built)
     assert "__launch_bounds__(384, 1)" in src
 
@@ -299,10 +299,10 @@ def test_gpu_case_builds_the_warp_specialized_kernel(case):
     _, plan = compiled(case, "sm_90a")
     calls = [ln for ln in plan.source.splitlines() if "emmy::attention::run" in ln]
     if "attention.schedule=persistent" in case[4]:  # looping blocks: the producer's loop, then the consumers'
-        assert [re.search(r"run_ws<[^>]*, (\d)>\(", c).group(1) for c in calls] == ["0", "1"], calls
+        assert [re.search(r"run_ws<[^>]*, (\d), \d>\(", c).group(1) for c in calls] == ["0", "1"], calls
     else:  # the rules' one block per query block
         (call,) = calls
-        assert re.search(r"emmy::attention::run<[^>]*, 2>\(", call), call
+        assert re.search(r"emmy::attention::run<[^>]*, 2, \d>\(", call), call
     assert f"__launch_bounds__({32 * int(case[4][3].rsplit('=', 1)[1]) + 128}, 1)" in plan.source
 
 
@@ -316,8 +316,9 @@ def test_gpu_layer_case_builds_the_warp_specialized_kernel(case):
     result = compile_model(layer_options(case[0], case[1], "sm_90a"))
     source = launch_plan(result.module).source
     # one block per query block (run, WGMMA = 2) or blocks looping over them (the consumers' run_ws),
-    # as the evidence answers schedule (golden entries of the layer's attention measured the first)
-    assert re.search(r"emmy::attention::(run<[^>]*, 2>|run_ws<[^>]*, 1>)\(", source)
+    # as the evidence answers schedule (golden entries of the layer's attention measured the first);
+    # the last template argument: STAGED_OUT
+    assert re.search(r"emmy::attention::(run<[^>]*, 2, 1>|run_ws<[^>]*, 1, 1>)\(", source)
     # Q and K normalized and rotated by the prologue, or (fusion = epilogue) by the projection
     assert ("attention_prep" in source) == ("attention.fusion=epilogue" not in case[1])
 

@@ -324,7 +324,7 @@ def test_kernel_stage_of_the_epilogue():
     src = cuda_source(r.module)
     proj = re.search(r"void __launch_bounds__\([^)]*\) rms_norm_qkv_proj\(([^)]*)\)", src).group(1)
     assert len(re.findall(r"qk_in\d+_\d+", proj)) == 4  # q_norm and k_norm weights, cos, sin
-    assert "emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 1>" in src  # Q, K, V direct rows
+    assert "emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 1, 1>" in src  # Q, K, V direct rows
     assert "attention_prep" not in src
 
 

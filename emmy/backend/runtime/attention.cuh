@@ -129,7 +129,7 @@ __device__ __forceinline__ float round_bf16(float v) {
 // ---------------------------------------------------------------------------------------------
 // Configuration and shared-memory layout.
 
-template <int D_, int BQ_, int BKV_, int WARPS_, int STAGES_, int WGMMA_ = 0>
+template <int D_, int BQ_, int BKV_, int WARPS_, int STAGES_, int WGMMA_ = 0, int STAGED_OUT_ = 0>
 struct Config {
   static constexpr int D = D_;
   static constexpr int BQ = BQ_;
@@ -148,6 +148,10 @@ struct Config {
   // S = Q K^T and O += P V with wgmma (sm_90a): each warpgroup, its 64 query rows against the
   // block's keys.
   static constexpr bool kWgmma = WGMMA_ != 0;
+  // The output stores exactly bf16(O / l) (STAGED_OUT, the lowering's `staged_output`): with
+  // wgmma each warpgroup stages its rows of O in its rows of the Q tile and stores them row by
+  // row (store_rows_staged); otherwise every thread stores its fragments (store_rows).
+  static constexpr bool kStagedOut = STAGED_OUT_ != 0 && kWgmma;
   static constexpr int LD = kSwizzle ? D : D + 8;
   // Keep Q's A fragments in registers when the accumulators leave room for them.
   static constexpr bool kQInRegs = !kWgmma && MT == 1 && D / 2 + BKV / 2 + D / 4 <= 128;
@@ -537,6 +541,45 @@ __device__ __forceinline__ void store_rows(const OF& of, const float (*acc)[4], 
   }
 }
 
+// The epilogue of one warpgroup's 64 query rows with wgmma (C::kStagedOut): O / l rounded to
+// bf16 into the warpgroup's own rows of the Q tile (no wgmma reads them any more once its last
+// S_j is done), then stored row by row with consecutive columns on consecutive lanes, so that a
+// warp's stores cover whole 32-byte sectors. Straight from the fragments, one store instruction
+// of a warp writes 4 bytes in each of 8 rows, a quarter of a sector each: 4-5 us per block of
+// 128 rows on an H200, a sixth of a 2048-token block's time (the trace build, page 2). The
+// stored values are the same: `of` rounds to bf16 again, which changes nothing. `wrow`: the
+// thread's fragment row within the warpgroup (16 * (warp % 4) + g); `ctid`: the thread within
+// the warpgroup. Ends with the warpgroup's barrier, so its Q rows may be refilled after.
+template <class C, class OF>
+__device__ __forceinline__ void store_rows_staged(const OF& of, const float (*acc)[4], const float* l_run,
+                                                  __nv_bfloat16* sQ, int wg, int wrow, int t, int ctid, int q0,
+                                                  int seq_q) {
+  constexpr int DT = C::DT, D = C::D, BQ = C::BQ;
+  const int r0 = wg * 64;  // the warpgroup's first row in the tile
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = 1.f / l;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      *reinterpret_cast<__nv_bfloat162*>(sQ + at<C, BQ>(r0 + wrow + 8 * h, dt * 8 + 2 * t)) =
+          __floats2bfloat162_rn(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
+    }
+  }
+  emmy::named_barrier<128>(3 + wg);
+  const int w = ctid >> 5, lane = ctid & 31;
+#pragma unroll 4
+  for (int r = w; r < 64; r += 4) {
+    const int q = q0 + r0 + r;
+    if (q >= seq_q) break;
+#pragma unroll
+    for (int c = lane; c < D; c += 32) of(q, c, __bfloat162float(sQ[at<C, BQ>(r0 + r, c)]));
+  }
+  emmy::named_barrier<128>(3 + wg);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The main loop over producers.
 
@@ -899,7 +942,11 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
   }
   asm volatile("cp.async.wait_all;\n" ::);  // no copy may outlive the block
-  store_rows<DT>(of, acc, l_run, q0 + warp * 16 + g, t, seq_q);
+  if constexpr (C::kStagedOut) {
+    store_rows_staged<C>(of, acc, l_run, sQ, wg, (warp & 3) * 16 + g, t, tid & 127, q0, seq_q);
+  } else {
+    store_rows<DT>(of, acc, l_run, q0 + warp * 16 + g, t, seq_q);
+  }
 #else
   __trap();  // needs sm_90a
 #endif
@@ -1047,7 +1094,11 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
   }
   asm volatile("cp.async.wait_all;\n" ::);  // no copy may outlive the block
-  store_rows<DT>(of, acc, l_run, q0 + wq0 + g, t, seq_q);
+  if constexpr (C::kStagedOut) {
+    store_rows_staged<C>(of, acc, l_run, sQ, warp >> 2, (warp & 3) * 16 + g, t, tid & 127, q0, seq_q);
+  } else {
+    store_rows<DT>(of, acc, l_run, q0 + wq0 + g, t, seq_q);
+  }
 #else
   __trap();  // needs sm_90a
 #endif
@@ -1133,13 +1184,13 @@ __device__ __forceinline__ void materialize(const A& a, const B& b, __nv_bfloat1
 // The entry point generated kernels call (see the top of this file).
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
-          int KRED, int VMODE, int VRED, int WGMMA = 0, class QA, class QB, class KA, class KB,
-          class VA, class VB, class SF, class FF, class OF>
+          int KRED, int VMODE, int VRED, int WGMMA = 0, int STAGED_OUT = 0, class QA, class QB, class KA,
+          class KB, class VA, class VB, class SF, class FF, class OF>
 __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                     const VA& va, const VB& vb, const SF& score, const FF& free_score,
                                     float fold, const OF& out, int q_block, int seq_q, int seq_kv, int causal,
                                     int causal_offset, void* smem) {
-  using C = Config<D, BQ, BKV, WARPS, STAGES, WGMMA>;
+  using C = Config<D, BQ, BKV, WARPS, STAGES, WGMMA, STAGED_OUT>;
   const detail::FreeScore<FF> free{free_score, fold};
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
@@ -1172,13 +1223,13 @@ __device__ __forceinline__ void ws_role() {
 }
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
-          int KRED, int VMODE, int VRED, int ROLE, class QA, class QB, class KA, class KB,
-          class VA, class VB, class SF, class FF, class OF>
+          int KRED, int VMODE, int VRED, int ROLE, int STAGED_OUT = 0, class QA, class QB, class KA,
+          class KB, class VA, class VB, class SF, class FF, class OF>
 __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                       const VA& va, const VB& vb, const SF& score, const FF& free_score,
                                       float fold, const OF& out, int q_block, int seq_q, int seq_kv, int causal,
                                       int causal_offset, int ring, void* smem) {
-  using C = Config<D, BQ, BKV, WARPS, STAGES, 2>;
+  using C = Config<D, BQ, BKV, WARPS, STAGES, 2, STAGED_OUT>;
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);

@@ -250,7 +250,11 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
     release(r.empty_v, n_blocks - 1);
   }
-  store_rows<DT>(of, acc, l_run, q_first + g, t, seq_q);
+  if constexpr (C::kStagedOut) {
+    store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, tid - 128 * (wg + 1), q0, seq_q);
+  } else {
+    store_rows<DT>(of, acc, l_run, q_first + g, t, seq_q);
+  }
 #else
   __trap();  // needs sm_90a
 #endif

@@ -6,7 +6,8 @@
 // once (ws_begin), then each role's loop calls emmy::attention::run_ws (attention_ws.cuh) per
 // query block, in 3 rounds (384 query blocks on 132 blocks), the producer's (role 0) first (pinned here: the golden entries of Qwen3's
 // attention, measured with one block per query block, answer `grid` at these lengths). Pinned to
-// schedule = grid, one block per query block calls emmy::attention::run with WGMMA = 2.
+// schedule = grid, one block per query block calls emmy::attention::run with WGMMA = 2. The last
+// template argument (STAGED_OUT = 1): the output stores bf16(O / l), so O goes out through shared memory.
 // RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 3000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=128' --knob 'attention.warps=8' --knob 'attention.block_kv=128' --knob 'attention.stages=2' --knob 'attention.schedule=persistent' -o %t.cu
 // RUN: filecheck %s < %t.cu
 // RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 3000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=128' --knob 'attention.warps=8' --knob 'attention.block_kv=128' --knob 'attention.stages=2' --knob 'attention.schedule=grid' -o %t2.cu
@@ -25,17 +26,17 @@
 // CHECK: if (
 // CHECK-NEXT: emmy::attention::ws_role<128, 128, 128, 8, 2, 0>();
 // CHECK: for (int [[K:k_[0-9]+]] = c0_{{[0-9]+}}; [[K]] < c3_{{[0-9]+}}; [[K]] += c1_{{[0-9]+}})
-// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 0>(
+// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 0, 1>(
 // CHECK: emmy::attention::ws_role<128, 128, 128, 8, 2, 1>();
-// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 1>(
+// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 1, 1>(
 
 // GRID: __global__ void __launch_bounds__(384, 1) attention(
 // GRID-NOT: ws_begin
-// GRID: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 2>(
+// GRID: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 2, 1>(
 
 // One consumer warpgroup: 256 threads, 3 stages.
 // ONE: __global__ void __launch_bounds__(256, 1) attention(
-// ONE: emmy::attention::run_ws<128, 64, 64, 4, 3, 0, 0, 3, 128, 3, 4096, 1>(
+// ONE: emmy::attention::run_ws<128, 64, 64, 4, 3, 0, 0, 3, 128, 3, 4096, 1, 1>(
 
 // Computed Q and K without the prologue kernel: no legal schedule, and why.
 // FUSED: kernel 'attention': no legal schedule on sm_90a with workers=wgmma_ws, fusion=fused

@@ -19,11 +19,11 @@
 // CHECK-SAME: const __nv_bfloat16* __restrict__ qk_in0
 // CHECK-SAME: const __nv_bfloat16* __restrict__ qk_in4
 // CHECK-NOT: attention_prep
-// CHECK: emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 1>(
+// CHECK: emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 1, 1>(
 
 // The warp-specialized flash kernel: plain Q rows, K and V through tensor maps of the rewritten
 // q/k/v rows (row length 4096).
 // WS-NOT: attention_prep
-// WS: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 4096, 3, 4096, 2>(
+// WS: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 4096, 3, 4096, 2, 1>(
 
 // PINNED: tile.kernel @attention: fusion=epilogue is pinned, but @rms_norm_qkv_proj cannot compute Q and K in its epilogue: {{.*}}block_n a multiple of the head dim 128
