@@ -22,8 +22,9 @@ split that drops a part or an online-softmax rescaling error changes the numbers
 - attention: blocks of block_q queries, keys in steps of block_kv with online softmax (running
   max, running sum and output rescaled by exp(old max - new max)), the sum divided out at the
   end (or inside P x V when the loop does so), then the epilogue on the block; with schedule =
-  persistent the query blocks one head at a time in the order the launch's blocks take them
-  (`knobs.snake_order`), so an order that loses or repeats one fails the write count. With fusion =
+  persistent the query blocks one head at a time in an order the launch's blocks may take them
+  from the tile counter (`knobs.counter_order`), so an order that loses or repeats one fails the
+  write count. With fusion =
   epilogue the projection's run rewrites the Q/K heads of its output tile by tile first
   (`emmy.interp.qk_epilogue`), and the attention reads them as rows.
 - reduction: blocks of rows_per_block rows; each top-level reduce accumulated in sweeps of
@@ -60,7 +61,7 @@ from emmy.schedule.plan import plan_for, plan_kernel
 from emmy.schedule.qk_epilogue import check_pairs, task_of
 from emmy.schedule.reduction import ReductionPlan
 from emmy.targets import Target, module_target
-from emmy.tuning.knobs import snake_order, stream_k_runs
+from emmy.tuning.knobs import counter_order, stream_k_runs
 
 Ranges = dict[str, tuple[int, int]]
 
@@ -340,9 +341,10 @@ def _depends_on(r: ReduceOp, reduces: set[ReduceOp]) -> bool:
 def _attention_blocks(info, plan: AttentionPlan) -> Iterator[Ranges]:
     """The query blocks in the order the kernel's blocks take them: with `schedule = grid`, a
     query block of every head at once (each head's the same); with `persistent`, per block of
-    the launch its query blocks of one head each, round after round (knobs.snake_order; head
-    fastest, the longest causal query blocks first), so that a tile the order loses or takes
-    twice shows in the results."""
+    the launch the query blocks it takes from the tile counter, one head each
+    (knobs.counter_order; the grid's order, head fastest and the longest causal query blocks
+    first, each costing its query block's number of key blocks up to the diagonal), so that a
+    tile the order loses or takes twice shows in the results."""
     att = info.attention
     ext = info.axes
     if not plan.persistent:
@@ -350,7 +352,8 @@ def _attention_blocks(info, plan: AttentionPlan) -> Iterator[Ranges]:
             yield {att.query_axis: qr}
         return
     rows = [a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis)]
-    for tiles in snake_order(plan.tiles, plan.blocks):
+    costs = [plan.query_blocks - t // plan.batch for t in range(plan.tiles)]
+    for tiles in counter_order(costs, plan.blocks):
         for t in tiles:
             row, q_block = t % plan.batch, plan.query_blocks - 1 - t // plan.batch
             block: Ranges = {}

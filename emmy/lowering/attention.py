@@ -70,7 +70,7 @@ from functools import partial
 from math import prod
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import BFloat16Type, Float32Type, IndexType, IntAttr, TensorType, f32
+from xdsl.dialects.builtin import BFloat16Type, Float32Type, IndexType, IntAttr, TensorType, f32, i32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from emmy.analysis.body import value_tree
@@ -84,7 +84,6 @@ from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import AxisOp
 from emmy.schedule import qk_epilogue
-from emmy.tuning.knobs import snake_tile
 from emmy.schedule.attention import (
     DIRECT,
     ELEM,
@@ -226,7 +225,23 @@ def build(kernel_op: Operation, info: KernelInfo, sched: AttentionPlan) -> Built
         return _build_split(kernel_op, info, plan, sched)
     func, map_refs = _flash_func(kernel_op, info, plan, sched)
     _, _, refs = io_args(kernel_op)
-    return Built(funcs=[func], launches=[Launch(func.sym_name.data, (*refs, *map_refs))], temps=[])
+    built = Built(funcs=[func], launches=[Launch(func.sym_name.data, (*refs, *map_refs))], temps=[])
+    return _with_tile_counter(built, sched)
+
+
+TILE_COUNTER = TensorType(i32, [2])  # schedule = persistent: the next tile, the blocks done
+
+
+def _with_tile_counter(built: Built, sched: AttentionPlan) -> Built:
+    """schedule = persistent: a zeroed temp of two counters (the next tile to take, the blocks
+    that took their last; the last block zeroes both) as the main kernel's last argument."""
+    if not sched.persistent:
+        return built
+    built.temps.append(TILE_COUNTER)
+    built.zeroed.add(len(built.temps) - 1)
+    main = built.launches[-1]
+    built.launches[-1] = Launch(main.kernel, (*main.args, Tmp(len(built.temps) - 1)))
+    return built
 
 
 def _flash_func(
@@ -251,6 +266,9 @@ def _flash_func(
         _check_ws_operands(plan, {t[0] for t in temps}, {m[0] for m in maps})
     types = types + [m[1] for m in maps]
     names = names + [f"tma_{m[0]}" for m in maps]
+    if sched.persistent:  # the tile counter (a zeroed temp: TILE_COUNTER)
+        types = types + [K.PtrType(i32)]
+        names = names + ["tile_counter"]
     smem = sched.smem_bytes
     kb = KB.new_func(
         c_ident(plan.name), types, grid=sched.grid, block=(sched.threads, 1, 1),
@@ -258,11 +276,12 @@ def _flash_func(
     )
     ptrs, outs = bind_pointers(kb, kernel_op)
     em = BodyEmitter(kb, kernel_op, ptrs, outs)
-    n_args = len(kb.func.body.block.args)
+    n_args = len(kb.func.body.block.args) - int(sched.persistent)
     temp_args = kb.func.body.block.args[n_args - len(maps) - len(temps):n_args - len(maps)]
-    map_args = dict(zip((m[0] for m in maps), kb.func.body.block.args[n_args - len(maps):]))
+    map_args = dict(zip((m[0] for m in maps), kb.func.body.block.args[n_args - len(maps):n_args]))
 
-    tiles = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages)  # without the alignment
+    # the tiles without the alignment
+    tiles = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages, q_tiles=sched.q_tiles)
     sbuf = kb.shared(BFloat16Type(), tiles // 2, 0, SMEM_ALIGN_WGMMA if sched.wgmma else 16, "smem")
     materialized = {p.name: (arg, p, gqa) for arg, (_, p, gqa) in zip(temp_args, temps)}
     bid_x = kb.block_id("x")
@@ -270,9 +289,10 @@ def _flash_func(
     callee = partial(run_callee, plan, sched, frozenset(materialized), {m[0]: m[2] for m in maps})
 
     def query_block(row: SSAValue | int, q_block: SSAValue, role: int | None = None,
-                    ring: SSAValue | None = None) -> SSAValue | None:
+                    tail: Sequence[SSAValue] = ()) -> SSAValue | None:
         """The main loop's call for one query block of batch x head row `row` (its lambdas and
-        operands bound to that row)."""
+        operands bound to that row); `tail`: run_ws's arguments after the shared memory (the
+        loop's count, the head rows, the next Q rows' lambda)."""
         outer = decompose(kb, row, plan.batch_axes, axes) if plan.batch_axes else {}
         top = em.scope(outer)
         args = _operand_args(kb, em, top, plan, outer, axes, materialized, map_args)
@@ -284,15 +304,15 @@ def _flash_func(
             s = top.child({plan.query_axis: q, plan.v.col_axis: e}, overrides={plan.out_override: [o]})
             s.store(plan.store)
             out.body.block.add_op(K.YieldOp())
-        tail = [] if ring is None else [ring]
+        ring = list(tail[:1])
         return kb.call(
             callee(role=role),
             [
                 *args, score.result, free.result, kb.fconst(score_fold(plan)), out.result, q_block,
                 kb.idx(plan.seq_q), kb.idx(plan.seq_kv), kb.idx(int(plan.causal)),
-                kb.idx(plan.causal_offset), *tail, sbuf,
+                kb.idx(plan.causal_offset), *ring, sbuf, *tail[1:],
             ],
-            None if ring is None else idx,
+            None if role is None else idx,
         )
 
     if not sched.persistent:
@@ -302,30 +322,33 @@ def _flash_func(
         query_block(bid_x, q_block)
         return kb.finish(), [m[3] for m in maps]
 
-    # schedule = persistent: in round k a block takes query block t of the grid's order (head
-    # fastest, the longest first) by knobs.snake_tile (odd rounds backwards: causal query blocks
-    # shorten along the order; taken round-robin, the first blocks got the longest of every
-    # round). Past the last query block run_ws does nothing. Each role loops on its own after
-    # the barriers' setup (run_ws in attention.cuh); the ring's count goes from call to call.
+    # schedule = persistent: each block takes query blocks t = 0, 1, ... of the grid's order (head
+    # fastest, the longest first) from the tile counter as it frees up (ws_tiles in
+    # attention.cuh); each role loops on its own after the barriers' setup, calling `tile(t,
+    # ring, i)` per query block, the ring's count going from call to call. `next_q(t)`: the row-0
+    # pointer of tile t's Q rows, which the consumers copy during the tile before.
     shape = f"{plan.head_dim}, {sched.block_q}, {sched.block_kv}, {sched.warps}, {sched.stages}"
-    blocks = sched.blocks
-    rounds = -(-sched.tiles // blocks)
+    counter = kb.func.body.block.args[-1]
     kb.call(f"emmy::attention::ws_begin<{shape}>", [sbuf])
+    next_q = _lambda(kb, [idx], ["t"], K.PtrType(BFloat16Type()))
+    with kb.at(next_q.body.block):
+        (t,) = next_q.body.block.args
+        outer = decompose(kb, kb.rem(t, sched.batch), plan.batch_axes, axes) if plan.batch_axes else {}
+        q_rows = _operand_args(kb, em, em.scope(outer), plan, outer, axes, materialized, map_args)[0]
+        next_q.body.block.add_op(K.YieldOp(q_rows))
     tid = kb.thread_id()
     for role, cond in ((0, kb.lt(tid, WS_PRODUCER_THREADS)), (1, kb.cmp("sge", tid, WS_PRODUCER_THREADS))):
         with kb.if_(cond):
             kb.call(f"emmy::attention::ws_role<{shape}, {role}>")
-
-            def step(k: SSAValue, carried: list[SSAValue], role: int = role) -> list[SSAValue]:
-                t = kb.idx(snake_tile(kb, k, bid_x, blocks))
-                t.name_hint = "t"
+            tile = _lambda(kb, [idx, idx, idx], ["t", "ring", "i"], idx)
+            with kb.at(tile.body.block):
+                t, ring, i = tile.body.block.args
                 q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch))
                 q_block.name_hint = "q_block"
-                ring = query_block(kb.rem(t, sched.batch), q_block, role, carried[0])
-                assert ring is not None
-                return [ring]
-
-            kb.for_iter(0, rounds, 1, [kb.idx(0)], step, name="k")
+                done = query_block(kb.rem(t, sched.batch), q_block, role, [ring, i, kb.idx(sched.batch), next_q.result])
+                assert done is not None
+                tile.body.block.add_op(K.YieldOp(done))
+            kb.call(f"emmy::attention::ws_tiles<{shape}, {role}>", [tile.result, kb.idx(sched.tiles), counter, sbuf])
     return kb.finish(), [m[3] for m in maps]
 
 
@@ -489,7 +512,7 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionBody, sc
         kernel_op, info, plan, sched, [(f"{p.name}_rows", p, g) for p, _, _, g in todo], temps
     )
     tmp_refs = tuple(Tmp(i) for i in range(len(todo)))
-    return Built(
+    built = Built(
         funcs=[prep, main],
         launches=[
             Launch(prep.sym_name.data, tuple(refs) + tmp_refs),
@@ -497,6 +520,7 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionBody, sc
         ],
         temps=temps,
     )
+    return _with_tile_counter(built, sched)
 
 
-__all__ = ["AttentionBody", "AttentionPlan", "Producer", "analyze", "build", "run_callee", "smem_bytes"]
+__all__ = ["TILE_COUNTER", "AttentionBody", "AttentionPlan", "Producer", "analyze", "build", "run_callee", "smem_bytes"]

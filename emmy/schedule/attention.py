@@ -515,12 +515,14 @@ PREP_ROWS = 4  # rows each of its warps produces
 MAX_GRID_Y = 65535
 
 
-def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False) -> int:
+def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False, q_tiles: int = 1) -> int:
     """Dynamic shared memory of emmy::attention::run (Config::kSmemBytes in attention.cuh), plus
     what aligning the base to 1024 bytes may take for wgmma (the tensor-map copies' mbarriers,
-    AttentionPlan.barriers of 8 bytes, live in that slack: tma_barriers in attention.cuh)."""
+    AttentionPlan.barriers of 8 bytes, live in that slack: tma_barriers in attention.cuh).
+    `q_tiles`: 2 with schedule = persistent, whose next query block's Q rows are copied into a
+    second Q tile while the last one's finish."""
     ld = head_dim if head_dim % 64 == 0 else head_dim + 8
-    return (block_q * ld + 2 * stages * block_kv * ld) * 2 + (SMEM_ALIGN_WGMMA if wgmma else 0)
+    return (q_tiles * block_q * ld + 2 * stages * block_kv * ld) * 2 + (SMEM_ALIGN_WGMMA if wgmma else 0)
 
 
 # workers = wgmma_ws (emmy/backend/runtime/attention_ws.cuh): one producer warpgroup issuing the
@@ -556,7 +558,8 @@ class AttentionPlan:
     # last key block is copied from seq_kv - block_kv, its repeated keys masked (key_start in
     # attention.cuh), so that no copy crosses the end of the keys
     persistent: bool = False  # schedule = persistent (wgmma_ws): a block per SM loops over the
-    # query blocks (run_ws in attention.cuh), in the grid's longest-first order
+    # query blocks (ws_tiles in attention.cuh), taking the next one in the grid's longest-first
+    # order from a counter as it frees up
 
     @property
     def warp_specialized(self) -> bool:
@@ -602,7 +605,8 @@ class AttentionPlan:
         alignment slack, before the tiles or after them."""
         ld = self.head_dim if self.head_dim % 64 == 0 else self.head_dim + 8
         q, kv = 2 * self.block_q * ld, 2 * self.stages * self.block_kv * ld
-        return (("q", 0, q), ("k", q, kv), ("v", q + kv, kv))
+        regions = (("q", 0, q), ("k", q, kv), ("v", q + kv, kv))
+        return regions + ((("q_next", q + 2 * kv, q),) if self.persistent else ())
 
     @property
     def barriers(self) -> int:
@@ -611,7 +615,8 @@ class AttentionPlan:
         wgmma_ws K's and V's apart (4 per stage); else none."""
         if not self.tma:
             return 0
-        return (4 if self.warp_specialized else 2) * self.stages
+        # schedule = persistent: 2 `full` and 2 `empty` ones for the tile slots (WsTiles)
+        return (4 if self.warp_specialized else 2) * self.stages + (4 if self.persistent else 0)
 
     @property
     def query_blocks(self) -> int:
@@ -640,8 +645,13 @@ class AttentionPlan:
         return -(-self.tiles // self.target.sms)
 
     @property
+    def q_tiles(self) -> int:
+        """Q tiles in shared memory: 2 with schedule = persistent (smem_bytes)."""
+        return 2 if self.persistent else 1
+
+    @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.head_dim, self.block_q, self.block_kv, self.stages, self.wgmma)
+        return smem_bytes(self.head_dim, self.block_q, self.block_kv, self.stages, self.wgmma, self.q_tiles)
 
     @property
     def registers(self) -> int:
@@ -720,6 +730,11 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     why = persistent_illegal(workers) if schedule == "persistent" else ""
     if why:
         raise _err(name, why)
+    if schedule == "persistent" and smem_bytes(D, bq, bkv, stages, wgmma, 2) > target.smem_per_block:
+        raise _err(
+            name, f"schedule=persistent keeps a second Q tile: {smem_bytes(D, bq, bkv, stages, wgmma, 2)} bytes of "
+            f"shared memory exceed the {target.smem_per_block} of {target.name}"
+        )
     batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")

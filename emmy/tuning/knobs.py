@@ -54,9 +54,11 @@ Meanings (what the kernel stage does with each value):
   tile whose steps fall to two or more blocks is stored by the last of them to finish, after
   adding the others' float32 parts from a workspace in block order (as `combine =
   last_block`). Attention (`wgmma_ws` only): one block per query block and head (`grid`), or
-  one block per multiprocessor taking query blocks in the same longest-first order
-  (`persistent`): its producer warpgroup copies the next query block's first key blocks while
-  the consumers still finish the last one's, and each block sets up its barriers once.
+  one block per multiprocessor taking query blocks in the same longest-first order from a
+  counter in global memory as it frees up (`persistent`): its producer warpgroup copies the
+  next query block's first key blocks and its consumers that query block's Q rows (into a
+  second Q tile) while they still finish the last one's, and each block sets up its barriers
+  once.
 - `copy`: how the producer warpgroup of `wgmma_ws` fills the pipeline slots: every thread
   issuing 16-byte `cp.async` copies (`cp_async`), or one thread issuing one tensor-memory-
   accelerator copy per operand tile and slab (`tma`, sm_90+), the hardware writing the swizzled
@@ -95,7 +97,9 @@ Meanings (what the kernel stage does with each value):
 
 from __future__ import annotations
 
+import heapq
 import operator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
@@ -242,21 +246,20 @@ def grouped_tile(ops, t, mb: int, nb: int, group: int):
     return ops.add(first, ops.rem(local, size)), ops.div(local, size)
 
 
-def snake_tile(ops, k, block, blocks: int):
-    """Attention's `schedule = persistent`: the tile (query block, in the grid's order) that
-    block `block` of `blocks` takes in round k: k * blocks + block, and in odd rounds
-    k * blocks + blocks - 1 - block, so that a block with a longer causal query block in one
-    round gets a shorter one in the next. Past the last tile a block takes nothing. `ops` does
-    the arithmetic, as in `grouped_tile`."""
-    turn = ops.mul(ops.rem(k, 2), ops.sub(blocks - 1, ops.mul(block, 2)))  # odd rounds run backwards
-    return ops.add(ops.mul(k, blocks), ops.add(block, turn))
-
-
-def snake_order(tiles: int, blocks: int) -> list[list[int]]:
-    """Per block of a persistent attention launch, the tiles it takes, round after round
-    (`snake_tile` on numbers)."""
-    rounds = -(-tiles // blocks)
-    return [[t for k in range(rounds) if (t := snake_tile(_Ints, k, b, blocks)) < tiles] for b in range(blocks)]
+def counter_order(costs: Sequence[int], blocks: int) -> list[list[int]]:
+    """Attention's `schedule = persistent`: per block of the launch, the tiles (query blocks, in
+    the grid's order) it takes from the tile counter, when each block takes the next tile as
+    soon as it has finished its last and tile t takes costs[t] (ties: the lower block first).
+    The kernel's blocks meet the counter in whatever order the hardware runs them; this is one
+    such run."""
+    free = [(0, b) for b in range(blocks)]
+    heapq.heapify(free)
+    out: list[list[int]] = [[] for _ in range(blocks)]
+    for t, cost in enumerate(costs):
+        at, b = heapq.heappop(free)
+        out[b].append(t)
+        heapq.heappush(free, (at + cost, b))
+    return out
 
 
 def stream_k_whole(tiles: int, sms: int) -> int:

@@ -454,11 +454,14 @@ def _a_smem(info, v, t, reasons):
         return
     # the flash kernel's tiles (the plan's model): rows padded to 8 elements past a multiple of
     # 64, the tiles' base aligned to 1024 bytes for wgmma
-    nbytes = attention_smem_bytes(d, bq, bkv, st, v.has("workers") and v["workers"] in WGMMA_WORKERS)
+    # (schedule = persistent keeps a second Q tile: the next query block's rows)
+    q_tiles = 2 if v.has("schedule") and v["schedule"] == "persistent" else 1
+    nbytes = attention_smem_bytes(d, bq, bkv, st, v.has("workers") and v["workers"] in WGMMA_WORKERS, q_tiles)
     if nbytes > t.smem_per_block:
         pad = "" if d % 64 == 0 else " (rows padded by 8)"
+        q = f"block_q={bq} x {d}" if q_tiles == 1 else f"2 x block_q={bq} x {d} (schedule=persistent)"
         reasons.append(
-            f"shared memory: block_q={bq} x {d} + stages={st} x block_kv={bkv} x ({d} + {dv}) "
+            f"shared memory: {q} + stages={st} x block_kv={bkv} x ({d} + {dv}) "
             f"x {info.element_bytes} bytes{pad} = {_kb(nbytes)} exceeds the "
             f"{_kb(t.smem_per_block)} a block may use on {t.name}"
         )

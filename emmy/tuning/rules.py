@@ -855,14 +855,17 @@ def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
     # persistent blocks taking theirs round-robin were 1-14% slower (16 / 8 at 4096 tokens:
     # 158.5 us against 138.8; docs/bench/h200-attention-fold-persistent-2026-12-03e.log), in
     # snaking rounds 1-22% (141.5 against 136.2, 512-32768 tokens;
-    # docs/bench/h200-attention-2026-12-03e.log)
+    # docs/bench/h200-attention-2026-12-03e.log); taking them from a tile counter as they free
+    # up, the next one's Q rows copied during the last, 0-8% slower at 1024-16384 tokens but for
+    # 32 / 8 at 2048 (69.7 against 70.8; h200-attention-persistent-counter-2026-12-03f.log)
     grid = ("grid", "a block per query block and head: the block scheduler hands out the causal "
                     "query blocks, longest first, as SMs free up")
     if chosen.get("workers") != "wgmma_ws":
         return [("grid", "a block per query block and head")]
     bq = chosen.get("block_q", 128)
     tiles = info.batch * ceil(info.seq_q / bq)
-    why = f"{tiles} query blocks on {min(tiles, target.sms)} blocks looping over them in snaking rounds"
+    why = (f"{tiles} query blocks on {min(tiles, target.sms)} blocks taking them from a counter as they free "
+           "up, the next one's Q rows copied during the last")
     return [grid, ("persistent", why)]
 
 

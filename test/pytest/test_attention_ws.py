@@ -17,10 +17,13 @@ import numpy as np
 import pytest
 
 import loop_examples as L
+from xdsl.dialects.builtin import f32
+
 from emmy.analysis.classify import classify
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.interp import tile_stage
+from emmy.lowering import Tmp
 from emmy.lowering import attention as A
 from emmy.schedule.attention import WS_CONSUMER_REGS, WS_PRODUCER_REGS, computed_operands
 from emmy.schedule.plan import plan_for
@@ -93,10 +96,13 @@ def test_persistent_needs_the_warp_specialized_kernel():
 
 
 def test_persistent_kernel_ir():
-    """Both roles loop over the query blocks (the producer first), each with its own ring count
-    carried from call to call; the barriers are set up once before."""
+    """Both roles loop over the query blocks they take from the tile counter (ws_tiles, the
+    producer's first), each calling its run_ws from a `tile(t, ring, i)` lambda; the barriers
+    are set up once before; the counter is a zeroed temp, the kernel's last argument; the
+    shared memory holds a second Q tile."""
     op, info = _op(T=1024, qwen=False)
-    built = A.build(op, info, plan_for(info, _ws(block_kv=128, schedule="persistent", fusion="fused"), SM90A))
+    plan = plan_for(info, _ws(block_kv=128, schedule="persistent", fusion="fused"), SM90A)
+    built = A.build(op, info, plan)
     (func,) = built.funcs
     func.verify()
     assert func.grid_dims == (32, 1, 1) and func.block_dims == (384, 1, 1)
@@ -105,11 +111,21 @@ def test_persistent_kernel_ir():
         "emmy::attention::ws_begin<128, 128, 128, 8, 2>",
         "emmy::attention::ws_role<128, 128, 128, 8, 2, 0>",
         "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 0, 1>",
+        "emmy::attention::ws_tiles<128, 128, 128, 8, 2, 0>",
         "emmy::attention::ws_role<128, 128, 128, 8, 2, 1>",
         "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 1, 1>",
+        "emmy::attention::ws_tiles<128, 128, 128, 8, 2, 1>",
     ]
-    loops = [o for o in func.walk() if isinstance(o, K.ForOp)]
-    assert len(loops) == 2 and all(len(loop.res) == 1 for loop in loops)  # the ring's count
+    lambdas = [o for o in func.walk() if isinstance(o, K.LambdaOp) and o.returns and o.returns[0] != f32]
+    # next_q(t) -> the row-0 pointer of tile t's Q rows, then a tile(t, ring, i) -> ring per role
+    assert [(len(o.body.block.args), str(o.returns[0])) for o in lambdas] == [
+        (1, "!kernel.ptr<bf16>"), (3, "index"), (3, "index"),
+    ]
+    assert not [o for o in func.walk() if isinstance(o, K.ForOp)]  # the loops are ws_tiles'
+    assert built.temps == [A.TILE_COUNTER] and built.zeroed == {0}
+    assert built.launches[0].args[-1] == Tmp(0)
+    assert plan.q_tiles == 2 and dict((r, n) for r, _, n in plan.smem_layout)["q_next"] == 128 * 128 * 2
+    assert func.smem_bytes == A.smem_bytes(128, 128, 128, 2, True, 2) == (2 * 128 + 4 * 128) * 128 * 2 + 1024
 
 
 def test_plan_of_one_consumer():
@@ -201,27 +217,30 @@ def test_interpreter_does_not_depend_on_workers():
 
 
 def test_interpreter_follows_persistent_blocks(monkeypatch):
-    """With schedule = persistent the interpreter takes the query blocks head by head in the
-    launch's snaking order (knobs.snake_order): the same numbers as a block per query block,
-    and an order that loses a query block is caught (the interpreter counts every element's
-    writes)."""
+    """With schedule = persistent the interpreter takes the query blocks head by head in an
+    order the launch's blocks may take them from the tile counter (knobs.counter_order): the
+    same numbers as a block per query block, and an order that loses a query block is caught
+    (the interpreter counts every element's writes)."""
     text, shapes = L.attention(1, 4, 2, 130, 64, target="sm_90a")
     args = random_args(shapes)
     tiles = "workers=wgmma_ws;stages=2;block_q=64;block_kv=64;warps=4;copy=tma;fusion=split"
     (grid,) = tile_stage.run_function(tile_module(text, f"{tiles};schedule=grid"), args)
     (persistent,) = tile_stage.run_function(tile_module(text, f"{tiles};schedule=persistent"), args)
     assert np.array_equal(grid, persistent)
-    monkeypatch.setattr(tile_stage, "snake_order", lambda tiles, blocks: [[t for t in range(tiles) if t != 5]])
+    monkeypatch.setattr(tile_stage, "counter_order", lambda costs, blocks: [[t for t in range(len(costs)) if t != 5]])
     with pytest.raises(AssertionError, match="result 0 has 4096 elements never written"):
         tile_stage.run_function(tile_module(text, f"{tiles};schedule=persistent"), args)
 
 
-def test_snake_order_takes_every_query_block_once():
-    from emmy.tuning.knobs import snake_order
+def test_counter_order_takes_every_query_block_once():
+    """Each block takes the next tile once it has finished its last: the longest first go one
+    to a block, and a block that had a long one takes fewer."""
+    from emmy.tuning.knobs import counter_order
 
-    assert snake_order(10, 3) == [[0, 5, 6], [1, 4, 7], [2, 3, 8, 9]]
+    assert counter_order([5, 3, 2, 2, 1, 1], 2) == [[0, 3], [1, 2, 4, 5]]
     for tiles, blocks in [(512, 132), (1024, 132), (7, 7), (5, 8), (133, 132)]:
-        order = snake_order(tiles, blocks)
+        costs = [tiles - t for t in range(tiles)]
+        order = counter_order(costs, blocks)
         assert len(order) == blocks and sorted(t for b in order for t in b) == list(range(tiles))
 
 

@@ -129,7 +129,7 @@ __device__ __forceinline__ float round_bf16(float v) {
 // ---------------------------------------------------------------------------------------------
 // Configuration and shared-memory layout.
 
-template <int D_, int BQ_, int BKV_, int WARPS_, int STAGES_, int WGMMA_ = 0, int STAGED_OUT_ = 0>
+template <int D_, int BQ_, int BKV_, int WARPS_, int STAGES_, int WGMMA_ = 0, int STAGED_OUT_ = 0, int PERSIST_ = 0>
 struct Config {
   static constexpr int D = D_;
   static constexpr int BQ = BQ_;
@@ -159,7 +159,12 @@ struct Config {
   static constexpr int kRowUnroll = EMMY_ATTENTION_ROW_UNROLL;
   static constexpr int kQElems = BQ * LD;
   static constexpr int kKVElems = BKV * LD;
-  static constexpr int kSmemBytes = (kQElems + 2 * STAGES * kKVElems) * 2;
+  // schedule = persistent (wgmma_ws): a second Q tile after the V tiles, so that the next query
+  // block's rows are copied while this one's finish (ws_consume), and the tile slots (WsTiles)
+  // beside the ring's barriers.
+  static constexpr bool kPersist = PERSIST_ != 0;
+  static constexpr int kQBuffers = kPersist ? 2 : 1;
+  static constexpr int kSmemBytes = (kQBuffers * kQElems + 2 * STAGES * kKVElems) * 2;
 
   static_assert(D % 16 == 0 && D > 0, "head dim must be a multiple of 16");
   static_assert(BKV % 16 == 0 && BKV > 0, "block_kv must be a multiple of 16");
@@ -794,10 +799,12 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 // (flash_ws has 4 * STAGES: K's and V's full and empty ones apart, N = 4.)
 template <class C, int N = 2>
 __device__ __forceinline__ long long* tma_barriers(void* smem) {
-  static_assert(8 * N * C::STAGES <= 512, "the barriers fit the smaller side of the alignment slack");
+  // (flash_ws with schedule = persistent: 4 more barriers and 2 tile slots after the ring's)
+  constexpr int kBytes = 8 * N * C::STAGES + (N == 4 && C::kPersist ? 40 : 0);
+  static_assert(kBytes <= 512, "the barriers fit the smaller side of the alignment slack");
   extern __shared__ __align__(16) unsigned char emmy_attention_dynamic_smem[];
   const int pad = static_cast<int>(static_cast<unsigned char*>(smem) - emmy_attention_dynamic_smem);
-  if (pad >= 8 * N * C::STAGES) return reinterpret_cast<long long*>(emmy_attention_dynamic_smem);
+  if (pad >= kBytes) return reinterpret_cast<long long*>(emmy_attention_dynamic_smem);
   return reinterpret_cast<long long*>(static_cast<unsigned char*>(smem) + C::kSmemBytes);
 }
 
@@ -1204,43 +1211,86 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   }
 }
 
-// schedule = persistent (workers = wgmma_ws only): a block per SM loops over query blocks. The
-// generated kernel calls ws_begin once; then, in each role's branch (ROLE 0: threads below 128,
-// the producer warpgroup; ROLE 1: the consumers), ws_role once and run_ws for each query block
-// the block takes, in the same order in both branches, `ring` being what the previous run_ws
-// returned (0 first): the key blocks the ring has carried so far. So the producer copies the
-// next query block's first key blocks while the consumers still finish this one's, and no
-// block-wide barrier is met after ws_begin. A q_block below 0 (a round past the last query
-// block) does nothing.
+// schedule = persistent (workers = wgmma_ws only): a block per SM loops over query blocks,
+// taking each from a counter in global memory as it frees up (`counter`: two ints, zero before
+// the launch and zero again after it: the last block to finish resets them). The generated
+// kernel calls ws_begin once; then, in each role's branch (ROLE 0: threads below 128, the
+// producer warpgroup; ROLE 1: the consumers), ws_role once and ws_tiles with `tile(t, ring, i)`:
+// the role's run_ws for tile t (the grid's order: head row t % batch, query block
+// query_blocks - 1 - t / batch), the loop's i-th, `ring` being what the last call returned (0
+// first): the key blocks the ring has carried so far. So the producer copies the next query
+// block's first key blocks while the consumers still finish this one's, the consumers copy its
+// Q rows meanwhile (ws_consume), and no block-wide barrier is met after ws_begin.
+template <int D, int BQ, int BKV, int WARPS, int STAGES>
+using PersistentConfig = Config<D, BQ, BKV, WARPS, STAGES, 2, 0, 1>;
+
 template <int D, int BQ, int BKV, int WARPS, int STAGES>
 __device__ __forceinline__ void ws_begin(void* smem) {
-  detail::ws_setup<Config<D, BQ, BKV, WARPS, STAGES, 2>>(smem);
+  detail::ws_setup<PersistentConfig<D, BQ, BKV, WARPS, STAGES>>(smem);
 }
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int ROLE>
 __device__ __forceinline__ void ws_role() {
-  detail::ws_registers<Config<D, BQ, BKV, WARPS, STAGES, 2>, ROLE == 0>();
+  detail::ws_registers<PersistentConfig<D, BQ, BKV, WARPS, STAGES>, ROLE == 0>();
+}
+
+template <int D, int BQ, int BKV, int WARPS, int STAGES, int ROLE, class TILE>
+__device__ __forceinline__ void ws_tiles(const TILE& tile, int tiles, int* counter, void* smem) {
+  using C = PersistentConfig<D, BQ, BKV, WARPS, STAGES>;
+  const detail::WsTiles<C> tl(smem);
+  int ring = 0;
+  if constexpr (ROLE == 0) {
+    if (threadIdx.x != 0) return;  // one producer thread takes the tiles and issues the copies
+    for (int i = 0;; ++i) {
+      const int b = i & 1;
+      if (i >= 2) emmy::mbar_wait(tl.empty + b, ((i >> 1) - 1) & 1);  // every consumer warp read tile i - 2
+      int t = atomicAdd(counter, 1);
+      if (t >= tiles) t = -1;
+      tl.slot[b] = t;
+      emmy::mbar_arrive(tl.full + b);  // (release: the slot's value is seen by whoever waits on it)
+      if (t < 0) break;
+      ring = tile(t, ring, i);
+    }
+    // every block has taken its last tile before it counts itself done: the last one resets
+    __threadfence();
+    if (atomicAdd(counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+      counter[0] = 0;
+      counter[1] = 0;
+    }
+  } else {
+    const int lane = threadIdx.x & 31;
+    for (int i = 0;; ++i) {
+      const int b = i & 1;
+      emmy::mbar_wait(tl.full + b, (i >> 1) & 1);
+      const int t = tl.slot[b];
+      __syncwarp();
+      if (lane == 0) emmy::mbar_arrive(tl.empty + b);
+      if (t < 0) break;
+      ring = tile(t, ring, i);
+    }
+  }
 }
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
-          int KRED, int VMODE, int VRED, int ROLE, int STAGED_OUT = 0, class QA, class QB, class KA,
-          class KB, class VA, class VB, class SF, class FF, class OF>
+          int KRED, int VMODE, int VRED, int ROLE, int STAGED_OUT, class QA, class QB, class KA,
+          class KB, class VA, class VB, class SF, class FF, class OF, class NQ>
 __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                       const VA& va, const VB& vb, const SF& score, const FF& free_score,
                                       float fold, const OF& out, int q_block, int seq_q, int seq_kv, int causal,
-                                      int causal_offset, int ring, void* smem) {
-  using C = Config<D, BQ, BKV, WARPS, STAGES, 2, STAGED_OUT>;
+                                      int causal_offset, int ring, void* smem, int tile_i, int batch,
+                                      const NQ& next_q) {
+  using C = Config<D, BQ, BKV, WARPS, STAGES, 2, STAGED_OUT, 1>;
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
   const detail::FreeScore<FF> free{free_score, fold};
   detail::ws_check<C, decltype(qf), decltype(kf), decltype(vf)>();
-  if (q_block < 0) return ring;
   const int n_blocks = detail::key_blocks<BQ, BKV>(q_block * BQ, seq_q, seq_kv, causal, causal_offset);
   if constexpr (ROLE == 0) {
     detail::ws_produce<C>(kf, vf, n_blocks, seq_kv, ring, smem);
   } else {
-    detail::ws_consume<C>(qf, score, free, out, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, ring, smem);
+    detail::ws_consume<C>(qf, score, free, out, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, ring, smem,
+                          tile_i, batch, next_q);
   }
   return ring + n_blocks;
 }

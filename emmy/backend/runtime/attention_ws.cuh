@@ -60,25 +60,6 @@ __device__ __forceinline__ void regs_lower() {
 #endif
 }
 
-// Consumer warpgroup `wg`'s 64 rows of Q into its rows of the wgmma Q tile (cp.async, rows at
-// or past seq_q zero), visible to its wgmmas: its 128 threads (ctid = thread within it) only.
-template <class C, class QF>
-__device__ __forceinline__ void stage_q_ws(const QF& qf, __nv_bfloat16* sQ, int wg, int ctid, int q0, int seq_q) {
-  constexpr int CHUNKS = C::D / 8;  // 16-byte chunks per row
-  static_assert((64 * CHUNKS) % 128 == 0, "a warpgroup copies whole rounds of chunks");
-#pragma unroll
-  for (int it = 0; it < 64 * CHUNKS / 128; ++it) {
-    const int c = ctid + it * 128;
-    const int r = c / CHUNKS, ch = c % CHUNKS;
-    const int row = q0 + wg * 64 + r;
-    const bool valid = row < seq_q;
-    cp_async_16(smem_addr(sQ + at<C, C::BQ>(wg * 64 + r, ch * 8)), qf.row(valid ? row : q0) + ch * 8, valid);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-  emmy::fence_proxy_async();                 // the async proxy (wgmma) reads them
-  emmy::named_barrier<128>(3 + wg);          // ... after every thread of the warpgroup copied
-}
 
 // The ring's mbarriers (attention.cuh's tma_barriers, in the alignment slack): per stage a `full`
 // and an `empty` one for K, the same for V.
@@ -96,8 +77,28 @@ struct WsRing {
   }
 };
 
-// Once per block, before the roles part: thread 0 initializes the ring's barriers; the block's
-// last block-wide barrier (from here the roles only meet on mbarriers and named barriers).
+// schedule = persistent: the query blocks ("tiles", in the grid's order: head fastest, the
+// longest causal query block first) a block takes, one at a time, from a counter in global
+// memory. The producer's thread takes tile i and publishes it in slot i % 2 (`full`, one
+// arrival); each consumer warp reads it at tile i's start and frees the slot (`empty`, one
+// arrival per consumer warp). The consumers also peek at slot (i + 1) % 2 once tile i's last
+// S_j is done, to copy the next tile's Q rows early. -1: no tile left. After the ring's
+// barriers (tma_barriers<C, 4> leaves room for them).
+template <class C>
+struct WsTiles {
+  long long* full;
+  long long* empty;
+  volatile int* slot;
+  __device__ __forceinline__ explicit WsTiles(void* smem) {
+    full = tma_barriers<C, 4>(smem) + 4 * C::STAGES;
+    empty = full + 2;
+    slot = reinterpret_cast<volatile int*>(empty + 2);
+  }
+};
+
+// Once per block, before the roles part: thread 0 initializes the ring's barriers (and with
+// schedule = persistent the tile slots'); the block's last block-wide barrier (from here the
+// roles only meet on mbarriers and named barriers).
 template <class C>
 __device__ __forceinline__ void ws_setup(void* smem) {
   const WsRing<C> r(smem);
@@ -109,8 +110,59 @@ __device__ __forceinline__ void ws_setup(void* smem) {
       emmy::mbar_init(r.empty_k + b, C::WARPS);
       emmy::mbar_init(r.empty_v + b, C::WARPS);
     }
+    if constexpr (C::kPersist) {
+      const WsTiles<C> tl(smem);
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        emmy::mbar_init(tl.full + b, 1);
+        emmy::mbar_init(tl.empty + b, C::WARPS);
+      }
+    }
   }
   __syncthreads();
+}
+
+// Consumer warpgroup `wg`'s Q tile for the persistent loop's tile i: the first Q tile for even
+// i, the second (after the V tiles) for odd i.
+template <class C>
+__device__ __forceinline__ __nv_bfloat16* ws_q_tile(void* smem, int i) {
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  if constexpr (C::kPersist) {
+    if (i & 1) return sQ + C::kQElems + 2 * C::STAGES * C::kKVElems;
+  }
+  return sQ;
+}
+
+// Issue (not wait for) the cp.async copies of warpgroup `wg`'s 64 Q rows into sQ; rows at or
+// past seq_q zero.
+template <class C, class QF>
+__device__ __forceinline__ void copy_q_ws(const QF& qf, __nv_bfloat16* sQ, int wg, int ctid, int q0, int seq_q) {
+  constexpr int CHUNKS = C::D / 8;  // 16-byte chunks per row
+  static_assert((64 * CHUNKS) % 128 == 0, "a warpgroup copies whole rounds of chunks");
+#pragma unroll
+  for (int it = 0; it < 64 * CHUNKS / 128; ++it) {
+    const int c = ctid + it * 128;
+    const int r = c / CHUNKS, ch = c % CHUNKS;
+    const int row = q0 + wg * 64 + r;
+    const bool valid = row < seq_q;
+    cp_async_16(smem_addr(sQ + at<C, C::BQ>(wg * 64 + r, ch * 8)), qf.row(valid ? row : q0) + ch * 8, valid);
+  }
+  cp_async_commit();
+}
+
+// Wait for this thread's Q copies and make the warpgroup's visible to its wgmmas.
+__device__ __forceinline__ void wait_q_ws(int wg) {
+  cp_async_wait<0>();
+  emmy::fence_proxy_async();                 // the async proxy (wgmma) reads them
+  emmy::named_barrier<128>(3 + wg);          // ... after every thread of the warpgroup copied
+}
+
+// Consumer warpgroup `wg`'s 64 rows of Q into its rows of the wgmma Q tile (rows at or past
+// seq_q zero), visible to its wgmmas: its 128 threads (ctid = thread within it) only.
+template <class C, class QF>
+__device__ __forceinline__ void stage_q_ws(const QF& qf, __nv_bfloat16* sQ, int wg, int ctid, int q0, int seq_q) {
+  copy_q_ws<C>(qf, sQ, wg, ctid, q0, seq_q);
+  wait_q_ws(wg);
 }
 
 // Once per role, right after the roles part (every thread of a warpgroup executes it): with two
@@ -149,31 +201,64 @@ __device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blo
   }
 }
 
+// No next tile (schedule = grid).
+struct NoNextQ {
+  __device__ __forceinline__ const __nv_bfloat16* operator()(int) const { return nullptr; }
+};
+
 // The consumers' part of one query block (q_block), its key blocks at ring + j of the ring (see
 // ws_produce). Each consumer warpgroup copies its Q rows, runs the key blocks and stores its
 // rows of O; with two consumers their turns start over with each query block (consumer 0
 // first) and end even, so query blocks follow one another without a block-wide barrier.
-template <class C, class QF, class SF, class FF, class OF>
+//
+// schedule = persistent (C::kPersist): this is the loop's tile `tile_i`; its Q rows are in Q
+// tile tile_i % 2 (ws_q_tile), copied there during the tile before (the first tile copies its
+// own). Once its last S_j is done, each consumer warpgroup reads the next tile from the tile
+// slots and starts copying that tile's Q rows into the other Q tile (`next_q(t)`: the row-0
+// pointer of Q for tile t's head row; `batch`: the head rows, so tile t is query block
+// query_blocks - 1 - t / batch), so the copy overlaps the last key block and the output.
+template <class C, class QF, class SF, class FF, class OF, class NQ = NoNextQ>
 __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF& ff, const OF& of, int q_block,
                                            int n_blocks, int seq_q, int seq_kv, int causal, int causal_offset,
-                                           int ring, void* smem) {
+                                           int ring, void* smem, int tile_i = 0, int batch = 1,
+                                           const NQ& next_q = NQ{}) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES, D = C::D;
   constexpr int NC = C::WARPS / 4;  // consumer warpgroups
   // the warp index through a shuffle: the compiler then knows it is warp-uniform and keeps what
   // derives from it (each warpgroup's Q rows, hence the wgmma descriptors) in uniform registers
   const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
-  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* sK = sQ + C::kQElems;
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem) + C::kQElems;
   __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
+  __nv_bfloat16* sQ = ws_q_tile<C>(smem, tile_i);
   const int q0 = q_block * BQ;
   const WsRing<C> r(smem);
 
   const int cw = warp - 4;   // warp among the consumers: query rows q0 + 16 cw ..
   const int wg = cw >> 2;    // consumer warpgroup: named barrier 1 + wg is its turn to issue
   const int g = lane >> 2, t = lane & 3;
+  const int ctid = tid - 128 * (wg + 1);
   const int q_first = q0 + cw * 16;
-  stage_q_ws<C>(qf, sQ, wg, tid - 128 * (wg + 1), q0, seq_q);
+  if (!C::kPersist || tile_i == 0) {
+    stage_q_ws<C>(qf, sQ, wg, ctid, q0, seq_q);
+  } else {
+    wait_q_ws(wg);  // copied during the tile before
+  }
+  // schedule = persistent: the next tile's Q rows into the other Q tile, once no S_j is left
+  auto copy_next_q = [&]() {
+    if constexpr (C::kPersist) {
+      const WsTiles<C> tl(smem);
+      const int b = (tile_i + 1) & 1;
+      emmy::mbar_wait(tl.full + b, ((tile_i + 1) >> 1) & 1);
+      const int tn = tl.slot[b];
+      if (tn >= 0) {
+        QF nqf = qf;
+        nqf.base = next_q(tn);
+        const int nq0 = ((seq_q + BQ - 1) / BQ - 1 - tn / batch) * BQ;
+        copy_q_ws<C>(nqf, ws_q_tile<C>(smem, tile_i + 1), wg, ctid, nq0, seq_q);
+      }
+    }
+  };
   const __nv_bfloat16* sQw = sQ + wg * 64 * 64;  // this warpgroup's 64 rows, slab 0
 
   float acc[DT][4];
@@ -239,6 +324,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       rescale_acc<DT>(acc, alpha);
       pack_p<BKV>(p, s);
     }
+    copy_next_q();
     // the last block's P x V, in turn (consumer 1's is the last turn: it passes none on)
     wait_v(n_blocks - 1);
     turn();
@@ -249,6 +335,8 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
     release(r.empty_v, n_blocks - 1);
+  } else {
+    copy_next_q();
   }
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, tid - 128 * (wg + 1), q0, seq_q);

@@ -3,9 +3,11 @@
 // rows (fusion = split), and the main kernel has a producer warpgroup besides its 8 computing
 // warps (384 threads) on plain Q rows (mode 0) and K and V through tensor maps (mode 3). The
 // blocks loop, one per SM, over the query blocks (schedule = persistent): the barriers set up
-// once (ws_begin), then each role's loop calls emmy::attention::run_ws (attention_ws.cuh) per
-// query block, in 3 rounds (384 query blocks on 132 blocks), the producer's (role 0) first (pinned here: the golden entries of Qwen3's
-// attention, measured with one block per query block, answer `grid` at these lengths). Pinned to
+// once (ws_begin), then each role's loop (ws_tiles, attention.cuh) takes the 384 query blocks
+// from the tile counter (the kernel's last argument) and calls a lambda holding its
+// emmy::attention::run_ws per query block, the producer's (role 0) first (pinned here: the
+// golden entries of Qwen3's attention, measured with one block per query block, answer `grid`
+// at these lengths). Pinned to
 // schedule = grid, one block per query block calls emmy::attention::run with WGMMA = 2. The last
 // template argument (STAGED_OUT = 1): the output stores bf16(O / l), so O goes out through shared memory.
 // RUN: emmy compile Qwen/Qwen3-Embedding-0.6B --layer 0 --tokens 3000 --target sm_90a --knob 'attention.workers=wgmma_ws' --knob 'attention.fusion=split' --knob 'attention.copy=tma' --knob 'attention.block_q=128' --knob 'attention.warps=8' --knob 'attention.block_kv=128' --knob 'attention.stages=2' --knob 'attention.schedule=persistent' -o %t.cu
@@ -22,13 +24,19 @@
 // CHECK: __global__ void __launch_bounds__(384, 1) attention(
 // CHECK-SAME: const __grid_constant__ CUtensorMap tma_k
 // CHECK-SAME: const __grid_constant__ CUtensorMap tma_v
+// CHECK-SAME: int* __restrict__ [[COUNTER:tile_counter_[0-9]+]]
 // CHECK: emmy::attention::ws_begin<128, 128, 128, 8, 2>(
+// CHECK: auto [[NEXTQ:fn_[0-9]+]] = [&](const int {{t_[0-9]+}}) -> __nv_bfloat16* {
 // CHECK: if (
 // CHECK-NEXT: emmy::attention::ws_role<128, 128, 128, 8, 2, 0>();
-// CHECK: for (int [[K:k_[0-9]+]] = c0_{{[0-9]+}}; [[K]] < c3_{{[0-9]+}}; [[K]] += c1_{{[0-9]+}})
-// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 0, 1>(
+// CHECK-NEXT: auto [[TILE0:fn_[0-9]+]] = [&](const int {{t_[0-9]+}}, const int [[RING0:ring_[0-9]+]], const int [[I0:i_[0-9]+]]) -> int {
+// CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 0, 1>({{.*}}, [[RING0]], {{smem_[0-9]+}}, [[I0]], {{c16_[0-9]+}}, [[NEXTQ]]);
+// CHECK: emmy::attention::ws_tiles<128, 128, 128, 8, 2, 0>([[TILE0]], {{c384_[0-9]+}}, [[COUNTER]], {{smem_[0-9]+}});
 // CHECK: emmy::attention::ws_role<128, 128, 128, 8, 2, 1>();
 // CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 1, 1>(
+// CHECK: emmy::attention::ws_tiles<128, 128, 128, 8, 2, 1>({{fn_[0-9]+}}, {{c384_[0-9]+}}, [[COUNTER]], {{smem_[0-9]+}});
+// CHECK: cudaLaunchKernelEx(&config, attention,
+// CHECK-SAME: (int*)attention_counters)
 
 // GRID: __global__ void __launch_bounds__(384, 1) attention(
 // GRID-NOT: ws_begin
