@@ -455,12 +455,20 @@ struct FreeScore {
   __device__ __forceinline__ float operator()(int q, int kv, float dot) const { return ff(q, kv, dot); }
 };
 
+// A row's running max moves only when a block's max passes it by more than this (log2 units:
+// its exponentials then stay below 2^8, exact in bf16's and f32's range alike), so that most
+// key blocks after the first few leave O as it is (rescale_acc skips a warp whose rows all
+// kept theirs). The softmax is the same: every exponential and the sum are taken relative to
+// the same, stale, max, which O / l divides out.
+constexpr float kLazyRescale = 8.f;
+
 // Online softmax of one fragment row (h) of a 16-row S tile s[NT][4] for query q against keys
 // k0 ...: scores scaled (and with MASK, masked: keys below k_lo or at or past seq_kv, queries at
 // or past seq_q and the score's own mask, through sf; without, through ff: no mask at all),
-// exponentiated in place relative to the new running max; m_run and l_run updated. Returns the
-// factor rescaling the row's earlier sums. The row's max and sum are taken in four independent
-// chains (the instructions of one chain wait on each other).
+// exponentiated in place relative to the running max (moved only past kLazyRescale); m_run and
+// l_run updated. Returns the factor rescaling the row's earlier sums (exactly 1 where the max
+// stayed). The row's max and sum are taken in four independent chains (the instructions of one
+// chain wait on each other).
 template <int NT, bool MASK, class SF, class FF>
 __device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (*s)[4], int h, int q, int k0, int k_lo,
                                              int t, int seq_q, int seq_kv, float& m_run, float& l_run) {
@@ -492,7 +500,9 @@ __device__ __forceinline__ float softmax_row(const SF& sf, const FF& ff, float (
   const float fold = MASK ? 0.f : ff.fold;  // s holds raw dots: scale their max (fold > 0 keeps it the max)
   if (fold > 0.f) mx[0] *= fold;
   const float k_exp = fold > 0.f ? fold * kLog2e : kLog2e;
-  const float m_new = fmaxf(m_run, mx[0]);
+  const float m_max = fmaxf(m_run, mx[0]);
+  // (false while m_run is -inf: the first block with a key sets it)
+  const float m_new = (m_max - m_run) * kLog2e <= kLazyRescale ? m_run : m_max;
   const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no (-inf) - (-inf)
   const float alpha = ex2_ftz((m_run - m_use) * kLog2e);
   const float m_scaled = m_use * kLog2e;
@@ -829,9 +839,11 @@ __device__ __forceinline__ void pack_p(uint32_t (*p)[4], const float (*s)[4]) {
   }
 }
 
-// O rescaled to its rows' new running max (alpha[0]: row g, alpha[1]: row g + 8).
+// O rescaled to its rows' new running max (alpha[0]: row g, alpha[1]: row g + 8); nothing where
+// no row of the warp moved its max (softmax_row's kLazyRescale).
 template <int DT>
 __device__ __forceinline__ void rescale_acc(float (*acc)[4], const float* alpha) {
+  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
     acc[dt][0] *= alpha[0];
