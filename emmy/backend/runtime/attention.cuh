@@ -534,6 +534,13 @@ __device__ __forceinline__ int key_start(int j, int seq_kv) {
   return j * BKV;
 }
 
+// 1 / l of a fragment row: its four threads' parts of the softmax sum added.
+__device__ __forceinline__ float inv_row_sum(float l) {
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  return 1.f / l;
+}
+
 // The epilogue of one 16-row tile: O / l for rows q_row and q_row + 8 (acc[DT][4] in the
 // accumulator layout), through `of`.
 template <int DT, class OF>
@@ -541,10 +548,7 @@ __device__ __forceinline__ void store_rows(const OF& of, const float (*acc)[4], 
                                            int q_row, int t, int seq_q) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = 1.f / l;
+    const float inv = inv_row_sum(l_run[h]);
     const int q = q_row + h * 8;
     if (q < seq_q) {
 #pragma unroll
@@ -573,10 +577,7 @@ __device__ __forceinline__ void store_rows_staged(const OF& of, const float (*ac
   const int r0 = wg * 64;  // the warpgroup's first row in the tile
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = 1.f / l;
+    const float inv = inv_row_sum(l_run[h]);
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       *reinterpret_cast<__nv_bfloat162*>(sQ + at<C, BQ>(r0 + wrow + 8 * h, dt * 8 + 2 * t)) =
