@@ -2,8 +2,10 @@
 // schedule on the pieces of attention.cuh (which includes this file after its helpers, and calls
 // flash_ws from emmy::attention::run when WGMMA == 2: one query block per block). The pieces of
 // flash_ws (ws_setup, ws_registers, ws_produce, ws_consume) also run schedule = persistent, where
-// a block per SM loops over query blocks (ws_begin, ws_role and run_ws in attention.cuh): each
-// takes `ring`, the key blocks the ring carried before, so buffers and mbarrier phases go on.
+// a block per SM takes query blocks from a tile counter (ws_begin, ws_role, ws_tiles and run_ws
+// in attention.cuh; the tile slots: WsTiles): each takes `ring`, the key blocks the ring carried
+// before, so buffers and mbarrier phases go on, and the consumers copy the next query block's
+// Q rows into a second Q tile while they finish the last (ws_consume).
 //
 // Roles (threads = 128 + 32 * WARPS; WARPS = 4 or 8 consumer warps, BQ = 16 * WARPS):
 //
@@ -20,10 +22,12 @@
 //   warpgroups 1 .. WARPS / 4, the consumers: consumer c owns query rows [q0 + 64 c, q0 + 64 c
 //     + 64). It copies its Q rows once with cp.async (Q is read once per block, so no third
 //     tensor map and no hand-over from the producer: its first K/V copies are in flight
-//     meanwhile), then for each key block j: waits for K_j and V_{j-1} (`full`), issues
-//     S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two wgmma groups, waits for S_j only, releases
-//     K_j (`empty`) and computes its online softmax while P V runs (intra-warpgroup overlap),
-//     waits for P V, releases V_{j-1} and rescales O.
+//     meanwhile; persistent blocks copy them a query block ahead), then for each key block j:
+//     waits for K_j and V_{j-1} (`full`), issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
+//     wgmma groups, waits for S_j only, releases K_j (`empty`) and computes its online softmax
+//     while P V runs (intra-warpgroup overlap), waits for P V, releases V_{j-1} and rescales O
+//     (where a row's max moved: kLazyRescale). Its output goes through its Q rows
+//     (store_rows_staged) where the output is bf16(O / l).
 //   With two consumers they take turns issuing their wgmmas (named barriers 1 and 2, as
 //     flash_wgmma_pingpong): one's softmax runs while the other's products keep the tensor
 //     cores busy (inter-warpgroup ping-pong).
