@@ -128,6 +128,25 @@ def test_persistent_kernel_ir():
     assert func.smem_bytes == A.smem_bytes(128, 128, 128, 2, True, 2) == (2 * 128 + 4 * 128) * 128 * 2 + 1024
 
 
+def test_persistent_layer_counter_is_a_zeroed_buffer():
+    """In the Qwen3 layer (Q and K from the prologue kernel's temporaries) the persistent
+    attention's tile counter is one more temp, which the host allocates zeroed and passes to
+    the attention kernel only, last."""
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_model
+
+    pins = ("attention.workers=wgmma_ws", "attention.fusion=split", "attention.copy=tma", "attention.block_q=128",
+            "attention.warps=8", "attention.block_kv=128", "attention.stages=2", "attention.schedule=persistent")
+    opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=1000, target="sm_90a", pins=pins)
+    plan = launch_plan(compile_model(opts).module)
+    (launch,) = [x for x in plan.launches if x.kernel == "attention"]
+    buffers = {b.name: b for b in plan.buffers}
+    counter = buffers[launch.args[-1]]
+    assert counter.role == "zeroed" and counter.shape == (2,) and counter.dtype == "i32"
+    assert [x.kernel for x in plan.launches if counter.name in x.args] == ["attention"]
+    assert "emmy::attention::ws_tiles<128, 128, 128, 8, 2, 1>" in plan.source
+
+
 def test_plan_of_one_consumer():
     op, info = _op()
     plan = plan_for(info, _ws(block_q=64, stages=3), SM90A)
