@@ -36,6 +36,7 @@ from math import ceil, prod
 from typing import TYPE_CHECKING
 
 from emmy.tuning.knobs import GROUP_M, WGMMA_WORKERS, KnobValue, tile_at
+from emmy.schedule.attention import computed_operands
 from emmy.schedule.contraction import output_tiles, warp_grid
 from emmy.tuning.legality import check
 from emmy.targets import MB, Target
@@ -879,6 +880,11 @@ def _a_fusion(knob, info, target, chosen, memo) -> Prefs:
     # 512. At 32 tokens (same run, replays timed round-robin) the layer took 39.4 us split against
     # 41.1 fused: attention 3.5 + 2.6 us of prologue against 11.5, its 16 blocks of one or two
     # warps computing every K row themselves. Below 32 keys it was not measured.
+    if not computed_operands(info):
+        return [
+            ("split", "Q, K and V are plain rows: no prologue kernel either way, the same flash kernel"),
+            ("fused", "Q, K and V are plain rows: the same flash kernel"),
+        ]
     if info.seq_kv >= SPLIT_ATTENTION_MIN_KEYS:
         return [
             ("split", f"{info.seq_kv} keys: K rows computed once by a prologue kernel, not per query block"),
