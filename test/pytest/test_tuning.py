@@ -786,15 +786,22 @@ def test_classify_reduction_and_elementwise():
 
 
 def test_attention_prologue_kernel_from_32_keys():
-    """The rules compute the attention's q/k rows in a prologue kernel from 32 keys on (H200:
-    the layer at 32 tokens 41.1 -> 39.4 us); below, inside the flash kernel."""
+    """The rules compute the attention's q/k rows (Qwen3's normalized, rotated ones) in a
+    prologue kernel from 32 keys on (H200: the layer at 32 tokens 41.1 -> 39.4 us); below,
+    inside the flash kernel. With plain Q, K and V rows there is nothing to compute, and the
+    reason says so."""
+    from test_attention_lowering import attention_ir, parse_kernel
+
+    from emmy.analysis.classify import classify
     from emmy.tuning.rules import SPLIT_ATTENTION_MIN_KEYS, _a_fusion
 
     assert SPLIT_ATTENTION_MIN_KEYS == 32
     for keys, first in ((16, "fused"), (31, "fused"), (32, "split"), (512, "split")):
-        info = info_of(L.attention(1, 16, 8, keys, 128))
+        info = classify(parse_kernel(attention_ir(T=keys, qwen=True)))
         prefs = _a_fusion("fusion", info, SM90A, {}, {})
         assert prefs[0][0] == first and f"{keys} keys" in prefs[0][1], prefs
+    plain = _a_fusion("fusion", info_of(L.attention(1, 16, 8, 512, 128)), SM90A, {}, {})
+    assert plain[0] == ("split", "Q, K and V are plain rows: no prologue kernel either way, the same flash kernel")
 
 
 def test_rules_take_wide_k_steps_for_few_rows_without_a_prologue():
