@@ -37,7 +37,11 @@ lambda `(q, e, o)` the stores, with the normalized P x V sum replaced by `o`.
 Launch: grid (product of the batch/head axes, query blocks), 32 * warps threads, dynamic shared
 memory for Q (block_q rows) and `stages` buffers of K and V (block_kv rows each). Blocks start in
 the order of their index, x fastest, so every head's longest (causal) query block starts before
-any head's next longest: the longest blocks first, the shortest filling the last wave.
+any head's next longest: the longest blocks first, the shortest filling the last wave. With
+`schedule = persistent` (wgmma_ws): min(query blocks x rows, SMs) blocks, shared memory for a
+second Q tile, and one more argument, the tile counter (a zeroed temp, TILE_COUNTER); each role
+passes `ws_tiles` a lambda `tile(t, ring, i)` holding its `run_ws` for query block t of the
+same order, and the consumers get `next_q(t)`, the row-0 pointer of t's Q rows.
 
 Variants (the plan's `fusion`, the attention's fusion knob):
 - "fused": computed Q/K/V (rowsum/elem producers) are evaluated while staging, in the main
