@@ -6,7 +6,7 @@ who produces and uses it, how long its reductions are, whether it contracts agai
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from xdsl.dialects import arith, func
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
@@ -167,26 +167,35 @@ def short_limit(module: Operation) -> int:
     length (at 256 tokens its 128-long scores were 'long' next to the 256 keys and got a kernel
     of their own: 2.5x cuDNN's time on the H200 instead of a flash kernel)."""
     longest = 0
-    for op in module.walk():
-        if isinstance(op, ReduceOp):
-            owner = axes_owner(op)
-            if isinstance(owner, FusedOp) and _reads_parameter(op, owner):
+    for loop in module.walk():
+        if not isinstance(loop, FusedOp):
+            continue
+        is_weight = _weight_loads(loop)
+        if is_weight is None:
+            continue
+        for r in loop.walk():
+            if isinstance(r, ReduceOp) and axes_owner(r) is loop and any(
+                isinstance(o, LoadOp) and is_weight(o) for o in r.body.walk()
+            ):
                 cost = 1
-                for a in op.axis_names:
-                    cost *= owner.extents[a]
+                for a in r.axis_names:
+                    cost *= loop.extents[a]
                 longest = max(longest, cost)
     return SHORT_REDUCTION if longest == 0 else max(1, min(SHORT_REDUCTION, (longest - 1) // 2))
 
 
-def _reads_parameter(r: ReduceOp, loop: FusedOp) -> bool:
-    """Whether reduction `r` of `loop` loads a model parameter (weight_derived)."""
-    params = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
-    for op in r.body.walk():
-        if isinstance(op, LoadOp):
-            arg = op.operands[0]
-            if isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in params:
-                return True
-    return False
+def _weight_loads(loop: FusedOp) -> Callable[[LoadOp], bool] | None:
+    """Whether a load of `loop` reads one of its model-parameter inputs (weight_derived), as a
+    test; None when the loop has no such input."""
+    weights = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
+    if not weights:
+        return None
+
+    def is_weight(load: LoadOp) -> bool:
+        arg = load.operands[0]
+        return isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in weights
+
+    return is_weight
 
 
 def heavy_reduce_domains(
@@ -244,14 +253,9 @@ def provably_reduces_weights(loop: FusedOp) -> bool:
 
 
 def _contracts_weights(loop: FusedOp, unknown: bool) -> bool:
-    weights = {i for i, v in enumerate(loop.inputs) if weight_derived(v)}
-    if not weights:
+    is_weight = _weight_loads(loop)
+    if is_weight is None:
         return False
-
-    def is_weight(load: LoadOp) -> bool:
-        arg = load.operands[0]
-        return isinstance(arg, BlockArgument) and arg.block is loop.block and arg.index in weights
-
     # (reduced axes around it, axes it reads, whether it reads a weight) of every load, once
     loads = [(reduced_around(op), load_axes(op), is_weight(op)) for op in loop.walk() if isinstance(op, LoadOp)]
     for reduced, axes, weight in loads:

@@ -343,8 +343,8 @@ def _attention_blocks(info, plan: AttentionPlan) -> Iterator[Ranges]:
     query block of every head at once (each head's the same); with `persistent`, per block of
     the launch the query blocks it takes from the tile counter, one head each
     (knobs.counter_order; the grid's order, head fastest and the longest causal query blocks
-    first, each costing its query block's number of key blocks up to the diagonal), so that a
-    tile the order loses or takes twice shows in the results."""
+    first, query block b costing b + 1, its causal length in query blocks), so that a tile the
+    order loses or takes twice shows in the results."""
     att = info.attention
     ext = info.axes
     if not plan.persistent:

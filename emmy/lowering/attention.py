@@ -293,10 +293,10 @@ def _flash_func(
     callee = partial(run_callee, plan, sched, frozenset(materialized), {m[0]: m[2] for m in maps})
 
     def query_block(row: SSAValue | int, q_block: SSAValue, role: int | None = None,
-                    tail: Sequence[SSAValue] = ()) -> SSAValue | None:
+                    ring: SSAValue | None = None, after: Sequence[SSAValue] = ()) -> SSAValue | None:
         """The main loop's call for one query block of batch x head row `row` (its lambdas and
-        operands bound to that row); `tail`: run_ws's arguments after the shared memory (the
-        loop's count, the head rows, the next Q rows' lambda)."""
+        operands bound to that row); with a `role`, run_ws's: `ring` before the shared memory,
+        `after` it (the loop's count, the head rows, the next Q rows' lambda)."""
         outer = decompose(kb, row, plan.batch_axes, axes) if plan.batch_axes else {}
         top = em.scope(outer)
         args = _operand_args(kb, em, top, plan, outer, axes, materialized, map_args)
@@ -308,13 +308,12 @@ def _flash_func(
             s = top.child({plan.query_axis: q, plan.v.col_axis: e}, overrides={plan.out_override: [o]})
             s.store(plan.store)
             out.body.block.add_op(K.YieldOp())
-        ring = list(tail[:1])
         return kb.call(
             callee(role=role),
             [
                 *args, score.result, free.result, kb.fconst(score_fold(plan)), out.result, q_block,
                 kb.idx(plan.seq_q), kb.idx(plan.seq_kv), kb.idx(int(plan.causal)),
-                kb.idx(plan.causal_offset), *ring, sbuf, *tail[1:],
+                kb.idx(plan.causal_offset), *([] if ring is None else [ring]), sbuf, *after,
             ],
             None if role is None else idx,
         )
@@ -349,7 +348,7 @@ def _flash_func(
                 t, ring, i = tile.body.block.args
                 q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch))
                 q_block.name_hint = "q_block"
-                done = query_block(kb.rem(t, sched.batch), q_block, role, [ring, i, kb.idx(sched.batch), next_q.result])
+                done = query_block(kb.rem(t, sched.batch), q_block, role, ring, [i, kb.idx(sched.batch), next_q.result])
                 assert done is not None
                 tile.body.block.add_op(K.YieldOp(done))
             kb.call(f"emmy::attention::ws_tiles<{shape}, {role}>", [tile.result, kb.idx(sched.tiles), counter, sbuf])

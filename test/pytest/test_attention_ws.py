@@ -95,6 +95,24 @@ def test_persistent_needs_the_warp_specialized_kernel():
     assert check(info, _ws(schedule="persistent"), SM90A) == []
 
 
+def test_persistent_second_q_tile_counts_against_shared_memory():
+    """schedule = persistent keeps the next query block's Q tile as well: 128-row blocks with
+    three 128-key stages fit one block's shared memory on sm_90a (230400 bytes of 232448), but
+    not with a second Q tile (263168); the plan and legality say so."""
+    op, info = _op(T=1024, qwen=False)
+    three = _ws(block_kv=128, stages=3, fusion="fused")
+    assert check(info, {**three, "schedule": "grid"}, SM90A) == []
+    plan_for(info, {**three, "schedule": "grid"}, SM90A)
+    with pytest.raises(EmmyError, match=re.escape(
+        "263168 bytes of shared memory (schedule=persistent keeps a second Q tile) exceed the 232448 of sm_90a"
+    )):
+        plan_for(info, {**three, "schedule": "persistent"}, SM90A)
+    assert check(info, {**three, "schedule": "persistent"}, SM90A) == [
+        "shared memory: 2 x block_q=128 x 128 (schedule=persistent) + stages=3 x block_kv=128 x (128 + 128) "
+        "x 2 bytes = 257.0 KB exceeds the 227.0 KB a block may use on sm_90a"
+    ]
+
+
 def test_persistent_kernel_ir():
     """Both roles loop over the query blocks they take from the tile counter (ws_tiles, the
     producer's first), each calling its run_ws from a `tile(t, ring, i)` lambda; the barriers

@@ -64,7 +64,6 @@ __device__ __forceinline__ void regs_lower() {
 #endif
 }
 
-
 // The ring's mbarriers (attention.cuh's tma_barriers, in the alignment slack): per stage a `full`
 // and an `empty` one for K, the same for V.
 template <class C>
@@ -126,8 +125,8 @@ __device__ __forceinline__ void ws_setup(void* smem) {
   __syncthreads();
 }
 
-// Consumer warpgroup `wg`'s Q tile for the persistent loop's tile i: the first Q tile for even
-// i, the second (after the V tiles) for odd i.
+// The Q tile of the persistent loop's tile i: the first Q tile for even i, the second (after
+// the V tiles) for odd i; the first always with one query block per block.
 template <class C>
 __device__ __forceinline__ __nv_bfloat16* ws_q_tile(void* smem, int i) {
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -343,7 +342,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     copy_next_q();
   }
   if constexpr (C::kStagedOut) {
-    store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, tid - 128 * (wg + 1), q0, seq_q);
+    store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, ctid, q0, seq_q);
   } else {
     store_rows<DT>(of, acc, l_run, q_first + g, t, seq_q);
   }
