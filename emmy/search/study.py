@@ -436,11 +436,8 @@ class _Fork:
             if moved is None:
                 self.closed.add(label)
                 continue
-            try:
-                trial.set_user_attr("reason", f"moved to {label} ({counts[label]} of {len(live)} trials there)")
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                pass  # failed by another worker meanwhile: nothing was measured
+            _finish(study, trial, {"reason": f"moved to {label} ({counts[label]} of {len(live)} trials there)"},
+                    state=optuna.trial.TrialState.PRUNED)  # (false where failed by another worker meanwhile)
             study.enqueue_trial(params_of(self.space, moved), user_attrs={"enqueued": "fork"}, skip_if_exists=True)
             return True
         return False
@@ -496,11 +493,7 @@ def _repeats(study, trial, point) -> int | None:
 def _prune(study, trial, space, point, why: str) -> None:
     import optuna
 
-    try:
-        trial.set_user_attr("reason", why)
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        pass  # failed by another worker meanwhile: nothing was measured
+    _finish(study, trial, {"reason": why}, state=optuna.trial.TrialState.PRUNED)  # (false where failed meanwhile)
     seen = {point_key(t.user_attrs["values"]) for t in study.get_trials(deepcopy=False) if "values" in t.user_attrs}
     for n in space.neighbours(point, NEIGHBOURS):
         params = params_of(space, n)
@@ -520,11 +513,31 @@ def _unmeasured(study, trial, why: str) -> None:
     drawn again), with the reason."""
     import optuna
 
+    _finish(study, trial, {"reason": why}, state=optuna.trial.TrialState.FAIL)  # (false where failed meanwhile)
+
+
+def _finish(study, trial, attrs: Mapping[str, object], value: float | None = None, state=None) -> bool:
+    """Sets a trial's attributes in order and tells it; False where another worker finished it
+    first. Optuna says so two ways: UpdateFinishedTrialError where the trial finished between its
+    check and its write, ValueError ("Cannot tell a COMPLETE trial") where before the check."""
+    import optuna
+
     try:
-        trial.set_user_attr("reason", why)
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+        study.tell(trial, value, state=state)
+        return True
     except optuna.exceptions.UpdateFinishedTrialError:
-        pass  # failed by another worker meanwhile
+        return False
+    except ValueError:
+        if _stored(study, trial).state.is_finished():
+            return False
+        raise
+
+
+def _stored(study, trial):
+    """The trial as the store holds it now (another worker may have finished it)."""
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
 
 
 def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:
@@ -537,21 +550,18 @@ def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:
         "status": m.status,
     }
     ok = m.ok and m.time_s is not None
-    try:
-        for k, v in attrs.items():
-            trial.set_user_attr(k, v)
-        if ok:
-            study.tell(trial, m.time_s)
-        else:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-    except optuna.exceptions.UpdateFinishedTrialError:
+    if not _finish(study, trial, attrs, m.time_s if ok else None, None if ok else optuna.trial.TrialState.FAIL):
         # Finished by another worker: one that was handed the same waiting trial (SQLite cannot
         # lock the queue's row, so two workers may pop one enqueued trial) and told it first,
         # or one that took this worker for dead (heartbeats delayed by a busy store) and failed
-        # it. Where it holds a measurement (a status) it is recorded already; else this one is
-        # kept as a trial of its own, unless another trial has measured the point meanwhile.
-        now = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
-        if "status" in now.user_attrs or _repeats(study, trial, point) is not None:
+        # it (after this worker's attributes, `status` too, were written: the trial is then a
+        # FAIL that says "ok"). Where it holds a time, or holds a status and this measurement
+        # failed too, it is recorded already; else this one is kept as a trial of its own,
+        # unless another trial has measured the point meanwhile.
+        now = _stored(study, trial)
+        if now.state == optuna.trial.TrialState.COMPLETE or ("status" in now.user_attrs and not ok):
+            return
+        if _repeats(study, trial, point) is not None:
             return
         state = optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL
         study.add_trial(optuna.trial.create_trial(

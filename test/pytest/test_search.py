@@ -530,3 +530,51 @@ def test_a_failure_of_todays_answer_recorded_by_another_build_is_measured_again(
             t.set_user_attr(k, v)
         other.tell(t, state=optuna.trial.TrialState.FAIL)
     assert enqueue_todays_answers(other, space, task, source_hash=source_hash()) == []
+
+
+
+def _asked_then_finished_elsewhere(store, task, *, measured_there: bool):
+    """A trial this worker asked for and is telling, finished by another worker holding its own
+    handle on the store right after this worker's last attribute is written and before its tell:
+    told with a measurement (two workers popped one waiting trial) or failed without one (this
+    worker's heartbeat taken for dead)."""
+    from emmy.search.study import _ask, conditional_space
+
+    here = open_study(store, task)
+    trial, point = _ask(store, here, conditional_space(task))
+    there = store.load(task.key_id)
+    own = trial.set_user_attr
+
+    def set_user_attr(key, value):
+        own(key, value)
+        if key != "status":
+            return
+        if measured_there:
+            store.storage.set_trial_user_attr(trial._trial_id, "status", "ok")
+            there.tell(trial.number, 1e-3)
+        else:
+            there.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+
+    trial.set_user_attr = set_user_attr
+    return here, trial, point
+
+
+@pytest.mark.parametrize("measured_there", [True, False])
+def test_a_trial_another_worker_finished_first_is_recorded_once(tasks, store, measured_there):
+    """Optuna refuses to tell a trial finished before the tell with ValueError ("Cannot tell a
+    COMPLETE trial"; UpdateFinishedTrialError only where it finishes during the tell): either way
+    the worker goes on. Where the other worker measured the trial, that measurement stands; where
+    it failed it unmeasured, this worker's measurement is kept as a trial of its own."""
+    from emmy.search.study import _tell
+
+    task = tasks[0]
+    study, trial, point = _asked_then_finished_elsewhere(store, task, measured_there=measured_there)
+    _tell(study, trial, point, Measurement(status="ok", time_s=2e-3, spread=0.01), {"card": "test"})
+    trials = store.load(task.key_id).get_trials(deepcopy=False)
+    retold = [t for t in trials if t.user_attrs.get("retold") == trial.number]
+    if measured_there:
+        assert retold == []
+        assert next(t for t in trials if t.number == trial.number).value == 1e-3
+    else:
+        assert [t.value for t in retold] == [2e-3]
+        assert retold[0].user_attrs["values"] == point
