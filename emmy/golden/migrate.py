@@ -1,4 +1,4 @@
-"""Golden entries carried over a knob added to their kernels' space.
+"""Golden entries carried over a knob added to their kernels' space, or a domain grown.
 
     changed, notes = carry_over(directory)           # rewrites the files it changes
 
@@ -10,8 +10,10 @@ the pipeline makes today and adds that value to its values and to every alternat
 carries an entry over only where nothing else changed: the same kernel name, shape, space
 version and description (operations, operands, dtypes), and only knobs with an off value in
 today's domain missing from it. Any other stale entry is left as it is for `golden check` to
-report. Run it after adding such a knob (`python tools/golden_carry_over.py`), then
-`emmy golden check`.
+report. A domain that gains values (`block_m` 192, say) changes the keys too, and the values an
+entry holds still build the program it measured: such an entry is carried over with its values
+as they are, where each is in today's domain. Run it after adding such a knob or value
+(`python tools/golden_carry_over.py`), then `emmy golden check`.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def carry_over(directory: Path, compile_tasks=None) -> tuple[list[Path], list[st
             new = _carried(e, task) if task is not None and task.key.id != e.key else None
             if new is not None:
                 added = ", ".join(f"{k}={v}" for k, v in new.values.items() if k not in e.values)
-                notes.append(f"{f.where(i)}: key {e.key} -> {new.key} ({added})")
+                notes.append(f"{f.where(i)}: key {e.key} -> {new.key} ({added or 'domains grown'})")
                 entries[i] = new
                 touched = True
         if touched:
@@ -53,14 +55,17 @@ def carry_over(directory: Path, compile_tasks=None) -> tuple[list[Path], list[st
 
 
 def _carried(e: Entry, task) -> Entry | None:
-    """`e` under the task's key with the added knobs at their off values, or None where `e` is
+    """`e` under the task's key with the added knobs at their off values (or, where no knob was
+    added, with its values unchanged, every one still in its grown domain), or None where `e` is
     stale for another reason."""
     key = task.key
     if (key.shape, key.version, task.description) != (e.shape, e.version, e.description):
         return None
     added = [k for k in task.space if k not in e.values]
-    if not added or any(k not in task.space for k in e.values):
+    if any(k not in task.space for k in e.values):
         return None
+    if not added and not all(v in task.space[k] for k, v in e.values.items()):
+        return None  # (no knob added: carried over only where domains grew around its values)
     if any(k not in FEATURE_OFF or FEATURE_OFF[k] not in task.space[k] for k in added):
         return None
 

@@ -197,7 +197,10 @@ class WarpSpecializedMixin:
                 kb.call(f"emmy::cluster_arrive<{g.cluster}>", [empty(slot)])
             else:
                 kb.call("emmy::mbar_arrive", [empty(slot)])
+        budgets = g.register_budgets  # (three consumers: the producer hands registers over)
         with kb.if_(kb.cmp("sge", tid, consumers)):
+            if budgets is not None:
+                kb.call(f"emmy::regs_lower<{budgets[0]}>")
             ptid = kb.sub(tid, consumers)
             first = kb.cmp("eq", ptid, 0)
             if maps:
@@ -256,6 +259,8 @@ class WarpSpecializedMixin:
                 self.tile_loop(kb, origin, produce)
                 kb.call("emmy::cp_async_wait<0>")
         with kb.if_(kb.lt(tid, consumers)):
+            if budgets is not None:
+                kb.call(f"emmy::regs_raise<{budgets[1]}>")
 
             def consume(m0, n0, batch, part, kt0, kt1, base, later, more, run=None):
                 stat = (consumer_stat_at or stat_at)(m0, batch)

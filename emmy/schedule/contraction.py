@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 MAX_ACC_PER_THREAD = 192
 REGS_BESIDES_ACCUMULATORS = 40
 PRODUCER_THREADS = 128  # workers = wgmma_ws: one more warpgroup only stages operands
+# workers = wgmma_ws with three consumer warpgroups (512 threads; ptxas starts every thread at
+# 128 registers): the producer warpgroup gives registers back with setmaxnreg and the consumers
+# take them, 128 * 56 + 384 * 152 = 65536 (emmy/lowering/contraction_ws.py emits both). Two
+# consumers (384 threads, 168 each) need no such trade.
+WS3_PRODUCER_REGS = 56
+WS3_CONSUMER_REGS = 152
 # the last block of a shared tile adds the others' parts in an unrolled loop over them
 STREAM_K_MAX_PARTS = 8
 STATS_WARPS = 8  # the row-statistics kernel: one warp per row
@@ -106,12 +112,33 @@ def accumulators_per_thread(info: KernelInfo, block_m: int, block_n: int, warps:
     return info.n_contractions * block_m * block_n / (32 * warps)
 
 
-def register_budget(target: Target, threads: int) -> tuple[int, int]:
-    """(registers a thread of a `threads`-thread block may use, of them for accumulators): a
-    block's threads share the SM's register file (512 threads get at most 128 each), of which
-    about 40 go to addresses, staging and the epilogue (ptxas, sm_90a)."""
-    regs = min(target.regs_per_thread, target.regs_per_sm // threads)
+def ws_register_budgets(workers: str | None, threads: int) -> tuple[int, int] | None:
+    """(producer, consumer) registers per thread that setmaxnreg sets in a warp-specialized block
+    of three consumer warpgroups (WS3_*), else None (ptxas's even share for the whole block)."""
+    if workers == "wgmma_ws" and threads == 3 * 128 + PRODUCER_THREADS:
+        return WS3_PRODUCER_REGS, WS3_CONSUMER_REGS
+    return None
+
+
+def register_budget(target: Target, threads: int, workers: str | None = None) -> tuple[int, int]:
+    """(registers a computing thread of a `threads`-thread block may use, of them for
+    accumulators): a block's threads share the SM's register file (512 threads get at most 128
+    each, unless the producer of a warp-specialized block hands some to the consumers:
+    `ws_register_budgets`), of which about 40 go to addresses, staging and the epilogue (ptxas,
+    sm_90a)."""
+    budgets = ws_register_budgets(workers, threads)
+    regs = budgets[1] if budgets else min(target.regs_per_thread, target.regs_per_sm // threads)
     return regs, min(MAX_ACC_PER_THREAD, regs - REGS_BESIDES_ACCUMULATORS)
+
+
+def thread_grid(block_n: int, threads: int) -> tuple[int, int]:
+    """The thread arrangement (threads along n, along m) of `workers = thread` tiles: up to 32
+    along n (a power of two dividing block_n and the threads), the rest along m; block_m must be
+    a multiple of the second."""
+    tx = 1
+    while tx * 2 <= min(block_n, 32) and block_n % (tx * 2) == 0 and threads % (tx * 2) == 0:
+        tx *= 2
+    return tx, threads // tx
 
 
 def warp_grid(block_m: int, block_n: int, warps: int) -> tuple[int, int] | None:
@@ -228,6 +255,11 @@ class ContractionPlan:
     def consumers(self) -> int:
         """Threads that compute (all of them unless a producer warpgroup stages)."""
         return self.threads - PRODUCER_THREADS if self.producer else self.threads
+
+    @property
+    def register_budgets(self) -> tuple[int, int] | None:
+        """(producer, consumer) registers per thread set by setmaxnreg, or None (ws_register_budgets)."""
+        return ws_register_budgets(self.workers, self.threads)
 
     @property
     def acc_per_thread(self) -> int:
@@ -377,9 +409,11 @@ class ContractionPlan:
 
     @property
     def registers(self) -> int:
-        """Registers per thread, estimated: the accumulators plus what addresses, staging and the
-        epilogue take, at most what a thread may use."""
-        return min(self._target.regs_per_thread, self.acc_per_thread * self.nc + REGS_BESIDES_ACCUMULATORS)
+        """Registers per computing thread, estimated: the accumulators plus what addresses,
+        staging and the epilogue take, at most what a thread may use."""
+        budgets = self.register_budgets
+        cap = budgets[1] if budgets else self._target.regs_per_thread
+        return min(cap, self.acc_per_thread * self.nc + REGS_BESIDES_ACCUMULATORS)
 
 
 def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name: str | None = None) -> ContractionPlan:
@@ -424,11 +458,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
             raise EmmyError(f"{where}: mma_sync: block {bm}x{bn} cannot be split among {warps} warps")
         g["wm"], g["wn"] = grid
     elif workers == "thread":
-        threads = g["threads"]
-        tx = 1
-        while tx * 2 <= min(bn, 32) and bn % (tx * 2) == 0 and threads % (tx * 2) == 0:
-            tx *= 2
-        ty = threads // tx
+        tx, ty = thread_grid(bn, g["threads"])
         if bm % ty:
             raise EmmyError(f"{where}: thread workers: block_m={bm} is not a multiple of {ty} thread rows")
         g["tx"], g["ty"] = tx, ty

@@ -15,7 +15,8 @@ job, `emmy/tuning/legality.py`).
 Meanings (what the kernel stage does with each value):
 - `block_m`, `block_n`: output tile along the m-side (rows) and n-side (columns) axes (block_n
   also 96 and 192: 3072 columns in 32 or 16 tiles, one wave with 4 row blocks on 132 SMs; and
-  112: the 14336 columns of Mistral-7B's and Llama-3-8B's MLP in 128 tiles).
+  112: the 14336 columns of Mistral-7B's and Llama-3-8B's MLP in 128 tiles; block_m also 192:
+  three 64-row warpgroup slices, with warps = 12).
 - `block_k`: the reduction step along k; `split_k`: the k range is cut into that many parts computed
   by different blocks, whose float32 partial sums are added afterwards.
 - `combine`: who adds split_k's partial sums and runs the epilogue: a kernel of its own launched
@@ -43,7 +44,9 @@ Meanings (what the kernel stage does with each value):
   follows from the warps (AttentionPlan.overlap), it is no knob of its own. Needs copy = tma
   and plain Q, K and V rows (fusion = split or epilogue where the body computes them).
 - `warps`: warps per block that compute (threads = 32 * warps, plus 128 with `wgmma_ws`,
-  contraction and attention alike).
+  contraction and attention alike). With `wgmma_ws` and 12 warps (three consumer warpgroups,
+  512 threads) the producer warpgroup hands registers to the consumers with setmaxnreg
+  (`emmy.schedule.contraction.ws_register_budgets`).
 - `schedule`: how blocks meet tiles: one block per output tile (`grid`), or one block per
   multiprocessor looping over the tiles (`persistent`, `wgmma_ws` only, sm_90a): its producer
   warpgroup stages the next tile's first k-steps while the consumers run the epilogue of the
@@ -129,7 +132,7 @@ GROUP_M: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 # The full spaces, before the target filters them.
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "contraction": {
-        "block_m": (16, 32, 64, 128, 256),
+        "block_m": (16, 32, 64, 128, 192, 256),
         "block_n": (16, 32, 64, 96, 112, 128, 192, 256),
         "block_k": (16, 32, 64, 128),
         "split_k": (1, 2, 3, 4, 8, 16),
@@ -137,7 +140,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "split_tail": (1, 2, 3, 4, 8),
         "stages": (1, 2, 3, 4, 5),
         "workers": WORKERS,
-        "warps": (1, 2, 4, 8, 16),
+        "warps": (1, 2, 4, 8, 12, 16),
         "schedule": SCHEDULES,
         "copy": COPIES,
         "cluster": (1, 2),

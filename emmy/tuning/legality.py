@@ -50,6 +50,7 @@ from emmy.schedule.contraction import (
     register_budget,
     smem_for,
     stats_kernel_needed,
+    thread_grid,
     warp_grid,
 )
 from emmy.schedule.contraction_smem import SmemFacts, most_bytes
@@ -218,7 +219,7 @@ def _c_registers(info, v, t, reasons):
     bm, bn, threads = v["block_m"], v["block_n"], 32 * v["warps"]
     nc = info.n_contractions
     acc = accumulators_per_thread(info, bm, bn, v["warps"])
-    regs, budget = register_budget(t, block_threads(v["warps"], _workers(v)))
+    regs, budget = register_budget(t, block_threads(v["warps"], _workers(v)), _workers(v))
     if acc > budget:
         what = f"{nc} x " if nc > 1 else ""
         reasons.append(
@@ -236,6 +237,13 @@ def _c_workers(info, v, t, reasons):
     if not v.has("workers"):
         return
     w = v["workers"]
+    if w == "thread" and v.has("block_m", "block_n", "warps"):
+        _, ty = thread_grid(v["block_n"], 32 * v["warps"])
+        if v["block_m"] % ty:
+            reasons.append(
+                f"thread workers: block_m={v['block_m']} is not a multiple of the {ty} thread rows "
+                f"of warps={v['warps']} with block_n={v['block_n']}"
+            )
     if w == "mma_sync":
         if v.has("block_k") and v["block_k"] % 16:
             reasons.append(f"mma_sync: block_k={v['block_k']} is not a multiple of 16")

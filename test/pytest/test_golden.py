@@ -187,3 +187,24 @@ def test_carry_over_adds_a_new_knob_at_its_off_value(tmp_path, example_tasks):
     text = messages(check_dir(tmp_path, compile_tasks=lambda *a: example_tasks))
     assert "16 tokens" not in text  # the carried entry checks out
     assert text.count("stale: the key is now") == 2
+
+
+def test_carry_over_follows_a_grown_domain(tmp_path, example_tasks):
+    """A domain that gained values (block_m 192) changes the keys; an entry whose values are all
+    in today's domains is carried over with its values as they are; one holding a value no
+    longer in its domain is left for check to name."""
+    from emmy.golden.migrate import carry_over
+
+    task = next(t for t in example_tasks.values() if "block_m" in t.space)
+    values = dict(task.default)
+    old = "f" * 12 + task.key.id[12:]
+    path = write(tmp_path, TARGET, [
+        entry_for(task, key=old, structure="f" * 64, values=values),
+        entry_for(task, tokens=8, key="e" * 12 + task.key.id[12:], values={**values, "block_m": 48}),
+    ])
+    changed, notes = carry_over(tmp_path, compile_tasks=lambda *a: example_tasks)
+    assert changed == [path] and len(notes) == 1 and f"-> {task.key.id} (domains grown)" in notes[0]
+    carried = next(e for e in read_file(path).entries if e.tokens == 16)
+    assert carried.key == task.key.id and dict(carried.values) == values
+    text = messages(check_dir(tmp_path, compile_tasks=lambda *a: example_tasks))
+    assert "16 tokens" not in text and text.count("stale: the key is now") == 1

@@ -45,6 +45,9 @@ PERSISTENT_CASES = [
     # q, k and v side by side in one launch
     (4100, ("*.siblings=apart",)),
     (300, ("*.workers=wgmma_ws", "*.siblings=apart")),
+    # three consumer warpgroups with cp.async producers (A computed in place, row statistics)
+    (1000, ("*.workers=wgmma_ws", "*.block_m=192", "*.warps=12", "*.block_n=96")),
+    (2100, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=192", "*.warps=12", "*.block_n=96")),
 ]
 # Tensor-map copies (copy=tma): rows past M, k past K (hidden 200), split k ranges, in-place A,
 # persistent blocks. (tokens, hidden, pins)
@@ -73,6 +76,15 @@ TMA_CASES = [
                   "*.warps=8")),
     (1950, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.schedule=persistent", "*.block_m=128",
                   "*.block_n=128", "*.warps=8", "*.fusion=split", "*.group_m=4")),
+    # three consumer warpgroups (192-row tiles, 512 threads, registers traded with setmaxnreg):
+    # rows past M (300 = 192 + 108), k past K (hidden 200), split k, persistent blocks, pairs
+    (300, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.block_m=192", "*.warps=12")),
+    (300, 200, ("*.workers=wgmma_ws", "*.copy=tma", "*.block_m=192", "*.warps=12")),
+    (64, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.block_m=192", "*.warps=12", "*.split_k=2")),
+    (2100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=192", "*.block_n=96",
+                  "*.warps=12")),
+    (1000, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=192", "*.block_n=96",
+                  "*.warps=12")),
 ]
 # Attention with K and V by tensor-map copies (copy=tma; key blocks of 64 divide the keys):
 # materialized K and V rows (fusion=split), K computed in the flash kernel and only V copied by
@@ -92,6 +104,11 @@ ATTENTION_TMA_CASES = [
             "o_proj_residual.block_m=256", "o_proj_residual.block_n=96", "o_proj_residual.warps=16")),
     (1000, ("o_proj_residual.workers=wgmma_ws", "o_proj_residual.copy=tma", "o_proj_residual.split_k=1",
             "o_proj_residual.schedule=persistent", "o_proj_residual.block_k=128")),
+    # three consumer warpgroups: o (A in planes) and down in 192-row tiles, the last partly outside
+    (3000, ("o_proj_residual.workers=wgmma_ws", "o_proj_residual.copy=tma", "o_proj_residual.split_k=1",
+            "o_proj_residual.block_m=192", "o_proj_residual.warps=12", "o_proj_residual.block_n=128",
+            "down_proj_residual.workers=wgmma_ws", "down_proj_residual.block_m=192", "down_proj_residual.warps=12",
+            "down_proj_residual.block_n=128")),
 ]
 # split_k with combine = last_block (the tile's last block adds the parts and stores the tile):
 # the rules' split o and down projections on wgmma_ws (split 4 and 8 at 130 tokens, 2 and 4 at

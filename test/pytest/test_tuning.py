@@ -153,6 +153,28 @@ def test_wgmma_and_mma_sync_shapes():
     assert warp_grid(64, 64, 4) == (2, 2) and warp_grid(16, 32, 4) == (1, 4) and warp_grid(16, 16, 4) is None
     r = check(info, dict(GOOD, workers="mma_sync", block_m=16, block_n=16, warps=4), SM90A)
     assert any(x.startswith("mma_sync: block_m=16 x block_n=16 cannot be split among warps=4") for x in r)
+    # plain threads: 12 warps are 384 threads, 32 along n and 12 rows, which 128 rows do not divide
+    r = check(info, dict(GOOD, workers="thread", block_m=128, block_n=64, warps=12, stages=1), SM90A)
+    assert "thread workers: block_m=128 is not a multiple of the 12 thread rows of warps=12 with block_n=64" in r
+    assert not any(x.startswith("thread workers") for x in check(
+        info, dict(GOOD, workers="thread", block_m=192, block_n=64, warps=12, stages=1), SM90A))
+
+
+def test_three_consumer_warpgroups_trade_registers():
+    """192-row tiles: three consumer warpgroups and the producer, 512 threads. setmaxnreg gives
+    the consumers 152 registers each (WS3_CONSUMER_REGS), 112 of them for accumulators: 192 x 192
+    (96 each) fits, 192 x 256 (128) does not; without a producer there is nothing to trade and
+    each of the 384 threads has 168 (128 for accumulators)."""
+    from emmy.schedule.contraction import register_budget, ws_register_budgets
+
+    info = info_of(L.matmul(4096, 4096, 1024))
+    assert ws_register_budgets("wgmma_ws", 512) == (56, 152) and ws_register_budgets("wgmma_ws", 384) is None
+    assert register_budget(SM90A, 512, "wgmma_ws") == (152, 112)
+    assert register_budget(SM90A, 512) == (128, 88)
+    ws = dict(GOOD, workers="wgmma_ws", copy="tma", block_m=192, warps=12)
+    assert not any(x.startswith("registers") for x in check(info, dict(ws, block_n=192), SM90A))
+    assert ("registers: block_m=192 x block_n=256 fp32 accumulators over 384 threads is 128 per thread, "
+            "over the 112 that fit in 152 registers") in check(info, dict(ws, block_n=256), SM90A)
     # gate and up side by side: 2 x 256 columns are 256 accumulators per thread per 64-row
     # slice whatever the warps (known before `warps` is chosen)
     dual = info_of(L.gate_up(512, 3072, 1024))

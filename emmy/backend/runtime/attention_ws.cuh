@@ -49,21 +49,6 @@ namespace detail {
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
 
-// setmaxnreg (sm_90a): every thread of the warpgroup executes the same one.
-template <int N>
-__device__ __forceinline__ void regs_raise() {
-#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void regs_lower() {
-#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
-
 // The ring's mbarriers (attention.cuh's tma_barriers, in the alignment slack): per stage a `full`
 // and an `empty` one for K, the same for V.
 template <class C>
@@ -174,9 +159,9 @@ template <class C, bool PRODUCER>
 __device__ __forceinline__ void ws_registers() {
   if constexpr (C::WARPS / 4 == 2) {
     if constexpr (PRODUCER) {
-      regs_lower<kProducerRegs>();
+      emmy::regs_lower<kProducerRegs>();
     } else {
-      regs_raise<kConsumerRegs>();
+      emmy::regs_raise<kConsumerRegs>();
     }
   }
 }

@@ -78,6 +78,24 @@ __device__ __forceinline__ void fence_operand_u32(uint32_t* a) {
 #endif
 
 namespace emmy {
+
+// setmaxnreg (sm_90a): a warpgroup of a warp-specialized block raises or lowers the registers
+// each of its threads may use (a multiple of 8, 24 to 256); every thread of the warpgroup executes
+// the same one, and the block's total must stay within what it was launched with.
+template <int N>
+__device__ __forceinline__ void regs_raise() {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void regs_lower() {
+#if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 namespace wgmma {
 
 template <int N>
