@@ -64,11 +64,21 @@ def fills_better(own: tuple[float, float], other: tuple[float, float] | None) ->
     return other is not None and other[0] < own[0] and other[1] >= MIN_AREA * own[1]
 
 
+# Tile heights the prior's fit has no measurement of: 192 rows (three consumer warpgroups) came
+# after it. A reshape does not move a tile there: the fitted model ranked 192 x 128 first for the
+# Qwen3 o and down projections at 3000 tokens, which ran 2-3% slower on the H200 than the 256 x 96
+# it replaced (docs/bench/h200-qwen-proj-stages-2026-12-03g.log against h200-qwen192-2026-12-03g.log).
+UNFITTED_BLOCK_M: frozenset[int] = frozenset({192})
+
+
 def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object]) -> Iterator[tuple[int, int, list]]:
-    """Every other (block_m, block_n) of the domains, with the warps to try: the same rows per
-    warp as `values` first (warps scaled with block_m) where the domain has it."""
+    """Every other (block_m, block_n) of the domains (not UNFITTED_BLOCK_M), with the warps to
+    try: the same rows per warp as `values` first (warps scaled with block_m) where the domain
+    has it."""
     bm0, bn0, w0 = values["block_m"], values["block_n"], values.get("warps", 0)
     for bm in domains["block_m"]:
+        if bm in UNFITTED_BLOCK_M:
+            continue
         for bn in domains["block_n"]:
             if (bm, bn) == (bm0, bn0):
                 continue

@@ -47,10 +47,21 @@ if TYPE_CHECKING:
 # Upper bound on search nodes per kernel (the search normally visits one node per knob).
 MAX_NODES = 20000
 LAUNCH_OVERHEAD_S = 3e-6  # one kernel launch
-# Tile heights the rules never propose: 192 rows take three consumer warpgroups (warps = 12),
-# which the rules' estimate has no term for (it picks block_m before warps); tuning and the
-# golden files reach them, and the prior where its fit has seen them.
-UNRULED_BLOCK_M: frozenset[int] = frozenset({192})
+
+
+def _unruled(workers, bm: int, bn: int) -> bool:
+    """Tiles the rules' estimate ranks wrongly, which they never propose: 192 rows (three consumer
+    warpgroups, warps = 12) other than warp-specialized ones at most 96 columns wide. Measured
+    on the H200 (docs/bench/h200-llama192-2026-12-03g.log, h200-qwen192-2026-12-03g.log):
+    Llama-3.2-1B's down projection at 1100 tokens in 192 x 96 tiles (132, one wave, no split k)
+    62.4 us against 79.7 for the rules' 128 x 192 split 4 ways and 67.1 for 192 x 192 split 2
+    ways; its layer then 278.0 us, torch.compile's 277.5 (h200-llama-layer-2026-12-03g.log; 290.2
+    against 276.4 with the rules before, h200-llama-layer192-2026-12-03g.log); the Qwen3 o and down
+    projections at 4096 tokens in 192 x 192 tiles 45.7 and 62.6 us against 28.9 and 40.3 for
+    128 x 256; at 3000 tokens in 192 x 128 tiles 25.1 and 34.7 us, 2-3% over the 256 x 96 the
+    nearest tier gives them (24.4 and 33.7, h200-qwen-proj-stages-2026-12-03g.log). Without a
+    producer warpgroup three warpgroups were never measured."""
+    return bm == 192 and (workers != "wgmma_ws" or bn > 96)
 SPLIT_OVERHEAD_S = 1e-6  # combining split_k partial sums (a small extra pass)
 
 
@@ -231,7 +242,7 @@ def gemm_estimate(
         # gate/up at M=512: 64x128 tiles 32.6 us against 22.0 us for 128x128 ones, the same
         # waves; 64x192 21.7 us against 19.5 us for 128x96)
         seconds *= 1.4
-    if workers == "wgmma_ws" and bm > 128:
+    if workers == "wgmma_ws" and bm == 256:
         # each consumer warpgroup multiplies one 64-row slice best (H200: 128x256 tiles beat
         # 256x128 ones); taller tiles give a warpgroup two slices and twice the accumulators
         seconds *= 1.15
@@ -254,8 +265,8 @@ def _gemm_ranking(info: KernelInfo, target: Target, chosen: Mapping[str, KnobVal
     ests = [
         gemm_estimate(info, target, str(workers), bm, bn, sk)
         for bm in space["block_m"]
-        if bm not in UNRULED_BLOCK_M
         for bn in space["block_n"]
+        if not _unruled(workers, bm, bn)
         for sk in space["split_k"]
         if not check(info, {**base, "block_m": bm, "block_n": bn, "split_k": sk}, target)
     ]

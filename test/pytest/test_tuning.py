@@ -465,6 +465,19 @@ def test_group_m_legality_and_rule():
     assert rules.decide(info_of(L.matmul(64, 4096, 16384)), SM90A, knob_space_for(info, SM90A))["group_m"].value == 1
 
 
+def test_rules_take_three_warpgroup_tiles_only_narrow():
+    """Llama-3.2-1B's down projection at 1100 tokens (2048 x 8192 weights): 192 x 96 tiles are 6 x 22
+    = 132, one wave without a split k (three consumer warpgroups, measured 62.4 against 79.7 us
+    for 128 x 192 split 4 ways); wider 192-row tiles, measured slow, and 192 rows without a
+    producer warpgroup are never proposed (rules._unruled)."""
+    info = info_of(L.matmul(1100, 2048, 8192))
+    got = rules.decide(info, SM90A, knob_space_for(info, SM90A))
+    assert [got[k].value for k in ("workers", "block_m", "block_n", "split_k", "warps")] == ["wgmma_ws", 192, 96, 1, 12]
+    assert got["warps"].reason.startswith("3 consumer warpgroup(s) for 192x96")
+    assert rules._unruled("wgmma_ws", 192, 128) and rules._unruled("wgmma", 192, 96)
+    assert not rules._unruled("wgmma_ws", 192, 96) and not rules._unruled("wgmma_ws", 128, 256)
+
+
 def test_split_tail_legality_and_rule():
     info = info_of(L.matmul(1100, 2048, 1024))  # 9 x 16 = 144 tiles of 128 x 128: 132 + 12
     base = dict(GOOD, workers="wgmma_ws", block_m=128, block_n=128, block_k=64)

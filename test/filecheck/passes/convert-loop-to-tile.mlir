@@ -4,7 +4,7 @@
 // knob and wgmma among its workers; the body moves unchanged, the attributes are kept.
 // CHECK:      builtin.module attributes {emmy.target = "sm_90a"} {
 // CHECK:      %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 7, n = 64, k = 32] knobs {
-// CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>,
+// CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 192, 256]>,
 // CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>,
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128]>,
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>,
@@ -12,7 +12,7 @@
 // CHECK-NEXT:   split_tail = #tile.knob<"split_tail", [1, 2, 3, 4, 8]>,
 // CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>,
 // CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma", "wgmma_ws"]>,
-// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>,
+// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 12, 16]>,
 // CHECK-NEXT:   schedule = #tile.knob<"schedule", ["grid", "persistent", "stream_k"]>,
 // CHECK-NEXT:   copy = #tile.knob<"copy", ["cp_async", "tma"]>,
 // CHECK-NEXT:   cluster = #tile.knob<"cluster", [1, 2]>,
@@ -77,7 +77,7 @@ func.func @f(%x: tensor<7x32xbf16>, %nw: tensor<32xbf16>, %w: tensor<64x32xbf16>
 
 // sm_80 has no wgmma; a plain matmul has no fusion knob.
 // CHECK:      tile.kernel @proj kind "contraction" axes [m = 33, n = 48, k = 64] knobs {
-// CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>,
+// CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 192, 256]>,
 // CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>,
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128]>,
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>,
@@ -85,7 +85,7 @@ func.func @f(%x: tensor<7x32xbf16>, %nw: tensor<32xbf16>, %w: tensor<64x32xbf16>
 // CHECK-NEXT:   split_tail = #tile.knob<"split_tail", [1, 2, 3, 4, 8]>,
 // CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>,
 // CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync"]>,
-// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>,
+// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 12, 16]>,
 // CHECK-NEXT:   schedule = #tile.knob<"schedule", ["grid"]>,
 // CHECK-NEXT:   copy = #tile.knob<"copy", ["cp_async"]>,
 // CHECK-NEXT:   cluster = #tile.knob<"cluster", [1]>,
