@@ -10,8 +10,10 @@ So where the borrowed assignment is a grid contraction whose wave quantization h
 each with the borrowed warps per tile row or the borrowed warps, every other knob as borrowed)
 are ranked by the physical model (the fitted coefficients without the learned correction, as
 the vet does: `emmy.evidence.prior.NearestVet`), and the fastest replaces the borrowed tile when
-predicted at least `RESHAPE_MARGIN` faster. A narrower tile gets the deeper k step that keeps
-each warpgroup's multiply-adds per step as borrowed (`emmy.prior.waves.deeper_step`), where
+predicted at least `RESHAPE_MARGIN` faster. Tile heights the fit has not seen
+(`emmy.prior.waves.UNFITTED_BLOCK_M`: 192 rows) are not among them. A narrower tile gets the
+deeper k step that keeps each warpgroup's multiply-adds per step as borrowed
+(`emmy.prior.waves.deeper_step`), where
 that is legal and block_k is not pinned: the physical model prices the two steps alike, the
 H200 does not (15.19 against 12.77 us for the o projection at 1024 tokens). Pinned tile knobs
 are never changed, and every reshaped assignment is legal here (`emmy.tuning.legality.check`).
@@ -44,7 +46,7 @@ class Reshape:
                  values: Mapping[str, object]) -> tuple[dict, dict] | None:
         from emmy.prior.features import Kernel
         from emmy.prior.model import score
-        from emmy.prior.waves import deeper_step, fills_better, fills_worse, grid_contraction, shapes, terms
+        from emmy.prior.waves import UNFITTED_BLOCK_M, deeper_step, fills_better, fills_worse, grid_contraction, shapes, terms
         from emmy.tuning.legality import check
 
         domains = problem.space
@@ -58,7 +60,7 @@ class Reshape:
         if own_s is None:
             return None
         best = None
-        for bm, bn, scaled in shapes(domains, values):
+        for bm, bn, scaled in shapes(domains, values, UNFITTED_BLOCK_M):
             warps = [values.get("warps")] if "warps" in fixed else [*scaled, values.get("warps")]
             for w in dict.fromkeys(warps):
                 candidate = {**values, "block_m": bm, "block_n": bn, **({"warps": w} if w is not None else {})}

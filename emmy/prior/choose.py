@@ -133,14 +133,19 @@ def _distance(kernel, values: Mapping[str, KnobValue], prior: Prior) -> float:
 def neighbourhood(info: KernelInfo, target: Target, space: Mapping[str, Sequence[KnobValue]],
                   anchor: Mapping[str, KnobValue], fixed: Mapping[str, KnobValue] | None = None) -> list[dict]:
     """Legal candidates around `anchor`: every other value of one knob, and of two of the
-    `PAIRED` knobs at once; `fixed` knobs (pins) never change."""
+    `PAIRED` knobs at once; `fixed` knobs (pins) never change, and no candidate moves to a tile
+    height the fit has not seen (`emmy.prior.waves.UNFITTED_BLOCK_M`)."""
+    from emmy.prior.waves import UNFITTED_BLOCK_M
     from emmy.tuning.knobs import IN_CONTEXT
     from emmy.tuning.legality import check
 
     fixed = dict(fixed or {})
     free = [k for k in space if k not in fixed and k in anchor]
-    # values whose cost lies partly in another kernel are not the prior's to rank (IN_CONTEXT)
-    space = {k: [v for v in vs if (k, v) not in IN_CONTEXT] for k, vs in space.items()}
+    # values whose cost lies partly in another kernel are not the prior's to rank (IN_CONTEXT),
+    # nor tile heights its fit has never seen (UNFITTED_BLOCK_M) unless the anchor has them
+    space = {k: [v for v in vs if (k, v) not in IN_CONTEXT
+                 and not (k == "block_m" and v in UNFITTED_BLOCK_M and v != anchor.get(k))]
+             for k, vs in space.items()}
     out: list[dict] = []
     for k in free:
         for v in space[k]:

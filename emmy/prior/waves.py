@@ -65,19 +65,22 @@ def fills_better(own: tuple[float, float], other: tuple[float, float] | None) ->
 
 
 # Tile heights the prior's fit has no measurement of: 192 rows (three consumer warpgroups) came
-# after it. A reshape does not move a tile there: the fitted model ranked 192 x 128 first for the
+# after it. Neither a reshape nor the prior tier's neighbourhood (emmy.prior.choose) moves a
+# tile there (the rules may: emmy.tuning.rules._unruled): the fitted model ranked 192 x 128 first for the
 # Qwen3 o and down projections at 3000 tokens, which ran 2-3% slower on the H200 than the 256 x 96
 # it replaced (docs/bench/h200-qwen-proj-stages-2026-12-03g.log against h200-qwen192-2026-12-03g.log).
 UNFITTED_BLOCK_M: frozenset[int] = frozenset({192})
 
 
-def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object]) -> Iterator[tuple[int, int, list]]:
-    """Every other (block_m, block_n) of the domains (not UNFITTED_BLOCK_M), with the warps to
-    try: the same rows per warp as `values` first (warps scaled with block_m) where the domain
-    has it."""
+def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object],
+           heights_left_out: frozenset[int] = frozenset()) -> Iterator[tuple[int, int, list]]:
+    """Every other (block_m, block_n) of the domains (block_m not in `heights_left_out`: the
+    reshape leaves out UNFITTED_BLOCK_M, a tuning study's first trials nothing), with the warps
+    to try: the same rows per warp as `values` first (warps scaled with block_m) where the
+    domain has it."""
     bm0, bn0, w0 = values["block_m"], values["block_n"], values.get("warps", 0)
     for bm in domains["block_m"]:
-        if bm in UNFITTED_BLOCK_M:
+        if bm in heights_left_out:
             continue
         for bn in domains["block_n"]:
             if (bm, bn) == (bm0, bn0):

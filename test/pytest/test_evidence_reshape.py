@@ -143,3 +143,21 @@ def test_explain_says_the_rules_tile_was_reshaped_by_the_prior():
     block_n = next(r for r in rows if r.split()[1] == "block_n")
     assert block_n.split()[2:4] == ["96", "prior"]
     assert "the rules' answer reshaped from 128 x 256 (8 warps) to 256 x 96 (16 warps) to fill the waves" in block_n
+
+
+def test_tile_heights_the_fit_has_not_seen_are_left_to_the_rules_and_tuning(o_3000):
+    """192-row tiles (three consumer warpgroups) came after the prior's fit: the prior tier's
+    neighbourhood never moves a tile there unless its anchor (the rules' answer) has that height,
+    and the reshape's shapes leave them out; a tuning study's wave fillers still reach them."""
+    from emmy.prior.choose import neighbourhood
+    from emmy.prior.waves import UNFITTED_BLOCK_M, shapes
+
+    problem, borrowed = o_3000
+    narrow = {**borrowed, "block_n": 96}  # (192 rows, 12 warps) is a legal pair move from here
+    around = neighbourhood(problem.info, problem.target, problem.space, narrow)
+    assert around and all(c["block_m"] not in UNFITTED_BLOCK_M for c in around)
+    tall = {**narrow, "block_m": 192, "warps": 12}
+    assert not check(problem.info, tall, problem.target)
+    assert any(c["block_m"] == 192 for c in neighbourhood(problem.info, problem.target, problem.space, tall))
+    assert all(bm != 192 for bm, _, _ in shapes(problem.space, borrowed, UNFITTED_BLOCK_M))
+    assert (192, 96, [12]) in list(shapes(problem.space, borrowed))
