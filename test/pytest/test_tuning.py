@@ -175,6 +175,11 @@ def test_three_consumer_warpgroups_trade_registers():
     assert not any(x.startswith("registers") for x in check(info, dict(ws, block_n=192), SM90A))
     assert ("registers: block_m=192 x block_n=256 fp32 accumulators over 384 threads is 128 per thread, "
             "over the 112 that fit in 152 registers") in check(info, dict(ws, block_n=256), SM90A)
+    from emmy.schedule.space import candidate_facts
+
+    facts = candidate_facts(info, dict(ws, block_n=192, split_k=1, schedule="grid"), SM90A)
+    assert (facts["threads"], facts["producer_registers"], facts["consumer_registers"]) == (512, 56, 152)
+    assert "producer_registers" not in candidate_facts(info, dict(ws, block_m=128, warps=8, split_k=1), SM90A)
     # gate and up side by side: 2 x 256 columns are 256 accumulators per thread per 64-row
     # slice whatever the warps (known before `warps` is chosen)
     dual = info_of(L.gate_up(512, 3072, 1024))
