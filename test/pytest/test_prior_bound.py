@@ -295,9 +295,12 @@ def test_the_margin_is_calibrated_on_held_out_keys(info):
 
 def test_pairs_on_other_arithmetic_units_get_a_margin_of_their_own(info):
     """The model errs more between candidates on different units (`workers`): here every
-    candidate off the anchor's units measures within a lognormal of 0.3 of the model, the others
+    candidate off the anchor's units measures within a lognormal of 0.6 of the model, the others
     within 0.01. The fit calibrates the two kinds of pairs apart, and only a candidate on other
-    units than the anchor has to beat the larger margin."""
+    units than the anchor has to beat the larger margin. (Fewer noisy candidates per key than
+    tight ones, and noisier: pairs of two noisy ones on the same units count as the same kind,
+    and with 0.3 and as many of them the two margins came out within a few percent, their order
+    depending on the draw.)"""
     rng = np.random.default_rng(6)
     anchor = _anchor(info)
     space = knob_space_for(info, TARGET)
@@ -309,7 +312,7 @@ def test_pairs_on_other_arithmetic_units_get_a_margin_of_their_own(info):
     samples = []
     for i, k in enumerate("abcd"):
         samples += _synthetic(info, k, mine[i * 15:(i + 1) * 15], rng, 0.01)
-        samples += _synthetic(info, k, other[i * 15:(i + 1) * 15], rng, 0.3)
+        samples += _synthetic(info, k, other[i * 10:(i + 1) * 10], rng, 0.6)
     prior = fit(samples, "sm_90a")
     held = prior.residuals["contraction"]["held_out"]
     assert held["across"]["pairs"] >= 10 and held["across"]["margin"] > held["margin"]
