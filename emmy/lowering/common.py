@@ -79,6 +79,7 @@ EPILOGUE_BARRIER = 8  # named barrier of wgmma_ws's computing warpgroups around 
 PERSISTENT_BARRIER = 9  # schedule = persistent: the consumers have read the row statistics of a tile
 OWN_EPILOGUE_BARRIER = 10  # + warpgroup: epilogue = staggered, one warpgroup around its own rows
 ORDER_BARRIER = 12  # epilogue = staggered: warpgroup 1 stores a tile after warpgroup 0 has
+TURN_BARRIER = 13  # + warpgroup: epilogue = pingpong, that warpgroup's turn at the k loop
 
 
 def fragment_row(kb: KB, base_row, gq, mi, row_step: int, h) -> SSAValue:

@@ -396,7 +396,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
 
             return stat
 
-        def early_stat_at(m0, batch):
+        def early_stat_at(m0, batch, tid=tid):
             """stat_at, with the loads of a statistics kernel's rows issued now (before the k
             loop) where the fragment layout allows and the epilogue reads them (not into the
             split-k workspace): the epilogue then does not start with a round trip to memory."""

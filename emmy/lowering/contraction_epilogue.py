@@ -60,8 +60,8 @@ class EpilogueMixin:
 
             self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
             sync()
-            with kb.for_(0, g.bm * per_row // g.consumers, 1, unroll=0, name="c") as it:
-                cidx = kb.add(kb.mul(it, g.consumers), tid)
+            with kb.for_(0, g.bm * per_row // g.tile_threads, 1, unroll=0, name="c") as it:
+                cidx = kb.add(kb.mul(it, g.tile_threads), tid)
                 r_local = kb.div(cidx, per_row)
                 s_local = kb.mul(kb.rem(cidx, per_row), 8)  # column in the staged slice
                 row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
@@ -112,7 +112,7 @@ class EpilogueMixin:
             sync()
             # epilogue = staggered: each warpgroup stores the rows its fragments hold (64 * mi)
             own_rows = g.staggered
-            rows, threads = (64 * g.mi, 128) if own_rows else (g.bm, g.consumers)
+            rows, threads = (64 * g.mi, 128) if own_rows else (g.bm, g.tile_threads)
             first_row = kb.mul(kb.div(tid, 128), rows) if own_rows else 0
             ltid = kb.rem(tid, 128) if own_rows else tid
             with kb.for_(0, rows * per_row // threads, 1, unroll=0, name="c") as it:
@@ -209,18 +209,20 @@ class EpilogueMixin:
         with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):  # V's columns, plain
             self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync) -> bool:
+    def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync, region: int = 0) -> bool:
         """The epilogue of the computing threads: staged through shared memory where the plan's
-        layout gives it room (`epilogue_width` columns at `epilogue_offset`; `sync` waits for
-        all computing threads), else straight from the fragments (or, with `ws_ptr`, into
-        split_k's workspace). Returns whether it was staged."""
+        layout gives it room (`epilogue_width` columns at `epilogue_offset`, or with epilogue =
+        pingpong warpgroup `region`'s tile after it; `sync` waits for all threads of the
+        tile), else straight from the fragments (or, with `ws_ptr`, into split_k's workspace).
+        Returns whether it was staged."""
         if ws_ptr is not None and self.g.last_block:
             self.last_block_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync)
             return False
         layout = self.g.smem
         width = layout.epilogue_width if ws_ptr is None else None
         if width is not None:
-            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, layout.epilogue_offset, width)
+            offset = layout.epilogue_offset + region * layout.epilogue_bytes
+            self.staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
             return True
         else:
             self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)

@@ -39,14 +39,17 @@ class TileOrderMixin:
         mu, n_tile = grouped_tile(kb, unit, mb // c, nb, g.group_m // c)
         return (kb.add(kb.mul(mu, c), kb.rem(by, c)) if c > 1 else mu), n_tile
 
-    def tile_loop(self, kb: KB, origin, body) -> None:
+    def tile_loop(self, kb: KB, origin, body, turn: tuple[int, int] = (0, 1)) -> None:
         """Call body(m0, n0, batch, part, kt0, kt1, base, later, more, run) for the tiles this
         block computes (run: see stream_k_loop; None otherwise). `origin` given (schedule =
         grid): the block's one tile, base 0, later and more None. With schedule = stream_k,
         stream_k_loop. Otherwise (schedule = persistent, split_k = 1) the block takes tiles
         blockIdx.x, blockIdx.x + gridDim.x, ... of the tile order (see grouped_tile); `base` counts the
         k-steps of its earlier tiles (pipeline slots and mbarrier phases go on from there),
-        `later` is true past the block's first tile, `more` when another tile follows."""
+        `later` is true past the block's first tile, `more` when another tile follows.
+        `turn` = (w, n): only every n-th of the block's tiles from its w-th (epilogue =
+        pingpong: consumer warpgroup w of n); `base`, `later` and `more` still count all of
+        them (the producer stages them all, in order)."""
         if origin is not None:
             body(*origin, 0, None, None)
             return
@@ -59,7 +62,9 @@ class TileOrderMixin:
         blocks = min(tiles, self.target.sms // c)
         steps = -(-self.K // g.bk)
         bid = kb.block_id("x")
-        with kb.for_(bid, tiles, blocks, name="t") as t:
+        w, n = turn
+        first = bid if w == 0 else kb.add(bid, w * blocks)
+        with kb.for_(first, tiles, n * blocks, name="t") as t:
             if g.group_m > 1:
                 units = nb * mb // c
                 m_tile, n_tile = grouped_tile(kb, kb.rem(t, units), mb // c, nb, g.group_m // c)

@@ -19,6 +19,7 @@ from emmy.lowering.common import (
     ORDER_BARRIER,
     OWN_EPILOGUE_BARRIER,
     PERSISTENT_BARRIER,
+    TURN_BARRIER,
 )
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
@@ -180,7 +181,12 @@ class WarpSpecializedMixin:
         arrivals = (0 if tma_only else 2 * 128) + (1 if maps else 0)
         # a slot is free once every consumer thread (with clusters: every consumer warp of
         # every block of the cluster, whose B slices it also receives) has released it
-        releases = consumers if g.cluster == 1 else g.cluster * consumers // 32
+        releases = g.tile_threads if g.cluster == 1 else g.cluster * consumers // 32
+        if g.pingpong and (rs is not None or inplace is not None or stats_leaf is not None):
+            raise EmmyError(
+                f"tile.kernel @{self.info.name}: epilogue=pingpong needs A copied as it is and no row statistics "
+                "summed in the kernel (each consumer warpgroup takes whole tiles); use epilogue=together"
+            )
         with kb.if_(kb.cmp("eq", tid, 0)):
             for s_ in range(S):
                 kb.call("emmy::mbar_init", [full(kb.idx(s_)), kb.idx(arrivals)])
@@ -262,8 +268,10 @@ class WarpSpecializedMixin:
             if budgets is not None:
                 kb.call(f"emmy::regs_raise<{budgets[1]}>")
 
-            def consume(m0, n0, batch, part, kt0, kt1, base, later, more, run=None):
-                stat = (consumer_stat_at or stat_at)(m0, batch)
+            def consume(m0, n0, batch, part, kt0, kt1, base, later, more, run=None, tid=tid, w=None):
+                """One tile; `w`: epilogue = pingpong, the warpgroup whose tile it is (`tid`
+                then counts within it)."""
+                stat = consumer_stat_at(m0, batch, tid) if consumer_stat_at else stat_at(m0, batch)
                 if g.persistent:
                     zero = kb.fconst(0.0)
                     with kb.for_(0, g.acc_per_thread, 1, unroll=0, name="i") as i:
@@ -274,6 +282,13 @@ class WarpSpecializedMixin:
                     transform = InPlaceA(self, kb, em, tid, m0, batch, inplace, consumer_rs)
                 if stats_leaf is not None:
                     reader = AStatistics(self, kb, em, tid, m0, batch, stats_leaf, consumer_rs)
+                if w is not None:  # pingpong: wait for the other warpgroup to have waited on its slots
+                    turn = lambda: kb.call(f"emmy::named_barrier<{consumers}>", [kb.idx(TURN_BARRIER + w)])  # noqa: E731
+                    if w == 0:
+                        with kb.if_(later):
+                            turn()
+                    else:
+                        turn()
                 with kb.for_(kt0, kt1, 1, name="kt") as kt:
                     i = kb.sub(kt, kt0)
                     j = kb.add(base, i)
@@ -287,6 +302,9 @@ class WarpSpecializedMixin:
                     self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1, during=during)
                     with kb.if_(kb.cmp("sgt", i, 0)):
                         release(kb.rem(kb.add(j, S - 1), S))
+                if w is not None:  # its turn is over: the next tile's warpgroup may wait on the slots
+                    with kb.if_(more):
+                        kb.call(f"emmy::named_barrier_arrive<{consumers}>", [kb.idx(TURN_BARRIER + 1 - w)])
                 kb.call("emmy::wgmma::wait<0>")
                 if g.persistent:  # the tile's last slot
                     release(kb.rem(kb.add(base, kb.sub(kb.sub(kt1, kt0), 1)), S))
@@ -305,7 +323,9 @@ class WarpSpecializedMixin:
                         f"tile.kernel @{self.info.name}: epilogue=staggered needs an epilogue that stages bf16 results "
                         "(stores that read no tensor) and no row statistics from the producer; use epilogue=together"
                     )
-                if staggered:
+                if w is not None:  # pingpong: the warpgroup's own tile, staged in its own room
+                    sync = lambda: kb.call("emmy::named_barrier<128>", [kb.idx(OWN_EPILOGUE_BARRIER + w)])  # noqa: E731
+                elif staggered:
                     wg = kb.div(tid, 128)
                     sync = lambda: kb.call("emmy::named_barrier<128>", [kb.add(wg, OWN_EPILOGUE_BARRIER)])  # noqa: E731
                     with kb.if_(kb.cmp("eq", wg, 1)):
@@ -320,7 +340,7 @@ class WarpSpecializedMixin:
                             sync()
                 else:  # (stream_k's whole tiles: its workspace is not split_k's)
                     staged = self.epilogue(
-                        kb, em, tid, m0, n0, batch, part, accs, stat, None if g.stream_k else ws_ptr, sync,
+                        kb, em, tid, m0, n0, batch, part, accs, stat, None if g.stream_k else ws_ptr, sync, w or 0,
                     )
                     if g.persistent and staged:  # sC is read before the next tile writes it
                         sync()
@@ -331,6 +351,12 @@ class WarpSpecializedMixin:
                     with kb.if_(more):
                         kb.call(f"emmy::named_barrier_arrive<{g.threads}>", [kb.idx(PERSISTENT_BARRIER)])
 
-            self.tile_loop(kb, origin, consume)
+            if g.pingpong:  # each warpgroup its own tiles, in turn (its thread index within it)
+                for w in range(2):
+                    with kb.if_(kb.cmp("eq", kb.div(tid, 128), w)):
+                        own = kb.sub(tid, 128 * w) if w else tid
+                        self.tile_loop(kb, origin, lambda *a, own=own, w=w: consume(*a, tid=own, w=w), turn=(w, 2))
+            else:
+                self.tile_loop(kb, origin, consume)
         if g.cluster > 1:  # no block leaves while its peers may still arrive on its barriers
             kb.call("emmy::cluster_sync")

@@ -134,8 +134,9 @@ def neighbourhood(info: KernelInfo, target: Target, space: Mapping[str, Sequence
                   anchor: Mapping[str, KnobValue], fixed: Mapping[str, KnobValue] | None = None) -> list[dict]:
     """Legal candidates around `anchor`: every other value of one knob, and of two of the
     `PAIRED` knobs at once; `fixed` knobs (pins) never change, and no candidate moves to a tile
-    height the fit has not seen (`emmy.prior.waves.UNFITTED_BLOCK_M`)."""
-    from emmy.prior.waves import UNFITTED_BLOCK_M
+    height the fit has not seen (`emmy.prior.waves.UNFITTED_BLOCK_M`) or to a value its model has
+    no term for (`UNFITTED_VALUES`), unless the anchor has it."""
+    from emmy.prior.waves import UNFITTED_BLOCK_M, UNFITTED_VALUES
     from emmy.tuning.knobs import IN_CONTEXT
     from emmy.tuning.legality import check
 
@@ -144,7 +145,8 @@ def neighbourhood(info: KernelInfo, target: Target, space: Mapping[str, Sequence
     # values whose cost lies partly in another kernel are not the prior's to rank (IN_CONTEXT),
     # nor tile heights its fit has never seen (UNFITTED_BLOCK_M) unless the anchor has them
     space = {k: [v for v in vs if (k, v) not in IN_CONTEXT
-                 and not (k == "block_m" and v in UNFITTED_BLOCK_M and v != anchor.get(k))]
+                 and not (k == "block_m" and v in UNFITTED_BLOCK_M and v != anchor.get(k))
+                 and not ((k, v) in UNFITTED_VALUES and v != anchor.get(k))]
              for k, vs in space.items()}
     out: list[dict] = []
     for k in free:

@@ -429,7 +429,7 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
             f["recompute_chain"] = f["rounds"] * ceil(bm * ceil(K / split) / plan.consumers)
         if a_reads_prologue:  # ... before its k loop: A read again
             f["recompute_bytes"] = float(B * cols * M * K * elt)
-    _, acc_budget = _budget(target, plan.threads, plan.workers)
+    _, acc_budget = _budget(target, plan.threads, plan.workers, plan.pingpong)
     f["reg_overflow"] = float(max(0, plan.acc_per_thread * plan.nc - acc_budget))
     if plan.workers == "wgmma_ws":
         f["single_slice"] = 1.0 if bm < 128 else 0.0
@@ -472,10 +472,10 @@ def _looping(f: Features, serial: int, rounds: int, total: int, target: Target) 
     f["quant"] = max(1.0, serial * target.sms / max(1, total))
 
 
-def _budget(target: Target, threads: int, workers: str | None = None) -> tuple[int, int]:
+def _budget(target: Target, threads: int, workers: str | None = None, pingpong: bool = False) -> tuple[int, int]:
     from emmy.schedule.contraction import register_budget
 
-    return register_budget(target, threads, workers)
+    return register_budget(target, threads, workers, pingpong)
 
 
 def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int) -> None:

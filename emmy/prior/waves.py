@@ -70,6 +70,10 @@ def fills_better(own: tuple[float, float], other: tuple[float, float] | None) ->
 # Qwen3 o and down projections at 3000 tokens, which ran 2-3% slower on the H200 than the 256 x 96
 # it replaced (docs/bench/h200-qwen-proj-stages-2026-12-03g.log against h200-qwen192-2026-12-03g.log).
 UNFITTED_BLOCK_M: frozenset[int] = frozenset({192})
+# Knob values the model has no term for: epilogue = pingpong (each consumer warpgroup takes whole
+# tiles, one's epilogue beside the other's k loop) would read as `together` with twice the
+# accumulators a thread. The prior tier's neighbourhood leaves them out unless its anchor has them.
+UNFITTED_VALUES: frozenset[tuple[str, object]] = frozenset({("epilogue", "pingpong")})
 
 
 def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object],

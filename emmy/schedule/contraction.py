@@ -43,12 +43,17 @@ if TYPE_CHECKING:
 MAX_ACC_PER_THREAD = 192
 REGS_BESIDES_ACCUMULATORS = 40
 PRODUCER_THREADS = 128  # workers = wgmma_ws: one more warpgroup only stages operands
+PINGPONG_TILE_THREADS = 128  # epilogue = pingpong: one warpgroup computes and stores a whole tile
 # workers = wgmma_ws with three consumer warpgroups (512 threads; ptxas starts every thread at
 # 128 registers): the producer warpgroup gives registers back with setmaxnreg and the consumers
 # take them, 128 * 56 + 384 * 152 = 65536 (emmy/lowering/contraction_ws.py emits both). Two
 # consumers (384 threads, 168 each) need no such trade.
 WS3_PRODUCER_REGS = 56
 WS3_CONSUMER_REGS = 152
+# epilogue = pingpong (two consumer warpgroups, each holding a whole tile's accumulators): the
+# producer keeps 40 and the consumers take 232, 128 * 40 + 256 * 232 = 64512 (CUTLASS's split)
+PINGPONG_PRODUCER_REGS = 40
+PINGPONG_CONSUMER_REGS = 232
 # the last block of a shared tile adds the others' parts in an unrolled loop over them
 STREAM_K_MAX_PARTS = 8
 STATS_WARPS = 8  # the row-statistics kernel: one warp per row
@@ -92,41 +97,48 @@ def stats_kernel_needed(prologue: bool, fusion: str, split: int) -> bool:
 
 def smem_for(
     facts: SmemFacts, target: Target, *, bm: int, bn: int, bk: int, stages: int, nc: int, workers: str, warps: int,
-    persistent: bool, stats_kernel: bool, workspace: bool,
+    persistent: bool, stats_kernel: bool, workspace: bool, pingpong: bool = False,
 ) -> SmemLayout:
     """The shared-memory layout of a contraction's main kernel with these values (the plan's
-    `smem`; legality checks its total)."""
+    `smem`; legality checks its total). `pingpong`: epilogue = pingpong, each consumer
+    warpgroup stages its own tiles' epilogue (two staged tiles, 128 threads each)."""
     threads = block_threads(warps, workers)
     producer = workers == "wgmma_ws"
+    consumers = threads - PRODUCER_THREADS if producer else threads
     shape = SmemShape(
         bm=bm, bn=bn, bk=bk, stages=stages, nc=nc, wgmma=workers in WGMMA_WORKERS,
         tensor_cores=workers in WGMMA_WORKERS or workers == "mma_sync", producer=producer,
-        consumers=threads - PRODUCER_THREADS if producer else threads, persistent=persistent,
+        consumers=PINGPONG_TILE_THREADS if pingpong else consumers, persistent=persistent,
         stats_in_smem=facts.statistics > 0 and not stats_kernel, workspace=workspace,
+        epilogue_tiles=consumers // PINGPONG_TILE_THREADS if pingpong else 1,
     )
     return smem_layout(facts, shape, target)
 
 
-def accumulators_per_thread(info: KernelInfo, block_m: int, block_n: int, warps: int) -> float:
-    """fp32 accumulators each computing thread holds (all contractions of the tile)."""
-    return info.n_contractions * block_m * block_n / (32 * warps)
+def accumulators_per_thread(info: KernelInfo, block_m: int, block_n: int, warps: int, pingpong: bool = False) -> float:
+    """fp32 accumulators each computing thread holds (all contractions of the tile; with
+    epilogue = pingpong one warpgroup holds the whole tile)."""
+    return info.n_contractions * block_m * block_n / (PINGPONG_TILE_THREADS if pingpong else 32 * warps)
 
 
-def ws_register_budgets(workers: str | None, threads: int) -> tuple[int, int] | None:
+def ws_register_budgets(workers: str | None, threads: int, pingpong: bool = False) -> tuple[int, int] | None:
     """(producer, consumer) registers per thread that setmaxnreg sets in a warp-specialized block
-    of three consumer warpgroups (WS3_*), else None (ptxas's even share for the whole block)."""
+    of three consumer warpgroups (WS3_*) or of two that take turns (epilogue = pingpong,
+    PINGPONG_*), else None (ptxas's even share for the whole block)."""
     if workers == "wgmma_ws" and threads == 3 * 128 + PRODUCER_THREADS:
         return WS3_PRODUCER_REGS, WS3_CONSUMER_REGS
+    if workers == "wgmma_ws" and pingpong and threads == 2 * 128 + PRODUCER_THREADS:
+        return PINGPONG_PRODUCER_REGS, PINGPONG_CONSUMER_REGS
     return None
 
 
-def register_budget(target: Target, threads: int, workers: str | None = None) -> tuple[int, int]:
+def register_budget(target: Target, threads: int, workers: str | None = None, pingpong: bool = False) -> tuple[int, int]:
     """(registers a computing thread of a `threads`-thread block may use, of them for
     accumulators): a block's threads share the SM's register file (512 threads get at most 128
     each, unless the producer of a warp-specialized block hands some to the consumers:
     `ws_register_budgets`), of which about 40 go to addresses, staging and the epilogue (ptxas,
     sm_90a)."""
-    budgets = ws_register_budgets(workers, threads)
+    budgets = ws_register_budgets(workers, threads, pingpong)
     regs = budgets[1] if budgets else min(target.regs_per_thread, target.regs_per_sm // threads)
     return regs, min(MAX_ACC_PER_THREAD, regs - REGS_BESIDES_ACCUMULATORS)
 
@@ -200,6 +212,7 @@ class ContractionPlan:
     group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
     tail: int = 1  # split_tail: the tiles past the last full wave, split along k into this many parts
     staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
+    pingpong: bool = False  # epilogue = pingpong: each consumer warpgroup computes whole tiles, taking turns
     last_block: bool = False  # combine = last_block: the tile's last block adds the split_k parts
     # thread
     tx: int = 1
@@ -257,9 +270,15 @@ class ContractionPlan:
         return self.threads - PRODUCER_THREADS if self.producer else self.threads
 
     @property
+    def tile_threads(self) -> int:
+        """Threads that compute one tile and run its epilogue: every consumer, or with
+        epilogue = pingpong one warpgroup."""
+        return PINGPONG_TILE_THREADS if self.pingpong else self.consumers
+
+    @property
     def register_budgets(self) -> tuple[int, int] | None:
         """(producer, consumer) registers per thread set by setmaxnreg, or None (ws_register_budgets)."""
-        return ws_register_budgets(self.workers, self.threads)
+        return ws_register_budgets(self.workers, self.threads, self.pingpong)
 
     @property
     def acc_per_thread(self) -> int:
@@ -379,7 +398,7 @@ class ContractionPlan:
         return smem_for(
             self.facts, self._target, bm=self.bm, bn=self.bn, bk=self.bk, stages=self.stages, nc=self.nc,
             workers=self.workers, warps=self.warps, persistent=self.persistent, stats_kernel=self.stats_kernel,
-            workspace=self.combine_kernel,
+            workspace=self.combine_kernel, pingpong=self.pingpong,
         )
 
     @property
@@ -425,6 +444,8 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     if stages < 1 or split < 1 or warps < 1:
         raise EmmyError(f"{where}: stages={stages}, split_k={split} and warps={warps} must be at least 1")
     nc = info.n_contractions
+    epilogue = str(v["epilogue"])
+    pingpong = epilogue == "pingpong"
     g: dict = dict(
         name=name or info.name, bm=bm, bn=bn, bk=bk, stages=stages, workers=workers, warps=warps, split=split,
         nc=nc, threads=block_threads(warps, workers), M=info.M, N=info.extent(info.n_axes), K=info.K,
@@ -443,9 +464,10 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         if warps % 4:
             raise EmmyError(f"{where}: wgmma needs whole warpgroups (warps={warps})")
         g["groups"] = warps // 4
-        if bm % (64 * g["groups"]):
-            raise EmmyError(f"{where}: wgmma: block_m={bm} must be a multiple of {64 * g['groups']}")
-        g["mi"] = bm // (64 * g["groups"])
+        rows_split = 1 if pingpong else g["groups"]  # (pingpong: each warpgroup multiplies whole tiles)
+        if bm % (64 * rows_split):
+            raise EmmyError(f"{where}: wgmma: block_m={bm} must be a multiple of {64 * rows_split}")
+        g["mi"] = bm // (64 * rows_split)
         if bn > 256:
             raise EmmyError(f"{where}: wgmma: block_n={bn} is over 256")
         if stages < 2:
@@ -496,11 +518,14 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         raise EmmyError(f"{where}: split_tail={tail} needs group_m=1")
     if group_m % cluster:
         raise EmmyError(f"{where}: group_m={group_m} is not a multiple of cluster={cluster}")
-    epilogue = str(v["epilogue"])
-    if epilogue == "staggered":
-        if not g.get("persistent") or g.get("groups") != 2:
-            raise EmmyError(f"{where}: epilogue=staggered needs schedule=persistent and two consumer warpgroups (warps=8)")
-        g["staggered"] = True
+    if epilogue in ("staggered", "pingpong"):
+        if not g.get("persistent") or g.get("stream_k") or g.get("groups") != 2 or not g.get("producer"):
+            raise EmmyError(
+                f"{where}: epilogue={epilogue} needs schedule=persistent and two consumer warpgroups (warps=8) of workers=wgmma_ws"
+            )
+        g[epilogue] = True
+        if pingpong and (cluster > 1 or (info.prologue and g["fusion"] != "split")):
+            raise EmmyError(f"{where}: epilogue=pingpong needs cluster=1 and no row statistics summed in the kernel (fusion=split)")
     elif epilogue != "together":
         raise EmmyError(f"{where}: unknown epilogue '{epilogue}'")
     combine = str(v["combine"])
@@ -511,7 +536,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     elif combine != "kernel":
         raise EmmyError(f"{where}: unknown combine '{combine}'")
     if g.get("stream_k"):
-        if cluster > 1 or group_m > 1 or g.get("staggered"):
+        if cluster > 1 or group_m > 1 or g.get("staggered") or g.get("pingpong"):
             raise EmmyError(f"{where}: schedule=stream_k needs cluster=1, group_m=1 and epilogue=together")
         if info.prologue and g["fusion"] != "split":
             raise EmmyError(f"{where}: schedule=stream_k needs fusion=split (whole-row statistics for runs of k-steps)")

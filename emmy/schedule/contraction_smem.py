@@ -19,8 +19,9 @@ and legality checks `total` against the target's limit: one model of shared memo
                                           8 bytes each, 8-byte aligned
     epilogue_offset          staged tile  schedule = persistent: after the barriers, 16-aligned
                                           (its own room: the producer refills the slots during
-                                          the epilogue); otherwise at 0, over the k loop's tiles
-                                          once they are done (not counted again)
+                                          the epilogue; epilogue = pingpong: one per consumer
+                                          warpgroup, epilogue_bytes apart); otherwise at 0, over
+                                          the k loop's tiles once they are done (not counted again)
     + 1024                                wgmma: the runtime rounds the base up to 1024 bytes
 
 The staged epilogue holds f32 accumulators (`contractions x block_m x (width + 8)` f32) or, where
@@ -89,6 +90,7 @@ class SmemShape:
     persistent: bool
     stats_in_smem: bool  # the block computes its rows' statistics (no statistics kernel)
     workspace: bool  # split_k's parts go to a workspace: the epilogue is not staged
+    epilogue_tiles: int = 1  # staged tiles side by side (epilogue = pingpong: one per consumer warpgroup)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class SmemLayout:
     bars_offset: int | None  # None: no producer, no mbarriers
     epilogue_offset: int
     epilogue_width: int | None  # columns a staged epilogue holds per round; None: not staged
+    epilogue_bytes: int  # one staged tile (epilogue = pingpong: warpgroup w's at epilogue_offset + w * this)
     total: int  # what the kernel declares as its dynamic shared memory
     a_source: str  # "raw_copies" or "global"
     a_source_reason: str
@@ -167,14 +170,15 @@ def _layout(facts: SmemFacts, s: SmemShape, target: Target, raw, a_source: str, 
         epilogue_off = _round_up(total, 16)
         room = target.smem_per_block - WGMMA_ALIGN - epilogue_off
     width = _epilogue_width(facts, s, room)
+    staged = 0 if width is None else _round_up(_epilogue_bytes(facts, s, width), 16)
     if s.persistent and width is not None:
-        total = epilogue_off + _epilogue_bytes(facts, s, width)
+        total = epilogue_off + s.epilogue_tiles * staged
     if s.wgmma:
         total += WGMMA_ALIGN
     return SmemLayout(
         a_elems=s.bm * s.bk, b_elems=s.bn * s.bk,
         b_offsets=tuple(s.stages * (s.bm + c * s.bn) * s.bk * OPERAND_BYTES for c in range(s.nc)), raw=raw, stats_offset=stats_off, stats_bytes=stats_bytes,
-        bars_offset=bars, epilogue_offset=epilogue_off, epilogue_width=width, total=total,
+        bars_offset=bars, epilogue_offset=epilogue_off, epilogue_width=width, epilogue_bytes=staged, total=total,
         a_source=a_source, a_source_reason=why,
     )
 
@@ -188,7 +192,7 @@ def _epilogue_width(facts: SmemFacts, s: SmemShape, room: int) -> int | None:
         return None
     width = s.bn
     while width % 8 == 0 and s.bn % width == 0 and (s.bm * width // 8) % s.consumers == 0:
-        if _epilogue_bytes(facts, s, width) <= room:
+        if s.epilogue_tiles * _round_up(_epilogue_bytes(facts, s, width), 16) <= room:
             return width
         if not s.wgmma:
             break

@@ -13,7 +13,7 @@ the kernel and, where it runs as parts, for each part.
 `info` is the kernel's `KernelInfo` (`emmy.analysis.classify.classify`), `space` its knob domains
 (`{name: values}` as in the IR: `emmy.passes.decide_forks.problem_of(op, target).space`).
 
-The legal points of a contraction run to millions (0.13-0.2% of a raw space of 1.6 billion
+The legal points of a contraction run to millions (0.08-0.13% of a raw space of 2.4 billion
 combinations on the Qwen3 layer), too many to list one by one. They are kept as a layered graph
 instead: one layer per knob (in `knob_order`, `workers` first), each node the set of legal
 completions of the prefixes that reach it, each edge a value with at least one completion. The

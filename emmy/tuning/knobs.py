@@ -78,10 +78,16 @@ Meanings (what the kernel stage does with each value):
   of that many row tiles, going down a group's rows before moving to its next column (Triton's
   GROUP_M). The tiles running at once then share a few columns of B instead of reading all of
   it, which matters once B is too large for L2. A multiple of `cluster`.
-- `epilogue`: how the two consumer warpgroups of a persistent `wgmma_ws` block store a tile:
-  together, each storing any of the tile's rows between barriers of both (`together`), or each
-  its own rows, warpgroup 1 only once warpgroup 0 has finished, so that from then on one
-  warpgroup's epilogue runs while the other's wgmmas still do (`staggered`, sm_90a).
+- `epilogue`: how the two consumer warpgroups of a persistent `wgmma_ws` block share the
+  tiles: both multiply each tile and store it together, each storing any of its rows between
+  barriers of both (`together`); both multiply each tile, then each stores its own rows,
+  warpgroup 1 only once warpgroup 0 has finished, so that from then on one warpgroup's
+  epilogue runs while the other's wgmmas still do (`staggered`, sm_90a); or each warpgroup
+  multiplies and stores whole tiles of its own, the block's tiles taken in turn, so that one
+  warpgroup's epilogue runs while the other multiplies the next tile (`pingpong`, sm_90a: the
+  warpgroup holds all block_m x block_n accumulators, with 232 registers a thread that the
+  producer hands over; each has its own staged tile in shared memory; the warpgroups also take
+  turns at the k loop, so they wait on the slots in the order the producer fills them).
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `siblings`: where outputs over the same axes come from different contractions of one input
   (k and v of the running example): each tile holds a column share of every one of them
@@ -124,7 +130,7 @@ FUSION: tuple[str, ...] = ("fused", "split")
 ATTENTION_FUSION: tuple[str, ...] = ("fused", "split", "epilogue")
 SCHEDULES: tuple[str, ...] = ("grid", "persistent", "stream_k")
 COPIES: tuple[str, ...] = ("cp_async", "tma")
-EPILOGUES: tuple[str, ...] = ("together", "staggered")
+EPILOGUES: tuple[str, ...] = ("together", "staggered", "pingpong")
 COMBINES: tuple[str, ...] = ("kernel", "last_block")
 SIBLINGS: tuple[str, ...] = ("paired", "apart")
 GROUP_M: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -220,6 +226,7 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
     ("copy", "tma"): "wgmma",
     ("cluster", 2): "wgmma",
     ("epilogue", "staggered"): "wgmma",
+    ("epilogue", "pingpong"): "wgmma",
 }
 
 

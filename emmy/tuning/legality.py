@@ -201,6 +201,7 @@ def _c_smem(info, v, t, reasons):
         persistent=v["schedule"] in ("persistent", "stream_k"),
         stats_kernel=stats_kernel_needed(bool(info.prologue), v["fusion"] if info.prologue else "fused", split),
         workspace=split > 1 and combine != "last_block",  # (where the epilogue is staged: not the total)
+        pingpong=_pingpong(v),
     )
     if layout.total > t.smem_per_block:
         parts = [tiles]
@@ -218,13 +219,16 @@ def _c_registers(info, v, t, reasons):
         return
     bm, bn, threads = v["block_m"], v["block_n"], 32 * v["warps"]
     nc = info.n_contractions
-    acc = accumulators_per_thread(info, bm, bn, v["warps"])
-    regs, budget = register_budget(t, block_threads(v["warps"], _workers(v)), _workers(v))
+    pingpong = _pingpong(v)
+    acc = accumulators_per_thread(info, bm, bn, v["warps"], pingpong)
+    workers = "wgmma_ws" if pingpong else _workers(v)  # (pingpong exists only there)
+    regs, budget = register_budget(t, block_threads(v["warps"], workers), workers, pingpong)
     if acc > budget:
         what = f"{nc} x " if nc > 1 else ""
+        over = "one warpgroup's 128 threads (epilogue=pingpong)" if pingpong else f"{threads} threads"
         reasons.append(
-            f"registers: {what}block_m={bm} x block_n={bn} fp32 accumulators over {threads} "
-            f"threads is {acc:g} per thread, over the {budget} that fit in "
+            f"registers: {what}block_m={bm} x block_n={bn} fp32 accumulators over {over} "
+            f"is {acc:g} per thread, over the {budget} that fit in "
             f"{regs} registers"
         )
     if bm * bn < threads:
@@ -259,7 +263,9 @@ def _c_workers(info, v, t, reasons):
             reasons.append(f"{w}: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
         if v.has("block_m") and v["block_m"] % 64:
             reasons.append(f"{w}: block_m={v['block_m']} is not a multiple of 64")
-        if v.has("block_m", "warps") and v["warps"] % 4 == 0 and v["block_m"] % 64 == 0:
+        # (with epilogue = pingpong each warpgroup multiplies whole tiles: any multiple of 64;
+        # checked once the epilogue is known, so that no completion of a legal one is cut off)
+        if v.has("block_m", "warps", "epilogue") and v["warps"] % 4 == 0 and v["block_m"] % 64 == 0 and not _pingpong(v):
             groups = v["warps"] // 4
             if v["block_m"] % (64 * groups):
                 reasons.append(
@@ -348,17 +354,30 @@ def _c_copy(info, v, t, reasons):
         )
 
 
+def _pingpong(v) -> bool:
+    return v.has("epilogue") and v["epilogue"] == "pingpong"
+
+
 def _c_epilogue(info, v, t, reasons):
-    if not v.has("epilogue") or v["epilogue"] != "staggered":
+    if not v.has("epilogue") or v["epilogue"] not in ("staggered", "pingpong"):
         return
+    e = v["epilogue"]
     if v.has("schedule") and v["schedule"] != "persistent":
-        reasons.append(f"epilogue=staggered takes turns between tiles of a persistent block: it needs schedule=persistent (schedule={v['schedule']})")
+        reasons.append(f"epilogue={e} takes turns between tiles of a persistent block: it needs schedule=persistent (schedule={v['schedule']})")
     if v.has("workers") and v["workers"] != "wgmma_ws":
-        reasons.append(f"epilogue=staggered needs workers=wgmma_ws, not workers={v['workers']}")
+        reasons.append(f"epilogue={e} needs workers=wgmma_ws, not workers={v['workers']}")
     if v.has("warps") and v["warps"] != 8:
-        reasons.append(f"epilogue=staggered needs two consumer warpgroups (warps=8, not {v['warps']})")
-    if info.epilogue_loads:
-        reasons.append("epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows")
+        reasons.append(f"epilogue={e} needs two consumer warpgroups (warps=8, not {v['warps']})")
+    if e == "staggered":
+        if info.epilogue_loads:
+            reasons.append("epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows")
+        return
+    if v.has("cluster") and v["cluster"] != 1:
+        reasons.append(f"epilogue=pingpong: each warpgroup takes its own tiles, which a pair of blocks cannot share (cluster={v['cluster']})")
+    if info.prologue and v.has("fusion") and v["fusion"] != "split":
+        reasons.append("epilogue=pingpong: the row statistics would be summed by both consumer warpgroups over one tile's rows; it needs fusion=split")
+    if any(full for _, full in info.raw_a_loads):
+        reasons.append("epilogue=pingpong: the computed A side is rewritten in the slot by the warpgroups of one tile, which pingpong does not have")
 
 
 def _c_cluster(info, v, t, reasons):

@@ -67,8 +67,12 @@ def assert_plan_is_the_kernels(k: KernelOp, target) -> int:
                 assert shared["bars"].offset.value.data == layout.bars_offset
             if "rs" in shared:
                 assert shared["rs"].offset.value.data == layout.stats_offset and layout.stats_bytes > 0
-            if "sC" in shared:
-                assert shared["sC"].offset.value.data == layout.epilogue_offset and layout.epilogue_width
+            staged = sorted({op.offset.value.data for op in func.walk()
+                             if isinstance(op, K.SharedOp) and op.result.name_hint == "sC"})
+            if staged:  # (epilogue = pingpong: one staged tile per consumer warpgroup, epilogue_bytes apart)
+                tiles = 2 if plan.pingpong else 1
+                assert staged == [layout.epilogue_offset + w * layout.epilogue_bytes for w in range(tiles)]
+                assert layout.epilogue_width and layout.total >= staged[-1] + layout.epilogue_bytes
     return len(kplan.parts)
 
 
@@ -84,6 +88,9 @@ QKV, GATE_UP = "rms_norm_qkv_proj", "rms_norm_gate_up_proj_silu"
 PINNED = [
     ("workers=wgmma_ws", "schedule=persistent", "fusion=split"),  # the epilogue's own tiles after the barriers
     ("workers=wgmma_ws", "schedule=stream_k", "fusion=split"),
+    # two staged tiles, one per consumer warpgroup
+    ("workers=wgmma_ws", "schedule=persistent", "fusion=split", "epilogue=pingpong", "block_m=64", "block_n=128",
+     "warps=8", "cluster=1"),
     ("workers=wgmma_ws", "copy=tma", "fusion=split"),
     ("workers=wgmma_ws", "fusion=fused", "stages=3"),  # row statistics and mbarriers in the block
     ("workers=wgmma", "fusion=fused", "stages=4", "block_m=64"),

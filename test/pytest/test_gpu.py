@@ -48,6 +48,9 @@ PERSISTENT_CASES = [
     # three consumer warpgroups with cp.async producers (A computed in place, row statistics)
     (1000, ("*.workers=wgmma_ws", "*.block_m=192", "*.warps=12", "*.block_n=96")),
     (2100, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=192", "*.warps=12", "*.block_n=96")),
+    # epilogue = pingpong with cp.async producers: each consumer warpgroup its own 128 x 128 tiles
+    (2100, ("*.workers=wgmma_ws", "*.schedule=persistent", "*.block_m=128", "*.block_n=128", "*.warps=8",
+            "*.epilogue=pingpong", "*.fusion=split")),
 ]
 # Tensor-map copies (copy=tma): rows past M, k past K (hidden 200), split k ranges, in-place A,
 # persistent blocks. (tokens, hidden, pins)
@@ -85,6 +88,16 @@ TMA_CASES = [
                   "*.warps=12")),
     (1000, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.cluster=2", "*.block_m=192", "*.block_n=96",
                   "*.warps=12")),
+    # epilogue = pingpong: the consumer warpgroups take the block's tiles in turn, each a whole
+    # tile (rows past M, k past K, tiles in groups, 64-row tiles, a block with one tile only)
+    (2100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=128", "*.block_n=128",
+                  "*.warps=8", "*.epilogue=pingpong", "*.fusion=split")),
+    (1000, 200, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=64", "*.block_n=128",
+                 "*.warps=8", "*.epilogue=pingpong", "*.fusion=split")),
+    (2100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=128", "*.block_n=96",
+                  "*.warps=8", "*.epilogue=pingpong", "*.fusion=split", "*.group_m=8")),
+    (100, 1024, ("*.workers=wgmma_ws", "*.copy=tma", "*.schedule=persistent", "*.block_m=128", "*.block_n=128",
+                 "*.warps=8", "*.epilogue=pingpong", "*.fusion=split")),
 ]
 # Attention with K and V by tensor-map copies (copy=tma; key blocks of 64 divide the keys):
 # materialized K and V rows (fusion=split), K computed in the flash kernel and only V copied by
@@ -109,6 +122,12 @@ ATTENTION_TMA_CASES = [
             "o_proj_residual.block_m=192", "o_proj_residual.warps=12", "o_proj_residual.block_n=128",
             "down_proj_residual.workers=wgmma_ws", "down_proj_residual.block_m=192", "down_proj_residual.warps=12",
             "down_proj_residual.block_n=128")),
+    # epilogue = pingpong: o and down (a residual read: f32 staged, one tile per warpgroup) and
+    # gate/up (two contractions, SiLU) in 128-row tiles, each consumer warpgroup a whole tile
+    (3000, tuple(f"{k}.{v}" for k in ("o_proj_residual", "down_proj_residual", "rms_norm_gate_up_proj_silu")
+                 for v in ("workers=wgmma_ws", "copy=tma", "schedule=persistent", "split_k=1", "block_m=128",
+                           "block_n=64", "warps=8", "epilogue=pingpong", "split_tail=1", "cluster=1"))
+     + ("rms_norm_gate_up_proj_silu.fusion=split",)),
 ]
 # split_k with combine = last_block (the tile's last block adds the parts and stores the tile):
 # the rules' split o and down projections on wgmma_ws (split 4 and 8 at 130 tokens, 2 and 4 at

@@ -11,7 +11,7 @@ import pytest
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import VectorType, bf16, f32
 
-from emmy.backend.plan import launch_plan
+from emmy.backend.plan import cuda_source, launch_plan
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
@@ -33,7 +33,7 @@ def _knobs(values: dict) -> str:
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent", "stream_k"]',
-        "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered"]',
+        "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered", "pingpong"]',
         "combine": '["kernel", "last_block"]', "group_m": "[1, 2, 4, 8, 16, 32]",
         "split_tail": "[1, 2, 3, 4, 8]",
     }
@@ -499,6 +499,41 @@ def test_staggered_epilogue_takes_turns():
     assert 8 not in _barrier_ids(staggered, "emmy::named_barrier<256>")  # no barrier of both around the tile
     assert 8 in _barrier_ids(together, "emmy::named_barrier<256>")
     assert not _barrier_ids(together, "emmy::named_barrier_arrive<256>")
+
+
+def test_pingpong_epilogue_takes_tiles_in_turn():
+    """epilogue=pingpong: consumer warpgroup w loops over every other one of the block's tiles
+    (from blockIdx.x + w * gridDim.x), waits for its turn at the k loop (barrier 13 + w, the
+    first tile of warpgroup 0 without waiting), hands the turn on after its last slot wait only
+    where the next tile exists, and stages its epilogue alone (barrier 10 + w) in its own room;
+    a slot is freed by the 128 threads of one warpgroup, which hold all 128 x (2 x 64)
+    accumulators of gate and up with 232 registers each."""
+    knobs = dict(M=4096, N=512, K=256, workers="wgmma_ws", block_m=128, block_n=64, warps=8, stages=4,
+                 schedule="persistent", epilogue="pingpong")
+    f = kernel_funcs(lower(gate_up(**knobs), "convert-tile-to-kernel"))["gate_up_silu"]
+    assert _barrier_ids(f, "emmy::named_barrier<256>") == [13, 14]
+    assert _barrier_ids(f, "emmy::named_barrier_arrive<256>") == [14, 13]
+    assert set(_barrier_ids(f, "emmy::named_barrier<128>")) == {10, 11}
+    assert _init_counts(f)[1::2] == [128] * 4  # the empty barriers: one warpgroup releases a slot
+    calls = callees(f)
+    assert "emmy::regs_lower<40>" in calls and "emmy::regs_raise<232>" in calls
+    # per warpgroup: two 64-row slices of the 128-row A tile against gate's and up's B tiles
+    assert calls.count("emmy::wgmma::tile<64, 32, 128, 64>") == 2 * 2 * 2
+    src = cuda_source(lower(gate_up(**knobs)))
+    staged = sorted({int(m) for m in re.findall(r"sC_\d+ = reinterpret_cast<__nv_bfloat16\*>\(emmy_smem \+ (\d+)\)", src)})
+    assert len(staged) == 2 and staged[1] - staged[0] == 128 * (64 + 8) * 2  # one bf16 tile each
+    loops = re.findall(r"for \(int t_\d+ = (\w+); t_\d+ < c\d+_\d+; t_\d+ \+= (c\d+)_\d+\)", src)
+    assert [step for _, step in loops] == ["c132", "c264", "c264"]  # the producer: every tile
+
+
+def test_pingpong_epilogue_errors():
+    # the row statistics summed in the kernel, or an A side rewritten in place by the tile's warpgroups
+    with pytest.raises(EmmyError, match="epilogue=pingpong needs cluster=1 and no row statistics summed in the kernel"):
+        lower(rmsnorm_matmul(M=4096, workers="wgmma_ws", block_m=128, warps=8, stages=4, schedule="persistent",
+                             epilogue="pingpong"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="epilogue=pingpong needs schedule=persistent and two consumer warpgroups"):
+        lower(rmsnorm_matmul(M=4096, workers="wgmma_ws", block_m=128, warps=8, fusion="split", epilogue="pingpong"),
+              "convert-tile-to-kernel")
 
 
 def test_staggered_epilogue_errors():

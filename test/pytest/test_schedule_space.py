@@ -47,7 +47,7 @@ SMALL = {
     "block_m": (64, 128), "block_n": (256,), "block_k": (64,), "split_k": (1, 2), "combine": ("kernel", "last_block"),
     "split_tail": (1, 2), "stages": (1, 4), "workers": ("thread", "mma_sync", "wgmma", "wgmma_ws"), "warps": (4, 8),
     "schedule": ("grid", "persistent", "stream_k"), "copy": ("cp_async", "tma"), "cluster": (1, 2), "group_m": (1, 2),
-    "epilogue": ("together", "staggered"), "vector": (8,), "fusion": ("fused", "split"),
+    "epilogue": ("together", "staggered", "pingpong"), "vector": (8,), "fusion": ("fused", "split"),
 }
 
 

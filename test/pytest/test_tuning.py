@@ -85,7 +85,7 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("contraction", SM90)["copy"] == ("cp_async",)
     assert knob_space("contraction", SM90A)["cluster"] == (1, 2)
     assert knob_space("contraction", SM80)["cluster"] == (1,)
-    assert knob_space("contraction", SM90A)["epilogue"] == ("together", "staggered")
+    assert knob_space("contraction", SM90A)["epilogue"] == ("together", "staggered", "pingpong")
     assert knob_space("contraction", SM90)["epilogue"] == ("together",)
     assert knob_space("attention", SM90A)["copy"] == ("cp_async", "tma")
     assert knob_space("attention", SM90)["copy"] == ("cp_async",)
@@ -146,8 +146,10 @@ def test_wgmma_and_mma_sync_shapes():
     assert "wgmma: warps=2 is not a multiple of 4 (whole warpgroups)" in r
     assert "wgmma: block_m=32 is not a multiple of 64" in r
     assert "wgmma: block_m=64 does not give each of the 2 warpgroups 64-row slices (block_m must be a multiple of 128)" in check(
-        info, dict(GOOD, block_m=64, warps=8), SM90A
+        info, dict(GOOD, block_m=64, warps=8, epilogue="together"), SM90A
     )
+    # (checked once the epilogue is known: with epilogue = pingpong each warpgroup takes whole tiles)
+    assert check(info, dict(GOOD, block_m=64, warps=8), SM90A) == []
     assert "wgmma reads its operands from shared memory: stages must be at least 2" in check(info, dict(GOOD, stages=1), SM90A)
     assert any("is not in its domain on sm_90" in x for x in check(info, GOOD, SM90))
     assert warp_grid(64, 64, 4) == (2, 2) and warp_grid(16, 32, 4) == (1, 4) and warp_grid(16, 16, 4) is None
@@ -340,20 +342,20 @@ def test_rules_follow_the_shapes():
     att_d64 = info_of(L.attention(1, 32, 8, 4096, 64))
     d64 = rules.decide(att_d64, SM90A, knob_space_for(att_d64, SM90A))
     assert [d64[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 128, 4, 3, "tma"]
-    # gate and up side by side over a long k (Llama-3.2-1B, Mistral-7B): pairs of blocks share
-    # each B tile, persistent from 4096 rows, one pair per tile below; over Qwen3's K=1024 they
-    # do not pair
+    # gate and up side by side over a long k (Llama-3.2-1B, Mistral-7B): from 4 tiles of 64 x 128
+    # per SM pingpong tiles in persistent blocks, no pairs; below, pairs of blocks share each B
+    # tile (one pair per tile); over Qwen3's K=1024 they do not pair
     g_long = info_of(L.gate_up(4096, 8192, 2048))
     d = rules.decide(g_long, SM90A, knob_space_for(g_long, SM90A))
-    assert (d["schedule"].value, d["cluster"].value, d["copy"].value) == ("persistent", 2, "tma")
-    assert "K=2048" in d["cluster"].reason and "pairs of blocks" in d["schedule"].reason
+    assert (d["schedule"].value, d["cluster"].value, d["copy"].value, d["epilogue"].value) == ("persistent", 1, "tma", "pingpong")
+    assert "pingpong" in d["cluster"].reason
     assert check(g_long, {k: c.value for k, c in d.items()}, SM90A) == []
     g_512 = info_of(L.gate_up(512, 8192, 2048))
     d512 = rules.decide(g_512, SM90A, knob_space_for(g_512, SM90A))
     assert (d512["schedule"].value, d512["cluster"].value) == ("grid", 2)
     g_short = info_of(L.gate_up(4096, 3072, 1024))
     short = rules.decide(g_short, SM90A, knob_space_for(g_short, SM90A))
-    assert (short["schedule"].value, short["cluster"].value) == ("persistent", 1)
+    assert (short["schedule"].value, short["cluster"].value, short["epilogue"].value) == ("persistent", 1, "pingpong")
     red = info_of(L.rmsnorm(512, 1024))
     r = rules.decide(red, SM90, knob_space_for(red, SM90))
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
@@ -454,12 +456,13 @@ def test_group_m_legality_and_rule():
     # row tiles read a quarter of what tiles along n do per wave
     big = info_of(L.gate_up(4096, 14336, 4096))
     d = rules.decide(big, SM90A, knob_space_for(big, SM90A))
-    assert (d["cluster"].value, d["group_m"].value) == (2, 16)
-    assert "instead of 134 MB along n" in d["group_m"].reason and "224 MB" in d["group_m"].reason
+    assert (d["cluster"].value, d["group_m"].value, d["epilogue"].value) == (1, 16, "pingpong")
+    assert "26 MB instead of 225 MB along n" in d["group_m"].reason and "224 MB" in d["group_m"].reason
     assert check(big, {k: c.value for k, c in d.items()}, SM90A) == []
     # at 512 tokens all four row tiles go together, in 128 tiles of 112 columns (3.9 waves;
     # 128 columns would leave the fourth wave 39% full)
-    d512 = rules.decide(info_of(L.gate_up(512, 14336, 4096)), SM90A, knob_space_for(big, SM90A))
+    # (with together's tiles: the rules' own choice there is pingpong tiles, 8 x 112 of 64 x 128)
+    d512 = rules.decide(info_of(L.gate_up(512, 14336, 4096)), SM90A, knob_space_for(big, SM90A), {"epilogue": "together"})
     assert (d512["group_m"].value, d512["block_n"].value) == (4, 112)
     assert "512 tiles of 128x112" in d512["block_n"].reason
     # Qwen3's gate/up: 12 MB of weights stay in L2, tiles go along n
@@ -612,7 +615,7 @@ def test_rules_stagger_the_epilogues_of_persistent_q_k_v_projections():
     assert layer[("rms_norm_qkv_proj", "epilogue")][0] == "staggered"
     assert layer[("rms_norm_gate_up_proj_silu", "schedule")][0] == "persistent"
     value, reason = layer[("rms_norm_gate_up_proj_silu", "epilogue")]
-    assert value == "together" and "gate and up share the tile" in reason
+    assert value == "pingpong" and "each consumer warpgroup multiplies and stores whole tiles in turn" in reason
     assert layer[("down_proj_residual", "epilogue")][0] == "together"
     assert _explained("tools/running_example.py:make", 32768)[("rms_norm_qkv_proj", "epilogue")][0] == "staggered"
     assert _explained("tools/running_example.py:make", 512)[("rms_norm_qkv_proj", "epilogue")][0] == "together"
@@ -636,6 +639,64 @@ def test_rules_give_sibling_contractions_launches_of_their_own_from_four_waves()
     assert _explained("tools/running_example.py:make", 512)[("rms_norm_qkv_proj", "siblings")][0] == "paired"
     layer = _explained("Qwen/Qwen3-Embedding-0.6B", 4096)
     assert not any(knob == "siblings" for _, knob in layer)
+
+
+def test_rules_give_gate_and_up_pingpong_tiles_from_four_tiles_per_sm(tmp_path):
+    """epilogue = pingpong for gate and up side by side: 64 x 128 tiles (one 64 x 256 wgmma per
+    k16 for both), two consumer warpgroups taking them in turn in persistent blocks, the row
+    statistics from a kernel of their own, no clusters; from 4 tiles per SM (Llama-3.2-1B at
+    1100 tokens: 18 x 64 = 1152), not below (512 tokens: 8 x 64 = 512 tiles), and never for
+    the single contractions (o, down, q/k/v)."""
+    from tiny_models import write_real_sized_model
+
+    write_real_sized_model(tmp_path / "llama-3.2-1b", "llama-3.2-1b")
+    layer = _explained(str(tmp_path / "llama-3.2-1b"), 1100)
+    gu = {knob: v for (k, knob), (v, _) in layer.items() if k == "rms_norm_gate_up_proj_silu"}
+    assert {k: gu[k] for k in ("block_m", "block_n", "warps", "schedule", "epilogue", "fusion", "cluster", "split_k")} == {
+        "block_m": 64, "block_n": 128, "warps": 8, "schedule": "persistent", "epilogue": "pingpong",
+        "fusion": "split", "cluster": 1, "split_k": 1,
+    }
+    value, reason = layer[("rms_norm_gate_up_proj_silu", "epilogue")]
+    assert "1152 tiles of 64x128" in reason and "H200: gate/up 6-14% faster" in reason
+    assert all(v != "pingpong" for (k, knob), (v, _) in layer.items() if knob == "epilogue" and k != "rms_norm_gate_up_proj_silu")
+    small = _explained(str(tmp_path / "llama-3.2-1b"), 512)
+    assert small[("rms_norm_gate_up_proj_silu", "epilogue")][0] != "pingpong"
+    # gate and up as a loop example: 4 tiles per SM exactly (528 = 132 x 4: 66 x 8 tiles of 64 x 128)
+    assert rules._pingpong_pays(info_of(L.gate_up(64 * 66, 128 * 8, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
+    assert not rules._pingpong_pays(info_of(L.gate_up(64 * 65, 128 * 8, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
+    assert not rules._pingpong_pays(info_of(L.matmul(8192, 8192, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
+
+
+def test_pingpong_epilogue_legality():
+    info = info_of(L.matmul(4096, 4096, 1024, target="sm_90a"))
+    ok = dict(GOOD, workers="wgmma_ws", schedule="persistent", copy="tma", cluster=1, epilogue="pingpong",
+              block_m=64, block_n=256, warps=8)
+    assert check(info, ok, SM90A) == []
+    assert check(info, dict(ok, block_m=128, block_n=128), SM90A) == []
+    # both warpgroups on each tile need 64 rows each; pingpong's each take whole tiles
+    assert check(info, dict(ok, epilogue="together"), SM90A) == [
+        "wgmma_ws: block_m=64 does not give each of the 2 warpgroups 64-row slices (block_m must be a multiple of 128)"
+    ]
+    # one warpgroup holds the whole tile's accumulators: 128 x 256 / 128 threads = 256 per thread
+    assert check(info, dict(ok, block_m=128), SM90A) == [
+        "registers: block_m=128 x block_n=256 fp32 accumulators over one warpgroup's 128 threads (epilogue=pingpong) "
+        "is 256 per thread, over the 192 that fit in 232 registers"
+    ]
+    assert check(info, dict(ok, schedule="grid"), SM90A) == [
+        "epilogue=pingpong takes turns between tiles of a persistent block: it needs schedule=persistent (schedule=grid)"
+    ]
+    assert "epilogue=pingpong needs two consumer warpgroups (warps=8, not 12)" in check(
+        info, dict(ok, warps=12, block_m=192, block_n=64), SM90A)
+    assert check(info, dict(ok, cluster=2, block_m=128, block_n=128), SM90A)[-1] == (
+        "epilogue=pingpong: each warpgroup takes its own tiles, which a pair of blocks cannot share (cluster=2)"
+    )
+    norm = info_of(L.rmsnorm_matmul(4096, 4096, 1024, target="sm_90a"))
+    assert check(norm, dict(ok, fusion="fused"), SM90A)[-2:] == [
+        "epilogue=pingpong: the row statistics would be summed by both consumer warpgroups over one tile's rows; it needs fusion=split",
+        # (A = norm weight x x, computed: the consumer warpgroups of a tile would rewrite it in place)
+        "epilogue=pingpong: the computed A side is rewritten in the slot by the warpgroups of one tile, which pingpong does not have",
+    ]
+    assert check(info, dict(ok, workers="mma_sync"), SM90)[-1] == "epilogue=pingpong is not in its domain on sm_90: [together]"
 
 
 def test_staggered_epilogue_legality():
