@@ -304,11 +304,16 @@ def _c_workers(knob, info, target, chosen, memo) -> Prefs:
 # epilogue = pingpong for two contractions sharing A (gate and up): each consumer warpgroup
 # multiplies whole 64 x (2 x 128) tiles, one 64 x 256 wgmma per k16, and stores them while the
 # other multiplies its next tile. Measured on the H200 (same run, gate/up alone, CUDA-graph
-# replay, docs/bench/h200-pingpong-2026-12-04.log) against the tiles the layer ran before:
-# Qwen3 at 3000 tokens 80.8 -> 69.3 us, at 4096 99.6 -> 93.6; Llama-3.2-1B at 1100 143.2 ->
-# 122.7, at 2048 232.5 -> 215.5 (cuBLAS 60.8, 80.8, 113.8, 203.8 without the SiLU). The same
-# tiles with both warpgroups on each tile were slower, and single contractions (o, down, q/k/v)
-# in pingpong tiles lost or tied (o and down at 3000 tokens 34-47 us against 23-32).
+# replay, docs/bench/h200-pingpong-{qwen,llama}-proj-2026-12-04.log) against the tiles the layer
+# ran before: Qwen3 at 3000 tokens 80.8 -> 69.3 us, at 4096 99.6 -> 93.6; Llama-3.2-1B at 1100
+# 143.2 -> 122.7, at 2048 232.5 -> 215.5 (cuBLAS 60.8, 80.8, 113.8, 203.8 without the SiLU).
+# Then, with this rule, on a model it was not fitted to (h200-pingpong-mistral-proj-2026-12-04.log):
+# Mistral-7B's gate/up at 512 tokens 209.9 -> 197.1 us, at 4096 1600.2 -> 1488.4 (over pairs of
+# blocks); Llama-3.2-1B's layer at 1100 / 2048 / 4096 tokens 279.6 / 460.0 / 1006.5 -> 270.8 /
+# 450.6 / 957.1 us (torch.compile 285.0 / 507.0 / 1042.6; h200-pingpong-llama-layer-2026-12-04.log).
+# Single contractions (o, down, q/k/v) in pingpong tiles lost or tied (o and down at 3000
+# tokens 34-47 us against 23-32), and wider tiles (128 x 96 per contraction, 192 accumulators a
+# thread) were slower than 64 x 128.
 PINGPONG_TILE = (64, 128)
 PINGPONG_MIN_TILES_PER_SM = 4  # each warpgroup takes at least two tiles (measured from 1100 tokens)
 
