@@ -306,7 +306,8 @@ def _c_workers(knob, info, target, chosen, memo) -> Prefs:
 # other multiplies its next tile. Measured on the H200 (same run, gate/up alone, CUDA-graph
 # replay, docs/bench/h200-pingpong-{qwen,llama}-proj-2026-12-04.log) against the tiles the layer
 # ran before: Qwen3 at 3000 tokens 80.8 -> 69.3 us, at 4096 99.6 -> 93.6; Llama-3.2-1B at 1100
-# 143.2 -> 122.7, at 2048 232.5 -> 215.5 (cuBLAS 60.8, 80.8, 113.8, 203.8 without the SiLU).
+# 143.2 -> 122.7, at 2048 232.5 -> 215.5 (cuBLAS 60.8, 80.8, 113.8, 203.8 without the SiLU;
+# the pingpong tiles in groups of 2 to 32 row tiles: along n they are slow, see _c_group_m).
 # Then, with this rule, on a model it was not fitted to (h200-pingpong-mistral-proj-2026-12-04.log):
 # Mistral-7B's gate/up at 512 tokens 209.9 -> 197.1 us, at 4096 1600.2 -> 1488.4 (over pairs of
 # blocks); Llama-3.2-1B's layer at 1100 / 2048 / 4096 tokens 279.6 / 460.0 / 1006.5 -> 270.8 /
@@ -634,6 +635,17 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     along_n = (c, "tiles along n" if c == 1 else f"tiles along n, clusters of {c} row tiles")
     if mb <= c or int(chosen.get("split_k", 1)) > 1:
         return [along_n] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
+    if _pingpong_tile(info, target, chosen) and int(chosen.get("warps", 0)) == 8:
+        # pingpong tiles (64 rows) want the widest groups, B in L2 or not. Measured on the H200
+        # (same run, gate/up alone, docs/bench/h200-pingpong-group-2026-12-04.log), groups of
+        # 1 / 2 / 4 / 8 / 32 row tiles: Qwen3 at 2048 tokens 61.3 / 50.0 / 49.2 / 48.0 / 46.1 us,
+        # at 3000 87.3 / 70.6 / 68.9 / 68.0 / 66.5, at 4096 116.1 / 94.9 / 93.2 / 92.2 / 89.7;
+        # Llama-3.2-1B at 1100 238.5 / 170.2 / 143.8 / 137.9 / 130.8, at 4096 739.3 / 603.2 /
+        # 491.7 / 464.8 / 450.6
+        widest = sorted(domain, reverse=True)
+        return [(widest[0], f"groups of {widest[0]} row tiles of {bm}: pingpong tiles read the fewest "
+                            "A rows and B columns per wave in the widest groups (H200: 13-82% faster than along n)")] + [
+            (g, f"groups of {g} row tiles") for g in widest[1:]]
     if b_bytes <= target.l2_bytes // 2:
         why = f"{along_n[1]}: B ({b_bytes / MB:.0f} MB) stays in the {target.l2_bytes // MB} MB L2 between waves"
         return [(c, why)] + [(g, f"groups of {g} row tiles") for g in domain if g != c]

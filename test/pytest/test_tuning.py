@@ -455,10 +455,13 @@ def test_group_m_legality_and_rule():
     # Mistral-7B's gate/up at 4096 tokens: 224 MB of weights, far more than L2; groups of 16
     # row tiles read a quarter of what tiles along n do per wave
     big = info_of(L.gate_up(4096, 14336, 4096))
-    d = rules.decide(big, SM90A, knob_space_for(big, SM90A))
-    assert (d["cluster"].value, d["group_m"].value, d["epilogue"].value) == (1, 16, "pingpong")
-    assert "26 MB instead of 225 MB along n" in d["group_m"].reason and "224 MB" in d["group_m"].reason
+    # (with together's tiles; the rules' own choice is pingpong tiles in the widest groups)
+    d = rules.decide(big, SM90A, knob_space_for(big, SM90A), {"epilogue": "together"})
+    assert (d["cluster"].value, d["group_m"].value) == (2, 16)
+    assert "instead of 134 MB along n" in d["group_m"].reason and "224 MB" in d["group_m"].reason
     assert check(big, {k: c.value for k, c in d.items()}, SM90A) == []
+    ping = rules.decide(big, SM90A, knob_space_for(big, SM90A))
+    assert (ping["cluster"].value, ping["group_m"].value, ping["epilogue"].value) == (1, 32, "pingpong")
     # at 512 tokens all four row tiles go together, in 128 tiles of 112 columns (3.9 waves;
     # 128 columns would leave the fourth wave 39% full)
     # (with together's tiles: the rules' own choice there is pingpong tiles, 8 x 112 of 64 x 128)
@@ -467,7 +470,7 @@ def test_group_m_legality_and_rule():
     assert "512 tiles of 128x112" in d512["block_n"].reason
     # Qwen3's gate/up: 12 MB of weights stay in L2, tiles go along n
     qwen = info_of(L.gate_up(4096, 3072, 1024))
-    q = rules.decide(qwen, SM90A, knob_space_for(qwen, SM90A))
+    q = rules.decide(qwen, SM90A, knob_space_for(qwen, SM90A), {"epilogue": "together"})
     assert q["group_m"].value == 1 and "stays in the 60 MB L2" in q["group_m"].reason
     # split k: one row of tiles per split part, no order to choose
     assert rules.decide(info_of(L.matmul(64, 4096, 16384)), SM90A, knob_space_for(info, SM90A))["group_m"].value == 1
@@ -652,10 +655,15 @@ def test_rules_give_gate_and_up_pingpong_tiles_from_four_tiles_per_sm(tmp_path):
     write_real_sized_model(tmp_path / "llama-3.2-1b", "llama-3.2-1b")
     layer = _explained(str(tmp_path / "llama-3.2-1b"), 1100)
     gu = {knob: v for (k, knob), (v, _) in layer.items() if k == "rms_norm_gate_up_proj_silu"}
-    assert {k: gu[k] for k in ("block_m", "block_n", "warps", "schedule", "epilogue", "fusion", "cluster", "split_k")} == {
+    assert {k: gu[k] for k in ("block_m", "block_n", "warps", "schedule", "epilogue", "fusion", "cluster", "split_k", "group_m")} == {
         "block_m": 64, "block_n": 128, "warps": 8, "schedule": "persistent", "epilogue": "pingpong",
-        "fusion": "split", "cluster": 1, "split_k": 1,
+        "fusion": "split", "cluster": 1, "split_k": 1, "group_m": 32,
     }
+    # the widest groups of row tiles, even where the weights fit in L2 (Qwen3's 12 MB)
+    qwen = rules.decide(info_of(L.gate_up(4096, 3072, 1024, target="sm_90a")), SM90A,
+                        knob_space_for(info_of(L.gate_up(4096, 3072, 1024, target="sm_90a")), SM90A))
+    assert (qwen["epilogue"].value, qwen["group_m"].value) == ("pingpong", 32)
+    assert "widest groups" in qwen["group_m"].reason
     value, reason = layer[("rms_norm_gate_up_proj_silu", "epilogue")]
     assert "1152 tiles of 64x128" in reason and "H200: gate/up 6-14% faster" in reason
     assert all(v != "pingpong" for (k, knob), (v, _) in layer.items() if knob == "epilogue" and k != "rms_norm_gate_up_proj_silu")
