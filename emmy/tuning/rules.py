@@ -312,9 +312,9 @@ def _c_workers(knob, info, target, chosen, memo) -> Prefs:
 # Mistral-7B's gate/up at 512 tokens 209.9 -> 197.1 us, at 4096 1600.2 -> 1488.4 (over pairs of
 # blocks); Llama-3.2-1B's layer at 1100 / 2048 / 4096 tokens 279.6 / 460.0 / 1006.5 -> 270.8 /
 # 450.6 / 957.1 us (torch.compile 285.0 / 507.0 / 1042.6; h200-pingpong-llama-layer-2026-12-04.log).
-# Single contractions (o, down, q/k/v) in pingpong tiles lost or tied (o and down at 3000
-# tokens 34-47 us against 23-32), and wider tiles (128 x 96 per contraction, 192 accumulators a
-# thread) were slower than 64 x 128.
+# Single contractions (o, down, q/k/v) in pingpong tiles lost or tied, along n or in groups (o
+# and down at 3000 tokens 34-47 us against 23-32; h200-pingpong-single-2026-12-04.log), and
+# wider tiles (128 x 96 per contraction, 192 accumulators a thread) were slower than 64 x 128.
 PINGPONG_TILE = (64, 128)
 PINGPONG_MIN_TILES_PER_SM = 4  # each warpgroup takes at least two tiles (measured from 1100 tokens)
 

@@ -17,7 +17,7 @@
 // CHECK-NEXT:   copy = #tile.knob<"copy", ["cp_async", "tma"]>,
 // CHECK-NEXT:   cluster = #tile.knob<"cluster", [1, 2]>,
 // CHECK-NEXT:   group_m = #tile.knob<"group_m", [1, 2, 4, 8, 16, 32]>,
-// CHECK-NEXT:   epilogue = #tile.knob<"epilogue", ["together", "staggered"]>,
+// CHECK-NEXT:   epilogue = #tile.knob<"epilogue", ["together", "staggered", "pingpong"]>,
 // CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8]>,
 // CHECK-NEXT:   fusion = #tile.knob<"fusion", ["fused", "split"]>
 // CHECK-NEXT: } ins(%x, %nw, %w : tensor<7x32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>) -> tensor<7x64xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
