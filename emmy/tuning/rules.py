@@ -316,7 +316,11 @@ def _c_workers(knob, info, target, chosen, memo) -> Prefs:
 # and down at 3000 tokens 34-47 us against 23-32; h200-pingpong-single-2026-12-04.log), and
 # wider tiles (128 x 96 per contraction, 192 accumulators a thread) were slower than 64 x 128.
 PINGPONG_TILE = (64, 128)
-PINGPONG_MIN_TILES_PER_SM = 4  # each warpgroup takes at least two tiles (measured from 1100 tokens)
+# Each warpgroup takes at least two tiles. Below, the H200 measured both ways (gate/up alone,
+# pingpong tiles in groups against the rules' tiles then, h200-pingpong-few-tiles-2026-12-04.log):
+# Llama-3.2-1B at 512 tokens (3.9 tiles an SM) 61.8 against 67.3 us, Qwen3 at 1024 (2.9) 26.8
+# against 28.7, but Qwen3 at 1100 (3.3) 33.0 against 31.4 and at 512 (1.5) 18.7 against 15.6.
+PINGPONG_MIN_TILES_PER_SM = 4
 
 
 def _pingpong_pays(info: KernelInfo, target: Target, chosen: Mapping[str, KnobValue]) -> bool:
