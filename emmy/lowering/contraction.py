@@ -36,7 +36,9 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    those values (`RowStats`), so there is no prologue pass (step 1) over the block's rows.
    When A is a plain copy and the statistics read only its tensor (RMSNorm once loop-hoist-params
    folded the norm weight into B), each consumer warpgroup reads its rows of the A tile,
-   read-only, after issuing the step's wgmmas (`a_stats_leaf`, `AStatistics`).
+   read-only, after issuing the step's wgmmas (`a_stats_leaf`, `AStatistics`). With
+   `epilogue = pingpong` (persistent blocks) the two consumer warpgroups do not share a tile:
+   each multiplies and stores whole tiles of its own, taking the block's tiles in turn.
 3. epilogue: the loop body's scalar code after the contractions (row scale, residual add,
    SiLU(gate) * up, ...) on the f32 accumulators, then the bf16 stores, predicated at the
    edges. Tensor-core kernels stage through shared memory first (`staged_epilogue`) so each

@@ -4,7 +4,9 @@
 warpgroup fills the pipeline slots (cp.async, or tensor-map copies with `copy = tma`, multicast
 to a cluster's pair with `cluster = 2`), the consumer warpgroups multiply and free the slots
 through full/empty mbarriers (`specialized_loop`); computed A sides rewritten in place in the A
-slot (`InPlaceA`) or from registers, and the row statistics summed from the staged values.
+slot (`InPlaceA`) or from registers, and the row statistics summed from the staged values. With
+`epilogue = pingpong` the two consumer warpgroups take the persistent block's tiles in turn,
+each a whole tile (see specialized_loop).
 """
 
 from __future__ import annotations
@@ -163,7 +165,17 @@ class WarpSpecializedMixin:
         `origin`: (m0, n0, batch, part, kt0, kt1) of the block's one tile, or None with
         schedule = persistent, where both sides loop over the tiles (tile_loop) and the k-steps
         count on across tiles: the producer stages the next tile's first steps while the
-        consumers run the epilogue of the last one, which then frees its last slot too."""
+        consumers run the epilogue of the last one, which then frees its last slot too.
+
+        With epilogue = pingpong (persistent, two consumer warpgroups) warpgroup w takes every
+        other one of the block's tiles from its w-th (`tile_loop(turn=(w, 2))`, the code emitted
+        once per warpgroup with its own thread index), multiplies the whole tile and stores it
+        through its own staged room (barrier OWN_EPILOGUE_BARRIER + w). Before its k loop it
+        waits for its turn (barrier TURN_BARRIER + w; warpgroup 0's first tile does not wait) and
+        after its last slot wait hands the turn to the other, where a next tile exists: the
+        slots' full barriers are waited on in the order they are filled, so that no parity
+        wait can pass on an older phase, and one warpgroup's epilogue runs beside the other's
+        wgmmas. A slot is then freed by one warpgroup's 128 threads."""
         g = self.g
         S = g.stages
         consumers = g.consumers
