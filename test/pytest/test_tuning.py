@@ -13,7 +13,7 @@ from emmy.dialects.loop import FusedOp, LoadOp
 from emmy.dialects.tile import KernelOp, KnobAttr
 from emmy.ir_io import parse_module, parse_pipeline, run_passes
 from emmy.passes.decide_forks import DecideForksPass, decisions
-from emmy.tuning import rules
+from emmy.tuning import rules, rules_contraction
 from emmy.tuning.knobs import knob_names, knob_space, knob_space_for, tile_at
 from emmy.tuning.legality import check, warp_grid
 from emmy.tuning.pins import Pins, parse_pins, pins_for
@@ -480,13 +480,13 @@ def test_rules_take_three_warpgroup_tiles_only_narrow():
     """Llama-3.2-1B's down projection at 1100 tokens (2048 x 8192 weights): 192 x 96 tiles are 6 x 22
     = 132, one wave without a split k (three consumer warpgroups, measured 62.4 against 79.7 us
     for 128 x 192 split 4 ways); wider 192-row tiles, measured slow, and 192 rows without a
-    producer warpgroup are never proposed (rules._unruled)."""
+    producer warpgroup are never proposed (rules_contraction._unruled)."""
     info = info_of(L.matmul(1100, 2048, 8192))
     got = rules.decide(info, SM90A, knob_space_for(info, SM90A))
     assert [got[k].value for k in ("workers", "block_m", "block_n", "split_k", "warps")] == ["wgmma_ws", 192, 96, 1, 12]
     assert got["warps"].reason.startswith("3 consumer warpgroup(s) for 192x96")
-    assert rules._unruled("wgmma_ws", 192, 128) and rules._unruled("wgmma", 192, 96)
-    assert not rules._unruled("wgmma_ws", 192, 96) and not rules._unruled("wgmma_ws", 128, 256)
+    assert rules_contraction._unruled("wgmma_ws", 192, 128) and rules_contraction._unruled("wgmma", 192, 96)
+    assert not rules_contraction._unruled("wgmma_ws", 192, 96) and not rules_contraction._unruled("wgmma_ws", 128, 256)
 
 
 def test_split_tail_legality_and_rule():
@@ -670,9 +670,9 @@ def test_rules_give_gate_and_up_pingpong_tiles_from_four_tiles_per_sm(tmp_path):
     small = _explained(str(tmp_path / "llama-3.2-1b"), 512)
     assert small[("rms_norm_gate_up_proj_silu", "epilogue")][0] != "pingpong"
     # gate and up as a loop example: 4 tiles per SM exactly (528 = 132 x 4: 66 x 8 tiles of 64 x 128)
-    assert rules._pingpong_pays(info_of(L.gate_up(64 * 66, 128 * 8, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
-    assert not rules._pingpong_pays(info_of(L.gate_up(64 * 65, 128 * 8, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
-    assert not rules._pingpong_pays(info_of(L.matmul(8192, 8192, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
+    assert rules_contraction._pingpong_pays(info_of(L.gate_up(64 * 66, 128 * 8, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
+    assert not rules_contraction._pingpong_pays(info_of(L.gate_up(64 * 65, 128 * 8, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
+    assert not rules_contraction._pingpong_pays(info_of(L.matmul(8192, 8192, 1024, target="sm_90a")), SM90A, {"workers": "wgmma_ws"})
 
 
 def test_pingpong_epilogue_legality():
@@ -902,7 +902,7 @@ def test_attention_prologue_kernel_from_32_keys():
     from test_attention_lowering import attention_ir, parse_kernel
 
     from emmy.analysis.classify import classify
-    from emmy.tuning.rules import SPLIT_ATTENTION_MIN_KEYS, _a_fusion
+    from emmy.tuning.rules_attention import SPLIT_ATTENTION_MIN_KEYS, _a_fusion
 
     assert SPLIT_ATTENTION_MIN_KEYS == 32
     for keys, first in ((16, "fused"), (31, "fused"), (32, "split"), (512, "split")):

@@ -1,0 +1,217 @@
+"""The rules for attention kernels (`emmy.tuning.rules`): the flash kernel's workers (the
+warp-specialized one from 1000 keys of head dim 65-128 on sm_90a), its tiles, warps, stages,
+copies, schedule and where its computed Q and K come from.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from emmy.schedule.attention import computed_operands
+from emmy.tuning.rules_common import Prefs, closest_first, dispatch
+
+
+# From this many keys the warp-specialized flash kernel (wgmma_ws) is the rules' first choice for
+# head dims over 64 up to 128. Measured on the H200, causal attention alone, head dim 128, CUDA-graph
+# replay (docs/bench/h200-attention-ws-2026-12-02.log, h200-attention-32-8-2026-12-02.log): two
+# consumer warpgroups of 64 rows, 2 stages, against the rules' wgmma kernel, in us, 16 / 8 heads:
+# 512 keys 16.4 against 13.7 (slower), 1000: 23.2 / 24.7, 2048: 50.2 / 55.5, 3000: 96.2 / 100.3,
+# 4096: 150.5 / 156.5, 8192: 539.9 / 581.3, 16384: 2071 / 2183; 32 / 8 heads: 512: 18.2 / 16.6,
+# 1000: 36.2 / 37.8, then 2-7% faster up to 16384. At head dim 64 (32 / 8 heads, 1024-8192 keys)
+# two consumers were slower than wgmma but at 8192 (docs/bench/h200-attention-ws-rules-2026-12-02d.log).
+WS_ATTENTION_MIN_KEYS = 1000
+
+
+def _ws_attention(info, target) -> bool:
+    """Whether the rules prefer the warp-specialized flash kernel (WS_ATTENTION_MIN_KEYS)."""
+    return (target.has("wgmma") and 64 < info.head_dim <= 128 and info.seq_kv >= WS_ATTENTION_MIN_KEYS
+            and info.seq_q >= 128)
+
+
+def _a_workers(knob, info, target, chosen, memo) -> Prefs:
+    sq = info.seq_q
+    prefs: Prefs = []
+    if _ws_attention(info, target):
+        prefs.append(("wgmma_ws", f"{info.seq_kv} keys of head dim {info.head_dim}: a producer warpgroup copies K "
+                                  f"and V while two consumer warpgroups take turns (H200: 2-7% faster than wgmma "
+                                  f"from {WS_ATTENTION_MIN_KEYS} keys, slower at 512)"))
+    if target.has("wgmma") and sq >= 64:
+        prefs.append(("wgmma", f"{target.name} has wgmma and {sq} queries fill 64-row tiles"))
+    if target.has("mma_sync"):
+        prefs.append(("mma_sync", "tensor cores through mma.sync, 16 query rows per warp"))
+    prefs.append(("thread", "no tensor-core path fits"))
+    return prefs
+
+
+def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
+    sq, heads = info.seq_q, info.batch
+    if sq <= 16:
+        want, why = 16, f"{sq} queries fit one 16-row tile"
+    elif sq <= 32:
+        want, why = 32, f"{sq} queries fit one 32-row tile"
+    elif chosen.get("workers") == "wgmma_ws":
+        want, why = 128, f"{sq} queries: two consumer warpgroups of 64 rows sharing each key block"
+    elif _wide_wgmma_attention(info, target, chosen):
+        want = 128
+        why = (f"{sq} queries x {heads} heads: {heads * ceil(sq / 128)} tiles of 128, two warpgroups "
+               "sharing each 128-key block copied by tensor maps (H200: faster at 4096 tokens)")
+    else:
+        # H200, Qwen3 attention at 4096 queries with cp.async copies: 64-row tiles (4 warps) 7%
+        # faster than 128-row ones (8 warps); smaller tiles also fill the SMs at shorter sequences
+        want = 64
+        why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 64)} tiles of 64"
+    values = closest_first((16, 32, 64, 128), want)
+    return [(v, why if v == want else f"block_q={v} (the preferred {want} does not fit)") for v in values]
+
+
+def _wide_wgmma_attention(info, target, chosen) -> bool:
+    """128 query rows (two warpgroups) by 128-key blocks: where wgmma runs it, the keys come in
+    whole 128-row blocks (tensor-map copies), and the 128-row tiles still give every SM two.
+    Measured on the H200 (tools/bench.py, Qwen3 layer at T=4096, same run, tensor-map copies):
+    the layer 464.8 us against 475.5 with 64 x 64 tiles (against 483.7 with 128 x 64); the
+    shared memory (Q, 3 stages of K and V: 225 KB) leaves one block per SM. Not for head dims of
+    64 and less, where the softmax of a 128 x 128 block outweighs its two 64-deep products:
+    Llama-3.2-1B's layer at 4096 tokens on the H200 (`--model` with its sizes, same run), the
+    attention alone 300.3 us in 128 x 128 tiles against 266.9 in 64 x 128 and 265.6 in 128 x 64
+    (cuDNN 211); docs/bench/h200-family-llama-3.2-1b-tiles.*. Ragged lengths too (the last key
+    block copied from seq_kv - 128): the attention alone at 3000 tokens, 98.3 us against 107.7 in
+    64 x 64 tiles with tensor maps and 115.8 with cp.async (16 / 8 heads; 32 / 8: 192.1, 207.1,
+    222.1); in the Qwen3 layer at 3000 tokens the attention kernel 100.4 us against 120.3 with
+    the old 64 x 64 cp.async tiles (layer 308.7 against 328.1);
+    docs/bench/h200-attention-ragged-2026-12-01.log and h200-attention-ragged-rules-2026-12-01.log."""
+    return (
+        chosen.get("workers") == "wgmma" and 64 < info.head_dim <= 128 and info.seq_kv >= 128
+        and info.batch * ceil(info.seq_q / 128) >= 2 * target.sms
+    )
+
+
+def _a_block_kv(knob, info, target, chosen, memo) -> Prefs:
+    want = 128 if info.head_dim <= 64 and info.seq_kv >= 128 else 64
+    if chosen.get("block_q") == 128 and _wide_wgmma_attention(info, target, chosen):
+        want = 128
+    if chosen.get("workers") == "wgmma_ws" and chosen.get("block_q") == 128 and info.seq_kv >= 128:
+        # what emmy tune chose for Qwen3's attention (head dim 128) in the layer at 2048, 4096 and
+        # 32768 tokens on the H200 (golden/sm_90a/qwen3-embedding-0.6b.json): 128-key blocks
+        want = 128
+    want = min(want, max(16, 1 << (max(info.seq_kv, 1) - 1).bit_length()))
+    values = closest_first((16, 32, 64, 128), want)
+    return [
+        (v, f"keys in steps of {v} (head dim {info.head_dim}, {info.seq_kv} keys)") for v in values
+    ]
+
+
+def _a_warps(knob, info, target, chosen, memo) -> Prefs:
+    bq = chosen.get("block_q", 64)
+    if chosen.get("workers") in ("wgmma", "wgmma_ws"):
+        want = 4 * max(1, bq // 64)
+        producer = " (and the producer's 4 besides)" if chosen["workers"] == "wgmma_ws" else ""
+        why = f"one {'consumer ' if producer else ''}warpgroup per 64 rows of block_q={bq}{producer}"
+    elif chosen.get("workers") == "mma_sync":
+        want = max(1, min(8, bq // 16))
+        why = f"one warp per 16 rows of block_q={bq}"
+    else:
+        want = 4
+        why = "4 warps"
+    values = closest_first((1, 2, 4, 8), want)
+    return [(v, why if v == want else f"{v} warps (the preferred {want} does not fit)") for v in values]
+
+
+def _a_stages(knob, info, target, chosen, memo) -> Prefs:
+    steps = ceil(info.seq_kv / chosen.get("block_kv", 64))
+    if chosen.get("workers") == "wgmma_ws":
+        # H200, head dim 128: 3 stages within 1-3% of 2 (docs/bench/h200-attention-ws-2026-12-02.log)
+        return [
+            (2, f"{steps} key steps: K and V each double-buffered, the producer one block ahead"),
+            (3, f"{steps} key steps: 3-deep staging of K and V"),
+        ]
+    if chosen.get("workers") == "wgmma" and steps >= 3:
+        # 3 stages: the software-pipelined wgmma loop (softmax of one key block while the
+        # previous block's P x V runs); Qwen3 layer at 4096 tokens on an H200: see
+        # docs/running-and-benchmarking.md
+        return [
+            (3, f"{steps} key steps: 3-deep staging, softmax overlapped with the previous block's P x V"),
+            (2, f"{steps} key steps: 2-deep staging of K and V"),
+            (1, f"{steps} key steps: 1-deep staging of K and V"),
+        ]
+    if chosen.get("workers") == "thread":
+        order = [1, 2, 3]
+    else:
+        order = [2, 3, 1] if steps > 1 else [2, 1, 3]
+    return [(v, f"{steps} key step(s): {v}-deep staging of K and V") for v in order]
+
+
+def _a_copy(knob, info, target, chosen, memo) -> Prefs:
+    # Measured on the H200 (tools/bench.py, Qwen3 layer at T=4096, same run): the attention
+    # kernel with tensor-map K and V copies 209.6 us, with cp.async 250.1 us (ncu showed it
+    # bound by instruction issue: the copies were instructions of every thread). At ragged
+    # lengths (the last key block copied from seq_kv - block_kv), the attention alone in 64 x 64
+    # tiles: 24.8 us against 26.8 at 1000 tokens, 107.7 against 115.8 at 3000 (16 / 8 heads);
+    # docs/bench/h200-attention-ragged-2026-12-01.log.
+    cp = ("cp_async", "K and V rows by 16-byte cp.async from every thread")
+    bkv = chosen.get("block_kv", 64)
+    if chosen.get("workers") == "wgmma_ws":
+        return [("tma", f"K and V blocks of {bkv} rows by tensor-map copies from the producer warpgroup")]
+    if chosen.get("workers") != "wgmma" or chosen.get("stages", 1) < 3 or bkv > info.seq_kv:
+        return [cp]
+    why = (f"K and V blocks of {bkv} rows by tensor-map copies from one thread, the others only "
+           "wait (H200: 16% faster)")
+    return [("tma", why), cp]
+
+
+def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
+    # H200, causal, head dim 128, 1024-8192 tokens, 16 / 8 and 32 / 8 heads: the hardware's
+    # block scheduler hands the next (shorter) query block to whichever SM frees first, and
+    # persistent blocks taking theirs round-robin were 1-14% slower (16 / 8 at 4096 tokens:
+    # 158.5 us against 138.8; docs/bench/h200-attention-fold-persistent-2026-12-03e.log), in
+    # snaking rounds 1-22% (141.5 against 136.2, 512-32768 tokens;
+    # docs/bench/h200-attention-2026-12-03e.log); taking them from a tile counter as they free
+    # up, the next one's Q rows copied during the last, 0-8% slower at 1024-16384 tokens but for
+    # 32 / 8 at 2048 (69.7 against 70.8; h200-attention-persistent-counter-2026-12-03f.log)
+    grid = ("grid", "a block per query block and head: the block scheduler hands out the causal "
+                    "query blocks, longest first, as SMs free up")
+    if chosen.get("workers") != "wgmma_ws":
+        return [("grid", "a block per query block and head")]
+    bq = chosen.get("block_q", 128)
+    tiles = info.batch * ceil(info.seq_q / bq)
+    why = (f"{tiles} query blocks on {min(tiles, target.sms)} blocks taking them from a counter as they free "
+           "up, the next one's Q rows copied during the last")
+    return [grid, ("persistent", why)]
+
+
+SPLIT_ATTENTION_MIN_KEYS = 32  # from here the attention's q/k rows come from a prologue kernel
+
+
+def _a_fusion(knob, info, target, chosen, memo) -> Prefs:
+    # Measured on an H200 (Qwen3 attention, head dim 128): computing the normalized, rotated Q and
+    # K rows inside the flash kernel costs each query block the K rows of every key block it
+    # visits; a prologue kernel computing them once was 1.7x faster at 100 tokens and 2.6x at
+    # 512. At 32 tokens (same run, replays timed round-robin) the layer took 39.4 us split against
+    # 41.1 fused: attention 3.5 + 2.6 us of prologue against 11.5, its 16 blocks of one or two
+    # warps computing every K row themselves. Below 32 keys it was not measured.
+    if not computed_operands(info):
+        return [
+            ("split", "Q, K and V are plain rows: no prologue kernel either way, the same flash kernel"),
+            ("fused", "Q, K and V are plain rows: the same flash kernel"),
+        ]
+    if info.seq_kv >= SPLIT_ATTENTION_MIN_KEYS:
+        return [
+            ("split", f"{info.seq_kv} keys: K rows computed once by a prologue kernel, not per query block"),
+            ("fused", "Q and K computed inside the flash kernel"),
+        ]
+    return [
+        ("fused", f"{info.seq_kv} keys: one kernel, each K row is computed by few query blocks"),
+        ("split", "Q and K computed once by a prologue kernel"),
+    ]
+
+
+ORDER = ("workers", "block_q", "block_kv", "warps", "stages", "copy", "schedule", "fusion")
+PREFS = dispatch({
+    "workers": _a_workers,
+    "block_q": _a_block_q,
+    "block_kv": _a_block_kv,
+    "warps": _a_warps,
+    "stages": _a_stages,
+    "copy": _a_copy,
+    "schedule": _a_schedule,
+    "fusion": _a_fusion,
+})
