@@ -519,7 +519,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     if group_m % cluster:
         raise EmmyError(f"{where}: group_m={group_m} is not a multiple of cluster={cluster}")
     if epilogue in ("staggered", "pingpong"):
-        if not g.get("persistent") or g.get("stream_k") or g.get("groups") != 2 or not g.get("producer"):
+        if not g.get("persistent") or g.get("groups") != 2 or not g.get("producer"):  # (stream_k: below)
             raise EmmyError(
                 f"{where}: epilogue={epilogue} needs schedule=persistent and two consumer warpgroups (warps=8) of workers=wgmma_ws"
             )

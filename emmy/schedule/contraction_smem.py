@@ -170,7 +170,7 @@ def _layout(facts: SmemFacts, s: SmemShape, target: Target, raw, a_source: str, 
         epilogue_off = _round_up(total, 16)
         room = target.smem_per_block - WGMMA_ALIGN - epilogue_off
     width = _epilogue_width(facts, s, room)
-    staged = 0 if width is None else _round_up(_epilogue_bytes(facts, s, width), 16)
+    staged = 0 if width is None else _epilogue_bytes(facts, s, width)
     if s.persistent and width is not None:
         total = epilogue_off + s.epilogue_tiles * staged
     if s.wgmma:
@@ -192,7 +192,7 @@ def _epilogue_width(facts: SmemFacts, s: SmemShape, room: int) -> int | None:
         return None
     width = s.bn
     while width % 8 == 0 and s.bn % width == 0 and (s.bm * width // 8) % s.consumers == 0:
-        if s.epilogue_tiles * _round_up(_epilogue_bytes(facts, s, width), 16) <= room:
+        if s.epilogue_tiles * _epilogue_bytes(facts, s, width) <= room:
             return width
         if not s.wgmma:
             break
@@ -201,11 +201,12 @@ def _epilogue_width(facts: SmemFacts, s: SmemShape, room: int) -> int | None:
 
 
 def _epilogue_bytes(facts: SmemFacts, s: SmemShape, width: int) -> int:
-    """The staged epilogue's tiles, `width` columns: each store's bf16 results, or the f32
-    accumulators of each contraction."""
+    """One staged epilogue tile, `width` columns: each store's bf16 results, or the f32
+    accumulators of each contraction; in 16-byte units (the next tile, with epilogue =
+    pingpong, starts 16-aligned)."""
     if facts.stages_results:
-        return facts.stores * s.bm * (width + RESULT_PAD) * 2
-    return s.nc * s.bm * (width + STAGE_PAD) * 4
+        return _round_up(facts.stores * s.bm * (width + RESULT_PAD) * 2, 16)
+    return _round_up(s.nc * s.bm * (width + STAGE_PAD) * 4, 16)
 
 
 def _round_up(n: int, m: int) -> int:

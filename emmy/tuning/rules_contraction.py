@@ -227,6 +227,12 @@ def _pingpong_tile(info: KernelInfo, target: Target, chosen: Mapping[str, KnobVa
     return _pingpong_pays(info, target, chosen) and (chosen.get("block_m"), chosen.get("block_n")) == PINGPONG_TILE
 
 
+def _pingpong_block(info: KernelInfo, target: Target, chosen: Mapping[str, KnobValue]) -> bool:
+    """The pingpong tile with its two consumer warpgroups chosen (warps = 8): the knobs decided
+    after warps (fusion, schedule, cluster, group_m, epilogue) follow it."""
+    return _pingpong_tile(info, target, chosen) and int(chosen.get("warps", 0)) == 8
+
+
 def _pingpong_why(info: KernelInfo, target: Target) -> str:
     tiles = output_tiles(info, *PINGPONG_TILE)
     return (f"gate and up side by side, {tiles} tiles of {PINGPONG_TILE[0]}x{PINGPONG_TILE[1]}: each consumer "
@@ -363,7 +369,7 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     tiles = output_tiles(info, bm, bn)
     per = ceil(tiles / target.sms)
     persistent = ("persistent", f"{tiles} tiles: one block per SM takes up to {per}")
-    if _pingpong_tile(info, target, chosen) and int(chosen.get("warps", 0)) == 8:
+    if _pingpong_block(info, target, chosen):
         return [("persistent", f"{tiles} tiles: one block per SM takes up to {per}, its two consumer "
                                "warpgroups taking them in turn (epilogue = pingpong)"),
                 ("grid", "one block per output tile")]
@@ -411,7 +417,7 @@ def _c_epilogue(knob, info, target, chosen, memo) -> Prefs:
     # 55.9, the layer's q/k/v at T=4096 50.6 -> 49.1; where two contractions share the tile
     # (gate and up, side by side) it lost: 98.7 -> 118.2 us.
     together = ("together", "both consumer warpgroups store each tile between shared barriers")
-    if _pingpong_tile(info, target, chosen) and int(chosen.get("warps", 0)) == 8:
+    if _pingpong_block(info, target, chosen):
         return [("pingpong", _pingpong_why(info, target)), together]
     persistent_pair = (
         chosen.get("schedule") == "persistent" and chosen.get("workers") == "wgmma_ws"
@@ -491,7 +497,7 @@ def _c_cluster(knob, info, target, chosen, memo) -> Prefs:
         return [(1, "no thread block clusters")]
     one = (1, "no thread block clusters (H200: faster than pairs multicasting B)")
     two = (2, "pairs of blocks along m share each B tile (multicast tensor-map copies)")
-    if _pingpong_tile(info, target, chosen) and int(chosen.get("warps", 0)) == 8:
+    if _pingpong_block(info, target, chosen):
         return [(1, "no thread block clusters: pingpong's warpgroups each take tiles of their own"), two]
     if _pairs_pay(info, chosen):
         why = (f"gate and up side by side over K={info.K}: pairs of blocks along m share each B tile "
@@ -521,7 +527,7 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     along_n = (c, "tiles along n" if c == 1 else f"tiles along n, clusters of {c} row tiles")
     if mb <= c or int(chosen.get("split_k", 1)) > 1:
         return [along_n] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
-    if _pingpong_tile(info, target, chosen) and int(chosen.get("warps", 0)) == 8:
+    if _pingpong_block(info, target, chosen):
         # pingpong tiles (64 rows) want the widest groups, B in L2 or not. Measured on the H200
         # (same run, gate/up alone, docs/bench/h200-pingpong-group-2026-12-04.log), groups of
         # 1 / 2 / 4 / 8 / 32 row tiles: Qwen3 at 2048 tokens 61.3 / 50.0 / 49.2 / 48.0 / 46.1 us,
@@ -637,7 +643,7 @@ PERSISTENT_SPLIT_MIN_ROWS = 1024
 
 
 def _c_fusion(knob, info, target, chosen, memo) -> Prefs:
-    if info.prologue and _pingpong_tile(info, target, chosen) and int(chosen.get("warps", 0)) == 8:
+    if info.prologue and _pingpong_block(info, target, chosen):
         return [("split", "the row statistics in a kernel of their own: pingpong's warpgroups each take whole tiles"),
                 ("fused", "the row statistics are computed from the rows each block loads anyway")]
     if info.prologue and chosen.get("workers") == "wgmma_ws" and info.M >= SPLIT_STATS_MIN_ROWS:

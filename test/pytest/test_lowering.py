@@ -534,6 +534,10 @@ def test_pingpong_epilogue_errors():
     with pytest.raises(EmmyError, match="epilogue=pingpong needs schedule=persistent and two consumer warpgroups"):
         lower(rmsnorm_matmul(M=4096, workers="wgmma_ws", block_m=128, warps=8, fusion="split", epilogue="pingpong"),
               "convert-tile-to-kernel")
+    # stream-K's shared tiles have one epilogue for both warpgroups, like any epilogue but together
+    with pytest.raises(EmmyError, match="schedule=stream_k needs cluster=1, group_m=1 and epilogue=together"):
+        lower(gate_up(M=4096, N=512, K=256, workers="wgmma_ws", block_m=128, block_n=64, warps=8, stages=4,
+                      schedule="stream_k", epilogue="pingpong"), "convert-tile-to-kernel")
 
 
 def test_staggered_epilogue_errors():
