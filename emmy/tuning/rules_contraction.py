@@ -208,18 +208,19 @@ PINGPONG_MIN_TILES_PER_SM = 4
 def _pingpong_pays(info: KernelInfo, target: Target, chosen: Mapping[str, KnobValue]) -> bool:
     """Whether the rules give a contraction pingpong tiles (PINGPONG_TILE, warps = 8, epilogue
     = pingpong, persistent blocks): gate and up side by side on sm_90a's wgmma_ws, enough tiles
-    that every block takes several, A copied as it is and no tensor read in the epilogue."""
+    that every block takes several, no tensor read in the epilogue, and the pingpong block legal
+    with what is chosen or pinned already (legality says what pingpong needs: A copied as it
+    is, split statistics, no pairs, ...)."""
     bm, bn = PINGPONG_TILE
-    return (
+    if not (
         target.has("wgmma") and chosen.get("workers") == "wgmma_ws" and info.n_contractions == 2
         and not info.epilogue_loads and not info.a_reads_prologue and info.batch == 1
-        and not any(full for _, full in info.raw_a_loads)
         and output_tiles(info, bm, bn) >= PINGPONG_MIN_TILES_PER_SM * target.sms
-        and int(chosen.get("split_k", 1)) == 1
-        # (nothing fixed, pinned say, that rules the pingpong block out)
-        and chosen.get("epilogue", "pingpong") == "pingpong" and int(chosen.get("warps", 8)) == 8
-        and chosen.get("schedule", "persistent") == "persistent" and int(chosen.get("cluster", 1)) == 1
-    )
+    ):
+        return False
+    block = {"block_m": bm, "block_n": bn, "warps": 8, "split_k": 1, "schedule": "persistent", "cluster": 1,
+             "epilogue": "pingpong", **({"fusion": "split"} if info.prologue else {})}
+    return not check(info, {**block, **chosen}, target)
 
 
 def _pingpong_tile(info: KernelInfo, target: Target, chosen: Mapping[str, KnobValue]) -> bool:
