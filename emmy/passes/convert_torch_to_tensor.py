@@ -593,7 +593,9 @@ class LowerSlice(TorchLowering):
 class LowerCat(TorchLowering):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: P.CatOp, rewriter: PatternRewriter):
-        xs = list(op.xs)
+        # an operand with no extent along the axis adds nothing (Phi-3 concatenates the rotated
+        # part of a head with the part rotary leaves, which is empty when rotary takes all of it)
+        xs = [x for x in op.xs if _shape(x)[op.dim.value.data] > 0] or [op.xs[0]]
         if len(xs) == 1:
             rewriter.replace(op, [], [xs[0]])
             return
@@ -654,6 +656,7 @@ class ConvertTorchToTensorPass(ModulePass):
         PatternRewriteWalker(
             GreedyRewritePatternApplier(patterns, dce_enabled=False), apply_recursively=False
         ).rewrite_module(op)
+        _erase_unused_empty(op)
         for left in op.walk():
             if left.name.startswith("torch."):
                 where = left.parent_op()
@@ -662,3 +665,22 @@ class ConvertTorchToTensorPass(ModulePass):
                     f"convert-torch-to-tensor: no lowering for '{left.name}'{fn} "
                     f"(stage torch->tensor)"
                 )
+            empty = [r for r in left.results if isinstance(r.type, TensorType) and 0 in r.type.get_shape()]
+            if empty:
+                where = left.parent_op()
+                fn = f" in @{where.sym_name.data}" if isinstance(where, func.FuncOp) else ""
+                raise EmmyError(
+                    f"convert-torch-to-tensor: '{left.name}'{fn} makes an empty tensor ({empty[0].type}) that "
+                    f"is used; empty tensors are supported only as operands of a concatenation (stage torch->tensor)"
+                )
+
+
+def _erase_unused_empty(module: builtin.ModuleOp) -> None:
+    """Erase tensor ops whose results hold no elements and are no longer used (the slices that fed
+    a concatenation's empty operands), last first so that their empty operands go too."""
+    for op in reversed(list(module.walk())):
+        if not op.name.startswith("tensor.") or any(r.uses for r in op.results):
+            continue
+        if any(isinstance(r.type, TensorType) and 0 in r.type.get_shape() for r in op.results):
+            op.detach()
+            op.erase()

@@ -281,3 +281,30 @@ def test_a_tile_stage_module_is_not_at_the_loop_stage(capsys):
     err = _error(capsys, run_opt, [str(INPUTS / "torch-running-example.mlir"), "-p", spec + ",convert-loop-to-tile"])
     assert "error: convert-loop-to-tile: the input is at the tile stage (tile.kernel in @" in err
     assert "convert-loop-to-tile converts a module at the loop stage" in err
+
+
+# ------------------------------------------------------------------------------ empty tensors
+EMPTY = """
+import torch
+from torch import nn
+
+class {name}(nn.Module):
+    def forward(self, x):
+        rest = x[..., 8:]          # no columns: rotary took them all (as in Phi-3)
+        return {body}
+
+def make():
+    return {name}(), (torch.randn(4, 8),)
+"""
+
+
+def test_an_empty_slice_concatenated_is_dropped(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(EMPTY.format(name="Rest", body="torch.cat([-x, rest], dim=-1)"))
+    assert run(["run", f"{tmp_path}/m.py:make", "--backend", "interpret", "--check"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("ok: relative error 0.000e+00")
+
+
+def test_an_empty_tensor_used_elsewhere(tmp_path, capsys):
+    (tmp_path / "m.py").write_text(EMPTY.format(name="Used", body="x * 2, rest + 1"))
+    err = _error(capsys, run, ["compile", f"{tmp_path}/m.py:make"])
+    assert "convert-torch-to-tensor: 'tensor." in err and "makes an empty tensor (tensor<4x0xf32>) that is used" in err

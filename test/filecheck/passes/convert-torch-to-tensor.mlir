@@ -344,3 +344,18 @@ func.func @matmul(%a: tensor<2x4x8xbf16>, %b: tensor<1x8x5xbf16>) -> tensor<2x4x
 // CHECK-NEXT:    %[[B:.*]] = tensor.broadcast %b {dims = array<i64: 0, 1, 2>, emmy.origin = "matmul"} : tensor<1x8x5xbf16> -> tensor<2x8x5xbf16>
 // CHECK-NEXT:    %r = tensor.matmul %a, %[[B]] {emmy.origin = "matmul"} : (tensor<2x4x8xbf16>, tensor<2x8x5xbf16>) -> tensor<2x4x5xbf16>
 // CHECK-NEXT:    func.return %r
+
+// -----
+
+// An empty slice concatenated to a tensor adds nothing (Phi-3 rotates all of a head and
+// concatenates the empty rest): the concatenation is its other operand and the slice is erased.
+func.func @empty_cat(%x: tensor<1x2x4x8xbf16>) -> tensor<1x2x4x8xbf16> {
+  %rest = torch.slice %x {dim = 3 : i64, start = 8 : i64, end = 8 : i64, step = 1 : i64} : (tensor<1x2x4x8xbf16>) -> tensor<1x2x4x0xbf16>
+  %n = torch.neg %x : (tensor<1x2x4x8xbf16>) -> tensor<1x2x4x8xbf16>
+  %c = torch.cat %n, %rest {dim = 3 : i64} : (tensor<1x2x4x8xbf16>, tensor<1x2x4x0xbf16>) -> tensor<1x2x4x8xbf16>
+  func.return %c : tensor<1x2x4x8xbf16>
+}
+
+// CHECK-LABEL: func.func @empty_cat
+// CHECK-NEXT:    %n = tensor.neg %x {emmy.origin = "neg"} : tensor<1x2x4x8xbf16>
+// CHECK-NEXT:    func.return %n
