@@ -16,7 +16,10 @@ names). Rules (pattern `InlineProducer`, on the consumer):
   consumer does not reduce over any axis its (long) reductions' results map to: prologues
   (RMSNorm's sum of squares into the q/k/v matmul) and epilogues (a matmul into its residual
   add; the gate/up matmul into the SiLU*up product, which reads it at two column offsets and
-  so holds two contractions). A layout-only consumer that feeds other loops does not absorb a
+  so holds two contractions), but a projection is not inlined into a consumer that already
+  contracts against weights when the consumer would read it outside its reductions (two contractions
+  side by side: Phi-2's attention output projection and fc2 added to the residual in one
+  expression). A layout-only consumer that feeds other loops does not absorb a
   reducing producer (it is dissolved into its own consumers instead);
 - (c) a producer whose reductions are all short (product of reduced extents along any nesting
   <= 256) and read no model parameter is inlined into any consumer, even one reducing over its parallel axes (QK^T over
@@ -437,7 +440,28 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
         return False
     if layout_between:
         return False
+    if st.cached(_second_contraction, producer, consumer):
+        return False
     return st.cached(st.keeps_parallel, producer, consumer)
+
+
+def _second_contraction(producer: FusedOp, consumer: FusedOp) -> bool:
+    """Rule (b)'s limit: a kernel holds one contraction against weights and its epilogue. A
+    projection whose long reductions the consumer would read outside any reduction of its own
+    (as an epilogue) is not inlined into a consumer that already contracts against weights:
+    Phi-2 adds the attention's output projection and the MLP's fc2, two contractions over
+    different rows and k, to the residual in one expression, and one loop holding both is no
+    contraction kernel.
+    (Gate and up are one merged contraction read at two column offsets; a row prologue such as
+    RMSNorm's sum of squares is read inside the consumer's contraction.)"""
+    if not (reduces_weights(producer) and provably_reduces_weights(consumer)):
+        return False  # attention's softmax statistics go into its P.V as they always did
+    pdom = Domains(producer)
+    for n, result in enumerate(producer.results):
+        sites = loads_of(consumer, result)
+        if sites and heavy_reduce_domains(producer, n, pdom) and any(not reduced_around(ld) for ld in sites):
+            return True
+    return False
 
 
 def _keeps_parallel(producer: FusedOp, consumer: FusedOp, limit: int = SHORT_REDUCTION) -> bool:

@@ -11,7 +11,7 @@ import pytest
 
 from emmy.cli.main import run
 from emmy.diagnostics import EmmyError
-from tiny_models import FAMILIES, REAL, write_real_sized_model, write_tiny_model
+from tiny_models import FAMILIES, OTHER_FAMILIES, REAL, write_real_sized_model, write_tiny_model
 
 HERE = Path(__file__).resolve().parent
 BLOCK = str(HERE / "models" / "mlp_block.py") + ":make"
@@ -23,6 +23,14 @@ def tiny_model(request, tmp_path) -> str:
 
 def test_layer_of_each_family_matches_pytorch(tiny_model, capsys):
     assert run(["run", tiny_model, "--layer", "1", "--tokens", "9", "--backend", "interpret", "--check",
+                "--tolerance", "5e-3"]) == 0
+    assert "relative error" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family", sorted(OTHER_FAMILIES))
+def test_layer_of_other_families_matches_pytorch(family, tmp_path, capsys):
+    model = write_tiny_model(tmp_path / family, family)
+    assert run(["run", model, "--layer", "0", "--tokens", "9", "--backend", "interpret", "--check",
                 "--tolerance", "5e-3"]) == 0
     assert "relative error" in capsys.readouterr().out
 

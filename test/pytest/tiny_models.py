@@ -19,11 +19,30 @@ FAMILIES = {
     "qwen3": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "head_dim": 32},
 }
 
+# Decoder layers of other families, tiny: fused q/k/v and gate/up weights with rotary over the
+# whole head (Phi-3: an empty part left to concatenate), a parallel attention and MLP added to
+# the residual in one expression with partial rotary, LayerNorm and GELU (Phi-2), Gemma's
+# (1 + w) RMSNorm and GELU MLP with one key/value head, StableLM's partial rotary with biases,
+# OLMo-2's norms after each block and over whole projections, Granite's multipliers.
+OTHER_FAMILIES = {
+    "phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "num_key_value_heads": 3,
+             "original_max_position_embeddings": 512, "pad_token_id": 0},
+    "phi": {"model_type": "phi", "architectures": ["PhiForCausalLM"], "num_key_value_heads": 3,
+            "partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5, "hidden_act": "gelu_new"},
+    "gemma": {"model_type": "gemma", "architectures": ["GemmaForCausalLM"], "head_dim": 32,
+              "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh"},
+    "stablelm": {"model_type": "stablelm", "architectures": ["StableLmForCausalLM"], "partial_rotary_factor": 0.25,
+                 "layer_norm_eps": 1e-5, "use_qkv_bias": True},
+    "olmo2": {"model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"], "num_key_value_heads": 3},
+    "granite": {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "embedding_multiplier": 12.0,
+                "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "logits_scaling": 8.0},
+}
+
 
 def write_tiny_model(directory: Path, family: str = "qwen3") -> str:
     """Create `directory` holding the tiny model of `family` (its config.json); returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps({**TINY, **FAMILIES[family]}))
+    (directory / "config.json").write_text(json.dumps({**TINY, **{**FAMILIES, **OTHER_FAMILIES}[family]}))
     return str(directory)
 
 # One decoder layer at the sizes of released models of each family (random weights): head dims
