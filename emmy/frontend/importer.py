@@ -455,6 +455,16 @@ def _cat(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [b.add(T.CatOp(xs, dim))]
 
 
+def _stack(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    """`stack(xs, dim)`: each input viewed with a new axis of extent 1 at dim, then concatenated
+    along it (Cohere's rotary interleaves its halves this way)."""
+    xs = [b.value(v) for v in _arg(node, 0, "tensors")]
+    shape = list(T.shape_of(xs[0]))
+    dim = _dim(int(_arg(node, 1, "dim", 0)), len(shape) + 1)
+    views = [b.add(T.ViewOp(x, tuple(shape[:dim] + [1] + shape[dim:]))) for x in xs]
+    return [views[0] if len(views) == 1 else b.add(T.CatOp(views, dim))]
+
+
 def _embedding(b: _Builder, node: Node) -> Sequence[SSAValue]:
     ids, weight = b.value(node.args[0]), b.value(_arg(node, 1, "weight"))
     if _arg(node, 3, "max_norm") is not None:
@@ -548,6 +558,7 @@ OP_TABLE: dict[str, Builder] = {
     "aten.split": _chunk,
     "aten.concat": _cat,
     "aten.concatenate": _cat,
+    "aten.stack": _stack,
     "aten.embedding": _embedding,
     "aten.contiguous": _identity,
     "aten.clone": _identity,

@@ -459,7 +459,8 @@ def _second_contraction(producer: FusedOp, consumer: FusedOp) -> bool:
     pdom = Domains(producer)
     for n, result in enumerate(producer.results):
         sites = loads_of(consumer, result)
-        if sites and heavy_reduce_domains(producer, n, pdom) and any(not reduced_around(ld) for ld in sites):
+        # a contraction against weights counts as long whatever its extent (FuseState.keeps_parallel)
+        if sites and heavy_reduce_domains(producer, n, pdom, 0) and any(not reduced_around(ld) for ld in sites):
             return True
     return False
 

@@ -242,8 +242,10 @@ def row_stride(load: LoadOp, row: str, col: str, dom: Domains) -> int | None:
 def _producer(
     name: str, value: SSAValue, row: str, col: str, dom: Domains, same: _Same, axes: Mapping[str, int], kname: str
 ) -> Producer:
-    x = _strip(value)
-    if not isinstance(x.type, BFloat16Type) or not isinstance(value.owner, arith.ExtFOp):
+    # the widened value itself is bf16 (Cohere computes its rotary in f32 and rounds it to bf16:
+    # extf(truncf(...)), which is as good an operand as bf16 arithmetic)
+    x = value.owner.operands[0] if isinstance(value.owner, arith.ExtFOp) else value
+    if not isinstance(x.type, BFloat16Type):
         raise _err(kname, f"{name.upper()} must be a bf16 value widened to f32 (tensor cores take bf16 operands)")
     direct = direct_load(value, row, col, dom)
     if direct is not None:

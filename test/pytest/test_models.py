@@ -4,6 +4,7 @@ every stage, and their interpreted results match PyTorch."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -33,6 +34,14 @@ def test_layer_of_other_families_matches_pytorch(family, tmp_path, capsys):
     assert run(["run", model, "--layer", "0", "--tokens", "9", "--backend", "interpret", "--check",
                 "--tolerance", "5e-3"]) == 0
     assert "relative error" in capsys.readouterr().out
+
+
+def test_rotary_rounded_from_f32_is_a_flash_operand(tmp_path, capsys):
+    """Cohere rounds its f32 rotary to bf16 before the attention (extf(truncf(...))): a bf16
+    operand of the flash kernel like any other (it was refused as not bf16)."""
+    model = write_tiny_model(tmp_path / "cohere", "cohere")
+    assert run(["compile", model, "--layer", "0", "--tokens", "300", "--target", "sm_90a"]) == 0
+    assert re.search(r"\n  attention +grid", capsys.readouterr().out)
 
 
 def test_whole_model_embedding_matches_pytorch(tiny_model, capsys):

@@ -23,7 +23,8 @@ FAMILIES = {
 # whole head (Phi-3: an empty part left to concatenate), a parallel attention and MLP added to
 # the residual in one expression with partial rotary, LayerNorm and GELU (Phi-2), Gemma's
 # (1 + w) RMSNorm and GELU MLP with one key/value head, StableLM's partial rotary with biases,
-# OLMo-2's norms after each block and over whole projections, Granite's multipliers.
+# OLMo-2's norms after each block and over whole projections, Granite's multipliers, Cohere's
+# interleaved rotary (a stack) computed in f32 and rounded to bf16 before the attention.
 OTHER_FAMILIES = {
     "phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "num_key_value_heads": 3,
              "original_max_position_embeddings": 512, "pad_token_id": 0},
@@ -36,6 +37,8 @@ OTHER_FAMILIES = {
     "olmo2": {"model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"], "num_key_value_heads": 3},
     "granite": {"model_type": "granite", "architectures": ["GraniteForCausalLM"], "embedding_multiplier": 12.0,
                 "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "logits_scaling": 8.0},
+    "cohere": {"model_type": "cohere", "architectures": ["CohereForCausalLM"], "head_dim": 32, "layer_norm_eps": 1e-5,
+               "logit_scale": 0.0625, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
 }
 
 
