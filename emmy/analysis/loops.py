@@ -256,8 +256,19 @@ def _contracts_weights(loop: FusedOp, unknown: bool) -> bool:
     is_weight = _weight_loads(loop)
     if is_weight is None:
         return False
-    # (reduced axes around it, axes it reads, whether it reads a weight) of every load, once
-    loads = [(reduced_around(op), load_axes(op), is_weight(op)) for op in loop.walk() if isinstance(op, LoadOp)]
+    # (reduced axes around it, axes it reads, whether it reads a weight) of every load, once.
+    # An index that is not affine reads the axes its value depends on: rotate_half's partner
+    # inside a partial rotary ((d + 8) % 16, a bias read there is no projection, and the scores
+    # fuse into attention), gate and up weights concatenated (W[n % 8192, k] is a projection).
+    dom = Domains(loop)
+
+    def axes_of(load: LoadOp) -> frozenset[str] | None:
+        axes = load_axes(load)
+        if axes is None:
+            axes = frozenset().union(*(dom.of(i) for i in load.indices))
+        return axes
+
+    loads = [(reduced_around(op), axes_of(op), is_weight(op)) for op in loop.walk() if isinstance(op, LoadOp)]
     for reduced, axes, weight in loads:
         if not reduced or not weight:
             continue

@@ -105,6 +105,7 @@ from emmy.analysis.loops import (
     short_limit,
     stores_of,
     users,
+    weight_derived,
 )
 from emmy.dialects.loop import AxesAttr, AxisOp, FusedOp, LoadOp, ReduceOp, StoreOp, YieldOp
 from emmy.dialects.loop_canonicalization import CleanLoops, drop_unused_inputs, loop_canonicalization_patterns
@@ -422,7 +423,7 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
     if not st.cached(one_plain_store_each, producer):
         return False
     if st.cached(is_elementwise, producer):  # rule (a)
-        return not is_anchor(producer, st)
+        return not is_anchor(producer, st) and not st.cached(_operand_of_two_tensors, producer, consumer)
     layout_between = (
         st.cached(is_elementwise, consumer)
         and st.cached(is_layout_only, consumer)
@@ -443,6 +444,36 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
     if st.cached(_second_contraction, producer, consumer):
         return False
     return st.cached(st.keeps_parallel, producer, consumer)
+
+
+def _operand_of_two_tensors(producer: FusedOp, consumer: FusedOp) -> bool:
+    """Rule (a)'s limit: an elementwise loop that reads two or more whole activation tensors is
+    not inlined into a contraction against weights that reads it inside its sum (as A). There
+    it would be computed again for every column tile, by the threads that stage A: OLMo-2's
+    residual add after its post-attention norm (x + norm(o) * w) as gate/up's A took 915 us at
+    1000 tokens against cuBLAS's 100 for the product alone; Cohere's silu(gate) * up as down's A
+    (its gate and up share one product with q/k/v, so no epilogue computes it) made down no
+    contraction at all. Kept as a loop of its own it is written once and read as plain rows. A
+    row statistic (RMSNorm's 1 / rms, one value per row) or a weight vector is no whole tensor:
+    RMSNorm's x * rstd * w still becomes the projection's prologue."""
+    if not provably_reduces_weights(consumer):
+        return False
+    if not any(reduced_around(ld) for r in producer.results for ld in loads_of(consumer, r)):
+        return False
+    dom = Domains(producer)
+    whole = dom.mask_of(dom.axes)
+    reads = 0
+    for op in producer.walk():
+        if isinstance(op, LoadOp) and not weight_derived(producer.inputs[op.tensor.index]):
+            reads += _load_mask(op, dom) == whole
+    return reads >= 2
+
+
+def _load_mask(load: LoadOp, dom: Domains) -> int:
+    m = 0
+    for i in load.indices:
+        m |= dom.mask(i)
+    return m
 
 
 def _second_contraction(producer: FusedOp, consumer: FusedOp) -> bool:
