@@ -446,6 +446,23 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
     return st.cached(st.keeps_parallel, producer, consumer)
 
 
+def _contraction_shapes(loop: FusedOp) -> set[tuple[tuple[int, ...], frozenset[SSAValue]]]:
+    """(reduced extents, the activations it reads) of each top-level sum of `loop` that reads
+    a weight: two contractions with the same are one A against two weights (the pair the
+    contraction kernel computes side by side)."""
+    extents = loop.extents
+    out = set()
+    for r in loop.block.ops:
+        if not isinstance(r, ReduceOp):
+            continue
+        reads = [ld.tensor for ld in r.walk() if isinstance(ld, LoadOp) and isinstance(ld.tensor, BlockArgument)]
+        values = [loop.inputs[a.index] for a in reads]
+        if any(weight_derived(v) for v in values):
+            acts = frozenset(v for v in values if not weight_derived(v))
+            out.add((tuple(extents[a] for a in r.axis_names), acts))
+    return out
+
+
 def _operand_of_two_tensors(producer: FusedOp, consumer: FusedOp) -> bool:
     """Rule (a)'s limit: an elementwise loop that reads two or more whole activation tensors is
     not inlined into a contraction against weights that reads it inside its sum (as A). There
@@ -487,6 +504,8 @@ def _second_contraction(producer: FusedOp, consumer: FusedOp) -> bool:
     RMSNorm's sum of squares is read inside the consumer's contraction.)"""
     if not (reduces_weights(producer) and provably_reduces_weights(consumer)):
         return False  # attention's softmax statistics go into its P.V as they always did
+    if _contraction_shapes(producer) & _contraction_shapes(consumer):
+        return False  # gate and up apart (siblings not merged): one A, one k, two weights
     pdom = Domains(producer)
     for n, result in enumerate(producer.results):
         sites = loads_of(consumer, result)
