@@ -82,7 +82,7 @@ from emmy.analysis.classify import KernelInfo
 from emmy.analysis.indexing import constant_int
 from emmy.diagnostics import EmmyError
 from emmy.lowering import Built, In, Launch, LaunchArg, Tmp
-from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args
+from emmy.lowering.common import bind_pointers, decompose, io_args, kernel_ident
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
@@ -275,7 +275,7 @@ def _flash_func(
         names = names + ["tile_counter"]
     smem = sched.smem_bytes
     kb = KB.new_func(
-        c_ident(plan.name), types, grid=sched.grid, block=(sched.threads, 1, 1),
+        kernel_ident(plan.name), types, grid=sched.grid, block=(sched.threads, 1, 1),
         smem=smem, min_blocks=1, arg_names=names,
     )
     ptrs, outs = bind_pointers(kb, kernel_op)
@@ -478,7 +478,7 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionBody, sc
     types, names, refs = io_args(kernel_op)
     per_block = PREP_WARPS * PREP_ROWS
     kb = KB.new_func(
-        c_ident(plan.name) + "_prep",
+        kernel_ident(plan.name) + "_prep",
         types + [K.PtrType(BFloat16Type())] * len(todo),
         grid=sched.prep,
         block=(32 * PREP_WARPS, 1, 1),

@@ -14,11 +14,25 @@ from emmy.lowering.kb import KB
 from emmy.dialects import kernel as K
 
 _IDENT = re.compile(r"[^A-Za-z0-9_]")
+# Names a kernel must not take: C and CUDA functions the generated source can see (a loop named
+# after its one op, `abs`, declared abs a second time with "C" linkage), and C++ keywords.
+_TAKEN = frozenset(
+    "abs fabs min max exp exp2 log log2 sqrt rsqrt sin cos tan tanh erf pow floor ceil round trunc "
+    "signbit isnan isinf fma fmin fmax div mod sum clamp select printf malloc free assert "
+    "auto char const default delete do double float for if int long new operator return short "
+    "signed sizeof static struct switch template this typedef union unsigned void volatile while".split()
+)
 
 
 def c_ident(name: str) -> str:
     s = _IDENT.sub("_", name).strip("_") or "k"
     return s if not s[0].isdigit() else "k" + s
+
+
+def kernel_ident(name: str) -> str:
+    """A kernel's C name: `c_ident`, with `_k` after a name the source already uses."""
+    s = c_ident(name)
+    return s + "_k" if s in _TAKEN else s
 
 
 def io_args(op: Operation) -> tuple[list[Attribute], list[str], list[In | Out]]:

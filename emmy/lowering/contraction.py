@@ -84,7 +84,7 @@ from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.loop import StoreOp
 from emmy.lowering import Built, In, Launch, Out, Peer, Tmp
-from emmy.lowering.common import c_ident, decompose, io_args
+from emmy.lowering.common import decompose, io_args, kernel_ident
 from emmy.lowering.kb import KB
 from emmy.lowering.reduction import reduce_rows
 from emmy.lowering.scalar import BodyEmitter
@@ -113,7 +113,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         self.info = info
         self.g = plan
         self.target = plan.target
-        self.name = c_ident(op.properties["sym_name"].data) + plan.suffix
+        self.name = kernel_ident(op.properties["sym_name"].data) + plan.suffix
         # tiles lo <= t < hi of the order along n (split_tail's two launches), or every tile
         self.tile_range = plan.tile_range
         self.ext: dict[str, int] = dict(info.axes)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 
 from emmy.lowering import Built, Launch
-from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args
+from emmy.lowering.common import bind_pointers, decompose, io_args, kernel_ident
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
 from emmy.dialects.loop import StoreOp
@@ -46,7 +46,7 @@ def _store_pos(info, dom, axis: str) -> tuple[int, int]:
 
 def build(op, info, plan: ElementwisePlan) -> Built:
     """The kernel of an elementwise `tile.kernel` as its plan says."""
-    name = c_ident(op.properties["sym_name"].data)
+    name = kernel_ident(op.properties["sym_name"].data)
     threads, items, V, vaxis, slots, blocks = plan.threads, plan.items, plan.vector, plan.vector_axis, plan.slots, plan.blocks
     axes = axis_order(op, info)
     virt = dict(info.axes)

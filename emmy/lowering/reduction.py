@@ -22,7 +22,7 @@ from math import prod
 from xdsl.dialects.builtin import f32
 
 from emmy.lowering import Built, Launch
-from emmy.lowering.common import bind_pointers, c_ident, decompose, io_args
+from emmy.lowering.common import bind_pointers, decompose, io_args, kernel_ident
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope
 from emmy.dialects.loop import ReduceOp, StoreOp
@@ -95,7 +95,7 @@ def reduce_rows(
 
 def build(op, info, plan: ReductionPlan) -> Built:
     """The kernel of a reduction `tile.kernel` as its plan says."""
-    name = c_ident(op.properties["sym_name"].data)
+    name = kernel_ident(op.properties["sym_name"].data)
     ext = dict(info.axes)
     vector, rpb, tpr, rows = plan.vector, plan.rows_per_block, plan.threads_per_row, plan.rows
     threads, blocks, warps, smem = plan.threads, plan.blocks, plan.warps, plan.smem_bytes

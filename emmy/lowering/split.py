@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from emmy.diagnostics import EmmyError
 from emmy.lowering import Built, Launch, Out, Tmp
-from emmy.lowering.common import c_ident
+from emmy.lowering.common import kernel_ident
 
 
 def build_parts(kplan, builder) -> Built:
     """Build each part of a kernel with its plan (`emmy.schedule.plan.plan_kernel`), then merge
     their launches as the plan says."""
     builts = [builder(p.op, p.info, p.plan) for p in kplan.parts]
-    name = c_ident(kplan.name)
+    name = kernel_ident(kplan.name)
     if kplan.merge == "separate":
         return merge_built(builts)
     merged = (one_launch if kplan.merge == "one_launch" else _one_launch_after_shared_head)(builts, name, kplan.target)

@@ -70,7 +70,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import builtin, func
+from xdsl.dialects import arith, builtin, func
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
@@ -423,7 +423,9 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
     if not st.cached(one_plain_store_each, producer):
         return False
     if st.cached(is_elementwise, producer):  # rule (a)
-        return not is_anchor(producer, st) and not st.cached(_operand_of_two_tensors, producer, consumer)
+        return not is_anchor(producer, st) and not st.cached(_computed_operand, producer, consumer)
+    if st.cached(_computed_operand, producer, consumer):  # a LayerNorm's output as A
+        return False
     layout_between = (
         st.cached(is_elementwise, consumer)
         and st.cached(is_layout_only, consumer)
@@ -463,34 +465,62 @@ def _contraction_shapes(loop: FusedOp) -> set[tuple[tuple[int, ...], frozenset[S
     return out
 
 
-def _operand_of_two_tensors(producer: FusedOp, consumer: FusedOp) -> bool:
-    """Rule (a)'s limit: an elementwise loop that reads two or more whole activation tensors is
-    not inlined into a contraction against weights that reads it inside its sum (as A). There
-    it would be computed again for every column tile, by the threads that stage A: OLMo-2's
-    residual add after its post-attention norm (x + norm(o) * w) as gate/up's A took 915 us at
-    1000 tokens against cuBLAS's 100 for the product alone; Cohere's silu(gate) * up as down's A
-    (its gate and up share one product with q/k/v, so no epilogue computes it) made down no
-    contraction at all. Kept as a loop of its own it is written once and read as plain rows. A
-    row statistic (RMSNorm's 1 / rms, one value per row) or a weight vector is no whole tensor:
-    RMSNorm's x * rstd * w still becomes the projection's prologue."""
-    if not provably_reduces_weights(consumer):
-        return False
-    if not any(reduced_around(ld) for r in producer.results for ld in loads_of(consumer, r)):
+def _computed_operand(producer: FusedOp, consumer: FusedOp) -> bool:
+    """Rules (a)-(c)'s limit: a loop whose value is more than a tensor scaled by row or column
+    factors is not inlined into a contraction against weights that reads it inside its sum
+    (as A). There it would be computed again for every column tile, by the threads that
+    stage A: OLMo-2's residual after its post-attention norm (x + norm(o) * w) as gate/up's A
+    took 915 us at 1000 tokens against cuBLAS's 100 for the product alone; Phi-2's GELU of fc1
+    as fc2's A and its LayerNorm ((x - mean) * rstd * w + b) as the q/k/v/fc1 product's A were
+    4x slower than torch.compile; Cohere's silu(gate) * up made down no contraction at all.
+    Kept as a loop of its own it is written once and read as plain rows. RMSNorm's
+    x * rstd * w is a tensor scaled by a row statistic and a column weight: it still becomes
+    the projection's prologue (rstd leaves the sum, w folds into the weights)."""
+    if not provably_reduces_weights(consumer) or all(weight_derived(r) for r in producer.results):
+        return False  # weights concatenated or folded are read as they are
+    cdom = Domains(consumer)
+
+    def along_the_sum(ld: LoadOp) -> bool:  # read at indices that move with the sum (not a row statistic)
+        return bool(set().union(*(cdom.of(i) for i in ld.indices)) & reduced_around(ld))
+
+    if not any(along_the_sum(ld) for r in producer.results for ld in loads_of(consumer, r)):
         return False
     dom = Domains(producer)
-    whole = dom.mask_of(dom.axes)
-    reads = 0
-    for op in producer.walk():
-        if isinstance(op, LoadOp) and not weight_derived(producer.inputs[op.tensor.index]):
-            reads += _load_mask(op, dom) == whole
-    return reads >= 2
+    for st in producer.block.ops:
+        if isinstance(st, StoreOp):
+            whole = 0  # the axes the stored tensor spans (not the producer's own sums)
+            for i in st.indices:
+                whole |= dom.mask(i)
+            if not _scaled_load(st.value, dom, whole, producer):
+                return True
+    return False
 
 
-def _load_mask(load: LoadOp, dom: Domains) -> int:
-    m = 0
-    for i in load.indices:
-        m |= dom.mask(i)
-    return m
+def _scaled_load(v: SSAValue, dom: Domains, whole: int, loop: FusedOp) -> bool:
+    """Whether `v` is a load of the whole domain, cast and multiplied by weights or by values
+    that vary along fewer axes (a row statistic, a constant)."""
+
+    def scale(x: SSAValue) -> bool:
+        while isinstance(x.owner, (arith.ExtFOp, arith.TruncFOp)):
+            x = x.owner.operands[0]
+        o = x.owner
+        if isinstance(o, LoadOp) and isinstance(o.tensor, BlockArgument):
+            return weight_derived(loop.inputs[o.tensor.index])  # a norm's weight: folded into B
+        return dom.mask(x) != whole
+
+    while True:
+        o = v.owner
+        if isinstance(o, LoadOp):
+            return dom.mask(v) == whole
+        if isinstance(o, (arith.ExtFOp, arith.TruncFOp)):
+            v = o.operands[0]
+        elif isinstance(o, arith.MulfOp):
+            full = [x for x in o.operands if not scale(x)]
+            if len(full) != 1:
+                return False
+            v = full[0]
+        else:
+            return False
 
 
 def _second_contraction(producer: FusedOp, consumer: FusedOp) -> bool:
