@@ -66,6 +66,7 @@ Before / after (the running example, abridged):
 from __future__ import annotations
 
 import re
+from math import prod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -465,6 +466,14 @@ def _contraction_shapes(loop: FusedOp) -> set[tuple[tuple[int, ...], frozenset[S
     return out
 
 
+# From this many output columns a computed A is written once rather than computed again for
+# every column tile (8 tiles of 128): H200, Phi-2's LayerNorm before its q/k/v/fc1 product
+# (17920 columns) 669 -> 136 + 5 us at 1000 tokens, OLMo-2's post-norm residual before gate/up
+# (16384) 915 -> 100 + 7 us. Below it the prologue stays (the MLP block's LayerNorm before fc1,
+# 176 columns, a fork of its own: fusion = fused or split).
+COMPUTED_A_MIN_COLUMNS = 1024
+
+
 def _computed_operand(producer: FusedOp, consumer: FusedOp) -> bool:
     """Rules (a)-(c)'s limit: a loop whose value is more than a tensor scaled by row or column
     factors is not inlined into a contraction against weights that reads it inside its sum
@@ -473,6 +482,8 @@ def _computed_operand(producer: FusedOp, consumer: FusedOp) -> bool:
     took 915 us at 1000 tokens against cuBLAS's 100 for the product alone; Phi-2's GELU of fc1
     as fc2's A and its LayerNorm ((x - mean) * rstd * w + b) as the q/k/v/fc1 product's A were
     4x slower than torch.compile; Cohere's silu(gate) * up made down no contraction at all.
+    Only from COMPUTED_A_MIN_COLUMNS output columns, where the recomputation outweighs a write
+    and a read of A.
     Kept as a loop of its own it is written once and read as plain rows. RMSNorm's
     x * rstd * w is a tensor scaled by a row statistic and a column weight: it still becomes
     the projection's prologue (rstd leaves the sum, w folds into the weights)."""
@@ -483,7 +494,8 @@ def _computed_operand(producer: FusedOp, consumer: FusedOp) -> bool:
     def along_the_sum(ld: LoadOp) -> bool:  # read at indices that move with the sum (not a row statistic)
         return bool(set().union(*(cdom.of(i) for i in ld.indices)) & reduced_around(ld))
 
-    if not any(along_the_sum(ld) for r in producer.results for ld in loads_of(consumer, r)):
+    sites = [ld for r in producer.results for ld in loads_of(consumer, r) if along_the_sum(ld)]
+    if not sites or max(_columns(consumer, ld, cdom) for ld in sites) < COMPUTED_A_MIN_COLUMNS:
         return False
     dom = Domains(producer)
     for st in producer.block.ops:
@@ -494,6 +506,17 @@ def _computed_operand(producer: FusedOp, consumer: FusedOp) -> bool:
             if not _scaled_load(st.value, dom, whole, producer):
                 return True
     return False
+
+
+def _columns(consumer: FusedOp, load: LoadOp, cdom: Domains) -> int:
+    """The output elements per row of A: the extents of the consumer's stored axes that `load`
+    (A's read) does not depend on (a contraction's n)."""
+    read = set().union(*(cdom.of(i) for i in load.indices))
+    stored: set[str] = set()
+    for st in consumer.block.ops:
+        if isinstance(st, StoreOp):
+            stored |= set().union(*(cdom.of(i) for i in st.indices))
+    return prod(consumer.extents[a] for a in stored - read)
 
 
 def _scaled_load(v: SSAValue, dom: Domains, whole: int, loop: FusedOp) -> bool:

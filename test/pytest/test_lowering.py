@@ -1294,3 +1294,11 @@ def test_threads_past_a_computed_a_tile_read_inside_it():
     clamps = [op for op in func.walk() if isinstance(op, arith.MinSIOp) and isinstance(op.rhs.owner, arith.ConstantOp)
               and op.rhs.owner.value.value.data == 15]
     assert clamps, "no chunk row clamped to the tile's last row (15)"
+
+
+def test_a_kernel_is_never_named_after_a_function_the_source_sees():
+    """A loop named after its one op (`abs`) declared abs a second time with "C" linkage."""
+    from emmy.lowering.common import kernel_ident
+
+    assert kernel_ident("abs") == "abs_k" and kernel_ident("exp") == "exp_k"
+    assert kernel_ident("attention") == "attention" and kernel_ident("o_proj.residual") == "o_proj_residual"
