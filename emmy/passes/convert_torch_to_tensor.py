@@ -658,29 +658,29 @@ class ConvertTorchToTensorPass(ModulePass):
         ).rewrite_module(op)
         _erase_unused_empty(op)
         for left in op.walk():
+            where = left.parent_op()
+            fn = f" in @{where.sym_name.data}" if isinstance(where, func.FuncOp) else ""
             if left.name.startswith("torch."):
-                where = left.parent_op()
-                fn = f" in @{where.sym_name.data}" if isinstance(where, func.FuncOp) else ""
                 raise EmmyError(
                     f"convert-torch-to-tensor: no lowering for '{left.name}'{fn} "
                     f"(stage torch->tensor)"
                 )
-            empty = [r for r in left.results if isinstance(r.type, TensorType) and 0 in r.type.get_shape()]
+            empty = [r for r in left.results if _empty(r)]
             if empty:
-                where = left.parent_op()
-                fn = f" in @{where.sym_name.data}" if isinstance(where, func.FuncOp) else ""
                 raise EmmyError(
                     f"convert-torch-to-tensor: '{left.name}'{fn} makes an empty tensor ({empty[0].type}) that "
                     f"is used; empty tensors are supported only as operands of a concatenation (stage torch->tensor)"
                 )
 
 
+def _empty(value: SSAValue) -> bool:
+    return isinstance(value.type, TensorType) and 0 in value.type.get_shape()
+
+
 def _erase_unused_empty(module: builtin.ModuleOp) -> None:
     """Erase tensor ops whose results hold no elements and are no longer used (the slices that fed
     a concatenation's empty operands), last first so that their empty operands go too."""
     for op in reversed(list(module.walk())):
-        if not op.name.startswith("tensor.") or any(r.uses for r in op.results):
-            continue
-        if any(isinstance(r.type, TensorType) and 0 in r.type.get_shape() for r in op.results):
+        if op.name.startswith("tensor.") and not any(r.uses for r in op.results) and any(map(_empty, op.results)):
             op.detach()
             op.erase()

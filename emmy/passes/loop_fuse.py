@@ -423,10 +423,10 @@ def _can_inline(producer: FusedOp, consumer: FusedOp, st: FuseState) -> bool:
         return False
     if not st.cached(one_plain_store_each, producer):
         return False
-    if st.cached(is_elementwise, producer):  # rule (a)
-        return not is_anchor(producer, st) and not st.cached(_computed_operand, producer, consumer)
-    if st.cached(_computed_operand, producer, consumer):  # a LayerNorm's output as A
+    if st.cached(_computed_operand, producer, consumer):  # limits rules (a)-(c)
         return False
+    if st.cached(is_elementwise, producer):  # rule (a)
+        return not is_anchor(producer, st)
     layout_between = (
         st.cached(is_elementwise, consumer)
         and st.cached(is_layout_only, consumer)
@@ -458,10 +458,10 @@ def _contraction_shapes(loop: FusedOp) -> set[tuple[tuple[int, ...], frozenset[S
     for r in loop.block.ops:
         if not isinstance(r, ReduceOp):
             continue
-        reads = [ld.tensor for ld in r.walk() if isinstance(ld, LoadOp) and isinstance(ld.tensor, BlockArgument)]
-        values = [loop.inputs[a.index] for a in reads]
-        if any(weight_derived(v) for v in values):
-            acts = frozenset(v for v in values if not weight_derived(v))
+        values = {loop.inputs[ld.tensor.index] for ld in r.walk()
+                  if isinstance(ld, LoadOp) and isinstance(ld.tensor, BlockArgument)}
+        acts = frozenset(v for v in values if not weight_derived(v))
+        if acts != values:  # it reads a weight
             out.add((tuple(extents[a] for a in r.axis_names), acts))
     return out
 

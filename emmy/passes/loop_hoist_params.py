@@ -32,10 +32,11 @@ Layout: the prepared tensor's dimensions are the factors' axes in the loop's ord
 reduced axes last (innermost), so it is contiguous along k like the weight it replaces.
 
 When: the factors read parameters only (function arguments with `emmy.role = "param"`, or loops
-computing from them alone), at least two of them (or one that concatenates several weights:
-its tiles are then plain rows of one tensor, which tensor maps copy), and one of them already spans every axis the
-product spans, so the prepared tensor is no larger than a weight the loop reads (`g[k] * W[n, k]`
-is; `g[k] * h[n]` would not be). Only reductions at the top of a loop body are rewritten.
+computing from them alone), at least two of them (or one that concatenates several weights: its
+tiles are then plain rows of one tensor, which tensor maps copy), and one of them already spans
+every axis the product spans, so the prepared tensor is no larger than a weight the loop reads
+(`g[k] * W[n, k]` is; `g[k] * h[n]` would not be). Only reductions at the top of a loop body are
+rewritten.
 
 Numerics: the product is rounded once (to bf16) where the tensor stage rounded the normalized
 activation instead; both are one bf16 rounding of one operand.
