@@ -36,6 +36,10 @@ names). Rules (pattern `InlineProducer`, on the consumer):
 - (e) the layout-only loops that only feed `func.return` absorb the reducing producer they
   all read (slices of the q/k/v matmul in the running example), and are then merged into one
   loop with several results (`MergeSplitSiblings`).
+Rules (a)-(c) share one limit: a loop whose value is more than a tensor times row statistics and
+weights (a LayerNorm's output, GELU, a residual after a norm) is not inlined as the A of a
+contraction against weights with at least COMPUTED_A_MIN_COLUMNS output columns
+(`_computed_operand`): it is written once instead of computed again for every column tile.
 Between fusions the loop dialect's canonicalization patterns keep the bodies small
 (`emmy/dialects/loop_canonicalization.py`, runnable alone as `loop-canonicalize`): index
 arithmetic folding, hoisting out of reductions, rule (d) (`FactorOutOfSum`: factors that do not
