@@ -104,6 +104,7 @@ from emmy.schedule.attention import (
     score_fold,
     staged_output,
     smem_bytes,
+    tile_bytes,
 )
 
 TMA_SLAB = 64  # columns per tensor-map box: one 128-byte swizzled slab of the wgmma tiles
@@ -285,7 +286,7 @@ def _flash_func(
     map_args = dict(zip((m[0] for m in maps), kb.func.body.block.args[n_args - len(maps):n_args]))
 
     # the tiles without the alignment
-    tiles = smem_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages, q_tiles=sched.q_tiles)
+    tiles = tile_bytes(plan.head_dim, sched.block_q, sched.block_kv, sched.stages, sched.wgmma, sched.q_tiles)
     sbuf = kb.shared(BFloat16Type(), tiles // 2, 0, SMEM_ALIGN_WGMMA if sched.wgmma else 16, "smem")
     materialized = {p.name: (arg, p, gqa) for arg, (_, p, gqa) in zip(temp_args, temps)}
     bid_x = kb.block_id("x")

@@ -517,14 +517,29 @@ PREP_ROWS = 4  # rows each of its warps produces
 MAX_GRID_Y = 65535
 
 
-def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False, q_tiles: int = 1) -> int:
-    """Dynamic shared memory of emmy::attention::run (Config::kSmemBytes in attention.cuh), plus
-    what aligning the base to 1024 bytes may take for wgmma (the tensor-map copies' mbarriers,
-    AttentionPlan.barriers of 8 bytes, live in that slack: tma_barriers in attention.cuh).
+def stored_head_dim(head_dim: int, wgmma: bool) -> int:
+    """Columns of a Q, K or V row in shared memory (Config::LD in attention.cuh): with wgmma whole
+    64-column slabs (a head dim of 80 or 96 padded to 128; Q K^T reads the real columns only and
+    O's padded columns are never stored); otherwise rows of a multiple of 64 columns as they are
+    (swizzled) and any other width padded by 8 so ldmatrix meets distinct banks."""
+    if wgmma:
+        return -(-head_dim // 64) * 64
+    return head_dim if head_dim % 64 == 0 else head_dim + 8
+
+
+def tile_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False, q_tiles: int = 1) -> int:
+    """The Q, K and V tiles of emmy::attention::run (Config::kSmemBytes in attention.cuh).
     `q_tiles`: 2 with schedule = persistent, whose next query block's Q rows are copied into a
     second Q tile while the last one's finish."""
-    ld = head_dim if head_dim % 64 == 0 else head_dim + 8
-    return (q_tiles * block_q * ld + 2 * stages * block_kv * ld) * 2 + (SMEM_ALIGN_WGMMA if wgmma else 0)
+    ld = stored_head_dim(head_dim, wgmma)
+    return (q_tiles * block_q * ld + 2 * stages * block_kv * ld) * 2
+
+
+def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False, q_tiles: int = 1) -> int:
+    """Dynamic shared memory of the attention kernel: its tiles (tile_bytes), plus what aligning
+    the base to 1024 bytes may take for wgmma (the tensor-map copies' mbarriers,
+    AttentionPlan.barriers of 8 bytes, live in that slack: tma_barriers in attention.cuh)."""
+    return tile_bytes(head_dim, block_q, block_kv, stages, wgmma, q_tiles) + (SMEM_ALIGN_WGMMA if wgmma else 0)
 
 
 # workers = wgmma_ws (emmy/backend/runtime/attention_ws.cuh): one producer warpgroup issuing the
@@ -602,10 +617,10 @@ class AttentionPlan:
     def smem_layout(self) -> tuple[tuple[str, int, int], ...]:
         """(region, byte offset from the tiles' base, bytes): the Q tile (block_q rows), then the
         stages' K tiles, then their V tiles (block_kv rows each), as Config in attention.cuh;
-        rows of head_dim elements (padded by 8 where 64 does not divide it). The mbarriers
+        rows of stored_head_dim elements. The mbarriers
         (`barriers`, 8 bytes each) take none of it: they live in the wgmma tiles' 1024-byte
         alignment slack, before the tiles or after them."""
-        ld = self.head_dim if self.head_dim % 64 == 0 else self.head_dim + 8
+        ld = stored_head_dim(self.head_dim, self.wgmma)
         q, kv = 2 * self.block_q * ld, 2 * self.stages * self.block_kv * ld
         regions = (("q", 0, q), ("k", q, kv), ("v", q + kv, kv))
         return regions + ((("q_next", q + 2 * kv, q),) if self.persistent else ())
@@ -686,9 +701,9 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     if workers in ("wgmma", "wgmma_ws"):
         if not target.has("wgmma"):
             raise _err(name, f"workers={workers} needs sm_90a (target is {target.name})")
-        if D % 64 or D > 256 or warps % 4 or bq != 16 * warps or bkv > 256:
+        if D > 256 or warps % 4 or bq != 16 * warps or bkv > 256:
             raise _err(
-                name, f"workers={workers} needs a head dim that is a multiple of 64 up to 256, a warpgroup "
+                name, f"workers={workers} needs a head dim up to 256, a warpgroup "
                 "per 64 query rows (warps a multiple of 4, block_q = 16 * warps) and "
                 f"block_kv <= 256 (have {D}, {bq}, {warps}, {bkv})"
             )

@@ -37,6 +37,7 @@ from math import ceil
 from typing import TYPE_CHECKING
 
 from emmy.schedule.attention import smem_bytes as attention_smem_bytes
+from emmy.schedule.attention import stored_head_dim
 from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import persistent_illegal as attention_persistent_illegal
 from emmy.schedule.attention import ws_illegal as attention_ws_illegal
@@ -479,13 +480,15 @@ def _a_smem(info, v, t, reasons):
     d, dv = info.head_dim, info.value_dim
     if st < 2:
         return
-    # the flash kernel's tiles (the plan's model): rows padded to 8 elements past a multiple of
-    # 64, the tiles' base aligned to 1024 bytes for wgmma
+    # the flash kernel's tiles (the plan's model): rows of stored_head_dim columns, the tiles'
+    # base aligned to 1024 bytes for wgmma
     # (schedule = persistent keeps a second Q tile: the next query block's rows)
     q_tiles = 2 if v.has("schedule") and v["schedule"] == "persistent" else 1
-    nbytes = attention_smem_bytes(d, bq, bkv, st, v.has("workers") and v["workers"] in WGMMA_WORKERS, q_tiles)
+    wgmma = v.has("workers") and v["workers"] in WGMMA_WORKERS
+    nbytes = attention_smem_bytes(d, bq, bkv, st, wgmma, q_tiles)
     if nbytes > t.smem_per_block:
-        pad = "" if d % 64 == 0 else " (rows padded by 8)"
+        ld = stored_head_dim(d, wgmma)
+        pad = "" if ld == d else f" (rows padded to {ld})"
         q = f"block_q={bq} x {d}" if q_tiles == 1 else f"2 x block_q={bq} x {d} (schedule=persistent)"
         reasons.append(
             f"shared memory: {q} + stages={st} x block_kv={bkv} x ({d} + {dv}) "
@@ -554,8 +557,8 @@ def _a_workers(info, v, t, reasons):
             reasons.append(
                 f"wgmma: block_q={v['block_q']} is not 64 rows per warpgroup of warps={v['warps']}"
             )
-        if d % 64 or d > 256:
-            reasons.append(f"wgmma: head dimension {d} is not a multiple of 64 up to 256")
+        if d > 256:
+            reasons.append(f"wgmma: head dimension {d} is over 256")
         if v.has("block_kv") and v["block_kv"] > 256:
             reasons.append(f"wgmma: block_kv={v['block_kv']} is over 256")
         if v.has("stages") and v["stages"] < 2:

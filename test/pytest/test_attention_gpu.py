@@ -4,7 +4,7 @@ Causal grouped-query attention (tools/bench.py's SdpaAttention: q [1, T, heads, 
 [1, T, kv_heads, D] through one F.scaled_dot_product_attention) compiled by Emmy and run on the
 GPU, against torch's own attention in float32 on the same inputs. Lengths 1, 7, 63, 65, 1000,
 3000 and 5000 (none a multiple of the 64- or 128-key blocks but 1, 7 and 63 fit one block);
-grouped-query ratios 1, 2, 4 and 7; head dims 64 and 128; the rules' schedules, and tensor-map
+grouped-query ratios 1, 2, 4 and 7; head dims 64, 80, 96 and 128; the rules' schedules, and tensor-map
 K and V copies pinned where the last key block is ragged (copied from seq_kv - block_kv, its
 repeated keys masked), and the warp-specialized kernel (workers = wgmma_ws) with one and two
 consumer warpgroups. Outputs start filled with NaN (`emmy.backend.run.poisoned`, at every
@@ -57,9 +57,15 @@ ATTENTION_GPU_CASES = [
     (1000, 14, 2, 128, WS2), (3000, 14, 2, 128, WS1), (5000, 32, 8, 128, WS2),
     *[(t, 32, 8, 64, WS2) for t in (1000, 3000, 5000)],
     (1000, 14, 2, 64, WS1), (3000, 8, 8, 64, WS1),
+    # head dims 96 and 80 (Phi-3's, Phi-2's): wgmma tiles of two 64-column slabs, the second
+    # read in part by Q K^T and multiplied whole by P V (its columns of O never stored)
+    *[(t, 32, 32, 96, ()) for t in (1, 65, 1000, 3000)], (63, 16, 8, 80, ()), (1000, 32, 32, 80, ()),
+    (3000, 32, 8, 80, ()), (300, 16, 8, 96, TMA), (3000, 16, 8, 80, WIDE_TMA), (1000, 16, 8, 96, WS1),
+    (5000, 32, 8, 96, WS2), (1000, 14, 2, 80, WS1),
     # blocks looping over the query blocks (schedule = persistent; the rules' grid above)
     (300, 16, 8, 128, WS1 + PERSISTENT), (1000, 16, 8, 128, WS2 + PERSISTENT), (5000, 16, 8, 128, WS2 + PERSISTENT),
     (3000, 14, 2, 128, WS1 + PERSISTENT), (5000, 32, 8, 64, WS2 + PERSISTENT), (3000, 8, 8, 64, WS1 + PERSISTENT),
+    (3000, 8, 2, 80, WS2 + PERSISTENT),
 ]
 EPILOGUE = ("attention.fusion=epilogue",)
 # The flash kernel in the Qwen3 layer (q/k RMSNorm + rope computed while staging, by a prologue

@@ -59,12 +59,12 @@
 // q_block: query rows [q_block * BQ, q_block * BQ + BQ). causal != 0: key kv is masked for query
 // q whenever kv > q + causal_offset, and key blocks masked for every query of the block are not
 // visited (score still applies the exact mask). smem: dynamic shared memory of
-// smem_bytes<D, BQ, BKV, STAGES>() bytes, 16-byte aligned (over 48 KB needs
+// Config::kSmemBytes bytes (smem_bytes in emmy/schedule/attention.py), 16-byte aligned (over 48 KB needs
 // cudaFuncSetAttribute). Requirements: D % 16 == 0, BKV % 16 == 0, BQ % (16 * WARPS) == 0,
 // STAGES >= 1, sm_80 or newer; every thread of the block (32 * WARPS threads) calls it.
 // WGMMA != 0 (sm_90a only): S = Q K^T and O += P V with wgmma, one warpgroup per 64 query rows;
-// needs D % 64 == 0, D <= 256, WARPS % 4 == 0, BQ == 16 * WARPS, BKV <= 256 and `smem`
-// 1024-byte aligned (the tiles are stored in wgmma's swizzled layout).
+// needs D <= 256, WARPS % 4 == 0, BQ == 16 * WARPS, BKV <= 256 and `smem` 1024-byte aligned
+// (the tiles are stored in wgmma's swizzled layout, rows of whole 64-column slabs: Config::DP).
 // WGMMA == 2 (workers = wgmma_ws, sm_90a): warp-specialized (attention_ws.cuh): 128 more threads
 // (a producer warpgroup issuing the tensor-map copies of K and V; the WARPS = 4 or 8 warps
 // compute), kDirect Q, kTma K and V, STAGES >= 2; called by all 32 * WARPS + 128 threads.
@@ -139,20 +139,25 @@ struct Config {
   static constexpr int THREADS = WARPS * 32;
   static constexpr int MT = BQ / (16 * WARPS);  // m16 tiles of query rows per warp
   static constexpr int NT = BKV / 8;            // n8 tiles of keys in S
-  static constexpr int DT = D / 8;              // n8 tiles of the head dim in O
+  // S = Q K^T and O += P V with wgmma (sm_90a): each warpgroup, its 64 query rows against the
+  // block's keys.
+  static constexpr bool kWgmma = WGMMA_ != 0;
+  // Columns of a stored row: with wgmma the tiles are whole 64-column slabs, so a head dim that
+  // is not a multiple of 64 (80, 96) is padded to the next one. Q K^T contracts over the D real
+  // columns only (the padding is never read); P V multiplies whole slabs, and O's columns past D
+  // (P times whatever the padding holds) are never stored.
+  static constexpr int DP = kWgmma ? (D + 63) / 64 * 64 : D;
+  static constexpr int DT = DP / 8;             // n8 tiles of O's accumulators
   static constexpr int KT = D / 16;             // k16 steps of the QK contraction
   // Tile rows are LD elements apart. D % 64 == 0: rows of whole 128-byte lines whose 16-byte
   // chunks are XOR-swizzled by row; otherwise rows padded by 16 bytes (an odd number of 16-byte
   // chunks per row). Either way ldmatrix over 8 rows at one column hits 8 distinct bank groups.
   static constexpr bool kSwizzle = D % 64 == 0;
-  // S = Q K^T and O += P V with wgmma (sm_90a): each warpgroup, its 64 query rows against the
-  // block's keys.
-  static constexpr bool kWgmma = WGMMA_ != 0;
   // The output stores exactly bf16(O / l) (STAGED_OUT, the lowering's `staged_output`): with
   // wgmma each warpgroup stages its rows of O in its rows of the Q tile and stores them row by
   // row (store_rows_staged); otherwise every thread stores its fragments (store_rows).
   static constexpr bool kStagedOut = STAGED_OUT_ != 0 && kWgmma;
-  static constexpr int LD = kSwizzle ? D : D + 8;
+  static constexpr int LD = kWgmma ? DP : (kSwizzle ? D : D + 8);
   // Keep Q's A fragments in registers when the accumulators leave room for them.
   static constexpr bool kQInRegs = !kWgmma && MT == 1 && D / 2 + BKV / 2 + D / 4 <= 128;
   // Rows a warp computes at once (element producers): their loads are in flight together.
@@ -170,16 +175,10 @@ struct Config {
   static_assert(BKV % 16 == 0 && BKV > 0, "block_kv must be a multiple of 16");
   static_assert(BQ % (16 * WARPS) == 0 && MT >= 1, "block_q must give each warp 16-row tiles");
   static_assert(STAGES >= 1, "stages must be at least 1");
-  static_assert(!kWgmma || (D % 64 == 0 && D <= 256 && WARPS % 4 == 0 && BQ == 16 * WARPS && BKV <= 256),
-                "wgmma attention: head dim a multiple of 64 up to 256, warpgroups of 64 query rows "
+  static_assert(!kWgmma || (D <= 256 && WARPS % 4 == 0 && BQ == 16 * WARPS && BKV <= 256),
+                "wgmma attention: head dim up to 256, warpgroups of 64 query rows "
                 "(block_q = 16 * warps, warps a multiple of 4), block_kv <= 256");
 };
-
-// Dynamic shared memory `run` needs, in bytes.
-template <int D, int BQ, int BKV, int STAGES>
-constexpr int smem_bytes() {
-  return Config<D, BQ, BKV, 1, STAGES>::kSmemBytes;
-}
 
 namespace detail {
 
@@ -310,12 +309,14 @@ struct Rows<kTma, RED, A, B> {
   static constexpr bool kTma = true;
   const CUtensorMap* map;
   int row0, col0;  // the view's coordinates of row 0, column 0
-  // Copy rows [row, row + ROWS) (whole D columns, one box per 64-column slab) into `tile`, a
-  // wgmma tile of ROWS rows; completes its bytes on `bar`.
-  template <int D, int ROWS>
+  // Copy rows [row, row + ROWS) (DP columns, one box per 64-column slab) into `tile`, a wgmma
+  // tile of ROWS rows; completes its bytes on `bar`. Past the head dim a box reads the next
+  // head's columns, or zeros past the end of the view: the padding no product reads.
+  template <int DP, int ROWS>
   __device__ __forceinline__ void copy(__nv_bfloat16* tile, int row, long long* bar) const {
+    static_assert(DP % 64 == 0, "tensor-map rows are whole 64-column slabs");
 #pragma unroll
-    for (int s = 0; s < D / 64; ++s) emmy::tma_load_2d(tile + s * ROWS * 64, *map, col0 + 64 * s, row0 + row, bar);
+    for (int s = 0; s < DP / 64; ++s) emmy::tma_load_2d(tile + s * ROWS * 64, *map, col0 + 64 * s, row0 + row, bar);
   }
 };
 
@@ -703,7 +704,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
     if constexpr (C::kWgmma) {
       // the warpgroup's 64 rows of Q against the block's BKV keys; s[0][nt][2h + i] is the
       // accumulator layout of wgmma (emmy_wgmma.cuh) and of mma.sync alike
-      emmy::wgmma::tile<BKV, C::D, BQ, BKV>(sQ + (warp >> 2) * 64 * 64, tK, &s[0][0][0]);
+      emmy::wgmma::tile<BKV, C::D, BQ, BKV, false, 64>(sQ + (warp >> 2) * 64 * 64, tK, &s[0][0][0]);
       emmy::wgmma::wait<0>();
     } else {
 #pragma unroll
@@ -766,7 +767,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
         p[kk][2] = pack_bf16(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
         p[kk][3] = pack_bf16(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
       }
-      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, tV, &acc[0][0][0]);
+      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, tV, &acc[0][0][0]);
       emmy::wgmma::wait<0>();
     } else {
 #pragma unroll
@@ -796,7 +797,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 
   // Epilogue: O / l.
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) store_rows<DT>(of, acc[mt], l_run[mt], q0 + wq0 + mt * 16 + g, t, seq_q);
+  for (int mt = 0; mt < MT; ++mt) store_rows<C::D / 8>(of, acc[mt], l_run[mt], q0 + wq0 + mt * 16 + g, t, seq_q);
 #else
   __trap();  // Emmy's attention needs sm_80 or newer (mma.sync bf16, ldmatrix, cp.async)
 #endif
@@ -897,9 +898,9 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
   auto copy_kv = [&](int j) {
     const int buf = j % STAGES;
     if (j >= STAGES) emmy::mbar_wait(empty + buf, (j / STAGES - 1) & 1);
-    emmy::mbar_arrive_expect_tx(full + buf, 2 * BKV * C::D * 2);
-    kf.template copy<C::D, BKV>(sK + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
-    vf.template copy<C::D, BKV>(sV + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
+    emmy::mbar_arrive_expect_tx(full + buf, 2 * BKV * C::DP * 2);
+    kf.template copy<C::DP, BKV>(sK + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
+    vf.template copy<C::DP, BKV>(sV + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
   };
   stage_rows<C, BQ>(qf, sQ, q0, seq_q, warp, lane, tid);
   cp_async_commit();
@@ -921,7 +922,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     auto turn = [&](int j) {
       emmy::mbar_wait(full + j % STAGES, (j / STAGES) & 1);
       emmy::named_barrier<256>(1 + wg);
-      emmy::wgmma::tile<BKV, C::D, BQ, BKV, true>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
+      emmy::wgmma::tile<BKV, C::D, BQ, BKV, true, 64>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
     };
     // The other warpgroup's turn; thread 0 then refills the buffer of block j + AHEAD.
     auto pass = [&](int j) {
@@ -942,7 +943,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
 #pragma unroll 1
     for (int j = 1; j < n_blocks; ++j) {
       turn(j);
-      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
       pass(j);
       emmy::wgmma::wait<1>();  // the scores; P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
@@ -956,7 +957,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     }
     // the last block's P x V, in turn (warpgroup 1's is the last turn: it passes none on)
     emmy::named_barrier<256>(1 + wg);
-    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+    emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
     if (wg == 0) emmy::named_barrier_arrive<256>(2);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
@@ -965,7 +966,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, wg, (warp & 3) * 16 + g, t, tid & 127, q0, seq_q);
   } else {
-    store_rows<DT>(of, acc, l_run, q0 + warp * 16 + g, t, seq_q);
+    store_rows<C::D / 8>(of, acc, l_run, q0 + warp * 16 + g, t, seq_q);
   }
 #else
   __trap();  // needs sm_90a
@@ -1016,7 +1017,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   // ragged last one moved back to end at the last key: key_start, for staged rows too).
   constexpr bool kAnyTma = KF::kTma || VF::kTma;
   constexpr bool kAnyStaged = !KF::kTma || !VF::kTma;
-  constexpr int kTmaBytes = ((KF::kTma ? 1 : 0) + (VF::kTma ? 1 : 0)) * BKV * C::D * 2;
+  constexpr int kTmaBytes = ((KF::kTma ? 1 : 0) + (VF::kTma ? 1 : 0)) * BKV * C::DP * 2;
   long long* full = tma_barriers<C>(smem);
   long long* empty = full + STAGES;
   constexpr bool kPingPong = EMMY_ATTENTION_PINGPONG && KF::kTma && VF::kTma && C::WARPS == 8;
@@ -1038,8 +1039,8 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     if constexpr (kAnyTma) {
       if (tid == 0) {
         emmy::mbar_arrive_expect_tx(full + buf, kTmaBytes);
-        if constexpr (KF::kTma) kf.template copy<C::D, BKV>(tK, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
-        if constexpr (VF::kTma) vf.template copy<C::D, BKV>(tV, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
+        if constexpr (KF::kTma) kf.template copy<C::DP, BKV>(tK, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
+        if constexpr (VF::kTma) vf.template copy<C::DP, BKV>(tV, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
       }
     }
     if constexpr (!KF::kTma) stage_rows<C, BKV>(kf, tK, key_start<BKV, kAnyTma>(j, seq_kv), seq_kv, warp, lane, tid);
@@ -1078,7 +1079,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   };
   // S = Q K_j^T: one wgmma group (no wait), overwriting s.
   auto issue_scores = [&](int j, float (*s)[4]) {
-    emmy::wgmma::tile<BKV, C::D, BQ, BKV, true>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
+    emmy::wgmma::tile<BKV, C::D, BQ, BKV, true, 64>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
   };
   // Online softmax of block j's scores; the rescale factors of the rows' earlier sums in alpha.
   auto softmax = [&](int j, float (*s)[4], float* alpha) {
@@ -1099,7 +1100,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     for (int j = 1; j < n_blocks; ++j) {
       arrive(j);
       issue_scores(j, s);
-      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
       emmy::wgmma::wait<1>();  // the scores; P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
       softmax(j, s, alpha);
@@ -1109,7 +1110,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
       rescale_acc<DT>(acc, alpha);
       pack_p<BKV>(p, s);
     }
-    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+    emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
   }
@@ -1117,7 +1118,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, warp >> 2, (warp & 3) * 16 + g, t, tid & 127, q0, seq_q);
   } else {
-    store_rows<DT>(of, acc, l_run, q0 + wq0 + g, t, seq_q);
+    store_rows<C::D / 8>(of, acc, l_run, q0 + wq0 + g, t, seq_q);
   }
 #else
   __trap();  // needs sm_90a

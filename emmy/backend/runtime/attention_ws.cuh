@@ -172,7 +172,7 @@ __device__ __forceinline__ void ws_registers() {
 // waits for that buffer's last use to be released first.
 template <class C, class KF, class VF>
 __device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blocks, int seq_kv, int ring, void* smem) {
-  constexpr int BKV = C::BKV, STAGES = C::STAGES, D = C::D;
+  constexpr int BKV = C::BKV, STAGES = C::STAGES, DP = C::DP;
   if (threadIdx.x != 0) return;
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem) + C::kQElems;
   __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
@@ -181,11 +181,11 @@ __device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blo
   for (int j = 0; j < n_blocks; ++j) {
     const int n = ring + j, buf = n % STAGES, k0 = key_start<BKV, true>(j, seq_kv);
     if (n >= STAGES) emmy::mbar_wait(r.empty_k + buf, (n / STAGES - 1) & 1);
-    emmy::mbar_arrive_expect_tx(r.full_k + buf, BKV * D * 2);
-    kf.template copy<D, BKV>(sK + buf * C::kKVElems, k0, r.full_k + buf);
+    emmy::mbar_arrive_expect_tx(r.full_k + buf, BKV * DP * 2);
+    kf.template copy<DP, BKV>(sK + buf * C::kKVElems, k0, r.full_k + buf);
     if (n >= STAGES) emmy::mbar_wait(r.empty_v + buf, (n / STAGES - 1) & 1);
-    emmy::mbar_arrive_expect_tx(r.full_v + buf, BKV * D * 2);
-    vf.template copy<D, BKV>(sV + buf * C::kKVElems, k0, r.full_v + buf);
+    emmy::mbar_arrive_expect_tx(r.full_v + buf, BKV * DP * 2);
+    vf.template copy<DP, BKV>(sV + buf * C::kKVElems, k0, r.full_v + buf);
   }
 }
 
@@ -268,7 +268,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       const int n = ring + j;
       emmy::mbar_wait(r.full_k + n % STAGES, (n / STAGES) & 1);
       turn();
-      emmy::wgmma::tile<BKV, D, BQ, BKV, true>(sQw, sK + (n % STAGES) * C::kKVElems, &s[0][0]);
+      emmy::wgmma::tile<BKV, D, BQ, BKV, true, 64>(sQw, sK + (n % STAGES) * C::kKVElems, &s[0][0]);
     };
     // O += P_j V_j (one wgmma group, no wait); V_j landed (wait_v) before the turn.
     auto wait_v = [&](int j) {
@@ -276,7 +276,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       emmy::mbar_wait(r.full_v + n % STAGES, (n / STAGES) & 1);
     };
     auto values = [&](int j) {
-      emmy::wgmma::tile_rs<D, BKV / 16, BKV>(p, sV + ((ring + j) % STAGES) * C::kKVElems, &acc[0][0]);
+      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((ring + j) % STAGES) * C::kKVElems, &acc[0][0]);
     };
     // This warp is done with K_j (V_j): its buffer may be refilled once every consumer warp is.
     auto release = [&](long long* empty, int j) {
@@ -329,7 +329,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, ctid, q0, seq_q);
   } else {
-    store_rows<DT>(of, acc, l_run, q_first + g, t, seq_q);
+    store_rows<D / 8>(of, acc, l_run, q_first + g, t, seq_q);
   }
 #else
   __trap();  // needs sm_90a

@@ -126,11 +126,15 @@ __device__ __forceinline__ void wait() {
 // B[0:N, 0:BK]^T from swizzled tiles of RA and RB rows; sA points at the warpgroup's first A
 // row of slab 0 (a multiple of 8 rows into the tile), sB at its first B row. Issues BK/16 wgmmas
 // and commits them as one group (no wait). ZERO: acc = A * B^T instead (acc need not be set).
-template <int N, int BK, int RA, int RB, bool ZERO = false>
+// SLAB: columns per slab (by default BK up to 64, else 64); BK need not fill the last slab (the
+// tiles of a head dim of 80 or 96 are two 64-column slabs, the second read only in part).
+template <int N, int BK, int RA, int RB, bool ZERO = false, int SLAB = (BK < 64 ? BK : 64)>
 __device__ __forceinline__ void tile(const bf16* sA, const bf16* sB, float* acc) {
 #if EMMY_HAS_WGMMA
-  static_assert(BK % 16 == 0 && (BK <= 64 || BK % 64 == 0) && N % 8 == 0 && N <= 256, "wgmma tile shape");
-  constexpr int SLAB = BK < 64 ? BK : 64, ROWB = 2 * SLAB, STEPS = SLAB / 16;
+  static_assert(BK % 16 == 0 && (SLAB == 16 || SLAB == 32 || SLAB == 64) && (BK <= SLAB || SLAB == 64) &&
+                    N % 8 == 0 && N <= 256,
+                "wgmma tile shape");
+  constexpr int ROWB = 2 * SLAB, STEPS = SLAB / 16;
   fence_operand<N / 2>(acc);
   fence();
   // one descriptor per operand; each k-step steps its address by a constant
