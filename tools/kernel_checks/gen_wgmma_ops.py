@@ -9,7 +9,7 @@ value tile stored row by row, as attention's P x V reads it).
 from pathlib import Path
 
 NS = (8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160, 192, 224, 256)
-NS_RS = (64, 128, 192, 256)  # attention's head dims (multiples of 64)
+NS_RS = tuple(range(16, 257, 16))  # attention's P x V: n = the head dim, a multiple of 16
 OUT = Path(__file__).resolve().parents[2] / "emmy" / "backend" / "runtime" / "emmy_wgmma_ops.cuh"
 
 

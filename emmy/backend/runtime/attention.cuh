@@ -143,11 +143,10 @@ struct Config {
   // block's keys.
   static constexpr bool kWgmma = WGMMA_ != 0;
   // Columns of a stored row: with wgmma the tiles are whole 64-column slabs, so a head dim that
-  // is not a multiple of 64 (80, 96) is padded to the next one. Q K^T contracts over the D real
-  // columns only (the padding is never read); P V multiplies whole slabs, and O's columns past D
-  // (P times whatever the padding holds) are never stored.
+  // is not a multiple of 64 (80, 96) is padded to the next one. Neither product reads the
+  // padding: Q K^T contracts over the D real columns, P V is a wgmma of n = D.
   static constexpr int DP = kWgmma ? (D + 63) / 64 * 64 : D;
-  static constexpr int DT = DP / 8;             // n8 tiles of O's accumulators
+  static constexpr int DT = D / 8;              // n8 tiles of O's accumulators
   static constexpr int KT = D / 16;             // k16 steps of the QK contraction
   // Tile rows are LD elements apart. D % 64 == 0: rows of whole 128-byte lines whose 16-byte
   // chunks are XOR-swizzled by row; otherwise rows padded by 16 bytes (an odd number of 16-byte
@@ -767,7 +766,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
         p[kk][2] = pack_bf16(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
         p[kk][3] = pack_bf16(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
       }
-      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, tV, &acc[0][0][0]);
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, tV, &acc[0][0][0]);
       emmy::wgmma::wait<0>();
     } else {
 #pragma unroll
@@ -943,7 +942,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
 #pragma unroll 1
     for (int j = 1; j < n_blocks; ++j) {
       turn(j);
-      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
       pass(j);
       emmy::wgmma::wait<1>();  // the scores; P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
@@ -957,7 +956,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     }
     // the last block's P x V, in turn (warpgroup 1's is the last turn: it passes none on)
     emmy::named_barrier<256>(1 + wg);
-    emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
     if (wg == 0) emmy::named_barrier_arrive<256>(2);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
@@ -1100,7 +1099,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     for (int j = 1; j < n_blocks; ++j) {
       arrive(j);
       issue_scores(j, s);
-      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((j - 1) % STAGES) * C::kKVElems, &acc[0][0]);
       emmy::wgmma::wait<1>();  // the scores; P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
       softmax(j, s, alpha);
@@ -1110,7 +1109,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
       rescale_acc<DT>(acc, alpha);
       pack_p<BKV>(p, s);
     }
-    emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
+    emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
   }

@@ -276,7 +276,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       emmy::mbar_wait(r.full_v + n % STAGES, (n / STAGES) & 1);
     };
     auto values = [&](int j) {
-      emmy::wgmma::tile_rs<C::DP, BKV / 16, BKV>(p, sV + ((ring + j) % STAGES) * C::kKVElems, &acc[0][0]);
+      emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((ring + j) % STAGES) * C::kKVElems, &acc[0][0]);
     };
     // This warp is done with K_j (V_j): its buffer may be refilled once every consumer warp is.
     auto release = [&](long long* empty, int j) {
