@@ -4,7 +4,7 @@ Causal grouped-query attention (tools/bench.py's SdpaAttention: q [1, T, heads, 
 [1, T, kv_heads, D] through one F.scaled_dot_product_attention) compiled by Emmy and run on the
 GPU, against torch's own attention in float32 on the same inputs. Lengths 1, 7, 63, 65, 1000,
 3000 and 5000 (none a multiple of the 64- or 128-key blocks but 1, 7 and 63 fit one block);
-grouped-query ratios 1, 2, 4 and 7; head dims 64, 80, 96 and 128; the rules' schedules, and tensor-map
+grouped-query ratios 1, 2, 4 and 7; head dims 48, 64, 80, 96, 112 and 128; the rules' schedules, and tensor-map
 K and V copies pinned where the last key block is ragged (copied from seq_kv - block_kv, its
 repeated keys masked), and the warp-specialized kernel (workers = wgmma_ws) with one and two
 consumer warpgroups. Outputs start filled with NaN (`emmy.backend.run.poisoned`, at every
@@ -62,6 +62,8 @@ ATTENTION_GPU_CASES = [
     *[(t, 32, 32, 96, ()) for t in (1, 65, 1000, 3000)], (63, 16, 8, 80, ()), (1000, 32, 32, 80, ()),
     (3000, 32, 8, 80, ()), (300, 16, 8, 96, TMA), (3000, 16, 8, 80, WIDE_TMA), (1000, 16, 8, 96, WS1),
     (5000, 32, 8, 96, WS2), (1000, 14, 2, 80, WS1),
+    # and head dims 48 and 112 (one slab read in part; two, the second read in part)
+    (1000, 8, 8, 48, ()), (3000, 16, 8, 112, ()),
     # blocks looping over the query blocks (schedule = persistent; the rules' grid above)
     (300, 16, 8, 128, WS1 + PERSISTENT), (1000, 16, 8, 128, WS2 + PERSISTENT), (5000, 16, 8, 128, WS2 + PERSISTENT),
     (3000, 14, 2, 128, WS1 + PERSISTENT), (5000, 32, 8, 64, WS2 + PERSISTENT), (3000, 8, 8, 64, WS1 + PERSISTENT),
