@@ -796,7 +796,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
 
   // Epilogue: O / l.
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) store_rows<C::D / 8>(of, acc[mt], l_run[mt], q0 + wq0 + mt * 16 + g, t, seq_q);
+  for (int mt = 0; mt < MT; ++mt) store_rows<DT>(of, acc[mt], l_run[mt], q0 + wq0 + mt * 16 + g, t, seq_q);
 #else
   __trap();  // Emmy's attention needs sm_80 or newer (mma.sync bf16, ldmatrix, cp.async)
 #endif
@@ -965,7 +965,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, wg, (warp & 3) * 16 + g, t, tid & 127, q0, seq_q);
   } else {
-    store_rows<C::D / 8>(of, acc, l_run, q0 + warp * 16 + g, t, seq_q);
+    store_rows<DT>(of, acc, l_run, q0 + warp * 16 + g, t, seq_q);
   }
 #else
   __trap();  // needs sm_90a
@@ -1117,7 +1117,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, warp >> 2, (warp & 3) * 16 + g, t, tid & 127, q0, seq_q);
   } else {
-    store_rows<C::D / 8>(of, acc, l_run, q0 + wq0 + g, t, seq_q);
+    store_rows<DT>(of, acc, l_run, q0 + wq0 + g, t, seq_q);
   }
 #else
   __trap();  // needs sm_90a

@@ -329,7 +329,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, ctid, q0, seq_q);
   } else {
-    store_rows<D / 8>(of, acc, l_run, q_first + g, t, seq_q);
+    store_rows<DT>(of, acc, l_run, q_first + g, t, seq_q);
   }
 #else
   __trap();  // needs sm_90a
