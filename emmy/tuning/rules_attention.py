@@ -21,6 +21,12 @@ from emmy.tuning.rules_common import Prefs, closest_first, dispatch
 # two consumers were slower than wgmma but at 8192 (docs/bench/h200-attention-ws-rules-2026-12-02d.log).
 WS_ATTENTION_MIN_KEYS = 1000
 
+# The wgmma kernels are the rules' choice from this head dim. Measured on the H200 from 64 up
+# (64, 80, 96, 128: docs/bench/h200-attention-head-dims-wgmma-2026-12-04.log and the earlier
+# logs above); below it a head fills part of one 64-column slab and the wgmma kernel has passed
+# the GPU tests (head dim 48) but was never timed, so the rules keep mma.sync there.
+WGMMA_ATTENTION_MIN_HEAD_DIM = 64
+
 
 def _ws_attention(info, target) -> bool:
     """Whether the rules prefer the warp-specialized flash kernel (WS_ATTENTION_MIN_KEYS)."""
@@ -35,10 +41,14 @@ def _a_workers(knob, info, target, chosen, memo) -> Prefs:
         prefs.append(("wgmma_ws", f"{info.seq_kv} keys of head dim {info.head_dim}: a producer warpgroup copies K "
                                   f"and V while two consumer warpgroups take turns (H200: 2-7% faster than wgmma "
                                   f"from {WS_ATTENTION_MIN_KEYS} keys, slower at 512)"))
-    if target.has("wgmma") and sq >= 64:
+    wgmma = target.has("wgmma") and sq >= 64
+    if wgmma and info.head_dim >= WGMMA_ATTENTION_MIN_HEAD_DIM:
         prefs.append(("wgmma", f"{target.name} has wgmma and {sq} queries fill 64-row tiles"))
     if target.has("mma_sync"):
         prefs.append(("mma_sync", "tensor cores through mma.sync, 16 query rows per warp"))
+    if wgmma and info.head_dim < WGMMA_ATTENTION_MIN_HEAD_DIM:
+        prefs.append(("wgmma", f"head dim {info.head_dim} fills part of one 64-column slab: "
+                               "the wgmma kernel was never timed there"))
     prefs.append(("thread", "no tensor-core path fits"))
     return prefs
 

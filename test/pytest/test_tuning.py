@@ -13,7 +13,7 @@ from emmy.dialects.loop import FusedOp, LoadOp
 from emmy.dialects.tile import KernelOp, KnobAttr
 from emmy.ir_io import parse_module, parse_pipeline, run_passes
 from emmy.passes.decide_forks import DecideForksPass, decisions
-from emmy.tuning import rules, rules_contraction
+from emmy.tuning import rules, rules_attention, rules_contraction
 from emmy.tuning.knobs import knob_names, knob_space, knob_space_for, tile_at
 from emmy.tuning.legality import check, warp_grid
 from emmy.tuning.pins import Pins, parse_pins, pins_for
@@ -344,6 +344,14 @@ def test_rules_follow_the_shapes():
     att_d64 = info_of(L.attention(1, 32, 8, 4096, 64))
     d64 = rules.decide(att_d64, SM90A, knob_space_for(att_d64, SM90A))
     assert [d64[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 128, 4, 3, "tma"]
+    # head dims that are not multiples of 64: wgmma from 64 up (Phi-3's 96: the warp-specialized
+    # kernel from 1000 keys), mma.sync below (48: wgmma legal, never timed, second choice)
+    att_d96 = info_of(L.attention(1, 32, 32, 3000, 96))
+    assert rules.decide(att_d96, SM90A, knob_space_for(att_d96, SM90A))["workers"].value == "wgmma_ws"
+    att_d48 = info_of(L.attention(1, 8, 8, 1000, 48))
+    d48 = rules.decide(att_d48, SM90A, knob_space_for(att_d48, SM90A))
+    assert d48["workers"].value == "mma_sync"
+    assert [v for v, _ in rules_attention._a_workers(None, att_d48, SM90A, {}, {})] == ["mma_sync", "wgmma", "thread"]
     # gate and up side by side over a long k (Llama-3.2-1B, Mistral-7B): from 4 tiles of 64 x 128
     # per SM pingpong tiles in persistent blocks, no pairs; below, pairs of blocks share each B
     # tile (one pair per tile); over Qwen3's K=1024 they do not pair
