@@ -69,6 +69,7 @@ from math import ceil, prod
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
+from emmy.schedule.attention import stored_head_dim
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
@@ -492,7 +493,9 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     f["intensity"] = bq * bkv / (bq + bkv)
     f["tensor"] = 1.0
     f["tile_area"] = float(bq * bkv)
-    f["reread_bytes"] = float(B * (qb - 1) * Skv * 2 * D * 2 * share)
+    # tensor-map copies move whole 64-column slabs of K and V rows (stored_head_dim)
+    copied = stored_head_dim(D, plan.wgmma) if plan.tma else D
+    f["reread_bytes"] = float(B * (qb - 1) * Skv * 2 * copied * 2 * share)
     f["stages"] = float(plan.stages)
     f["steps"] = float(kv_steps)
     f["softmax_steps"] = f["serial_steps"] * kv_steps  # the longest query block visits every key block

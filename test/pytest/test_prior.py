@@ -400,3 +400,17 @@ def test_pins_never_change_and_an_illegal_pin_gives_no_decision(info):
     assert not check(info, c.values, TARGET)
     assert all(v["workers"] == "mma_sync" for v in neighbourhood(info, TARGET, space, c.anchor, pins))
     assert prior_decision(info, TARGET, space, fitted, {"block_k": 24}) is None
+
+
+def test_attention_rereads_count_the_copied_slabs():
+    """Tensor-map copies of K and V move whole 64-column slabs: at head dim 96 the re-read bytes
+    count 128 columns a row; cp.async copies, the 96 real ones."""
+    from emmy.analysis.classify import classify
+    from test_attention_lowering import attention_ir, parse_kernel
+
+    info = classify(parse_kernel(attention_ir(T=3000, H=32, HKV=32, D=96, qwen=False, target="sm_90a")))
+    tma = {k: c.value for k, c in decide(info, TARGET, knob_space_for(info, TARGET)).items()}
+    assert (tma["workers"], tma["copy"]) == ("wgmma_ws", "tma") and not check(info, tma, TARGET)
+    cp = {**tma, "workers": "wgmma", "copy": "cp_async", "stages": 3}
+    assert not check(info, cp, TARGET)
+    assert features(info, tma, TARGET)["reread_bytes"] == pytest.approx(features(info, cp, TARGET)["reread_bytes"] * 128 / 96)
