@@ -521,8 +521,8 @@ def stored_head_dim(head_dim: int, wgmma: bool) -> int:
     """Columns of a Q, K or V row in shared memory (Config::LD in attention.cuh): with wgmma whole
     64-column slabs (a head dim of 80 or 96 padded to 128; neither product reads the padding:
     Q K^T steps over the real columns, P V is a wgmma of n = the head dim); otherwise rows of a
-    multiple of 64 columns as they are
-    (swizzled) and any other width padded by 8 so ldmatrix meets distinct banks."""
+    multiple of 64 columns as they are (swizzled) and any other width padded by 8 so ldmatrix
+    meets distinct banks."""
     if wgmma:
         return -(-head_dim // 64) * 64
     return head_dim if head_dim % 64 == 0 else head_dim + 8

@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping
 from math import ceil
 from typing import TYPE_CHECKING
 
-from emmy.schedule.attention import smem_bytes as attention_smem_bytes
-from emmy.schedule.attention import stored_head_dim
+from emmy.schedule.attention import smem_bytes as attention_smem_bytes, stored_head_dim
 from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import persistent_illegal as attention_persistent_illegal
 from emmy.schedule.attention import ws_illegal as attention_ws_illegal
