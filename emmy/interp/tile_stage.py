@@ -61,7 +61,7 @@ from emmy.schedule.plan import plan_for, plan_kernel
 from emmy.schedule.qk_epilogue import check_pairs, task_of
 from emmy.schedule.reduction import ReductionPlan
 from emmy.targets import Target, module_target
-from emmy.tuning.knobs import counter_order, stream_k_runs
+from emmy.tuning.knobs import Ints, counter_order, stream_k_runs
 
 Ranges = dict[str, tuple[int, int]]
 
@@ -342,9 +342,10 @@ def _attention_blocks(info, plan: AttentionPlan) -> Iterator[Ranges]:
     """The query blocks in the order the kernel's blocks take them: with `schedule = grid`, a
     query block of every head at once (each head's the same); with `persistent`, per block of
     the launch the query blocks it takes from the tile counter, one head each
-    (knobs.counter_order; the grid's order, head fastest and the longest causal query blocks
-    first, query block b costing b + 1, its causal length in query blocks), so that a tile the
-    order loses or takes twice shows in the results."""
+    (knobs.counter_order; the grid's order, AttentionPlan.tile_at: head fastest within an L2
+    section and the longest causal query blocks first, query block b costing b + 1, its causal
+    length in query blocks), so that a tile the order loses or takes twice shows in the
+    results."""
     att = info.attention
     ext = info.axes
     if not plan.persistent:
@@ -352,10 +353,10 @@ def _attention_blocks(info, plan: AttentionPlan) -> Iterator[Ranges]:
             yield {att.query_axis: qr}
         return
     rows = [a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis)]
-    costs = [plan.query_blocks - t // plan.batch for t in range(plan.tiles)]
-    for tiles in counter_order(costs, plan.blocks):
+    order = [plan.tile_at(Ints, t) for t in range(plan.tiles)]
+    for tiles in counter_order([q_block + 1 for _, q_block in order], plan.blocks):
         for t in tiles:
-            row, q_block = t % plan.batch, plan.query_blocks - 1 - t // plan.batch
+            row, q_block = order[t]
             block: Ranges = {}
             for a in reversed(rows):  # row-major over the batch and head axes, the last fastest
                 row, i = divmod(row, ext[a])

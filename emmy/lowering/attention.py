@@ -37,11 +37,15 @@ lambda `(q, e, o)` the stores, with the normalized P x V sum replaced by `o`.
 Launch: grid (product of the batch/head axes, query blocks), 32 * warps threads, dynamic shared
 memory for Q (block_q rows) and `stages` buffers of K and V (block_kv rows each). Blocks start in
 the order of their index, x fastest, so every head's longest (causal) query block starts before
-any head's next longest: the longest blocks first, the shortest filling the last wave. With
+any head's next longest: the longest blocks first, the shortest filling the last wave. Where the
+key and value rows of all heads do not fit in L2 together, the heads go in sections that do
+(AttentionPlan.section, tile_at): each section's query blocks, longest first, before the next
+section's, so its blocks find their K and V rows in L2. With
 `schedule = persistent` (wgmma_ws): min(query blocks x rows, SMs) blocks, shared memory for a
 second Q tile, and one more argument, the tile counter (a zeroed temp, TILE_COUNTER); each role
 passes `ws_tiles` a lambda `tile(t, ring, i)` holding its `run_ws` for query block t of the
-same order, and the consumers get `next_q(t)`, the row-0 pointer of t's Q rows.
+same order, and the consumers get `next_block(t)` and `next_q(t)`, t's query block and the
+row-0 pointer of its Q rows.
 
 Variants (the plan's `fusion`, the attention's fusion knob):
 - "fused": computed Q/K/V (rowsum/elem producers) are evaluated while staging, in the main
@@ -101,6 +105,7 @@ from emmy.schedule.attention import (
     AttentionPlan,
     Producer,
     analyze,
+    kv_group,
     score_fold,
     staged_output,
     smem_bytes,
@@ -175,36 +180,6 @@ def run_callee(
         return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role, *staged]) + ">"
     args.append(2 if sched.warp_specialized else int(sched.wgmma))
     return "emmy::attention::run<" + ", ".join(str(a) for a in [*args, *staged]) + ">"
-
-
-def _gqa_group(plan: AttentionBody, info: KernelInfo) -> tuple[str, int] | None:
-    """(head axis, group) when K and V read a batch axis only as `axis / group` (grouped-query
-    attention), or not at all while Q does (one key/value head for all: the group is every
-    head): K and V are then materialized once per key head rather than once per query head."""
-    roots = [p.value for p in (plan.k, plan.v)] + [st.yielded for p in (plan.k, plan.v) for st in p.stats]
-
-    def divided(o, axes) -> int | None:
-        """The constant c > 1 of `axis / c` for an axis of `axes`, or None."""
-        if isinstance(o, arith.DivUIOp) and isinstance(o.lhs.owner, AxisOp) and o.lhs.owner.axis_name in axes:
-            c = constant_int(o.rhs)
-            return c if c is not None and c > 1 else None
-        return None
-
-    owners = [v.owner for v in value_tree(roots, leaves=())]
-    found = {(o.lhs.owner.axis_name, c) for o in owners if (c := divided(o, plan.batch_axes)) is not None}
-    if not found:
-        read = {o.axis_name for o in owners if isinstance(o, AxisOp)}
-        unread = [a for a in plan.batch_axes if a not in read and a in info.attention.qk.m_axes]
-        return (unread[0], info.axes[unread[0]]) if len(unread) == 1 else None
-    if len(found) != 1:
-        return None
-    ((axis, group),) = found
-    if info.axes[axis] % group:
-        return None
-    # the axis is read only as axis / group: not looking through those divisions, no read is left
-    as_group = [o.result for o in owners if divided(o, (axis,)) == group]
-    bare = (v.owner for v in value_tree(roots, stop=as_group, leaves=()))
-    return None if any(isinstance(o, AxisOp) and o.axis_name == axis for o in bare) else (axis, group)
 
 
 def _linear_index(kb: KB, values: Mapping[str, SSAValue], axes: Sequence[str], extents: Mapping[str, int]) -> SSAValue:
@@ -297,7 +272,7 @@ def _flash_func(
                     ring: SSAValue | None = None, after: Sequence[SSAValue] = ()) -> SSAValue | None:
         """The main loop's call for one query block of batch x head row `row` (its lambdas and
         operands bound to that row); with a `role`, run_ws's: `ring` before the shared memory,
-        `after` it (the loop's count, the head rows, the next Q rows' lambda)."""
+        `after` it (the loop's count, the next query block's and the next Q rows' lambdas)."""
         outer = decompose(kb, row, plan.batch_axes, axes) if plan.batch_axes else {}
         top = em.scope(outer)
         args = _operand_args(kb, em, top, plan, outer, axes, materialized, map_args)
@@ -321,23 +296,34 @@ def _flash_func(
 
     if not sched.persistent:
         # the longest (causal) query blocks of all heads start first (x, the head, varies fastest)
-        q_block = kb.sub(n_qblocks - 1, kb.block_id("y"))
+        if sched.section >= sched.batch:
+            row, q_block = bid_x, kb.sub(n_qblocks - 1, kb.block_id("y"))
+        else:  # ... of the heads of an L2 section, section after section (AttentionPlan.tile_at)
+            row, q_block = sched.tile_at(kb, kb.add(bid_x, kb.mul(kb.block_id("y"), sched.batch)))
         q_block.name_hint = "q_block"
-        query_block(bid_x, q_block)
+        query_block(row, q_block)
         return kb.finish(), [m[3] for m in maps]
 
     # schedule = persistent: each block takes query blocks t = 0, 1, ... of the grid's order (head
-    # fastest, the longest first) from the tile counter as it frees up (ws_tiles in
-    # attention.cuh); each role loops on its own after the barriers' setup, calling `tile(t,
-    # ring, i)` per query block, the ring's count going from call to call. `next_q(t)`: the row-0
-    # pointer of tile t's Q rows, which the consumers copy during the tile before.
+    # fastest within an L2 section, the longest first: AttentionPlan.tile_at) from the tile
+    # counter as it frees up (ws_tiles in attention.cuh); each role loops on its own after the
+    # barriers' setup, calling `tile(t, ring, i)` per query block, the ring's count going from
+    # call to call. `next_block(t)` and `next_q(t)`: tile t's query block and the row-0 pointer
+    # of its Q rows, which the consumers copy during the tile before.
     shape = f"{plan.head_dim}, {sched.block_q}, {sched.block_kv}, {sched.warps}, {sched.stages}"
     counter = kb.func.body.block.args[-1]
     kb.call(f"emmy::attention::ws_begin<{shape}>", [sbuf])
+    one_section = sched.section >= sched.batch
+    next_block = _lambda(kb, [idx], ["t"], idx)
+    with kb.at(next_block.body.block):
+        (t,) = next_block.body.block.args
+        q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch)) if one_section else sched.tile_at(kb, t)[1]
+        next_block.body.block.add_op(K.YieldOp(q_block))
     next_q = _lambda(kb, [idx], ["t"], K.PtrType(BFloat16Type()))
     with kb.at(next_q.body.block):
         (t,) = next_q.body.block.args
-        outer = decompose(kb, kb.rem(t, sched.batch), plan.batch_axes, axes) if plan.batch_axes else {}
+        row = kb.rem(t, sched.batch) if one_section else sched.tile_at(kb, t)[0]
+        outer = decompose(kb, row, plan.batch_axes, axes) if plan.batch_axes else {}
         q_rows = _operand_args(kb, em, em.scope(outer), plan, outer, axes, materialized, map_args)[0]
         next_q.body.block.add_op(K.YieldOp(q_rows))
     tid = kb.thread_id()
@@ -347,9 +333,9 @@ def _flash_func(
             tile = _lambda(kb, [idx, idx, idx], ["t", "ring", "i"], idx)
             with kb.at(tile.body.block):
                 t, ring, i = tile.body.block.args
-                q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch))
+                row, q_block = sched.tile_at(kb, t)
                 q_block.name_hint = "q_block"
-                done = query_block(kb.rem(t, sched.batch), q_block, role, ring, [i, kb.idx(sched.batch), next_q.result])
+                done = query_block(row, q_block, role, ring, [i, next_block.result, next_q.result])
                 assert done is not None
                 tile.body.block.add_op(K.YieldOp(done))
             kb.call(f"emmy::attention::ws_tiles<{shape}, {role}>", [tile.result, kb.idx(sched.tiles), counter, sbuf])
@@ -467,7 +453,7 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionBody, sc
     axes = info.axes
     D = plan.head_dim
     n_batch = sched.batch
-    gqa = _gqa_group(plan, info)
+    gqa = kv_group(plan, info)
     todo: list[tuple[Producer, int, int, tuple[str, int] | None]] = []  # producer, rows, row sets, gqa
     if plan.q.mode != DIRECT:
         todo.append((plan.q, plan.seq_q, n_batch, None))

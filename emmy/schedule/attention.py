@@ -33,7 +33,7 @@ from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.schedule.contraction import Decided, LaunchPlan
 from emmy.schedule.reduction import row_major_strides
 from emmy.targets import Target
-from emmy.tuning.knobs import ATTENTION_FUSION, KnobValue
+from emmy.tuning.knobs import ATTENTION_FUSION, KnobValue, grouped_tile
 
 # Producer modes, as emmy::attention::kDirect / kElem / kRowSum / kTma.
 DIRECT, ELEM, ROWSUM, TMA = 0, 1, 2, 3
@@ -478,6 +478,36 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
     )
 
 
+def kv_group(plan: AttentionBody, info: KernelInfo) -> tuple[str, int] | None:
+    """(head axis, group) when K and V read a batch axis only as `axis / group` (grouped-query
+    attention), or not at all while Q does (one key/value head for all: the group is every
+    head): K and V are then materialized once per key head rather than once per query head."""
+    roots = [p.value for p in (plan.k, plan.v)] + [st.yielded for p in (plan.k, plan.v) for st in p.stats]
+
+    def divided(o, axes) -> int | None:
+        """The constant c > 1 of `axis / c` for an axis of `axes`, or None."""
+        if isinstance(o, arith.DivUIOp) and isinstance(o.lhs.owner, AxisOp) and o.lhs.owner.axis_name in axes:
+            c = constant_int(o.rhs)
+            return c if c is not None and c > 1 else None
+        return None
+
+    owners = [v.owner for v in value_tree(roots, leaves=())]
+    found = {(o.lhs.owner.axis_name, c) for o in owners if (c := divided(o, plan.batch_axes)) is not None}
+    if not found:
+        read = {o.axis_name for o in owners if isinstance(o, AxisOp)}
+        unread = [a for a in plan.batch_axes if a not in read and a in info.attention.qk.m_axes]
+        return (unread[0], info.axes[unread[0]]) if len(unread) == 1 else None
+    if len(found) != 1:
+        return None
+    ((axis, group),) = found
+    if info.axes[axis] % group:
+        return None
+    # the axis is read only as axis / group: not looking through those divisions, no read is left
+    as_group = [o.result for o in owners if divided(o, (axis,)) == group]
+    bare = (v.owner for v in value_tree(roots, stop=as_group, leaves=()))
+    return None if any(isinstance(o, AxisOp) and o.axis_name == axis for o in bare) else (axis, group)
+
+
 def score_fold(body: AttentionBody) -> float:
     """c where the score of a key no mask touches is exactly `dot * c` in f32, c a positive
     finite constant (the attention scale), else 0.0. The main loop then takes the row max of
@@ -543,6 +573,17 @@ def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: b
     return tile_bytes(head_dim, block_q, block_kv, stages, wgmma, q_tiles) + (SMEM_ALIGN_WGMMA if wgmma else 0)
 
 
+def l2_section(kv_head_bytes: int, group: int, rows: int, l2_bytes: int) -> int:
+    """How many batch x head rows the blocks take together (an L2 section: AttentionPlan.tile_at):
+    as many key-value heads as fit in L2 together (`kv_head_bytes` each, K's and V's rows), a
+    power of two of them and at least one, each with its `group` query heads (grouped-query
+    attention); every row, the plain order, where all of them fit. Blocks of one section read
+    the same key and value rows from L2 rather than from memory again; FlashAttention-3's
+    scheduler sizes its sections so."""
+    fit = max(1, l2_bytes // max(1, kv_head_bytes))
+    return min(rows, group * (1 << (fit.bit_length() - 1)))
+
+
 # workers = wgmma_ws (emmy/backend/runtime/attention_ws.cuh): one producer warpgroup issuing the
 # tensor-map copies of K and V, 1 or 2 consumer warpgroups of 64 query rows each.
 WS_PRODUCER_THREADS = 128
@@ -578,6 +619,8 @@ class AttentionPlan:
     persistent: bool = False  # schedule = persistent (wgmma_ws): a block per SM loops over the
     # query blocks (ws_tiles in attention.cuh), taking the next one in the grid's longest-first
     # order from a counter as it frees up
+    group: int = 1  # query heads per key-value head where the head is the fastest batch axis
+    # (consecutive rows share K and V rows); 1 otherwise
 
     @property
     def warp_specialized(self) -> bool:
@@ -645,6 +688,33 @@ class AttentionPlan:
         """Query blocks of every batch x head row: what the blocks compute, one each with
         schedule = grid."""
         return self.batch * self.query_blocks
+
+    @property
+    def kv_head_bytes(self) -> int:
+        """The key and value rows of one key-value head in bytes, as they are copied (whole
+        64-column slabs with tensor-map copies: stored_head_dim)."""
+        copied = stored_head_dim(self.head_dim, self.wgmma) if self.tma else self.head_dim
+        return 2 * self.seq_kv * copied * 2
+
+    @property
+    def section(self) -> int:
+        """Batch x head rows per L2 section (l2_section on the target's L2): `batch` where the
+        key and value rows of all of them fit."""
+        return l2_section(self.kv_head_bytes, self.group, self.batch, self.target.l2_bytes)
+
+    def tile_at(self, ops, t):
+        """(batch x head row, query block) of the t-th query block the launch takes (the grid's
+        blocks in the order of their index, or the persistent blocks' tile counter): the longest
+        causal query blocks first, a query block of every row of a section before the next
+        query block, section after section (knobs.grouped_tile with the section as the group).
+        With one section, row t % batch and query block query_blocks - 1 - t / batch. `ops`:
+        knobs.Ints for numbers, the kernel builder for index code."""
+        if self.section >= self.batch:
+            rank = ops.div(t, self.batch)
+            q_block = ops.sub(self.query_blocks - 1, rank)
+            return ops.rem(t, self.batch), q_block
+        row, rank = grouped_tile(ops, t, self.batch, self.query_blocks, self.section)
+        return row, ops.sub(self.query_blocks - 1, rank)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -761,8 +831,21 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         prep = (-(-max(computed) // (PREP_WARPS * PREP_ROWS)), batch, len(computed))
     return AttentionPlan(
         name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma,
-        schedule == "persistent",
+        schedule == "persistent", _kv_group(info, att),
     )
+
+
+def _kv_group(info: KernelInfo, att: AttentionInfo) -> int:
+    """Query heads per key-value head when consecutive batch x head rows share them (kv_group's
+    head axis is the fastest of the rows' axes, row-major as the grid's x), else 1."""
+    rows = [a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis)]
+    try:
+        found = kv_group(analyze(info.stores[0].parent_op(), info), info)
+    except EmmyError:  # a body the flash kernel cannot run (building it says why)
+        return 1
+    if found is None or not rows or found[0] != rows[-1]:
+        return 1
+    return found[1]
 
 
 def persistent_illegal(workers: str) -> str:

@@ -230,7 +230,7 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
 }
 
 
-class _Ints:
+class Ints:
     """Plain integer arithmetic under the names `grouped_tile` uses; the kernel stage passes
     its `KB` builder instead, which emits the same operations."""
 
@@ -246,7 +246,7 @@ def grouped_tile(ops, t, mb: int, nb: int, group: int):
     """(row tile, column tile) of the t-th tile of an mb x nb grid taken in groups of `group`
     row tiles: down the group's rows first, then its next column, then the next group (the
     last group may be shorter). group = 1 is the plain order along n. `ops` does the
-    arithmetic: `_Ints` for numbers, a kernel builder for the kernel stage's index code."""
+    arithmetic: `Ints` for numbers, a kernel builder for the kernel stage's index code."""
     group = min(group, mb)
     per = group * nb
     gid = ops.div(t, per)
@@ -309,7 +309,7 @@ def tile_at(t: int, mb: int, nb: int, group_m: int = 1, cluster: int = 1) -> tup
     consecutive row tiles go together: the order runs over clusters, a cluster's blocks take
     its rows."""
     unit, rank = divmod(t, cluster)
-    mu, n = grouped_tile(_Ints, unit, mb // cluster, nb, max(1, group_m // cluster))
+    mu, n = grouped_tile(Ints, unit, mb // cluster, nb, max(1, group_m // cluster))
     return mu * cluster + rank, n
 
 

@@ -3,7 +3,8 @@
 Causal grouped-query attention (tools/bench.py's SdpaAttention: q [1, T, heads, D], k and v
 [1, T, kv_heads, D] through one F.scaled_dot_product_attention) compiled by Emmy and run on the
 GPU, against torch's own attention in float32 on the same inputs. Lengths 1, 7, 63, 65, 1000,
-3000 and 5000 (none a multiple of the 64- or 128-key blocks but 1, 7 and 63 fit one block);
+3000 and 5000 (none a multiple of the 64- or 128-key blocks but 1, 7 and 63 fit one block), and
+16384, where the heads go in L2 sections;
 grouped-query ratios 1, 2, 4 and 7; head dims 48, 64, 80, 96, 112 and 128; the rules' schedules, and tensor-map
 K and V copies pinned where the last key block is ragged (copied from seq_kv - block_kv, its
 repeated keys masked), and the warp-specialized kernel (workers = wgmma_ws) with one and two
@@ -69,6 +70,9 @@ ATTENTION_GPU_CASES = [
     (300, 16, 8, 128, WS1 + PERSISTENT), (1000, 16, 8, 128, WS2 + PERSISTENT), (5000, 16, 8, 128, WS2 + PERSISTENT),
     (3000, 14, 2, 128, WS1 + PERSISTENT), (5000, 32, 8, 64, WS2 + PERSISTENT), (3000, 8, 8, 64, WS1 + PERSISTENT),
     (3000, 8, 2, 80, WS2 + PERSISTENT),
+    # 16384 keys: the key and value rows of all heads exceed L2, so the blocks take the heads in
+    # L2 sections (AttentionPlan.section: 8 of 16 rows, 16 of 32, 4 of 32 at head dim 96)
+    (16384, 16, 8, 128, ()), (16384, 32, 8, 128, WS2 + PERSISTENT), (16384, 32, 32, 96, ()),
 ]
 EPILOGUE = ("attention.fusion=epilogue",)
 # The flash kernel in the Qwen3 layer (q/k RMSNorm + rope computed while staging, by a prologue

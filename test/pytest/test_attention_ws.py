@@ -135,9 +135,10 @@ def test_persistent_kernel_ir():
         "emmy::attention::ws_tiles<128, 128, 128, 8, 2, 1>",
     ]
     lambdas = [o for o in func.walk() if isinstance(o, K.LambdaOp) and o.returns and o.returns[0] != f32]
-    # next_q(t) -> the row-0 pointer of tile t's Q rows, then a tile(t, ring, i) -> ring per role
+    # next_block(t) -> tile t's query block, next_q(t) -> the row-0 pointer of its Q rows, then
+    # a tile(t, ring, i) -> ring per role
     assert [(len(o.body.block.args), str(o.returns[0])) for o in lambdas] == [
-        (1, "!kernel.ptr<bf16>"), (3, "index"), (3, "index"),
+        (1, "index"), (1, "!kernel.ptr<bf16>"), (3, "index"), (3, "index"),
     ]
     assert not [o for o in func.walk() if isinstance(o, K.ForOp)]  # the loops are ws_tiles'
     assert built.temps == [A.TILE_COUNTER] and built.zeroed == {0}

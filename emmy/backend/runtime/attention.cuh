@@ -1229,9 +1229,10 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
 // the launch and zero again after it: the last block to finish resets them). The generated
 // kernel calls ws_begin once; then, in each role's branch (ROLE 0: threads below 128, the
 // producer warpgroup; ROLE 1: the consumers), ws_role once and ws_tiles with `tile(t, ring, i)`:
-// the role's run_ws for tile t (the grid's order: head row t % batch, query block
-// query_blocks - 1 - t / batch), the loop's i-th, `ring` being what the last call returned (0
-// first): the key blocks the ring has carried so far. So the producer copies the next query
+// the role's run_ws for tile t (the grid's order, the lowering's AttentionPlan.tile_at: with
+// one L2 section head row t % batch, query block query_blocks - 1 - t / batch), the loop's
+// i-th, `ring` being what the last call returned (0 first): the key blocks the ring has carried
+// so far; the consumers' `next_block(t)` and `next_q(t)` give tile t's query block and Q rows. So the producer copies the next query
 // block's first key blocks while the consumers still finish this one's, the consumers copy its
 // Q rows meanwhile (ws_consume), and no block-wide barrier is met after ws_begin.
 template <int D, int BQ, int BKV, int WARPS, int STAGES>
@@ -1286,12 +1287,12 @@ __device__ __forceinline__ void ws_tiles(const TILE& tile, int tiles, int* count
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
           int KRED, int VMODE, int VRED, int ROLE, int STAGED_OUT, class QA, class QB, class KA,
-          class KB, class VA, class VB, class SF, class FF, class OF, class NQ>
+          class KB, class VA, class VB, class SF, class FF, class OF, class NB, class NQ>
 __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                       const VA& va, const VB& vb, const SF& score, const FF& free_score,
                                       float fold, const OF& out, int q_block, int seq_q, int seq_kv, int causal,
-                                      int causal_offset, int ring, void* smem, int tile_i, int batch,
-                                      const NQ& next_q) {
+                                      int causal_offset, int ring, void* smem, int tile_i,
+                                      const NB& next_block, const NQ& next_q) {
   using C = Config<D, BQ, BKV, WARPS, STAGES, 2, STAGED_OUT, 1>;
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
@@ -1303,7 +1304,7 @@ __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, 
     detail::ws_produce<C>(kf, vf, n_blocks, seq_kv, ring, smem);
   } else {
     detail::ws_consume<C>(qf, score, free, out, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, ring, smem,
-                          tile_i, batch, next_q);
+                          tile_i, next_block, next_q);
   }
   return ring + n_blocks;
 }

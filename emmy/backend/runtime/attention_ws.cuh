@@ -193,6 +193,9 @@ __device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blo
 struct NoNextQ {
   __device__ __forceinline__ const __nv_bfloat16* operator()(int) const { return nullptr; }
 };
+struct NoNextBlock {
+  __device__ __forceinline__ int operator()(int) const { return 0; }
+};
 
 // The consumers' part of one query block (q_block), its key blocks at ring + j of the ring (see
 // ws_produce). Each consumer warpgroup copies its Q rows, runs the key blocks and stores its
@@ -202,13 +205,14 @@ struct NoNextQ {
 // schedule = persistent (C::kPersist): this is the loop's tile `tile_i`; its Q rows are in Q
 // tile tile_i % 2 (ws_q_tile), copied there during the tile before (the first tile copies its
 // own). Once its last S_j is done, each consumer warpgroup reads the next tile from the tile
-// slots and starts copying that tile's Q rows into the other Q tile (`next_q(t)`: the row-0
-// pointer of Q for tile t's head row; `batch`: the head rows, so tile t is query block
-// query_blocks - 1 - t / batch), so the copy overlaps the last key block and the output.
-template <class C, class QF, class SF, class FF, class OF, class NQ = NoNextQ>
+// slots and starts copying that tile's Q rows into the other Q tile (`next_block(t)`: tile t's
+// query block; `next_q(t)`: the row-0 pointer of Q for tile t's head row; the order of the
+// tiles is the lowering's: AttentionPlan.tile_at), so the copy overlaps the last key block and
+// the output.
+template <class C, class QF, class SF, class FF, class OF, class NB = NoNextBlock, class NQ = NoNextQ>
 __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF& ff, const OF& of, int q_block,
                                            int n_blocks, int seq_q, int seq_kv, int causal, int causal_offset,
-                                           int ring, void* smem, int tile_i = 0, int batch = 1,
+                                           int ring, void* smem, int tile_i = 0, const NB& next_block = NB{},
                                            const NQ& next_q = NQ{}) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES, D = C::D;
@@ -242,7 +246,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       if (tn >= 0) {
         QF nqf = qf;
         nqf.base = next_q(tn);
-        const int nq0 = ((seq_q + BQ - 1) / BQ - 1 - tn / batch) * BQ;
+        const int nq0 = next_block(tn) * BQ;
         copy_q_ws<C>(nqf, ws_q_tile<C>(smem, tile_i + 1), wg, ctid, nq0, seq_q);
       }
     }
