@@ -77,20 +77,16 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from math import prod
 
-from xdsl.dialects import arith
 from xdsl.dialects.builtin import BFloat16Type, Float32Type, IndexType, IntAttr, TensorType, f32, i32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
-from emmy.analysis.body import value_tree
 from emmy.analysis.classify import KernelInfo
-from emmy.analysis.indexing import constant_int
 from emmy.diagnostics import EmmyError
 from emmy.lowering import Built, In, Launch, LaunchArg, Tmp
 from emmy.lowering.common import bind_pointers, decompose, io_args, kernel_ident
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
-from emmy.dialects.loop import AxisOp
 from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import (
     DIRECT,

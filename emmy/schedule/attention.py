@@ -11,7 +11,10 @@ block (16 per warp), block_kv keys per step, `stages` K/V buffers, mma.sync or w
 (one warpgroup per 64 query rows), cp.async or tensor-map copies of K and V, and with
 fusion = split a prologue kernel `<name>_prep` that materializes the computed rows first. With
 fusion = epilogue (emmy.schedule.qk_epilogue) the projection producing Q's and K's rows writes
-them normalized and rotated: no prologue kernel, Q and K plain rows of that output.
+them normalized and rotated: no prologue kernel, Q and K plain rows of that output. The order
+of the query blocks is the plan's too: longest first, head fastest, and where the key and value
+rows of all heads exceed L2, the heads in L2 sections that fit (l2_section, AttentionPlan.tile_at;
+kv_group finds the query heads that share key-value heads).
 """
 
 from __future__ import annotations
