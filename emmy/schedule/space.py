@@ -644,8 +644,8 @@ def candidate_facts(info: KernelInfo, values: Mapping[str, KnobValue], target: T
     waves on the target's SMs, registers per thread (estimated) and launches in all; for a
     contraction also where a computed A side comes from (`a_source`: "raw_copies" or "global",
     and why), and with three consumer warpgroups the registers the producer hands them; for a
-    attention the batch x head rows of an L2 section (`l2_section`), and for a warp-specialized
-    one (wgmma_ws) its consumer warpgroups, their overlap of softmax and wgmmas, and the
+    attention whose heads go in L2 sections the batch x head rows of one (`l2_section`), and for
+    a warp-specialized one (wgmma_ws) its consumer warpgroups, their overlap of softmax and wgmmas, and the
     producer's and consumers' register budgets."""
     from emmy.schedule.plan import plan_for
 
@@ -662,7 +662,7 @@ def candidate_facts(info: KernelInfo, values: Mapping[str, KnobValue], target: T
         facts["a_source"], facts["a_source_reason"] = plan.a_source, plan.a_source_reason
         if plan.register_budgets is not None:  # three consumer warpgroups: registers traded
             facts["producer_registers"], facts["consumer_registers"] = plan.register_budgets
-    if isinstance(plan, AttentionPlan):
+    if isinstance(plan, AttentionPlan) and plan.section < plan.batch:
         facts["l2_section"] = plan.section  # batch x head rows whose blocks go together
     if isinstance(plan, AttentionPlan) and plan.warp_specialized:
         producer, consumer = plan.register_budgets or (target.regs_per_thread, target.regs_per_thread)

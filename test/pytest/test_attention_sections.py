@@ -86,7 +86,8 @@ def test_qwen3_layer_finds_its_grouped_heads_through_computed_keys():
         info = classify(k)
         plan = plan_for(info, k.knob_values(), SM90A)
         assert (plan.group, plan.batch, plan.section) == (2, 16, section)
-        assert candidate_facts(info, k.knob_values(), SM90A)["l2_section"] == section
+        # a fact of the candidate where the heads go in sections (none with one section)
+        assert candidate_facts(info, k.knob_values(), SM90A).get("l2_section") == (section if section < 16 else None)
 
 
 @needs_nvcc
