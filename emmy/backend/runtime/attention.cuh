@@ -1232,9 +1232,10 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
 // the role's run_ws for tile t (the grid's order, the lowering's AttentionPlan.tile_at: with
 // one L2 section head row t % batch, query block query_blocks - 1 - t / batch), the loop's
 // i-th, `ring` being what the last call returned (0 first): the key blocks the ring has carried
-// so far; the consumers' `next_block(t)` and `next_q(t)` give tile t's query block and Q rows. So the producer copies the next query
-// block's first key blocks while the consumers still finish this one's, the consumers copy its
-// Q rows meanwhile (ws_consume), and no block-wide barrier is met after ws_begin.
+// so far; the consumers' `next_block(t)` and `next_q(t)` give tile t's query block and Q rows.
+// So the producer copies the next query block's first key blocks while the consumers still
+// finish this one's, the consumers copy its Q rows meanwhile (ws_consume), and no block-wide
+// barrier is met after ws_begin.
 template <int D, int BQ, int BKV, int WARPS, int STAGES>
 using PersistentConfig = Config<D, BQ, BKV, WARPS, STAGES, 2, 0, 1>;
 
