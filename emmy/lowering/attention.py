@@ -309,17 +309,14 @@ def _flash_func(
     shape = f"{plan.head_dim}, {sched.block_q}, {sched.block_kv}, {sched.warps}, {sched.stages}"
     counter = kb.func.body.block.args[-1]
     kb.call(f"emmy::attention::ws_begin<{shape}>", [sbuf])
-    one_section = sched.section >= sched.batch
     next_block = _lambda(kb, [idx], ["t"], idx)
     with kb.at(next_block.body.block):
         (t,) = next_block.body.block.args
-        q_block = kb.sub(n_qblocks - 1, kb.div(t, sched.batch)) if one_section else sched.tile_at(kb, t)[1]
-        next_block.body.block.add_op(K.YieldOp(q_block))
+        next_block.body.block.add_op(K.YieldOp(sched.tile_block(kb, t)))
     next_q = _lambda(kb, [idx], ["t"], K.PtrType(BFloat16Type()))
     with kb.at(next_q.body.block):
         (t,) = next_q.body.block.args
-        row = kb.rem(t, sched.batch) if one_section else sched.tile_at(kb, t)[0]
-        outer = decompose(kb, row, plan.batch_axes, axes) if plan.batch_axes else {}
+        outer = decompose(kb, sched.tile_row(kb, t), plan.batch_axes, axes) if plan.batch_axes else {}
         q_rows = _operand_args(kb, em, em.scope(outer), plan, outer, axes, materialized, map_args)[0]
         next_q.body.block.add_op(K.YieldOp(q_rows))
     tid = kb.thread_id()

@@ -713,11 +713,20 @@ class AttentionPlan:
         With one section, row t % batch and query block query_blocks - 1 - t / batch. `ops`:
         knobs.Ints for numbers, the kernel builder for index code."""
         if self.section >= self.batch:
-            rank = ops.div(t, self.batch)
-            q_block = ops.sub(self.query_blocks - 1, rank)
-            return ops.rem(t, self.batch), q_block
+            q_block = self.tile_block(ops, t)
+            return self.tile_row(ops, t), q_block
         row, rank = grouped_tile(ops, t, self.batch, self.query_blocks, self.section)
         return row, ops.sub(self.query_blocks - 1, rank)
+
+    def tile_row(self, ops, t):
+        """tile_at's batch x head row alone (with one section no query block computed)."""
+        return ops.rem(t, self.batch) if self.section >= self.batch else self.tile_at(ops, t)[0]
+
+    def tile_block(self, ops, t):
+        """tile_at's query block alone (with one section no row computed)."""
+        if self.section >= self.batch:
+            return ops.sub(self.query_blocks - 1, ops.div(t, self.batch))
+        return self.tile_at(ops, t)[1]
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -828,24 +837,23 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
     if -(-info.seq_q // bq) > MAX_GRID_Y:
         raise _err(name, f"{-(-info.seq_q // bq)} query blocks of {bq} exceed the grid's y limit of {MAX_GRID_Y}")
+    body = _analyzed(info)
     prep = None
-    computed = _computed_rows(info) if fusion == "split" else []
+    computed = [r for _, r in _operand_rows(body)] if fusion == "split" else []
     if computed:  # a prologue kernel for the computed ones of Q, K and V
         prep = (-(-max(computed) // (PREP_WARPS * PREP_ROWS)), batch, len(computed))
     return AttentionPlan(
         name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma,
-        schedule == "persistent", _kv_group(info, att),
+        schedule == "persistent", _kv_group(info, att, body),
     )
 
 
-def _kv_group(info: KernelInfo, att: AttentionInfo) -> int:
+def _kv_group(info: KernelInfo, att: AttentionInfo, body: AttentionBody | None) -> int:
     """Query heads per key-value head when consecutive batch x head rows share them (kv_group's
-    head axis is the fastest of the rows' axes, row-major as the grid's x), else 1."""
+    head axis is the fastest of the rows' axes, row-major as the grid's x), else 1 (and for a
+    body the flash kernel cannot run: building it says why)."""
     rows = [a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis)]
-    try:
-        found = kv_group(analyze(info.stores[0].parent_op(), info), info)
-    except EmmyError:  # a body the flash kernel cannot run (building it says why)
-        return 1
+    found = kv_group(body, info) if body is not None else None
     if found is None or not rows or found[0] != rows[-1]:
         return 1
     return found[1]
@@ -885,19 +893,21 @@ def computed_operands(info: KernelInfo) -> tuple[str, ...]:
     """Which of "q", "k", "v" the body computes (not a plain load of rows). A body the flash
     kernel cannot run (analyze's EmmyError) has none here: its plan still serves the tile
     interpreter, and building it raises that error."""
-    return tuple(p for p, _ in _operand_rows(info))
+    return tuple(p for p, _ in _operand_rows(_analyzed(info)))
 
 
-def _operand_rows(info: KernelInfo) -> list[tuple[str, int]]:
+def _analyzed(info: KernelInfo) -> AttentionBody | None:
+    """The body's analysis, or None for a body the flash kernel cannot run (analyze's EmmyError)."""
     try:
-        body = analyze(info.stores[0].parent_op(), info)
+        return analyze(info.stores[0].parent_op(), info)
     except EmmyError:
+        return None
+
+
+def _operand_rows(body: AttentionBody | None) -> list[tuple[str, int]]:
+    """(name, rows) of each of Q, K and V that is computed (not a plain load of rows), in that
+    order; none for a body analyze rejects (see computed_operands)."""
+    if body is None:
         return []
     return [(p.name, r) for p, r in ((body.q, body.seq_q), (body.k, body.seq_kv), (body.v, body.seq_kv))
             if p.mode != DIRECT]
-
-
-def _computed_rows(info: KernelInfo) -> list[int]:
-    """The rows of each of Q, K and V that is computed (not a plain load of rows), in that
-    order (none for a body analyze rejects: see computed_operands)."""
-    return [r for _, r in _operand_rows(info)]

@@ -645,8 +645,8 @@ def candidate_facts(info: KernelInfo, values: Mapping[str, KnobValue], target: T
     contraction also where a computed A side comes from (`a_source`: "raw_copies" or "global",
     and why), and with three consumer warpgroups the registers the producer hands them; for a
     attention whose heads go in L2 sections the batch x head rows of one (`l2_section`), and for
-    a warp-specialized one (wgmma_ws) its consumer warpgroups, their overlap of softmax and wgmmas, and the
-    producer's and consumers' register budgets."""
+    a warp-specialized one (wgmma_ws) its consumer warpgroups, their overlap of softmax and
+    wgmmas, and the producer's and consumers' register budgets."""
     from emmy.schedule.plan import plan_for
 
     plan = plan_for(info, values, target)
