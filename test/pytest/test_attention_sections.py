@@ -34,7 +34,6 @@ from test_attention_lowering import _knobs, attention_ir, cuda_source, needs_nvc
 from test_tile_stage import random_args, tile_module
 
 SM90A = get_target("sm_90a")
-MB = 1 << 20
 WS = {"block_q": 64, "block_kv": 64, "workers": "wgmma_ws", "stages": 2, "warps": 4, "copy": "tma",
       "fusion": "split", "schedule": "grid"}
 
