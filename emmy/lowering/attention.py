@@ -2,8 +2,9 @@
 
     build(kernel_op, info, plan) -> Built      # called by convert-tile-to-kernel
 
-The body's analysis (`analyze`: the roles of its values) and the plan (`plan`: what the decided
-knobs mean) live in emmy/schedule/attention.py.
+The body's analysis (`analyze`: the roles of its values) lives in
+emmy/schedule/attention_body.py, the plan (`plan`: what the decided knobs mean) in
+emmy/schedule/attention.py.
 
 The loop body computes, for every (batch/head axes, query q, value column e),
 
@@ -88,22 +89,24 @@ from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter, Scope, row_major_strides
 from emmy.dialects import kernel as K
 from emmy.schedule import qk_epilogue
-from emmy.schedule.attention import (
+from emmy.schedule.attention_body import (
     DIRECT,
     ELEM,
-    PREP_ROWS,
-    PREP_WARPS,
     ROWSUM,
-    SMEM_ALIGN_WGMMA,
     TMA,
-    WS_PRODUCER_THREADS,
     AttentionBody,
-    AttentionPlan,
     Producer,
     analyze,
     kv_group,
     score_fold,
     staged_output,
+)
+from emmy.schedule.attention import (
+    PREP_ROWS,
+    PREP_WARPS,
+    SMEM_ALIGN_WGMMA,
+    WS_PRODUCER_THREADS,
+    AttentionPlan,
     smem_bytes,
     tile_bytes,
 )

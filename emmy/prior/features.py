@@ -111,7 +111,7 @@ class Kernel:
         self.row_ops = _row_ops(info) if info.kind == "reduction" else ()
         self._parts: dict[bool, tuple[Kernel, ...]] = {}
         if info.kind == "attention":
-            from emmy.schedule.attention import DIRECT, analyze
+            from emmy.schedule.attention_body import DIRECT, analyze
 
             body = analyze(kernel_op(info), info)
             self.causal = body.causal

@@ -56,7 +56,7 @@ from emmy.analysis.classify import Domains, KernelInfo, classify
 from emmy.dialects.loop import AxisOp, LoadOp, StoreOp
 from emmy.diagnostics import EmmyError
 from emmy.dialects.tile import KernelOp
-from emmy.schedule.attention import DIRECT, AttentionBody, Producer, analyze, row_stride
+from emmy.schedule.attention_body import DIRECT, AttentionBody, Producer, analyze, row_stride
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def find(op: Operation, info: KernelInfo) -> QkEpilogue | str:
 
 def _as_direct(p: Producer, source: BlockArgument, dom: Domains) -> Producer | None:
     """The operand as direct rows of the source (where the epilogue writes it): a load of the
-    source at (row, h * D + d) in its tree (emmy.schedule.attention.row_stride)."""
+    source at (row, h * D + d) in its tree (emmy.schedule.attention_body.row_stride)."""
     for ld in tree_loads(p):
         stride = row_stride(ld, p.row_axis, p.col_axis, dom) if ld.tensor is source else None
         if stride is not None:

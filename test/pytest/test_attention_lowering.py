@@ -19,7 +19,7 @@ import pytest
 
 from emmy.analysis.classify import classify
 from emmy.lowering import attention as A
-from emmy.schedule.attention import score_fold, staged_output
+from emmy.schedule.attention_body import score_fold, staged_output
 from emmy.backend.cxx import emit_kernel
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError

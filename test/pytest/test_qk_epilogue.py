@@ -23,7 +23,7 @@ from emmy.diagnostics import EmmyError
 from emmy.dialects.tile import KernelOp, KnobAttr
 from emmy.driver import CompileOptions, compile_model
 from emmy.schedule import qk_epilogue as E
-from emmy.schedule.attention import DIRECT, analyze
+from emmy.schedule.attention_body import DIRECT, analyze
 from emmy.schedule.attention import plan as attention_plan
 from emmy.schedule.plan import plan_for, plan_kernel
 from emmy.targets import get_target
