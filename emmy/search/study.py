@@ -1,9 +1,8 @@
-"""One Optuna study per kernel key: its first trials, the trial loop one worker runs, and naming
-the best.
+"""One Optuna study per kernel key: its first trials and the trial loop one worker runs (naming
+the best after them: emmy.search.best).
 
     study = open_study(store, task)                 # created once, seeded once
     run_trials(store, task, measurer, Budget(trials=30), seed=0)   # one worker's loop
-    best = name_best(store, task, measurer)         # after re-measuring the top few (once per new trials)
 
 The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
@@ -24,7 +23,8 @@ branches of the trials measured or being measured (a TPE draw on a branch past i
 another is below it, is pruned, `reason` "moved to BRANCH ...", and the nearest unmeasured legal
 point on the starved branch is enqueued in its place: `_Fork`). The shares are read from the
 store at each draw, so several workers, several processes and a resumed study keep them alike.
-`name_best` re-measures each branch's fastest trial beside the top few (`Best.fork`).
+`emmy.search.best.name_best` re-measures each branch's fastest trial beside the top few
+(`Best.fork`).
 
 Trials (the store's layout is in `emmy.records.store`):
 - measured "ok": COMPLETE, value = seconds per call;
@@ -71,15 +71,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from emmy.measure import Measurement
-from emmy.measure.timing import faster
 from emmy.search.points import nearest, point_key
 from emmy.search.waves import wave_fillers
-from emmy.records.store import BEST_ATTR, DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, MODULE_ATTR, SPACE_ATTR, Store
+from emmy.records.store import DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, MODULE_ATTR, SPACE_ATTR, Store
 
-# How many of the best candidates are re-measured, interleaved, before a study names its best,
-# and how many rounds.
-TOP = 3
-ROUNDS = 5
 # Neighbours of the default answer enqueued as first trials.
 NEIGHBOURS = 6
 # With a fitted prior: its fastest predicted candidates enqueued after them, ranked among the
@@ -545,7 +540,7 @@ def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:
 
     attrs = {  # `status` last: a trial with a status has all of them (a worker may die between two)
         "time_s": m.time_s, "spread": m.spread, "error": m.error, "reason": m.reason,
-        "env": dict(env), "date": _now(), "uid": uuid.uuid4().hex,
+        "env": dict(env), "date": utc_now(), "uid": uuid.uuid4().hex,
         "facts": {k: v for k, v in m.facts.items() if isinstance(v, (int, float, str, bool)) or v is None},
         "status": m.status,
     }
@@ -558,8 +553,8 @@ def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:
         # FAIL that says "ok"). Where it holds a time, or holds a status and this measurement
         # failed too, it is recorded already; else this one is kept as a trial of its own,
         # unless another trial has measured the point meanwhile.
-        now = _stored(study, trial)
-        if now.state == optuna.trial.TrialState.COMPLETE or ("status" in now.user_attrs and not ok):
+        held = _stored(study, trial)
+        if held.state == optuna.trial.TrialState.COMPLETE or ("status" in held.user_attrs and not ok):
             return
         if _repeats(study, trial, point) is not None:
             return
@@ -569,7 +564,7 @@ def _tell(study, trial, point, m: Measurement, env: Mapping[str, str]) -> None:
             user_attrs={"values": dict(point), **attrs, "retold": trial.number}))
 
 
-def _now() -> str:
+def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -722,120 +717,5 @@ class _Heartbeat:
         self.thread.join()
 
 
-@dataclass(frozen=True)
-class Best:
-    """What a study names after re-measuring: the trial, its values, time and spread; `kept`
-    when the recorded best stayed (the new one was not faster by more than the spread);
-    `recalled` when it was named over the same trials before and read back, not measured."""
-
-    trial: int
-    values: Mapping[str, object]
-    time_s: float
-    spread: float
-    kept: bool
-    recalled: bool = False
-    default_s: float | None = None  # the default answer's time in the same interleaved rounds (None: not right)
-    # The study's fork (`fork_knobs`, e.g. ("fusion",)): branch -> its best trial re-measured in
-    # the same rounds: trial, values, time_s, spread (time_s None, with a `note`, where it is not
-    # right); None where the space has no fork (or the best was named before forks were kept).
-    fork: Mapping[str, Mapping[str, object]] | None = None
-    fork_knobs: tuple[str, ...] = ()
-
-
-def name_best(store: Store, task, measurer, top: int = TOP, rounds: int = ROUNDS) -> Best | None:
-    """Re-measure the `top` fastest measured candidates and the recorded best, interleaved; the
-    fastest that is still right becomes the study's best, unless a best is recorded and the
-    newcomer is not faster than it by more than the larger of their spreads. None where nothing
-    measured right. A best named over the same measured trials as the study holds now is
-    recalled, not measured again (a re-run over finished studies names only what is missing).
-    The task's default (the answer before tuning) is re-measured in the same rounds, so the
-    speed-up a run reports compares two times taken alike (`Best.default_s`), never a trial's
-    single measurement with a re-measured one.
-
-    A study whose space has a structural fork (`fork_knobs`: `fusion`) also re-measures, in the
-    same rounds, the fastest trial of each branch (fused, split) that is not among them, and
-    keeps each branch's re-measured best (`Best.fork`): the fused kernel against the split
-    kernels, each at its own best schedule, and the best named from those same rounds."""
-    study = store.load(task.key_id)
-    trials = measured(study)
-    old = study.user_attrs.get(BEST_ATTR)
-    if old is not None and old.get("measured") == len(trials):
-        d = old.get("default_s")
-        return Best(int(old["trial"]), dict(old["values"]), float(old["time_s"]), float(old.get("spread") or 0.0),
-                    kept=True, recalled=True, default_s=None if d is None else float(d), fork=old.get("fork"),
-                    fork_knobs=tuple(old.get("fork_knobs") or ()))
-    ok = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)
-    chosen, keys = [], set()
-    for t in ok:
-        if point_key(t.user_attrs["values"]) not in keys:
-            keys.add(point_key(t.user_attrs["values"]))
-            chosen.append(t)
-        if len(chosen) == top:
-            break
-    knobs = task_fork_knobs(task)
-    for t in ok:  # each branch's fastest trial, where the top few have none of its branch
-        if knobs and branch_of(t.user_attrs["values"], knobs) not in {branch_of(c.user_attrs["values"], knobs) for c in chosen}:
-            keys.add(point_key(t.user_attrs["values"]))
-            chosen.append(t)
-    candidates = [dict(t.user_attrs["values"]) for t in chosen]
-    if old is not None and point_key(old["values"]) not in keys:
-        candidates.append(dict(old["values"]))
-    if not candidates:
-        return None
-    numbers = [t.number for t in chosen] + ([int(old["trial"])] if len(candidates) > len(chosen) else [])
-    default = dict(task.default) if task.default else None
-    extra = default is not None and point_key(default) not in {point_key(c) for c in candidates}
-    timing = candidates + ([default] if extra else [])  # the default is timed in the same rounds
-    again = measurer.remeasure(task, timing, rounds)
-    default_m = dict(zip(map(point_key, timing), again)).get(point_key(default)) if default is not None else None
-    default_s = default_m.time_s if default_m is not None and default_m.ok else None
-    results = [(n, v, m) for n, v, m in zip(numbers, candidates, again) if m.ok and m.time_s is not None]
-    if not results:
-        return None
-    fork = _fork_times(knobs, trials, zip(numbers, candidates, again)) if knobs else None
-    n, values, m = min(results, key=lambda r: r[2].time_s)
-    kept = old is not None and point_key(old["values"]) == point_key(values)
-    if old is not None:
-        prev = next((r for r in results if point_key(r[1]) == point_key(old["values"])), None)
-        if prev is not None and prev[0] != n and not faster(m, prev[2]):
-            (n, values, m), kept = prev, True
-    _write_best(study, n, values, m, measurer.environment(), len(trials), default_s, fork, knobs)
-    return Best(n, values, m.time_s, m.spread or 0.0, kept=kept, default_s=default_s, fork=fork, fork_knobs=knobs)
-
-
-def _fork_times(knobs, trials, remeasured) -> dict[str, dict[str, object]]:
-    """Branch -> its fastest re-measured candidate (trial, values, time_s, spread), for each
-    branch a measured trial is on; where none of its candidates re-measured right, the first
-    one's trial and values with time_s None and the reason in `note`; where none of its trials
-    was right, trial None and the note "none right"."""
-    fork: dict[str, dict[str, object]] = {}
-    for n, values, m in remeasured:
-        label, right = branch_of(values, knobs), m.ok and m.time_s is not None
-        now = fork.get(label)
-        if right and (now is None or now["time_s"] is None or m.time_s < now["time_s"]):
-            fork[label] = {"trial": n, "values": dict(values), "time_s": m.time_s, "spread": m.spread or 0.0}
-        elif not right and now is None:
-            fork[label] = {"trial": n, "values": dict(values), "time_s": None, "spread": None,
-                           "note": f"re-measured {m.status}: {m.reason}"}
-    for t in trials:
-        label = branch_of(t.user_attrs["values"], knobs)
-        fork.setdefault(label, {"trial": None, "values": None, "time_s": None, "spread": None, "note": "none right"})
-    return dict(sorted(fork.items()))
-
-
-def _write_best(study, trial: int, values, m: Measurement, env, count: int, default_s: float | None = None,
-                fork=None, knobs: Sequence[str] = ()) -> None:
-    """The study's best; `measured`: how many measured trials it was chosen from; `default_s`:
-    the default answer's time in the same rounds; `fork` and `fork_knobs` (only where the space
-    has a fork): each branch's re-measured best (`Best.fork`)."""
-    best = {
-        "trial": trial, "values": dict(values), "time_s": m.time_s, "spread": m.spread or 0.0,
-        "error": m.error, "env": dict(env), "date": _now(), "measured": count, "default_s": default_s,
-    }
-    if fork is not None:
-        best.update(fork=fork, fork_knobs=list(knobs))
-    study.set_user_attr(BEST_ATTR, best)
-
-
-__all__ = ["Best", "Budget", "branch_of", "conditional_space", "fork_branches", "fork_knobs", "fork_siblings", "task_fork_knobs", "measured",
-           "name_best", "nearest", "open_study", "params_of", "prior_picks", "requeue_unmeasured", "run_trials"]
+__all__ = ["Budget", "branch_of", "conditional_space", "fork_branches", "fork_knobs", "fork_siblings", "task_fork_knobs", "measured",
+           "nearest", "open_study", "params_of", "prior_picks", "requeue_unmeasured", "run_trials"]

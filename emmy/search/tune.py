@@ -32,7 +32,8 @@ from typing import TextIO
 
 from emmy.records.store import Store, open_store
 from emmy.records.record import fork_text
-from emmy.search.study import Best, Budget, branch_of, measured, name_best, point_key, run_trials
+from emmy.search.best import Best, name_best
+from emmy.search.study import Budget, branch_of, measured, point_key, run_trials
 from emmy.search.task import TuneTask
 
 POLL_S = 0.5

@@ -14,7 +14,8 @@ from emmy.driver import CompileOptions, compile_model
 from emmy.measure import Measurement
 from emmy.records import best_record, default_url, open_store
 from emmy.search.cost import CostMeasurer
-from emmy.search.study import Budget, measured, name_best, open_study, point_key, run_trials
+from emmy.search.best import name_best
+from emmy.search.study import Budget, measured, open_study, point_key, run_trials
 from emmy.search.task import select, tasks_in
 from emmy.search.tune import HEADER, outcome_rows, tune
 from emmy.targets import get_target
@@ -239,7 +240,7 @@ def test_each_best_is_said_as_it_is_named(tasks, store):
 
 
 def test_timeouts_show_in_the_table_and_notes(tasks):
-    from emmy.search.study import Best
+    from emmy.search.best import Best
     from emmy.search.tune import Outcome, outcome_notes
 
     o = Outcome(tasks[0], 5, Best(1, {}, 2e-6, 0.01, kept=False), 3e-6, "ok", timeouts=2,

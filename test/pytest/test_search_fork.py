@@ -18,9 +18,9 @@ from emmy.records import best_record, default_url, open_store
 from emmy.records.store import BEST_ATTR
 from emmy.records.transfer import export_records, import_records
 from emmy.search.cost import CostMeasurer
+from emmy.search.best import name_best
 from emmy.search.study import (
-    FORK_SHARE, Budget, _Fork, branch_of, conditional_space, fork_knobs, fork_siblings, measured, name_best,
-    nearest, open_study, point_key, run_trials, task_fork_knobs,
+    FORK_SHARE, Budget, _Fork, branch_of, conditional_space, fork_knobs, fork_siblings, measured, nearest, open_study, point_key, run_trials, task_fork_knobs,
 )
 from emmy.search.task import tasks_in
 from emmy.search.tune import fork_notes, outcome_notes, tune
