@@ -178,9 +178,9 @@ def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
     # up, the next one's Q rows copied during the last, 0-8% slower at 1024-16384 tokens but for
     # 32 / 8 at 2048 (69.7 against 70.8; h200-attention-persistent-counter-2026-12-03f.log)
     # With its tile read through a shuffle (warp-uniform wgmma descriptors: 1133 SASS instructions
-    # a key block against 1200 before, the grid's 1104), persistent was 1-3% faster for 32 / 8 at
-    # 2048-8192 tokens, 3-4% slower from 16384 and 7% slower for 16 / 8 at 2048 (one run;
-    # h200-attention-persistent-uniform-2026-12-04.log): too narrow a gain to move the rule
+    # a key block against 1200 before, the grid's 1104), persistent was 2-4% faster for 32 / 8 at
+    # 2048-4096 tokens, even at 8192, 2-4% slower from 16384 and 7% slower for 16 / 8 at 2048
+    # (two runs; h200-attention-persistent-uniform-2026-12-04.log, -2-): too narrow to move the rule
     grid = ("grid", "a block per query block and head: the block scheduler hands out the causal "
                     "query blocks, longest first, as SMs free up")
     if chosen.get("workers") != "wgmma_ws":
