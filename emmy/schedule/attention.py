@@ -55,7 +55,7 @@ def tile_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: b
 def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: bool = False, q_tiles: int = 1) -> int:
     """Dynamic shared memory of the attention kernel: its tiles (tile_bytes), plus what aligning
     the base to 1024 bytes may take for wgmma (the tensor-map copies' mbarriers,
-    AttentionPlan.barriers of 8 bytes, live in that slack: tma_barriers in attention.cuh)."""
+    AttentionPlan.barriers of 8 bytes, live in that slack: tma_barriers in attention_wgmma.cuh)."""
     return tile_bytes(head_dim, block_q, block_kv, stages, wgmma, q_tiles) + (SMEM_ALIGN_WGMMA if wgmma else 0)
 
 

@@ -159,9 +159,10 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "attention": {
         "block_q": (16, 32, 64, 128),
         "block_kv": (16, 32, 64, 128),
-        # The flash kernel (emmy/backend/runtime/attention.cuh) on mma.sync, or with S = Q K^T
-        # on wgmma (sm_90a; one warpgroup of 64 query rows), or warp-specialized (wgmma_ws: a
-        # producer warpgroup, attention_ws.cuh); the domain lists what the lowering
+        # The flash kernel (emmy/backend/runtime/attention.cuh) on mma.sync (attention_mma.cuh),
+        # or with S = Q K^T on wgmma (sm_90a; one warpgroup of 64 query rows,
+        # attention_wgmma.cuh), or warp-specialized (wgmma_ws: a producer warpgroup,
+        # attention_ws.cuh); the domain lists what the lowering
         # implements, nothing it would reject.
         "workers": ("mma_sync", "wgmma", "wgmma_ws"),
         "stages": (1, 2, 3),

@@ -1,6 +1,7 @@
 // Emmy's warp-specialized flash attention for sm_90a (workers = wgmma_ws): FlashAttention-3's
-// schedule on the pieces of attention.cuh (which includes this file after its helpers, and calls
-// flash_ws from emmy::attention::run when WGMMA == 2: one query block per block). The pieces of
+// schedule on the pieces of attention.cuh and attention_wgmma.cuh (attention.cuh includes this
+// file after both, and calls flash_ws from emmy::attention::run when WGMMA == 2: one query block
+// per block). The pieces of
 // flash_ws (ws_setup, ws_registers, ws_produce, ws_consume) also run schedule = persistent, where
 // a block per SM takes query blocks from a tile counter (ws_begin, ws_role, ws_tiles and run_ws
 // in attention.cuh; the tile slots: WsTiles): each takes `ring`, the key blocks the ring carried
