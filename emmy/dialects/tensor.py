@@ -34,10 +34,7 @@ from xdsl.ir import Dialect
 from emmy.dialects.tensor_base import (  # noqa: F401 (re-exported: the dialect's ops and helpers)
     AnyTensor,
     ORIGIN,
-    _shape,
-    _fmt_shape,
     i64_array,
-    _ints,
     TensorOp,
 )
 from emmy.dialects.tensor_compute import (  # noqa: F401 (re-exported: the dialect's ops and helpers)

@@ -29,7 +29,6 @@ from xdsl.ir import Dialect
 
 from emmy.dialects.torch_base import (  # noqa: F401 (re-exported: the dialect's ops and helpers)
     AnyTensor,
-    _FLOAT_RANK,
     shape_of,
     dtype_of,
     fmt_shape,
@@ -39,12 +38,9 @@ from emmy.dialects.torch_base import (  # noqa: F401 (re-exported: the dialect's
     bool_attr,
     promote_dtypes,
     broadcast_shapes,
-    _ints,
     TorchOp,
     _Unary,
     _Binary,
-    _BinaryAlpha,
-    _Scalar,
 )
 from emmy.dialects.torch_layers import (  # noqa: F401 (re-exported: the dialect's ops and helpers)
     RmsNormOp,
@@ -86,7 +82,6 @@ from emmy.dialects.torch_layout import (  # noqa: F401 (re-exported: the dialect
     ToOp,
     ViewOp,
     ExpandOp,
-    _check_layout_dtype,
     TransposeOp,
     PermuteOp,
     SliceOp,
