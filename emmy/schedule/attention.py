@@ -71,14 +71,15 @@ def l2_section(kv_head_bytes: int, group: int, rows: int, l2_bytes: int) -> int:
 
 
 # workers = wgmma_ws (emmy/backend/runtime/attention_ws.cuh): one producer warpgroup issuing the
-# tensor-map copies of K and V, 1 or 2 consumer warpgroups of 64 query rows each.
+# tensor-map copies of K and V, 1, 2 or 3 consumer warpgroups of 64 query rows each.
 WS_PRODUCER_THREADS = 128
-WS_MAX_CONSUMERS = 2  # two consumers take turns (ping-pong); more have no turn protocol
-# setmaxnreg with two consumers (384 threads; ptxas starts every thread at <= 168 registers):
-# the producer gives its registers back, the consumers take them (128 * 24 + 256 * 240 <= 65536).
-# With one consumer (256 threads) every thread may already have 255: no setmaxnreg.
+WS_MAX_CONSUMERS = 3  # two or three consumers take turns issuing (ping-pong), one after another
+# setmaxnreg with two or three consumers (384 or 512 threads; ptxas starts every thread at <= 168
+# or 128 registers): the producer gives its registers back, the consumers take them
+# (128 * 24 + 256 * 240 <= 65536; 128 * 24 + 384 * 160 <= 65536). With one consumer (256
+# threads) every thread may already have 255: no setmaxnreg. By consumer warpgroups.
 WS_PRODUCER_REGS = 24
-WS_CONSUMER_REGS = 240
+WS_CONSUMER_REGS = {2: 240, 3: 160}
 
 
 @dataclass(frozen=True)
@@ -120,13 +121,13 @@ class AttentionPlan:
 
     @property
     def overlap(self) -> str:
-        """How softmax overlaps the wgmmas: `pingpong` (two consumers take turns issuing, and
-        each overlaps its softmax with its own next QK^T: the wgmma loop's two warpgroups with
-        tensor-map copies, and wgmma_ws's two consumers), `intra` (a warpgroup's softmax of key
+        """How softmax overlaps the wgmmas: `pingpong` (two or three consumers take turns
+        issuing, and each overlaps its softmax with its own next QK^T: the wgmma loop's two
+        warpgroups with tensor-map copies, and wgmma_ws's two or three consumers), `intra` (a warpgroup's softmax of key
         block j runs while its P_{j-1} V_{j-1} wgmmas do: the pipelined wgmma loop with 3+
         stages, wgmma_ws with one consumer), or `none`."""
         if self.warp_specialized:
-            return "pingpong" if self.consumers == 2 else "intra"
+            return "pingpong" if self.consumers >= 2 else "intra"
         if self.wgmma and self.stages >= 3:
             return "pingpong" if self.tma and self.warps == 8 else "intra"
         return "none"
@@ -137,10 +138,10 @@ class AttentionPlan:
 
     @property
     def register_budgets(self) -> tuple[int, int] | None:
-        """(producer, consumer) registers per thread set by setmaxnreg (wgmma_ws with two
-        consumers), else None (ptxas's allocation for the whole block)."""
-        if self.warp_specialized and self.consumers == 2:
-            return WS_PRODUCER_REGS, WS_CONSUMER_REGS
+        """(producer, consumer) registers per thread set by setmaxnreg (wgmma_ws with two or
+        three consumers), else None (ptxas's allocation for the whole block)."""
+        if self.warp_specialized and self.consumers in WS_CONSUMER_REGS:
+            return WS_PRODUCER_REGS, WS_CONSUMER_REGS[self.consumers]
         return None
 
     @property
@@ -358,7 +359,7 @@ def ws_illegal(info: KernelInfo, warps: int, copy: str, fusion: str) -> str:
     Q rows with cp.async: every operand must be plain rows in memory, so computed Q, K or V
     (RMSNorm, rotary embedding) need fusion = split, whose `_prep` kernel materializes them."""
     if warps not in tuple(4 * c for c in range(1, WS_MAX_CONSUMERS + 1)):
-        return f"workers=wgmma_ws has 1 or 2 consumer warpgroups: warps must be 4 or 8, not {warps}"
+        return f"workers=wgmma_ws has 1, 2 or 3 consumer warpgroups: warps must be 4, 8 or 12, not {warps}"
     if copy != "tma":
         return f"workers=wgmma_ws: its producer warpgroup copies K and V with tensor maps (copy=tma, not {copy})"
     if fusion in ("fused", "epilogue"):

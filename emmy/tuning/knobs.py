@@ -157,7 +157,8 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "fusion": FUSION,
     },
     "attention": {
-        "block_q": (16, 32, 64, 128),
+        # 192: three warpgroups of 64 rows (workers = wgmma_ws with warps = 12)
+        "block_q": (16, 32, 64, 128, 192),
         "block_kv": (16, 32, 64, 128),
         # The flash kernel (emmy/backend/runtime/attention.cuh) on mma.sync (attention_mma.cuh),
         # or with S = Q K^T on wgmma (sm_90a; one warpgroup of 64 query rows,
@@ -166,7 +167,8 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         # implements, nothing it would reject.
         "workers": ("mma_sync", "wgmma", "wgmma_ws"),
         "stages": (1, 2, 3),
-        "warps": (1, 2, 4, 8),
+        # 12: wgmma_ws's three consumer warpgroups (FlashAttention-3's tile for head dim 64)
+        "warps": (1, 2, 4, 8, 12),
         # K and V rows by cp.async from every thread, or by tensor-map copies from one
         # (wgmma with 3+ stages or wgmma_ws, where it is the only way; key blocks of at most
         # the keys)

@@ -60,8 +60,14 @@ from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
 
-# wgmma_ws attention with two consumers: O, S and P registers a thread that fit in setmaxnreg's 240.
-WS_MAX_LIVE_REGISTERS = 160
+# wgmma_ws attention: O, S and P registers a consumer thread holds that fit without spills in
+# setmaxnreg's budget, by consumer warpgroups (ptxas 13.0 -v, sm_90a). Two (240 registers): 160
+# fit (head dim 128 with 128-key blocks, 256 with 32), 176 spilled (head dim 256 with 64-key
+# blocks). Three (160 registers): 112 fit (head dim 128 with 64-key blocks); 128 (head dim 64
+# with 128-key blocks, FlashAttention-3's tile) spilled 44 bytes, and 348 with
+# schedule = persistent, whose loop keeps the next tile's state besides (WS_MAX_LIVE_PERSISTENT).
+WS_MAX_LIVE_REGISTERS = {2: 160, 3: 128}
+WS_MAX_LIVE_PERSISTENT = {2: 160, 3: 112}
 
 # Widest global access, in bytes (ld.global.v4.b32 / cp.async 16).
 MAX_VECTOR_BYTES = 16
@@ -510,15 +516,18 @@ def _a_registers(info, v, t, reasons):
             )
         if bkv > 64 and info.head_dim >= 128:
             reasons.append(f"registers: block_kv={bkv} with head dim {info.head_dim} spills")
-    if v.has("workers") and v["workers"] == "wgmma_ws" and v["warps"] == 8:
-        # two consumers hold O, S and P in 240 registers a thread (setmaxnreg): up to 160 of
-        # them fit (head dim 128 with 128-key blocks, 256 with 32), 176 spilled (head dim 256
-        # with 64-key blocks; ptxas 13.0 -v, sm_90a)
+    consumers = v["warps"] // 4 if v.has("workers") and v["workers"] == "wgmma_ws" else 0
+    if consumers in WS_MAX_LIVE_REGISTERS:
+        # the consumers hold O, S and P in the registers setmaxnreg gives them
+        persistent = v.has("schedule") and v["schedule"] == "persistent"
+        most = (WS_MAX_LIVE_PERSISTENT if persistent else WS_MAX_LIVE_REGISTERS)[consumers]
         live = info.value_dim // 2 + bkv // 2 + bkv // 4
-        if live > WS_MAX_LIVE_REGISTERS:
+        if live > most:
+            words = {2: "two", 3: "three"}[consumers]
             reasons.append(
-                f"registers: wgmma_ws with two consumer warpgroups holds O ({info.value_dim // 2}), S ({bkv // 2}) "
-                f"and P ({bkv // 4}) in {live} registers a thread, over the {WS_MAX_LIVE_REGISTERS} that fit without spills"
+                f"registers: wgmma_ws with {words} consumer warpgroups holds O ({info.value_dim // 2}), S ({bkv // 2}) "
+                f"and P ({bkv // 4}) in {live} registers a thread, over the {most} that fit without spills"
+                + (" with schedule=persistent" if persistent and most != WS_MAX_LIVE_REGISTERS[consumers] else "")
             )
     if per_thread > MAX_ACC_PER_THREAD:
         reasons.append(
@@ -540,6 +549,10 @@ def _a_workers(info, v, t, reasons):
             reasons.append(f"{w}: value head dimension {dv} is not a multiple of 8")
         if v.has("block_kv") and v["block_kv"] % 16:
             reasons.append(f"{w}: block_kv={v['block_kv']} is not a multiple of 16")
+    if w != "wgmma_ws" and v.has("warps") and v["warps"] > 8:
+        # 12 warps are wgmma_ws's three consumer warpgroups; the other flash loops are built
+        # for at most two warpgroups (the wgmma loop's turns, mma.sync's 8 warps)
+        reasons.append(f"{w}: warps={v['warps']} (three warpgroups) runs only as workers=wgmma_ws's three consumers")
     if w == "mma_sync" and v.has("block_q", "warps"):
         bq, wp = v["block_q"], v["warps"]
         if bq % (16 * wp):

@@ -34,6 +34,11 @@ WS1 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=64
        "attention.block_kv=64", "attention.stages=3")
 WS2 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=128", "attention.warps=8",
        "attention.block_kv=128", "attention.stages=2")
+# three consumers (192 query rows): FlashAttention-3's tile for head dim 64, and 64-key blocks
+# where 128 would spill (head dim 128, schedule = persistent)
+WS3 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=192", "attention.warps=12",
+       "attention.block_kv=128", "attention.stages=2")
+WS3_64 = WS3[:4] + ("attention.block_kv=64", "attention.stages=3")
 PERSISTENT = ("attention.schedule=persistent",)
 ATTENTION_GPU_CASES = [
     # every length, Qwen3's heads (16 / 8, head dim 128), the rules' schedule
@@ -58,6 +63,9 @@ ATTENTION_GPU_CASES = [
     (1000, 14, 2, 128, WS2), (3000, 14, 2, 128, WS1), (5000, 32, 8, 128, WS2),
     *[(t, 32, 8, 64, WS2) for t in (1000, 3000, 5000)],
     (1000, 14, 2, 64, WS1), (3000, 8, 8, 64, WS1),
+    # three consumers taking turns: head dim 64 with 128-key blocks, 128 with 64-key ones
+    *[(t, 32, 8, 64, WS3) for t in (1000, 3000, 5000)], (300, 14, 2, 64, WS3), (65, 8, 8, 64, WS3_64),
+    (1000, 16, 8, 128, WS3_64), (3000, 8, 4, 128, WS3_64), (5000, 16, 8, 128, WS3_64),
     # head dims 96 and 80 (Phi-3's, Phi-2's): wgmma tiles of two 64-column slabs, the second
     # read in part by Q K^T and multiplied whole by P V (its columns of O never stored)
     *[(t, 32, 32, 96, ()) for t in (1, 65, 1000, 3000)], (63, 16, 8, 80, ()), (1000, 32, 32, 80, ()),
@@ -69,7 +77,7 @@ ATTENTION_GPU_CASES = [
     # blocks looping over the query blocks (schedule = persistent; the rules' grid above)
     (300, 16, 8, 128, WS1 + PERSISTENT), (1000, 16, 8, 128, WS2 + PERSISTENT), (5000, 16, 8, 128, WS2 + PERSISTENT),
     (3000, 14, 2, 128, WS1 + PERSISTENT), (5000, 32, 8, 64, WS2 + PERSISTENT), (3000, 8, 8, 64, WS1 + PERSISTENT),
-    (3000, 8, 2, 80, WS2 + PERSISTENT),
+    (3000, 8, 2, 80, WS2 + PERSISTENT), (3000, 32, 8, 64, WS3_64 + PERSISTENT), (5000, 16, 8, 128, WS3_64 + PERSISTENT),
     # 16384 keys: the key and value rows of all heads exceed L2, so the blocks take the heads in
     # L2 sections (AttentionPlan.section: 8 of 16 rows, 16 of 32, 4 of 32 at head dim 96)
     (16384, 16, 8, 128, ()), (16384, 32, 8, 128, WS2 + PERSISTENT), (16384, 32, 32, 96, ()),

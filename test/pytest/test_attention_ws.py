@@ -58,8 +58,8 @@ def test_plan_of_two_consumers():
     plan = plan_for(info, _ws(), SM90A)
     assert plan.warp_specialized and plan.wgmma and plan.tma
     assert (plan.consumers, plan.threads, plan.overlap) == (2, 384, "pingpong")
-    assert plan.register_budgets == (WS_PRODUCER_REGS, WS_CONSUMER_REGS) == (24, 240)
-    assert 128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 65536  # setmaxnreg's pool
+    assert plan.register_budgets == (WS_PRODUCER_REGS, WS_CONSUMER_REGS[2]) == (24, 240)
+    assert 128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS[2] <= 65536  # setmaxnreg's pool
     assert plan.barriers == 8  # K's and V's full and empty mbarriers per stage
     assert plan.smem_bytes == (128 * 128 + 2 * 2 * 64 * 128) * 2 + 1024
     assert plan.smem_layout == (("q", 0, 32768), ("k", 32768, 32768), ("v", 65536, 32768))
@@ -166,6 +166,47 @@ def test_persistent_layer_counter_is_a_zeroed_buffer():
     assert "emmy::attention::ws_tiles<128, 128, 128, 8, 2, 1>" in plan.source
 
 
+def test_plan_of_three_consumers():
+    """FlashAttention-3's tile for head dim 64: three consumer warpgroups of 64 rows taking
+    turns, 512 threads, 160 registers a consumer (128 * 24 + 384 * 160 <= 65536)."""
+    op, info = _op(T=3000, D=64)
+    plan = plan_for(info, _ws(block_q=192, block_kv=128), SM90A)
+    assert (plan.consumers, plan.threads, plan.overlap) == (3, 512, "pingpong")
+    assert plan.register_budgets == (WS_PRODUCER_REGS, WS_CONSUMER_REGS[3]) == (24, 160)
+    assert 128 * WS_PRODUCER_REGS + 384 * WS_CONSUMER_REGS[3] <= 65536
+    assert plan.query_blocks == 16 and plan.smem_bytes == (192 * 64 + 2 * 2 * 128 * 64) * 2 + 1024
+    assert [ln.block for ln in plan.launches] == [(256, 1, 1), (512, 1, 1)]
+    facts = candidate_facts(info, _ws(block_q=192, block_kv=128), SM90A)
+    assert (facts["consumers"], facts["producer_registers"], facts["consumer_registers"]) == (3, 24, 160)
+
+
+def test_three_consumers_registers():
+    """O, S and P of a consumer thread in 160 registers: 112 fit (head dim 128, 64-key blocks),
+    128 (head dim 64, 128-key blocks) spill a little, more with schedule = persistent (ptxas -v)."""
+    op, info = _op(T=3000, D=64)
+    assert check(info, _ws(block_q=192, block_kv=128), SM90A) == []
+    assert check(info, _ws(block_q=192, block_kv=128, schedule="persistent"), SM90A) == [
+        "registers: wgmma_ws with three consumer warpgroups holds O (32), S (64) and P (32) in 128 "
+        "registers a thread, over the 112 that fit without spills with schedule=persistent"
+    ]
+    assert check(info, _ws(block_q=192, block_kv=64, schedule="persistent"), SM90A) == []
+    op, info = _op(T=3000, D=128)
+    assert check(info, _ws(block_q=192, block_kv=64), SM90A) == []
+    assert check(info, _ws(block_q=192, block_kv=128), SM90A) == [
+        "registers: wgmma_ws with three consumer warpgroups holds O (64), S (64) and P (32) in 160 "
+        "registers a thread, over the 128 that fit without spills"
+    ]
+
+
+def test_twelve_warps_only_warp_specialized():
+    op, info = _op(T=3000, D=64)
+    why = "warps=12 (three warpgroups) runs only as workers=wgmma_ws's three consumers"
+    assert f"wgmma: {why}" in check(info, {**_ws(block_q=192), "workers": "wgmma", "stages": 3}, SM90A)
+    assert f"mma_sync: {why}" in check(
+        info, {**_ws(block_q=192), "workers": "mma_sync", "copy": "cp_async"}, SM90A
+    )
+
+
 def test_plan_of_one_consumer():
     op, info = _op()
     plan = plan_for(info, _ws(block_q=64, stages=3), SM90A)
@@ -189,7 +230,7 @@ def test_overlap_of_the_other_workers():
          "rotated) in the kernel: use fusion=split (a prologue kernel materializes them)"),
         ({"copy": "cp_async"}, "workers=wgmma_ws: its producer warpgroup copies K and V with tensor maps (copy=tma, not cp_async)"),
         ({"block_q": 64, "warps": 4, "stages": 1}, "workers=wgmma_ws copies K and V into a ring of stages >= 2 buffers (stages=1)"),
-        ({"block_q": 256, "warps": 16}, "workers=wgmma_ws has 1 or 2 consumer warpgroups: warps must be 4 or 8, not 16"),
+        ({"block_q": 256, "warps": 16}, "workers=wgmma_ws has 1, 2 or 3 consumer warpgroups: warps must be 4, 8 or 12, not 16"),
         ({"block_q": 64, "warps": 8}, "workers=wgmma_ws needs a head dim up to 256, a warpgroup per 64 "
          "query rows (warps a multiple of 4, block_q = 16 * warps) and block_kv <= 256 (have 128, 64, 8, 64)"),
     ],
@@ -237,8 +278,10 @@ def test_legal_space_has_it():
     assert "wgmma_ws" in space["workers"]
     points = legal_points(info, space, SM90A)
     ws = [p for p in points if p["workers"] == "wgmma_ws"]
-    assert ws and all(p["copy"] == "tma" and p["fusion"] == "split" and p["warps"] in (4, 8) for p in ws)
-    assert {p["warps"] for p in ws} == {4, 8}
+    assert ws and all(p["copy"] == "tma" and p["fusion"] == "split" and p["warps"] in (4, 8, 12) for p in ws)
+    assert {p["warps"] for p in ws} == {4, 8, 12}
+    assert {p["block_q"] for p in ws if p["warps"] == 12} == {192}
+    assert all(p["warps"] <= 8 for p in points if p["workers"] != "wgmma_ws")
     for p in ws[:: max(1, len(ws) // 20)]:
         plan_for(info, p, SM90A)  # every legal point plans
 
@@ -252,6 +295,20 @@ def test_interpreter_does_not_depend_on_workers():
     a = tile_stage.run_function(tile_module(text, f"workers=wgmma;stages=3;{tiles}"), args)
     b = tile_stage.run_function(tile_module(text, f"workers=wgmma_ws;stages=2;{tiles}"), args)
     assert len(a) == len(b) == 1 and np.array_equal(a[0], b[0])
+
+
+def test_interpreter_follows_three_consumers():
+    """192-row blocks (three consumers) over a sequence that is no multiple of them: the numbers
+    of the 64-row blocks of one consumer, but for a bf16 rounding step where the online
+    softmax's f32 sums ran in another order (8 of 115200 elements here); a query block left
+    out would be caught (the interpreter counts every element's writes)."""
+    text, shapes = L.attention(1, 4, 2, 450, 64, target="sm_90a")
+    args = random_args(shapes)
+    rest = "workers=wgmma_ws;stages=2;block_kv=128;copy=tma;fusion=split"
+    (one,) = tile_stage.run_function(tile_module(text, f"block_q=64;warps=4;{rest}"), args)
+    (three,) = tile_stage.run_function(tile_module(text, f"block_q=192;warps=12;{rest}"), args)
+    np.testing.assert_allclose(three, one, rtol=2**-7, atol=0)
+    assert np.count_nonzero(three != one) <= one.size // 1000
 
 
 def test_interpreter_follows_persistent_blocks(monkeypatch):
@@ -311,7 +368,7 @@ def test_lowering_error_without_maps():
 @pytest.mark.parametrize(
     "D, block_q, block_kv, stages, T",
     [(128, 128, 128, 2, 3000), (128, 128, 64, 3, 1000), (128, 64, 128, 3, 3000), (64, 128, 128, 3, 3000),
-     (64, 64, 64, 4, 100)],
+     (64, 64, 64, 4, 100), (128, 192, 64, 2, 3000), (64, 192, 64, 3, 1000)],
 )
 def test_nvcc_no_spills(D, block_q, block_kv, stages, T, tmp_path):
     built = _ws_build(T, D, block_q=block_q, block_kv=block_kv, stages=stages)
@@ -345,7 +402,7 @@ def test_gpu_cases_cover_the_issue():
     assert {63, 65, 1000, 3000, 5000} <= lengths  # 7: illegal (test_too_few_keys); 1: no flash kernel
     assert {c[1] // c[2] for c in alone} == {1, 2, 4, 7}
     assert {c[3] for c in alone} == {64, 80, 96, 128}
-    assert {"attention.warps=4", "attention.warps=8"} <= {p for c in alone for p in c[4]}
+    assert {"attention.warps=4", "attention.warps=8", "attention.warps=12"} <= {p for c in alone for p in c[4]}
 
 
 @pytest.mark.parametrize("case", _gpu_cases()[0], ids=lambda c: f"T{c[0]}-{c[1]}x{c[2]}-d{c[3]}-w{c[4][3][-1]}")

@@ -186,6 +186,12 @@ struct Config {
 
 namespace detail {
 
+// Named barriers (0 is __syncthreads): warpgroups taking turns to issue their wgmmas wait on
+// kTurnBarrier + their index (the wgmma loop's two, wgmma_ws's two or three consumers); a
+// warpgroup's own barrier, among its 128 threads only, is kWarpgroupBarrier + its index.
+constexpr int kTurnBarrier = 1;
+constexpr int kWarpgroupBarrier = 4;
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -589,7 +595,7 @@ __device__ __forceinline__ void store_rows_staged(const OF& of, const float (*ac
           __floats2bfloat162_rn(acc[dt][2 * h] * inv, acc[dt][2 * h + 1] * inv);
     }
   }
-  emmy::named_barrier<128>(3 + wg);
+  emmy::named_barrier<128>(kWarpgroupBarrier + wg);
   const int w = ctid >> 5, lane = ctid & 31;
 #pragma unroll 4
   for (int r = w; r < 64; r += 4) {
@@ -598,7 +604,7 @@ __device__ __forceinline__ void store_rows_staged(const OF& of, const float (*ac
 #pragma unroll
     for (int c = lane; c < D; c += 32) of(q, c, __bfloat162float(sQ[at<C, BQ>(r0 + r, c)]));
   }
-  emmy::named_barrier<128>(3 + wg);
+  emmy::named_barrier<128>(kWarpgroupBarrier + wg);
 }
 
 template <int MODE, int RED, class A, class B>

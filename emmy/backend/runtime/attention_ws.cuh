@@ -8,7 +8,7 @@
 // before, so buffers and mbarrier phases go on, and the consumers copy the next query block's
 // Q rows into a second Q tile while they finish the last (ws_consume).
 //
-// Roles (threads = 128 + 32 * WARPS; WARPS = 4 or 8 consumer warps, BQ = 16 * WARPS):
+// Roles (threads = 128 + 32 * WARPS; WARPS = 4, 8 or 12 consumer warps, BQ = 16 * WARPS):
 //
 //   warpgroup 0, the producer: one thread issues the tensor-map copies of K and V, key block
 //     after key block (K_j, V_j, K_{j+1}, ...), into a STAGES-deep ring of K buffers and one of
@@ -29,15 +29,20 @@
 //     while P V runs (intra-warpgroup overlap), waits for P V, releases V_{j-1} and rescales O
 //     (where a row's max moved: kLazyRescale). Its output goes through its Q rows
 //     (store_rows_staged) where the output is bf16(O / l).
-//   With two consumers they take turns issuing their wgmmas (named barriers 1 and 2, as
-//     flash_wgmma_pingpong): one's softmax runs while the other's products keep the tensor
-//     cores busy (inter-warpgroup ping-pong).
+//   With two or three consumers they take turns issuing their wgmmas (named barriers
+//     kTurnBarrier + c, as flash_wgmma_pingpong; consumer c passes the turn to c + 1, the last
+//     to 0): one's softmax runs while the others' products keep the tensor cores busy
+//     (inter-warpgroup ping-pong). Three consumers (192 query rows: FlashAttention-3's tile
+//     for head dim 64) give the tensor cores two other warpgroups' products to run during each
+//     softmax, where a head dim of 64 makes the products short next to it.
 //
 // Registers: with two consumers (384 threads, ptxas starts every thread at <= 168) the producer
 // lowers its budget to kProducerRegs with setmaxnreg and the consumers raise theirs to
-// kConsumerRegs (128 * 24 + 256 * 240 <= 65536); with one consumer (256 threads) every thread
-// may already use 255 and nothing is changed. emmy/schedule/attention.py (WS_PRODUCER_REGS,
-// WS_CONSUMER_REGS) carries the same numbers into the plan.
+// kConsumerRegs<2> (128 * 24 + 256 * 240 <= 65536); with three (512 threads, 128 each to
+// start with) to kConsumerRegs<3> (128 * 24 + 384 * 160 <= 65536); with one consumer (256
+// threads) every thread may already use 255 and nothing is changed.
+// emmy/schedule/attention.py (WS_PRODUCER_REGS, WS_CONSUMER_REGS) carries the same numbers into
+// the plan.
 //
 // Requirements: Q plain rows (kDirect: fusion = split materializes computed ones), K and V
 // kTma, STAGES >= 2, the wgmma Config (attention.cuh), sm_90a.
@@ -48,7 +53,13 @@ namespace attention {
 namespace detail {
 
 constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
+// A consumer's registers after setmaxnreg, by consumer warpgroups (2: 384 threads, 3: 512): what
+// the block's 65536 leave after the producer's 128 x 24, in steps of 8.
+template <int NC>
+constexpr int kConsumerRegs = NC == 2 ? 240 : 160;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs<2> <= 65536 &&
+                  128 * kProducerRegs + 384 * kConsumerRegs<3> <= 65536,
+              "the producer's and the consumers' registers fit the register file");
 
 // The ring's mbarriers (attention.cuh's tma_barriers, in the alignment slack): per stage a `full`
 // and an `empty` one for K, the same for V.
@@ -143,7 +154,7 @@ __device__ __forceinline__ void copy_q_ws(const QF& qf, __nv_bfloat16* sQ, int w
 __device__ __forceinline__ void wait_q_ws(int wg) {
   cp_async_wait<0>();
   emmy::fence_proxy_async();                 // the async proxy (wgmma) reads them
-  emmy::named_barrier<128>(3 + wg);          // ... after every thread of the warpgroup copied
+  emmy::named_barrier<128>(kWarpgroupBarrier + wg);  // ... after every thread of the warpgroup copied
 }
 
 // Consumer warpgroup `wg`'s 64 rows of Q into its rows of the wgmma Q tile (rows at or past
@@ -158,11 +169,11 @@ __device__ __forceinline__ void stage_q_ws(const QF& qf, __nv_bfloat16* sQ, int 
 // consumers the producer gives registers back and the consumers take them (setmaxnreg).
 template <class C, bool PRODUCER>
 __device__ __forceinline__ void ws_registers() {
-  if constexpr (C::WARPS / 4 == 2) {
+  if constexpr (C::WARPS / 4 >= 2) {
     if constexpr (PRODUCER) {
       emmy::regs_lower<kProducerRegs>();
     } else {
-      emmy::regs_raise<kConsumerRegs>();
+      emmy::regs_raise<kConsumerRegs<C::WARPS / 4>>();
     }
   }
 }
@@ -200,7 +211,7 @@ struct NoNextBlock {
 
 // The consumers' part of one query block (q_block), its key blocks at ring + j of the ring (see
 // ws_produce). Each consumer warpgroup copies its Q rows, runs the key blocks and stores its
-// rows of O; with two consumers their turns start over with each query block (consumer 0
+// rows of O; with two or three consumers their turns start over with each query block (consumer 0
 // first) and end even, so query blocks follow one another without a block-wide barrier.
 //
 // schedule = persistent (C::kPersist): this is the loop's tile `tile_i`; its Q rows are in Q
@@ -228,7 +239,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
   const WsRing<C> r(smem);
 
   const int cw = warp - 4;   // warp among the consumers: query rows q0 + 16 cw ..
-  const int wg = cw >> 2;    // consumer warpgroup: named barrier 1 + wg is its turn to issue
+  const int wg = cw >> 2;    // consumer warpgroup: named barrier kTurnBarrier + wg is its turn to issue
   const int g = lane >> 2, t = lane & 3;
   const int ctid = tid - 128 * (wg + 1);
   const int q_first = q0 + cw * 16;
@@ -261,12 +272,13 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     uint32_t p[BKV / 16][4];
     float s[NT][4];
     float alpha[2];
-    // A turn: with two consumers, issue only after the other one issued its own wgmmas.
+    // A turn: with two or three consumers, issue only after the one before (consumer
+    // (wg + NC - 1) % NC) issued its own wgmmas; then pass the turn on to the next.
     auto turn = [&]() {
-      if constexpr (NC == 2) emmy::named_barrier<256>(1 + wg);
+      if constexpr (NC >= 2) emmy::named_barrier<256>(kTurnBarrier + wg);
     };
     auto pass = [&]() {
-      if constexpr (NC == 2) emmy::named_barrier_arrive<256>(2 - wg);
+      if constexpr (NC >= 2) emmy::named_barrier_arrive<256>(kTurnBarrier + (wg + 1) % NC);
     };
     // S_j = Q K_j^T (one wgmma group, no wait), once K_j landed; in turn.
     auto scores = [&](int j) {
@@ -290,8 +302,8 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     auto softmax = [&](int j) {
       softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q_first, g, t, seq_q, seq_kv, causal, causal_offset);
     };
-    if constexpr (NC == 2) {
-      if (wg == 1) emmy::named_barrier_arrive<256>(1);  // consumer 0 issues first
+    if constexpr (NC >= 2) {
+      if (wg == NC - 1) emmy::named_barrier_arrive<256>(kTurnBarrier);  // consumer 0 issues first
     }
     scores(0);
     pass();
@@ -318,12 +330,12 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       pack_p<BKV>(p, s);
     }
     copy_next_q();
-    // the last block's P x V, in turn (consumer 1's is the last turn: it passes none on)
+    // the last block's P x V, in turn (the last consumer's is the last turn: it passes none on)
     wait_v(n_blocks - 1);
     turn();
     values(n_blocks - 1);
-    if constexpr (NC == 2) {
-      if (wg == 0) emmy::named_barrier_arrive<256>(2);
+    if constexpr (NC >= 2) {
+      if (wg < NC - 1) pass();
     }
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
@@ -344,8 +356,8 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
 template <class C, class QF, class KF, class VF>
 __device__ __forceinline__ void ws_check() {
   constexpr int NC = C::WARPS / 4;
-  static_assert(C::kWgmma && C::MT == 1 && (NC == 1 || NC == 2) && C::STAGES >= 2,
-                "wgmma_ws attention: 1 or 2 consumer warpgroups of 64 query rows, 2+ stages");
+  static_assert(C::kWgmma && C::MT == 1 && NC >= 1 && NC <= 3 && C::STAGES >= 2,
+                "wgmma_ws attention: 1, 2 or 3 consumer warpgroups of 64 query rows, 2+ stages");
   static_assert(QF::kDirect && KF::kTma && VF::kTma,
                 "wgmma_ws attention: plain Q rows, K and V by tensor maps (fusion = split, copy = tma)");
 }
