@@ -377,6 +377,11 @@ def _c_epilogue(info, v, t, reasons):
     if e == "staggered":
         if info.epilogue_loads:
             reasons.append("epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows")
+        elif not info.parts_stage_results:
+            reasons.append(
+                "epilogue=staggered: a store is not a bf16 value of the accumulators (here an f32 one), so the whole "
+                "tile is staged as f32 and every warpgroup stores any of its rows"
+            )
         return
     if v.has("cluster") and v["cluster"] != 1:
         reasons.append(f"epilogue=pingpong: each warpgroup takes its own tiles, which a pair of blocks cannot share (cluster={v['cluster']})")

@@ -11,12 +11,16 @@ def _module(target: str, body: str) -> str:
     return f'builtin.module attributes {{emmy.target = "{target}"}} {{\n{body}\n}}\n'
 
 
-def matmul(M: int, N: int, K: int, *, target: str = "sm_90", name: str = "proj") -> tuple[str, list]:
-    """out[m, n] = bf16(sum_k x[m, k] * w[n, k])."""
+def matmul(M: int, N: int, K: int, *, target: str = "sm_90", name: str = "proj", f32_out: bool = False) -> tuple[str, list]:
+    """out[m, n] = bf16(sum_k x[m, k] * w[n, k]); with `f32_out` that value widened and stored as
+    f32 (OLMo-2's o_proj feeding the norm after it)."""
+    ot = f"tensor<{M}x{N}x{'f32' if f32_out else 'bf16'}>"
+    store = ("    %o32 = arith.extf %o : bf16 to f32\n    loop.store %o32, 0 [%m, %n] : f32" if f32_out
+             else "    loop.store %o, 0 [%m, %n] : bf16")
     body = f"""
-func.func @f(%x: tensor<{M}x{K}xbf16>, %w: tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> {{
+func.func @f(%x: tensor<{M}x{K}xbf16>, %w: tensor<{N}x{K}xbf16>) -> {ot} {{
   %out = loop.fused @{name} axes [m = {M}, n = {N}, k = {K}]
-      ins(%x, %w : tensor<{M}x{K}xbf16>, tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> {{
+      ins(%x, %w : tensor<{M}x{K}xbf16>, tensor<{N}x{K}xbf16>) -> {ot} {{
   ^bb0(%xa: tensor<{M}x{K}xbf16>, %wa: tensor<{N}x{K}xbf16>):
     %m = loop.axis "m" : index
     %n = loop.axis "n" : index
@@ -30,10 +34,10 @@ func.func @f(%x: tensor<{M}x{K}xbf16>, %w: tensor<{N}x{K}xbf16>) -> tensor<{M}x{
       loop.yield %p : f32
     }}
     %o = arith.truncf %acc : f32 to bf16
-    loop.store %o, 0 [%m, %n] : bf16
+{store}
     loop.yield
   }}
-  func.return %out : tensor<{M}x{N}xbf16>
+  func.return %out : {ot}
 }}"""
     return _module(target, body), [(M, K), (N, K)]
 

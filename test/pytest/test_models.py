@@ -12,7 +12,7 @@ import pytest
 
 from emmy.cli.main import run
 from emmy.diagnostics import EmmyError
-from tiny_models import FAMILIES, OTHER_FAMILIES, REAL, write_real_sized_model, write_tiny_model
+from tiny_models import FAMILIES, OTHER_FAMILIES, REAL, TINY, write_real_sized_model, write_tiny_model
 
 HERE = Path(__file__).resolve().parent
 BLOCK = str(HERE / "models" / "mlp_block.py") + ":make"
@@ -221,6 +221,24 @@ def test_released_layer_sizes_lower_like_qwen3(name, tmp_path):
     names = {launch.kernel for launch in launch_plan(compile_model(opts).module).launches}
     assert {"rms_norm_qkv_proj", "attention", "o_proj_residual", "rms_norm_gate_up_proj_silu",
             "down_proj_residual"} <= names, names
+
+
+def test_post_norm_layer_at_persistent_sizes(tmp_path):
+    """OLMo-2-1B's layer (norms after the attention and the MLP) at 4097 tokens on sm_90a: its
+    o projection stores f32 for the norm after it, so the staggered epilogue, which stages bf16
+    results per warpgroup, is not legal there; the rules once chose it (persistent blocks from
+    4096 rows) and the build failed."""
+    import json
+
+    from emmy.backend.plan import launch_plan
+    from emmy.driver import CompileOptions, compile_model
+
+    config = {**TINY, **OTHER_FAMILIES["olmo2"], "vocab_size": 1000, "max_position_embeddings": 8192,
+              "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 16, "num_key_value_heads": 16}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    module = compile_model(CompileOptions(model=str(tmp_path), layer=0, tokens=4097, target="sm_90a")).module
+    (o_proj,) = [launch for launch in launch_plan(module).launches if launch.kernel == "o_proj"]
+    assert o_proj.grid == (132, 1, 1)  # persistent blocks, one per SM
 
 
 def test_whole_model_run_on_given_token_ids(tiny_model, capsys):

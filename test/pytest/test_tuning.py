@@ -731,6 +731,15 @@ def test_staggered_epilogue_legality():
     assert check(residual, ok, SM90A) == [
         "epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows"
     ]
+    # an f32 store (OLMo-2's o_proj, whose result the norm after it reads): the lowering stages
+    # only bf16 results per warpgroup; the rules once chose staggered there and the build failed
+    wide = info_of(L.matmul(4096, 4096, 1024, target="sm_90a", f32_out=True))
+    assert not wide.parts_stage_results and not wide.epilogue_loads
+    assert check(wide, ok, SM90A) == [
+        "epilogue=staggered: a store is not a bf16 value of the accumulators (here an f32 one), so the whole "
+        "tile is staged as f32 and every warpgroup stores any of its rows"
+    ]
+    assert rules.decide(wide, SM90A, knob_space_for(wide, SM90A))["epilogue"].value == "together"
     assert check(info, dict(ok, workers="wgmma"), SM90A)[0].startswith("schedule=persistent needs workers=wgmma_ws")
     assert "epilogue=staggered needs workers=wgmma_ws, not workers=wgmma" in check(info, dict(ok, workers="wgmma"), SM90A)
     assert check(info, dict(ok, workers="mma_sync", epilogue="staggered"), SM90)[-1] == (
