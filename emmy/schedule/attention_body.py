@@ -236,7 +236,11 @@ def _producer(
     # extf(truncf(...)), which is as good an operand as bf16 arithmetic)
     x = value.owner.operands[0] if isinstance(value.owner, arith.ExtFOp) else value
     if not isinstance(x.type, BFloat16Type):
-        raise attention_error(kname, f"{name.upper()} must be a bf16 value widened to f32 (tensor cores take bf16 operands)")
+        raise attention_error(
+            kname,
+            f"{name.upper()} is {x.type} here, and the flash kernel multiplies bf16 operands on the tensor cores "
+            "(a float16 or float32 model compiles to CUDA as bfloat16: set its torch_dtype to bfloat16)",
+        )
     direct = direct_load(value, row, col, dom)
     if direct is not None:
         return Producer(name, value, row, col, DIRECT, load=direct[0], stride=direct[1])

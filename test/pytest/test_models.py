@@ -4,6 +4,7 @@ every stage, and their interpreted results match PyTorch."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -221,6 +222,23 @@ def test_released_layer_sizes_lower_like_qwen3(name, tmp_path):
     names = {launch.kernel for launch in launch_plan(compile_model(opts).module).launches}
     assert {"rms_norm_qkv_proj", "attention", "o_proj_residual", "rms_norm_gate_up_proj_silu",
             "down_proj_residual"} <= names, names
+
+
+@pytest.mark.parametrize("dtype, shown", [("float16", "f16"), ("float32", "f32")])
+def test_a_model_not_in_bf16_is_refused_by_the_flash_kernel(dtype, shown, tmp_path, capsys):
+    """The interpreter runs a float16 or float32 model; the CUDA flash kernel takes bf16 operands,
+    and says so, naming the dtype and the fix."""
+    model = write_tiny_model(tmp_path / dtype)
+    config = json.loads((tmp_path / dtype / "config.json").read_text())
+    (tmp_path / dtype / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}))
+    from emmy.cli.report import run_guarded
+
+    assert run_guarded(run, ["compile", model, "--layer", "0", "--tokens", "8", "--target", "sm_90a"]) == 1
+    err = capsys.readouterr().err
+    assert (f"error: tile.kernel @attention (attention): Q is {shown} here, and the flash kernel multiplies bf16 "
+            "operands on the tensor cores (a float16 or float32 model compiles to CUDA as bfloat16: set its "
+            "torch_dtype to bfloat16)") in err, err
+    assert "Traceback" not in err
 
 
 def test_post_norm_layer_at_persistent_sizes(tmp_path):
