@@ -122,11 +122,11 @@ func.func @f(%x: tensor<33x64xbf16>, %w: tensor<48x64xbf16>) -> tensor<33x48xbf1
 
 // Attention (with grouped K/V heads and a causal mask) on sm_90.
 // CHECK:      tile.kernel @attention kind "attention" axes [b = 1, h = 4, q = 8, kv = 8, d = 16, e = 16] knobs {
-// CHECK-NEXT:   block_q = #tile.knob<"block_q", [16, 32, 64, 128]>,
+// CHECK-NEXT:   block_q = #tile.knob<"block_q", [16, 32, 64, 128, 192]>,
 // CHECK-NEXT:   block_kv = #tile.knob<"block_kv", [16, 32, 64, 128]>,
 // CHECK-NEXT:   workers = #tile.knob<"workers", ["mma_sync"]>,
 // CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3]>,
-// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8]>,
+// CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 12]>,
 // CHECK-NEXT:   copy = #tile.knob<"copy", ["cp_async"]>,
 // CHECK-NEXT:   schedule = #tile.knob<"schedule", ["grid"]>,
 // CHECK-NEXT:   fusion = #tile.knob<"fusion", ["fused", "split", "epilogue"]>
