@@ -192,6 +192,33 @@ namespace detail {
 constexpr int kTurnBarrier = 1;
 constexpr int kWarpgroupBarrier = 4;
 
+// The turns of NC warpgroups issuing their wgmmas one after another (ping-pong; nothing with
+// one): warpgroup wg waits for its turn (take_turn), issues, and hands the turn to the next
+// (pass_turn; the last to the first). A query block's turns start with warpgroup 0 (first_turn:
+// the last warpgroup's arrival stands for a turn before it) and end with the last warpgroup,
+// which hands on none (end_turn), so the next query block starts over without a block barrier.
+template <int NC>
+__device__ __forceinline__ void take_turn(int wg) {
+  if constexpr (NC >= 2) emmy::named_barrier<256>(kTurnBarrier + wg);
+}
+
+template <int NC>
+__device__ __forceinline__ void pass_turn(int wg) {
+  if constexpr (NC >= 2) emmy::named_barrier_arrive<256>(kTurnBarrier + (wg + 1) % NC);
+}
+
+template <int NC>
+__device__ __forceinline__ void first_turn(int wg) {
+  if constexpr (NC >= 2) {
+    if (wg == NC - 1) emmy::named_barrier_arrive<256>(kTurnBarrier);
+  }
+}
+
+template <int NC>
+__device__ __forceinline__ void end_turn(int wg) {
+  if (wg < NC - 1) pass_turn<NC>(wg);
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -120,19 +120,19 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     cp_async_wait<0>();  // Q's rows landed and are visible to the wgmmas' async proxy
     emmy::fence_proxy_async();
     __syncthreads();
-    if (wg == 1) emmy::named_barrier_arrive<256>(kTurnBarrier);  // warpgroup 0 issues first
+    first_turn<2>(wg);  // warpgroup 0 issues first
     uint32_t p[BKV / 16][4];
     float s[NT][4];
     float alpha[2];
     // Block j's scores into s (its copies landed), after the other warpgroup issued its own.
     auto turn = [&](int j) {
       emmy::mbar_wait(full + j % STAGES, (j / STAGES) & 1);
-      emmy::named_barrier<256>(kTurnBarrier + wg);
+      take_turn<2>(wg);
       emmy::wgmma::tile<BKV, C::D, BQ, BKV, true, 64>(sQw, sK + (j % STAGES) * C::kKVElems, &s[0][0]);
     };
     // The other warpgroup's turn; thread 0 then refills the buffer of block j + AHEAD.
     auto pass = [&](int j) {
-      emmy::named_barrier_arrive<256>(kTurnBarrier + 1 - wg);
+      pass_turn<2>(wg);
       if (tid == 0 && j + AHEAD < n_blocks) copy_kv(j + AHEAD);
       __syncwarp();
     };
@@ -162,9 +162,9 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
       pack_p<BKV>(p, s);
     }
     // the last block's P x V, in turn (warpgroup 1's is the last turn: it passes none on)
-    emmy::named_barrier<256>(kTurnBarrier + wg);
+    take_turn<2>(wg);
     emmy::wgmma::tile_rs<C::D, BKV / 16, BKV>(p, sV + ((n_blocks - 1) % STAGES) * C::kKVElems, &acc[0][0]);
-    if (wg == 0) emmy::named_barrier_arrive<256>(kTurnBarrier + 1);
+    end_turn<2>(wg);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
   }

@@ -272,19 +272,11 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     uint32_t p[BKV / 16][4];
     float s[NT][4];
     float alpha[2];
-    // A turn: with two or three consumers, issue only after the one before (consumer
-    // (wg + NC - 1) % NC) issued its own wgmmas; then pass the turn on to the next.
-    auto turn = [&]() {
-      if constexpr (NC >= 2) emmy::named_barrier<256>(kTurnBarrier + wg);
-    };
-    auto pass = [&]() {
-      if constexpr (NC >= 2) emmy::named_barrier_arrive<256>(kTurnBarrier + (wg + 1) % NC);
-    };
     // S_j = Q K_j^T (one wgmma group, no wait), once K_j landed; in turn.
     auto scores = [&](int j) {
       const int n = ring + j;
       emmy::mbar_wait(r.full_k + n % STAGES, (n / STAGES) & 1);
-      turn();
+      take_turn<NC>(wg);  // with two or three consumers: after the one before issued
       emmy::wgmma::tile<BKV, D, BQ, BKV, true, 64>(sQw, sK + (n % STAGES) * C::kKVElems, &s[0][0]);
     };
     // O += P_j V_j (one wgmma group, no wait); V_j landed (wait_v) before the turn.
@@ -302,11 +294,9 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     auto softmax = [&](int j) {
       softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q_first, g, t, seq_q, seq_kv, causal, causal_offset);
     };
-    if constexpr (NC >= 2) {
-      if (wg == NC - 1) emmy::named_barrier_arrive<256>(kTurnBarrier);  // consumer 0 issues first
-    }
+    first_turn<NC>(wg);  // consumer 0 issues first
     scores(0);
-    pass();
+    pass_turn<NC>(wg);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
     release(r.empty_k, 0);
@@ -317,7 +307,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       wait_v(j - 1);
       scores(j);
       values(j - 1);
-      pass();
+      pass_turn<NC>(wg);
       emmy::wgmma::wait<1>();  // the scores (committed first); P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
       release(r.empty_k, j);
@@ -332,11 +322,9 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     copy_next_q();
     // the last block's P x V, in turn (the last consumer's is the last turn: it passes none on)
     wait_v(n_blocks - 1);
-    turn();
+    take_turn<NC>(wg);
     values(n_blocks - 1);
-    if constexpr (NC >= 2) {
-      if (wg < NC - 1) pass();
-    }
+    end_turn<NC>(wg);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
     release(r.empty_v, n_blocks - 1);
