@@ -17,7 +17,9 @@ The preferences (tier `rule` in the IR):
   large M -> big tiles), preferring tiles that divide the extents; block_k 64 (16-byte rows of bf16); 3-4 stages when
   there are enough k-steps and shared memory; warps from the tile area; 16-byte vectors.
 - attention: from 1000 keys of head dim 65-128 on sm_90a the warp-specialized kernel (`wgmma_ws`:
-  a producer warpgroup, two consumers of 64 query rows, 2 stages, tensor-map copies); else
+  a producer warpgroup, two consumers of 64 query rows, 2 stages, tensor-map copies), and at
+  head dim 64 from 4096 keys, where 192-row query blocks give every SM three or more, its three
+  consumers (block_q 192, 12 warps, 128-key blocks); else
   wgmma for S = Q K^T on sm_90a (one warpgroup of 64 query rows), else mma.sync with
   one 16-row slice per warp; block_q 64 (smaller for tiny sequences); block_kv 64 (128 for head
   dims <= 64); on the pipelined wgmma loop K and V by tensor-map copies at every length of at

@@ -1,5 +1,6 @@
 """The rules for attention kernels (`emmy.tuning.rules`): the flash kernel's workers (the
-warp-specialized one from 1000 keys of head dim 65-128 on sm_90a), its tiles, warps, stages,
+warp-specialized one from 1000 keys of head dim 65-128 on sm_90a, with three consumer warpgroups
+at head dim 64 from 4096 keys), its tiles, warps, stages,
 copies, schedule and where its computed Q and K come from.
 """
 
@@ -28,16 +29,45 @@ WS_ATTENTION_MIN_KEYS = 1000
 WGMMA_ATTENTION_MIN_HEAD_DIM = 64
 
 
+# Three consumer warpgroups (block_q 192, 12 warps: FlashAttention-3's tile for head dim 64) from
+# this many keys, where the 192-row query blocks give every SM at least WS3_ATTENTION_MIN_WAVES of
+# them (one 512-thread block fits an SM: the causal tail of the last wave is then a small share).
+# Measured on the H200, causal attention alone, head dim 64, CUDA-graph replay, 128-key blocks,
+# 2 stages, against the rules' wgmma kernel (64 x 128 tiles), time ratio by heads and keys
+# (docs/bench/h200-attention-ws3-2026-12-05.log): 32 / 8 heads 1.04 at 2048, 1.00 at 3000, 0.99
+# at 4096, 0.87 at 6144, 0.89 at 8192, 0.86 at 16384 and 0.84 at 32768; 14 / 2 heads 1.44, 1.14,
+# 1.03 (2.3 waves), 0.88, 0.89; 12 / 12 heads 1.61, 1.33, 1.09 (2 waves), 0.92 (2.9 waves: not
+# taken), 0.88; 128 / 32 heads 1.02, 0.97 (3000 keys: not taken), 0.97, 0.88, 0.88. At head dim 128
+# three consumers (64-key blocks: their registers) were 5-14% slower than two (same log).
+WS3_ATTENTION_MIN_KEYS = 4096
+WS3_ATTENTION_MIN_WAVES = 3
+WS3_BLOCK_Q = 192
+
+
 def _ws_attention(info, target) -> bool:
-    """Whether the rules prefer the warp-specialized flash kernel (WS_ATTENTION_MIN_KEYS)."""
+    """Whether the rules prefer the warp-specialized flash kernel (WS_ATTENTION_MIN_KEYS), or its
+    three-consumer form at head dim 64 (_ws3_attention)."""
     return (target.has("wgmma") and 64 < info.head_dim <= 128 and info.seq_kv >= WS_ATTENTION_MIN_KEYS
-            and info.seq_q >= 128)
+            and info.seq_q >= 128) or _ws3_attention(info, target)
+
+
+def _ws3_attention(info, target) -> bool:
+    """Whether the rules prefer three consumer warpgroups (WS3_ATTENTION_MIN_KEYS)."""
+    tiles = info.batch * ceil(info.seq_q / WS3_BLOCK_Q)
+    return (target.has("wgmma") and WGMMA_ATTENTION_MIN_HEAD_DIM <= info.head_dim <= 64
+            and info.seq_kv >= WS3_ATTENTION_MIN_KEYS and tiles >= WS3_ATTENTION_MIN_WAVES * target.sms)
 
 
 def _a_workers(knob, info, target, chosen, memo) -> Prefs:
     sq = info.seq_q
     prefs: Prefs = []
-    if _ws_attention(info, target):
+    if _ws3_attention(info, target):
+        tiles = info.batch * ceil(sq / WS3_BLOCK_Q)
+        prefs.append(("wgmma_ws", f"{info.seq_kv} keys of head dim {info.head_dim}, {tiles} query blocks of "
+                                  f"{WS3_BLOCK_Q}: a producer warpgroup copies K and V while three consumer "
+                                  f"warpgroups take turns (H200: 1-16% faster than wgmma from "
+                                  f"{WS3_ATTENTION_MIN_KEYS} keys with {WS3_ATTENTION_MIN_WAVES}+ blocks per SM)"))
+    elif _ws_attention(info, target):
         prefs.append(("wgmma_ws", f"{info.seq_kv} keys of head dim {info.head_dim}: a producer warpgroup copies K "
                                   f"and V while two consumer warpgroups take turns (H200: 2-7% faster than wgmma "
                                   f"from {WS_ATTENTION_MIN_KEYS} keys, slower at 512)"))
@@ -59,6 +89,8 @@ def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
         want, why = 16, f"{sq} queries fit one 16-row tile"
     elif sq <= 32:
         want, why = 32, f"{sq} queries fit one 32-row tile"
+    elif chosen.get("workers") == "wgmma_ws" and _ws3_attention(info, target):
+        want, why = WS3_BLOCK_Q, f"{sq} queries: three consumer warpgroups of 64 rows sharing each key block"
     elif chosen.get("workers") == "wgmma_ws":
         want, why = 128, f"{sq} queries: two consumer warpgroups of 64 rows sharing each key block"
     elif _wide_wgmma_attention(info, target, chosen):
@@ -70,7 +102,7 @@ def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
         # faster than 128-row ones (8 warps); smaller tiles also fill the SMs at shorter sequences
         want = 64
         why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 64)} tiles of 64"
-    values = closest_first((16, 32, 64, 128), want)
+    values = closest_first((16, 32, 64, 128) + ((want,) if want == WS3_BLOCK_Q else ()), want)
     return [(v, why if v == want else f"block_q={v} (the preferred {want} does not fit)") for v in values]
 
 
@@ -122,7 +154,7 @@ def _a_warps(knob, info, target, chosen, memo) -> Prefs:
     else:
         want = 4
         why = "4 warps"
-    values = closest_first((1, 2, 4, 8), want)
+    values = closest_first((1, 2, 4, 8) + ((want,) if want == 12 else ()), want)
     return [(v, why if v == want else f"{v} warps (the preferred {want} does not fit)") for v in values]
 
 

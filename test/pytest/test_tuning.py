@@ -340,10 +340,22 @@ def test_rules_follow_the_shapes():
     assert [wide[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [128, 128, 8, 3, "tma"]
     assert check(att_4k, {**wgmma, **{k: c.value for k, c in wide.items()}}, SM90A) == []
     assert rules.decide(att_4k, SM90, knob_space_for(att_4k, SM90))["block_q"].value == 64  # mma.sync
-    # head dim 64 (Llama-3.2-1B, Qwen2-0.5B): 64 query rows by 128 keys, one warpgroup
+    # head dim 64 (Llama-3.2-1B, Qwen2-0.5B): 64 query rows by 128 keys, one warpgroup; from 4096
+    # keys, where 192-row query blocks give every SM three (32 heads: 704 of them), three
+    # consumer warpgroups, not where they would not (14 heads: 308 < 3 x 132), nor at 3000 keys
+    att_d64_3k = info_of(L.attention(1, 32, 8, 3000, 64))
+    d64 = rules.decide(att_d64_3k, SM90A, knob_space_for(att_d64_3k, SM90A))
+    assert [d64[k].value for k in ("workers", "block_q", "block_kv", "warps", "stages", "copy")] == [
+        "wgmma", 64, 128, 4, 3, "tma"]
     att_d64 = info_of(L.attention(1, 32, 8, 4096, 64))
     d64 = rules.decide(att_d64, SM90A, knob_space_for(att_d64, SM90A))
-    assert [d64[k].value for k in ("block_q", "block_kv", "warps", "stages", "copy")] == [64, 128, 4, 3, "tma"]
+    assert [d64[k].value for k in ("workers", "block_q", "block_kv", "warps", "stages", "copy", "schedule")] == [
+        "wgmma_ws", 192, 128, 12, 2, "tma", "grid"]
+    assert "three consumer warpgroups" in d64["workers"].reason and "704 query blocks" in d64["workers"].reason
+    assert check(att_d64, {k: c.value for k, c in d64.items()}, SM90A) == []
+    att_d64_few = info_of(L.attention(1, 14, 2, 4096, 64))
+    assert rules.decide(att_d64_few, SM90A, knob_space_for(att_d64_few, SM90A))["block_q"].value == 64
+    assert rules.decide(att_d64, SM90, knob_space_for(att_d64, SM90))["workers"].value == "mma_sync"
     # head dims that are not multiples of 64: wgmma from 64 up (Phi-3's 96: the warp-specialized
     # kernel from 1000 keys), mma.sync below (48: wgmma legal, never timed, second choice)
     att_d96 = info_of(L.attention(1, 32, 32, 3000, 96))

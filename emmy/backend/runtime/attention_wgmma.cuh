@@ -64,7 +64,9 @@ __device__ __forceinline__ void rescale_acc(float (*acc)[4], const float* alpha)
 // The online softmax of one warp's 16-row tile of key block j (a wgmma warpgroup's warp: rows
 // q_first + g and q_first + g + 8, the keys from key_start<BKV, SHIFT>(j)): masked only where the
 // block crosses the causal diagonal or an end (block_masked). alpha gets each row's rescaling.
-template <int NT, int BKV, bool SHIFT, class SF, class FF>
+// MAYBE_MASKED = false: the caller knows no mask touches the block (first_masked_block), and
+// the masked path is not even compiled in.
+template <int NT, int BKV, bool SHIFT, bool MAYBE_MASKED = true, class SF, class FF>
 __device__ __forceinline__ void softmax_tile(const SF& sf, const FF& ff, float (*s)[4], float* alpha, float* m_run,
                                              float* l_run, int j, int q_first, int g, int t, int seq_q, int seq_kv,
                                              int causal, int causal_offset) {
@@ -75,11 +77,26 @@ __device__ __forceinline__ void softmax_tile(const SF& sf, const FF& ff, float (
       alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q_first + g + h * 8, k0, j * BKV, t, seq_q,
                                                         seq_kv, m_run[h], l_run[h]);
   };
-  if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
-    rows(MaskTag<true>{});
+  if (MAYBE_MASKED && block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
+    if constexpr (MAYBE_MASKED) rows(MaskTag<true>{});
   } else {
     rows(MaskTag<false>{});
   }
+}
+
+// The first of a block's n_blocks key blocks that needs a mask for any of the rows [q_first,
+// q_last] (n_blocks where none does). Every condition of block_masked holds from some key block
+// on (the causal diagonal moves right with the keys; the shifted or short last block is the
+// last; rows past the queries need it everywhere), so the blocks before it need none and those
+// from it may.
+template <int BKV, bool SHIFT>
+__device__ __forceinline__ int first_masked_block(int n_blocks, int q_first, int q_last, int seq_q, int seq_kv,
+                                                  int causal, int causal_offset) {
+  int j = n_blocks;
+  while (j > 0 && block_masked<BKV>(key_start<BKV, SHIFT>(j - 1, seq_kv), (j - 1) * BKV, q_first, q_last, seq_q,
+                                    seq_kv, causal, causal_offset))
+    --j;
+  return j;
 }
 
 // flash_wgmma's loop for two warpgroups taking turns (kPingPong, see flash_wgmma): K and V by

@@ -291,19 +291,37 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     auto release = [&](long long* empty, int j) {
       if (lane == 0) emmy::mbar_arrive(empty + (ring + j) % STAGES);
     };
-    auto softmax = [&](int j) {
-      softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q_first, g, t, seq_q, seq_kv, causal, causal_offset);
+    // the softmax of key block j; `masked`: MaskTag<false> where no row of the warpgroup needs a
+    // mask in it, so that a loop over such blocks carries no mask code
+    auto softmax = [&](int j, auto masked) {
+      softmax_tile<NT, BKV, true, decltype(masked)::value>(sf, ff, s, alpha, m_run, l_run, j, q_first, g, t, seq_q,
+                                                           seq_kv, causal, causal_offset);
     };
+    // Masking steps (FlashAttention-3's) with three consumers: the key blocks no mask touches
+    // in a loop of their own, then those from the warpgroup's first masked block (the same in
+    // its four warps, so they run the same loops and issue the same wgmmas). H200, head dim 64,
+    // 32 / 8 heads, 192 x 128 tiles: 2253 us against 2322 at 16384 tokens, 177 against 179 at
+    // 4096; with two consumers (head dim 128) the rules' kernel was 1% slower with them (3582
+    // against 3540 us at 16384), so two consumers keep one loop
+    // (docs/bench/h200-attention-mask-steps-2026-12-05.log).
+    constexpr bool kMaskSteps = NC == 3;
+    const int j_masked = kMaskSteps ? first_masked_block<BKV, true>(n_blocks, q0 + 64 * wg, q0 + 64 * wg + 63,
+                                                                    seq_q, seq_kv, causal, causal_offset)
+                                    : 0;
     first_turn<NC>(wg);  // consumer 0 issues first
     scores(0);
     pass_turn<NC>(wg);
     emmy::wgmma::wait<0>();
     emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
     release(r.empty_k, 0);
-    softmax(0);
+    if (kMaskSteps && j_masked > 0) {
+      softmax(0, MaskTag<false>{});
+    } else {
+      softmax(0, MaskTag<true>{});
+    }
     pack_p<BKV>(p, s);
-#pragma unroll 1
-    for (int j = 1; j < n_blocks; ++j) {
+    // key block j: S_j and P_{j-1} V_{j-1} issued together, the softmax of S_j while P V runs
+    auto step = [&](int j, auto masked) {
       wait_v(j - 1);
       scores(j);
       values(j - 1);
@@ -311,13 +329,22 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
       emmy::wgmma::wait<1>();  // the scores (committed first); P x V may still run
       emmy::wgmma::fence_operand<NT * 4>(&s[0][0]);
       release(r.empty_k, j);
-      softmax(j);
+      softmax(j, masked);
       emmy::wgmma::wait<0>();
       emmy::wgmma::fence_operand<DT * 4>(&acc[0][0]);
       emmy::wgmma::fence_operand_u32<BKV / 4>(&p[0][0]);  // P stays put until P x V is done
       release(r.empty_v, j - 1);
       rescale_acc<DT>(acc, alpha);
       pack_p<BKV>(p, s);
+    };
+    if constexpr (kMaskSteps) {
+#pragma unroll 1
+      for (int j = 1; j < j_masked; ++j) step(j, MaskTag<false>{});
+#pragma unroll 1
+      for (int j = max(j_masked, 1); j < n_blocks; ++j) step(j, MaskTag<true>{});
+    } else {
+#pragma unroll 1
+      for (int j = 1; j < n_blocks; ++j) step(j, MaskTag<true>{});
     }
     copy_next_q();
     // the last block's P x V, in turn (the last consumer's is the last turn: it passes none on)
