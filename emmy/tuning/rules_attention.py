@@ -38,7 +38,10 @@ WGMMA_ATTENTION_MIN_HEAD_DIM = 64
 # at 4096, 0.87 at 6144, 0.89 at 8192, 0.86 at 16384 and 0.84 at 32768; 14 / 2 heads 1.44, 1.14,
 # 1.03 (2.3 waves), 0.88, 0.89; 12 / 12 heads 1.61, 1.33, 1.09 (2 waves), 0.92 (2.9 waves: not
 # taken), 0.88; 128 / 32 heads 1.02, 0.97 (3000 keys: not taken), 0.97, 0.88, 0.88. At head dim 128
-# three consumers (64-key blocks: their registers) were 5-14% slower than two (same log).
+# three consumers (64-key blocks: their registers) were 3-15% slower than two (same log). With
+# masking steps and this rule, Emmy over cuDNN at head dim 64 was 0.79-0.97 from 4096 tokens for
+# 32 / 8, 14 / 2 and 24 / 8 heads (the old rules' kernel 0.87-1.09;
+# docs/bench/h200-attention-d64-rules-2026-12-05.log).
 WS3_ATTENTION_MIN_KEYS = 4096
 WS3_ATTENTION_MIN_WAVES = 3
 WS3_BLOCK_Q = 192
