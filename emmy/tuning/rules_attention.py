@@ -55,10 +55,13 @@ def _ws_attention(info, target) -> bool:
 
 
 def _ws3_attention(info, target) -> bool:
-    """Whether the rules prefer three consumer warpgroups (WS3_ATTENTION_MIN_KEYS)."""
+    """Whether the rules prefer three consumer warpgroups (WS3_ATTENTION_MIN_KEYS). Only with a
+    whole 192-row block of queries: fewer (a chunk of queries against a long cache) were not
+    measured, and most of a block's rows would be empty."""
     tiles = info.batch * ceil(info.seq_q / WS3_BLOCK_Q)
     return (target.has("wgmma") and WGMMA_ATTENTION_MIN_HEAD_DIM <= info.head_dim <= 64
-            and info.seq_kv >= WS3_ATTENTION_MIN_KEYS and tiles >= WS3_ATTENTION_MIN_WAVES * target.sms)
+            and info.seq_kv >= WS3_ATTENTION_MIN_KEYS and info.seq_q >= WS3_BLOCK_Q
+            and tiles >= WS3_ATTENTION_MIN_WAVES * target.sms)
 
 
 def _a_workers(knob, info, target, chosen, memo) -> Prefs:

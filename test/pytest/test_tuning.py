@@ -356,6 +356,11 @@ def test_rules_follow_the_shapes():
     att_d64_few = info_of(L.attention(1, 14, 2, 4096, 64))
     assert rules.decide(att_d64_few, SM90A, knob_space_for(att_d64_few, SM90A))["block_q"].value == 64
     assert rules.decide(att_d64, SM90, knob_space_for(att_d64, SM90))["workers"].value == "mma_sync"
+    # a short chunk of queries against many keys in many heads: not three consumers' 192 rows
+    from types import SimpleNamespace
+    chunk = SimpleNamespace(batch=4096, seq_q=100, seq_kv=8192, head_dim=64)
+    assert not rules_attention._ws3_attention(chunk, SM90A)
+    assert rules_attention._ws3_attention(SimpleNamespace(batch=4096, seq_q=192, seq_kv=8192, head_dim=64), SM90A)
     # head dims that are not multiples of 64: wgmma from 64 up (Phi-3's 96: the warp-specialized
     # kernel from 1000 keys), mma.sync below (48: wgmma legal, never timed, second choice)
     att_d96 = info_of(L.attention(1, 32, 32, 3000, 96))
