@@ -48,29 +48,32 @@ WS3_BLOCK_Q = 192
 
 
 def _ws_attention(info, target) -> bool:
-    """Whether the rules prefer the warp-specialized flash kernel (WS_ATTENTION_MIN_KEYS), or its
-    three-consumer form at head dim 64 (_ws3_attention)."""
+    """Whether the rules prefer the warp-specialized flash kernel with two consumers
+    (WS_ATTENTION_MIN_KEYS)."""
     return (target.has("wgmma") and 64 < info.head_dim <= 128 and info.seq_kv >= WS_ATTENTION_MIN_KEYS
-            and info.seq_q >= 128) or _ws3_attention(info, target)
+            and info.seq_q >= 128)
+
+
+def _ws3_blocks(info) -> int:
+    """Query blocks of three consumers' 192 rows, over every head."""
+    return info.batch * ceil(info.seq_q / WS3_BLOCK_Q)
 
 
 def _ws3_attention(info, target) -> bool:
     """Whether the rules prefer three consumer warpgroups (WS3_ATTENTION_MIN_KEYS). Only with a
     whole 192-row block of queries: fewer (a chunk of queries against a long cache) were not
     measured, and most of a block's rows would be empty."""
-    tiles = info.batch * ceil(info.seq_q / WS3_BLOCK_Q)
     return (target.has("wgmma") and WGMMA_ATTENTION_MIN_HEAD_DIM <= info.head_dim <= 64
             and info.seq_kv >= WS3_ATTENTION_MIN_KEYS and info.seq_q >= WS3_BLOCK_Q
-            and tiles >= WS3_ATTENTION_MIN_WAVES * target.sms)
+            and _ws3_blocks(info) >= WS3_ATTENTION_MIN_WAVES * target.sms)
 
 
 def _a_workers(knob, info, target, chosen, memo) -> Prefs:
     sq = info.seq_q
     prefs: Prefs = []
     if _ws3_attention(info, target):
-        tiles = info.batch * ceil(sq / WS3_BLOCK_Q)
-        prefs.append(("wgmma_ws", f"{info.seq_kv} keys of head dim {info.head_dim}, {tiles} query blocks of "
-                                  f"{WS3_BLOCK_Q}: a producer warpgroup copies K and V while three consumer "
+        prefs.append(("wgmma_ws", f"{info.seq_kv} keys of head dim {info.head_dim}, {_ws3_blocks(info)} query "
+                                  f"blocks of {WS3_BLOCK_Q}: a producer warpgroup copies K and V while three consumer "
                                   f"warpgroups take turns (H200: 1-16% faster than wgmma from "
                                   f"{WS3_ATTENTION_MIN_KEYS} keys with {WS3_ATTENTION_MIN_WAVES}+ blocks per SM)"))
     elif _ws_attention(info, target):
@@ -108,7 +111,7 @@ def _a_block_q(knob, info, target, chosen, memo) -> Prefs:
         # faster than 128-row ones (8 warps); smaller tiles also fill the SMs at shorter sequences
         want = 64
         why = f"{sq} queries x {heads} heads: {heads * ceil(sq / 64)} tiles of 64"
-    values = closest_first((16, 32, 64, 128) + ((want,) if want == WS3_BLOCK_Q else ()), want)
+    values = closest_first(sorted({16, 32, 64, 128, want}), want)
     return [(v, why if v == want else f"block_q={v} (the preferred {want} does not fit)") for v in values]
 
 
@@ -160,7 +163,7 @@ def _a_warps(knob, info, target, chosen, memo) -> Prefs:
     else:
         want = 4
         why = "4 warps"
-    values = closest_first((1, 2, 4, 8) + ((want,) if want == 12 else ()), want)
+    values = closest_first(sorted({1, 2, 4, 8, want}), want)
     return [(v, why if v == want else f"{v} warps (the preferred {want} does not fit)") for v in values]
 
 

@@ -77,11 +77,13 @@ __device__ __forceinline__ void softmax_tile(const SF& sf, const FF& ff, float (
       alpha[h] = softmax_row<NT, decltype(mask)::value>(sf, ff, s, h, q_first + g + h * 8, k0, j * BKV, t, seq_q,
                                                         seq_kv, m_run[h], l_run[h]);
   };
-  if (MAYBE_MASKED && block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
-    if constexpr (MAYBE_MASKED) rows(MaskTag<true>{});
-  } else {
-    rows(MaskTag<false>{});
+  if constexpr (MAYBE_MASKED) {
+    if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
+      rows(MaskTag<true>{});
+      return;
+    }
   }
+  rows(MaskTag<false>{});
 }
 
 // The first of a block's n_blocks key blocks that needs a mask for any of the rows [q_first,
