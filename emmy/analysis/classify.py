@@ -34,6 +34,7 @@ Kinds (docs/ir.md), tried in this order:
 | `has_siblings_fork` | outputs over the same axes come from different reductions (k and v of the running example, not gate and up, whose one store reads both): the `siblings` knob exists |
 | `attention` | an `AttentionInfo` (below) for attention kernels, else None |
 | `raw_a_loads`, `stages_results` | contractions: the loads a computed A side reads that can be copied raw (each with whether it needs block_m rows), and whether the stores can be evaluated on the accumulators and staged as bf16 results (`emmy.analysis.operands`): facts of the shared-memory layout |
+| `staged_parts` | contractions whose stores also read a tensor: the bf16 values of the stores computed from the accumulators alone, which the staged epilogue stages instead of the f32 accumulators (() where one is not bf16) |
 | `parts_stage_results` | contractions: `stages_results` of every part the kernel is built as (outputs over other axes are parts of their own: the running example's q beside k and v), each store's value read from any contraction's accumulators |
 | `op` | the `loop.fused` or `tile.kernel` classified |
 | `row_axes`, `reduced_axes` | reductions: the axes the reduce results depend on (one row each) and the axes reduced |
@@ -69,7 +70,7 @@ from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import Domains as BodyDomains
 from emmy.analysis.body import value_tree
-from emmy.analysis.operands import raw_a_loads, stages_results
+from emmy.analysis.operands import raw_a_loads, staged_parts, stages_results
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
 
@@ -158,6 +159,7 @@ class KernelInfo:
     raw_a_loads: tuple[tuple[LoadOp, bool], ...] = ()
     stages_results: bool = False
     parts_stage_results: bool = False
+    staged_parts: tuple[SSAValue, ...] = ()
     op: Operation | None = field(default=None, repr=False)
 
     def extent(self, axes: Iterable[str]) -> int:
@@ -534,6 +536,7 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         raw_a_loads=raw_a_loads(op, same, prologue, axes, dom),
         stages_results=stages_results(op, base["stores"], same, prologue),
         parts_stage_results=stages_results(op, base["stores"], contractions, prologue),
+        staged_parts=staged_parts(op, base["stores"], same, prologue),
     )
 
 

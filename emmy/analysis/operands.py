@@ -2,8 +2,9 @@
 
     raw_a_loads(op, contractions, prologue, axes, dom) -> ((load, full_rows), ...)
     stages_results(op, stores, contractions, prologue) -> bool
+    staged_parts(op, stores, contractions, prologue) -> (value, ...)
 
-`classify` keeps both on the `KernelInfo` (`raw_a_loads`, `stages_results`); the plan
+`classify` keeps them on the `KernelInfo` (`raw_a_loads`, `stages_results`, `staged_parts`); the plan
 (`emmy.schedule.contraction_smem`) lays out shared memory from them and the lowering
 (`emmy.lowering.contraction`) stages from the same loads, so both read one answer.
 
@@ -20,6 +21,17 @@
 - `stages_results`: every store is bf16 and its value reads nothing but the contractions, the
   row statistics, axes and constants (no tensor, RMSNorm's row scale): a staged epilogue can
   evaluate the stores on the accumulator fragments and stage their bf16 results.
+- `staged_parts`: where the stores also read a tensor (a residual added after a projection), the
+  values of their trees computed from the accumulators alone, when every one is bf16 (or an
+  `arith.extf` of one, which then stands for it): the staged epilogue evaluates those on the
+  fragments and stages them as bf16, half the bytes of the f32 accumulators, and evaluates
+  the rest of each store on 8 columns at a time, where the tensor reads are 16 bytes wide.
+  The values are the same either way: each part is computed from the same f32 accumulator.
+
+      %c = loop.reduce sum ["k"] ...            (the contraction, f32)
+      %r = loop.load %X[%m, %n]                 (the residual, bf16)
+      %t = arith.truncf %c : f32 to bf16
+      %s = arith.addf %r, %t : bf16             -> staged_parts: (%t,)
 """
 
 from __future__ import annotations
@@ -85,6 +97,51 @@ def stages_results(op: Operation, stores: Sequence[StoreOp], contractions, prolo
         return True
 
     return bool(stores) and all(register_only(s) for s in stores)
+
+
+def staged_parts(op: Operation, stores: Sequence[StoreOp], contractions, prologue) -> tuple[SSAValue, ...]:
+    """The bf16 parts of the stores computed from the accumulators alone (module docstring),
+    in the order the stores reach them; () where the stores read no tensor (stages_results
+    covers them whole) or where such a part is not bf16."""
+    if not stores or stages_results(op, stores, contractions, prologue):
+        return ()
+    given = {c.result for c in contractions} | {r.result for r in prologue}
+    reads: dict[SSAValue, tuple[bool, bool]] = {}
+
+    def reads_of(v: SSAValue) -> tuple[bool, bool]:
+        """(reads the accumulators or statistics, reads a tensor) for the tree of `v`."""
+        if v in given:
+            return True, False
+        if v not in reads:
+            owner = v.owner
+            if not isinstance(owner, Operation) or isinstance(owner, (LoadOp, ReduceOp)) or owner.regions:
+                reads[v] = (False, True)
+            else:
+                parts = [reads_of(x) for x in owner.operands]
+                reads[v] = (any(g for g, _ in parts), any(t for _, t in parts))
+        return reads[v]
+
+    found: list[SSAValue] = []
+    stack = [s.value for s in reversed(stores)]
+    seen: set[SSAValue] = set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        acc, tensor = reads_of(v)
+        if not acc:
+            continue
+        if tensor:
+            stack.extend(reversed(v.owner.operands))
+            continue
+        if isinstance(v.owner, arith.ExtFOp) and isinstance(v.owner.input.type, BFloat16Type):
+            v = v.owner.input
+        if not isinstance(v.type, BFloat16Type):
+            return ()
+        if v not in found:
+            found.append(v)
+    return tuple(found)
 
 
 def same_expr(a: SSAValue, b: SSAValue, memo: dict | None = None) -> bool:
@@ -224,4 +281,4 @@ def _const(v: SSAValue) -> int | None:
     return None
 
 
-__all__ = ["CHUNK", "LaneForms", "raw_a_loads", "same_expr", "stages_results"]
+__all__ = ["CHUNK", "LaneForms", "raw_a_loads", "same_expr", "staged_parts", "stages_results"]

@@ -43,8 +43,9 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    SiLU(gate) * up, ...) on the f32 accumulators, then the bf16 stores, predicated at the
    edges. Tensor-core kernels stage through shared memory first (`staged_epilogue`) so each
    thread stores 8 consecutive columns (16 bytes): the accumulators, evaluated there, or, where
-   the stores read no tensor, the bf16 results evaluated on the fragments (`stages_results`);
-   otherwise two columns per access straight from the fragments. Where an attention reading the
+   the stores read no tensor, the bf16 results evaluated on the fragments (`stages_results`),
+   or, where they read one, their bf16 parts computed from the accumulators alone (the rounded
+   product a residual is added to: `staged_parts`); otherwise two columns per access straight from the fragments. Where an attention reading the
    result has fusion = epilogue (the plan's `qk`), its Q and K heads are rewritten from the
    staged results by the attention's own per-head code (`qk_stores`: RMSNorm, rotary
    embedding). With `split_k > 1` the block writes its f32 partial sums to a workspace instead and `<name>_combine` adds the parts and

@@ -26,7 +26,9 @@ and legality checks `total` against the target's limit: one model of shared memo
 
 The staged epilogue holds f32 accumulators (`contractions x block_m x (width + 8)` f32) or, where
 the stores read no tensor (`SmemFacts.stages_results`), each store's bf16 results
-(`stores x block_m x (width + 8)` bf16); `width` is block_n, or with wgmma the widest half,
+(`stores x block_m x (width + 8)` bf16), or, where they read one but what they compute from the
+accumulators alone is bf16 (`SmemFacts.staged_parts`, a projection's rounded product before a
+residual is added), those values (`parts x block_m x (width + 8)` bf16); `width` is block_n, or with wgmma the widest half,
 quarter, ... of it that fits (several rounds per tile); None: no room, the epilogue stores
 straight from the accumulator fragments.
 
@@ -60,6 +62,7 @@ class SmemFacts:
     statistics: int  # prologue reductions (row statistics)
     stores: int
     stages_results: bool  # the staged epilogue holds the stores' bf16 results, not f32 accumulators
+    staged_parts: int  # else: bf16 values computed from the accumulators it holds instead (0: f32 accumulators)
     staged_columns: bool  # the innermost output axis splits into 8-column chunks (16-byte stores)
 
     @classmethod
@@ -70,6 +73,7 @@ class SmemFacts:
             statistics=len(info.prologue),
             stores=len(info.stores),
             stages_results=info.stages_results,
+            staged_parts=len(info.staged_parts),
             staged_columns=n_last is not None and info.axes[n_last] % 8 == 0,
         )
 
@@ -201,11 +205,13 @@ def _epilogue_width(facts: SmemFacts, s: SmemShape, room: int) -> int | None:
 
 
 def _epilogue_bytes(facts: SmemFacts, s: SmemShape, width: int) -> int:
-    """One staged epilogue tile, `width` columns: each store's bf16 results, or the f32
-    accumulators of each contraction; in 16-byte units (the next tile, with epilogue =
-    pingpong, starts 16-aligned)."""
+    """One staged epilogue tile, `width` columns: each store's bf16 results, each staged bf16
+    part, or the f32 accumulators of each contraction; in 16-byte units (the next tile, with
+    epilogue = pingpong, starts 16-aligned)."""
     if facts.stages_results:
         return _round_up(facts.stores * s.bm * (width + RESULT_PAD) * 2, 16)
+    if facts.staged_parts:
+        return _round_up(facts.staged_parts * s.bm * (width + RESULT_PAD) * 2, 16)
     return _round_up(s.nc * s.bm * (width + STAGE_PAD) * 4, 16)
 
 

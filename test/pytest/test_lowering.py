@@ -151,10 +151,18 @@ def gate_up(M=48, N=96, K=128, target="sm_90a", **knobs) -> str:
 """
 
 
-def heads_matmul_residual(S=40, H=4, D=64, N=72, target="sm_90", **knobs) -> str:
+def heads_matmul_residual(S=40, H=4, D=64, N=72, target="sm_90", f32_add=False, **knobs) -> str:
     """o_proj style: A read from a [1, H, S, D] tensor with k = h * D + d (div/rem by D), plus a
-    residual add in the epilogue."""
+    residual add in the epilogue: to the product rounded to bf16 (as PyTorch's bf16 linear then
+    add), or with `f32_add` to the f32 accumulator, rounded after."""
     K = H * D
+    if f32_add:
+        add = """%rf = arith.extf %rv : bf16 to f32
+      %yf = arith.addf %acc, %rf : f32
+      %y = arith.truncf %yf : f32 to bf16"""
+    else:
+        add = """%t = arith.truncf %acc : f32 to bf16
+      %y = arith.addf %rv, %t : bf16"""
     k = dict(block_m=32, block_n=32, block_k=32, split_k=1, stages=2, workers="mma_sync", warps=2, vector=8)
     k.update(knobs)
     return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
@@ -178,8 +186,7 @@ def heads_matmul_residual(S=40, H=4, D=64, N=72, target="sm_90", **knobs) -> str
         %p = arith.mulf %af, %bf : f32
         loop.yield %p : f32
       }}
-      %t = arith.truncf %acc : f32 to bf16
-      %y = arith.addf %rv, %t : bf16
+      {add}
       loop.store %y, 0 [%c0, %m, %n] : bf16
       loop.yield
     }}
@@ -316,7 +323,9 @@ def test_contraction_staged_epilogue(target, knobs, staged):
 
 def test_staged_epilogue_stages_results_or_accumulators():
     """An epilogue that reads no tensor (RMSNorm's row scale) runs on the fragments and stages
-    bf16 results; one that reads a residual stages the f32 accumulators and evaluates there."""
+    bf16 results; one that adds a residual to the rounded product stages that bf16 product and
+    adds the residual 8 columns at a time; one that adds it to the f32 accumulator stages the
+    f32 accumulators and evaluates there."""
     f = kernel_funcs(lower(rmsnorm_matmul(M=256, N=256, K=256, workers="wgmma_ws", block_m=128, block_n=128,
                                           warps=8, stages=4, factored=True), "convert-tile-to-kernel"))
     shared = {op.result.name_hint: op for op in f["rms_norm_qkv_proj"].walk() if isinstance(op, K.SharedOp)}
@@ -325,6 +334,14 @@ def test_staged_epilogue_stages_results_or_accumulators():
                                                  warps=4, stages=3, block_k=64), "convert-tile-to-kernel"))
     (name,) = [n for n in g if not n.endswith("_combine")]
     shared = {op.result.name_hint: op for op in g[name].walk() if isinstance(op, K.SharedOp)}
+    assert str(shared["sC"].result.type.element_type) == "bf16"
+    residual_reads = [op for op in g[name].walk() if isinstance(op, K.LoadOp) and op.ptr is g[name].body.block.args[0]]
+    assert residual_reads and all(isinstance(op.result.type, VectorType) and op.result.type.get_shape() == (8,)
+                                  for op in residual_reads)
+    h = kernel_funcs(lower(heads_matmul_residual(target="sm_90a", f32_add=True, workers="wgmma_ws", block_m=64,
+                                                 block_n=64, warps=4, stages=3, block_k=64), "convert-tile-to-kernel"))
+    (name,) = [n for n in h if not n.endswith("_combine")]
+    shared = {op.result.name_hint: op for op in h[name].walk() if isinstance(op, K.SharedOp)}
     assert str(shared["sC"].result.type.element_type) == "f32"
 
 
