@@ -178,7 +178,8 @@ def run_callee(
     if role is not None:
         return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role, *staged]) + ">"
     args.append(2 if sched.warp_specialized else int(sched.wgmma))
-    return "emmy::attention::run<" + ", ".join(str(a) for a in [*args, *staged]) + ">"
+    regs = list(sched.register_budgets or ())  # setmaxnreg's budgets: REGS_P, REGS_C
+    return "emmy::attention::run<" + ", ".join(str(a) for a in [*args, *staged, *regs]) + ">"
 
 
 def _linear_index(kb: KB, values: Mapping[str, SSAValue], axes: Sequence[str], extents: Mapping[str, int]) -> SSAValue:
@@ -325,7 +326,8 @@ def _flash_func(
     tid = kb.thread_id()
     for role, cond in ((0, kb.lt(tid, WS_PRODUCER_THREADS)), (1, kb.cmp("sge", tid, WS_PRODUCER_THREADS))):
         with kb.if_(cond):
-            kb.call(f"emmy::attention::ws_role<{shape}, {role}>")
+            regs = "".join(f", {r}" for r in sched.register_budgets or ())  # REGS_P, REGS_C
+            kb.call(f"emmy::attention::ws_role<{shape}, {role}{regs}>")
             tile = _lambda(kb, [idx, idx, idx], ["t", "ring", "i"], idx)
             with kb.at(tile.body.block):
                 t, ring, i = tile.body.block.args

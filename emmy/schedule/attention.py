@@ -77,7 +77,8 @@ WS_MAX_CONSUMERS = 3  # two or three consumers take turns issuing (ping-pong), o
 # setmaxnreg with two or three consumers (384 or 512 threads; ptxas starts every thread at <= 168
 # or 128 registers): the producer gives its registers back, the consumers take them
 # (128 * 24 + 256 * 240 <= 65536; 128 * 24 + 384 * 160 <= 65536). With one consumer (256
-# threads) every thread may already have 255: no setmaxnreg. By consumer warpgroups.
+# threads) every thread may already have 255: no setmaxnreg. By consumer warpgroups. The lowering
+# passes them to the runtime (REGS_P and REGS_C of emmy::attention::run and ws_role).
 WS_PRODUCER_REGS = 24
 WS_CONSUMER_REGS = {2: 240, 3: 160}
 

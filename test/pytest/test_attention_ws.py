@@ -127,10 +127,10 @@ def test_persistent_kernel_ir():
     calls = [c.callee.data for c in func.walk() if isinstance(c, K.CallOp)]
     assert calls == [
         "emmy::attention::ws_begin<128, 128, 128, 8, 2>",
-        "emmy::attention::ws_role<128, 128, 128, 8, 2, 0>",
+        "emmy::attention::ws_role<128, 128, 128, 8, 2, 0, 24, 240>",  # setmaxnreg's budgets, the plan's
         "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 0, 1>",
         "emmy::attention::ws_tiles<128, 128, 128, 8, 2, 0>",
-        "emmy::attention::ws_role<128, 128, 128, 8, 2, 1>",
+        "emmy::attention::ws_role<128, 128, 128, 8, 2, 1, 24, 240>",
         "emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 128, 1, 1>",
         "emmy::attention::ws_tiles<128, 128, 128, 8, 2, 1>",
     ]
@@ -349,7 +349,8 @@ def test_lowering_emits_the_warp_specialized_loop():
     prep, main = built.funcs
     (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith("emmy::attention::run<128, 128, 64, 8, 2, 0, 0, 3, 128, 3, ")
-    assert call.callee.data.endswith(", 2, 1>")  # WGMMA = 2: flash_ws; O staged (bf16(O / l) stored)
+    # WGMMA = 2: flash_ws; O staged (bf16(O / l) stored); setmaxnreg's budgets (the plan's)
+    assert call.callee.data.endswith(", 2, 1, 24, 240>")
     src = cuda_source(built)
     assert "__launch_bounds__(384, 1)" in src
 
@@ -410,13 +411,19 @@ def test_gpu_case_builds_the_warp_specialized_kernel(case):
     pytest.importorskip("torch")
     from test_attention_gpu import compiled
 
+    from emmy.schedule.attention import WS_CONSUMER_REGS, WS_PRODUCER_REGS
+
     _, plan = compiled(case, "sm_90a")
     calls = [ln for ln in plan.source.splitlines() if "emmy::attention::run" in ln]
+    # setmaxnreg's budgets, the plan's, follow the shape where two or three consumers trade registers
+    consumers = int(case[4][3].rsplit("=", 1)[1]) // 4
+    regs = f", {WS_PRODUCER_REGS}, {WS_CONSUMER_REGS[consumers]}" if consumers > 1 else ""
     if "attention.schedule=persistent" in case[4]:  # looping blocks: the producer's loop, then the consumers'
         assert [re.search(r"run_ws<[^>]*, (\d), \d>\(", c).group(1) for c in calls] == ["0", "1"], calls
+        assert re.findall(r"ws_role<(?:[^, >]+, ){5}(\d)((?:, \d+)*)>", plan.source) == [("0", regs), ("1", regs)]
     else:  # the rules' one block per query block
         (call,) = calls
-        assert re.search(r"emmy::attention::run<[^>]*, 2, \d>\(", call), call
+        assert re.search(rf"emmy::attention::run<[^>]*, 2, \d{regs}>\(", call), call
     assert f"__launch_bounds__({32 * int(case[4][3].rsplit('=', 1)[1]) + 128}, 1)" in plan.source
 
 
@@ -431,8 +438,8 @@ def test_gpu_layer_case_builds_the_warp_specialized_kernel(case):
     source = launch_plan(result.module).source
     # one block per query block (run, WGMMA = 2) or blocks looping over them (the consumers' run_ws),
     # as the evidence answers schedule (golden entries of the layer's attention measured the first);
-    # the last template argument: STAGED_OUT
-    assert re.search(r"emmy::attention::(run<[^>]*, 2, 1>|run_ws<[^>]*, 1, 1>)\(", source)
+    # then STAGED_OUT (and run's setmaxnreg budgets with two or three consumers)
+    assert re.search(r"emmy::attention::(run<[^>]*, 2, 1(, \d+, \d+)?>|run_ws<[^>]*, 1, 1>)\(", source)
     # Q and K normalized and rotated by the prologue, or (fusion = epilogue) by the projection
     assert ("attention_prep" in source) == ("attention.fusion=epilogue" not in case[1])
 

@@ -31,7 +31,8 @@
 //
 // Entry point (all arguments but the lambdas are ints or pointers):
 //
-//   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED, WGMMA>(
+//   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED, WGMMA,
+//                        STAGED_OUT, REGS_P, REGS_C>(
 //       qa, qb, ka, kb, va, vb, score, free, fold, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
 //
 // Each producer (Q rows indexed by query, K and V rows by key; columns d < D) is two arguments
@@ -73,6 +74,8 @@
 // WGMMA == 2 (workers = wgmma_ws, sm_90a): warp-specialized (attention_ws.cuh): 128 more threads
 // (a producer warpgroup issuing the tensor-map copies of K and V; the WARPS = 4 or 8 warps
 // compute), kDirect Q, kTma K and V, STAGES >= 2; called by all 32 * WARPS + 128 threads.
+// With two or three consumers (WARPS = 8 or 12) REGS_P and REGS_C are the registers a thread of
+// the producer and of a consumer keeps after setmaxnreg (the plan's budgets); otherwise 0.
 //
 // Element producers are staged by each warp in groups of EMMY_ATTENTION_ROW_UNROLL rows (default
 // 4), in three straight-line phases (every row's statistic loads, the warp sums, every element)
@@ -716,7 +719,8 @@ __device__ __forceinline__ void materialize(const A& a, const B& b, __nv_bfloat1
 // The entry point generated kernels call (see the top of this file).
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
-          int KRED, int VMODE, int VRED, int WGMMA = 0, int STAGED_OUT = 0, class QA, class QB, class KA,
+          int KRED, int VMODE, int VRED, int WGMMA = 0, int STAGED_OUT = 0, int REGS_P = 0, int REGS_C = 0,
+          class QA, class QB, class KA,
           class KB, class VA, class VB, class SF, class FF, class OF>
 __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                     const VA& va, const VB& vb, const SF& score, const FF& free_score,
@@ -728,7 +732,7 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
   if constexpr (WGMMA == 2) {
-    detail::flash_ws<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+    detail::flash_ws<C, REGS_P, REGS_C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   } else if constexpr (C::kWgmma && STAGES >= 3) {
     detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   } else {
@@ -756,9 +760,9 @@ __device__ __forceinline__ void ws_begin(void* smem) {
   detail::ws_setup<PersistentConfig<D, BQ, BKV, WARPS, STAGES>>(smem);
 }
 
-template <int D, int BQ, int BKV, int WARPS, int STAGES, int ROLE>
+template <int D, int BQ, int BKV, int WARPS, int STAGES, int ROLE, int REGS_P = 0, int REGS_C = 0>
 __device__ __forceinline__ void ws_role() {
-  detail::ws_registers<PersistentConfig<D, BQ, BKV, WARPS, STAGES>, ROLE == 0>();
+  detail::ws_registers<WARPS / 4, REGS_P, REGS_C, ROLE == 0>();
 }
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int ROLE, class TILE>

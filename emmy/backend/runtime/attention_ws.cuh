@@ -37,12 +37,11 @@
 //     softmax, where a head dim of 64 makes the products short next to it.
 //
 // Registers: with two consumers (384 threads, ptxas starts every thread at <= 168) the producer
-// lowers its budget to kProducerRegs with setmaxnreg and the consumers raise theirs to
-// kConsumerRegs<2> (128 * 24 + 256 * 240 <= 65536); with three (512 threads, 128 each to
-// start with) to kConsumerRegs<3> (128 * 24 + 384 * 160 <= 65536); with one consumer (256
-// threads) every thread may already use 255 and nothing is changed.
-// emmy/schedule/attention.py (WS_PRODUCER_REGS, WS_CONSUMER_REGS) carries the same numbers into
-// the plan.
+// lowers its budget with setmaxnreg and the consumers raise theirs; with three (512 threads, 128
+// each to start with) likewise; with one consumer (256 threads) every thread may already use
+// 255 and nothing is changed. The budgets are the plan's (AttentionPlan.register_budgets in
+// emmy/schedule/attention.py: 24 and 240 with two consumers, 24 and 160 with three), passed as
+// the template arguments REGS_P and REGS_C of run and ws_role.
 //
 // Requirements: Q plain rows (kDirect: fusion = split materializes computed ones), K and V
 // kTma, STAGES >= 2, the wgmma Config (attention.cuh), sm_90a.
@@ -51,15 +50,6 @@
 namespace emmy {
 namespace attention {
 namespace detail {
-
-constexpr int kProducerRegs = 24;
-// A consumer's registers after setmaxnreg, by consumer warpgroups (2: 384 threads, 3: 512): what
-// the block's 65536 leave after the producer's 128 x 24, in steps of 8.
-template <int NC>
-constexpr int kConsumerRegs = NC == 2 ? 240 : 160;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs<2> <= 65536 &&
-                  128 * kProducerRegs + 384 * kConsumerRegs<3> <= 65536,
-              "the producer's and the consumers' registers fit the register file");
 
 // The ring's mbarriers (attention.cuh's tma_barriers, in the alignment slack): per stage a `full`
 // and an `empty` one for K, the same for V.
@@ -166,14 +156,19 @@ __device__ __forceinline__ void stage_q_ws(const QF& qf, __nv_bfloat16* sQ, int 
 }
 
 // Once per role, right after the roles part (every thread of a warpgroup executes it): with two
-// consumers the producer gives registers back and the consumers take them (setmaxnreg).
-template <class C, bool PRODUCER>
+// or three consumers (NC) the producer gives registers back, down to REGS_P a thread, and the
+// consumers take them, up to REGS_C (setmaxnreg; the plan's budgets, see Registers above).
+template <int NC, int REGS_P, int REGS_C, bool PRODUCER>
 __device__ __forceinline__ void ws_registers() {
-  if constexpr (C::WARPS / 4 >= 2) {
+  static_assert(NC < 2 || (REGS_P >= 24 && REGS_C <= 256 && REGS_P % 8 == 0 && REGS_C % 8 == 0 &&
+                           128 * REGS_P + 128 * NC * REGS_C <= 65536),
+                "wgmma_ws attention with two or three consumers: the plan's register budgets (multiples "
+                "of 8 from 24 to 256) must fit the register file");
+  if constexpr (NC >= 2) {
     if constexpr (PRODUCER) {
-      emmy::regs_lower<kProducerRegs>();
+      emmy::regs_lower<REGS_P>();
     } else {
-      emmy::regs_raise<kConsumerRegs<C::WARPS / 4>>();
+      emmy::regs_raise<REGS_C>();
     }
   }
 }
@@ -377,8 +372,9 @@ __device__ __forceinline__ void ws_check() {
                 "wgmma_ws attention: plain Q rows, K and V by tensor maps (fusion = split, copy = tma)");
 }
 
-// schedule = grid: one query block per block, the roles apart from the start.
-template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
+// schedule = grid: one query block per block, the roles apart from the start (REGS_P, REGS_C:
+// ws_registers).
+template <class C, int REGS_P, int REGS_C, class QF, class KF, class VF, class SF, class FF, class OF>
 __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                          const OF& of, int q_block, int seq_q, int seq_kv, int causal,
                                          int causal_offset, void* smem) {
@@ -387,11 +383,11 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
   const int n_blocks = key_blocks<C::BQ, C::BKV>(q_block * C::BQ, seq_q, seq_kv, causal, causal_offset);
   ws_setup<C>(smem);
   if (threadIdx.x < 128) {  // the producer warpgroup
-    ws_registers<C, true>();
+    ws_registers<C::WARPS / 4, REGS_P, REGS_C, true>();
     ws_produce<C>(kf, vf, n_blocks, seq_kv, 0, smem);
     return;
   }
-  ws_registers<C, false>();
+  ws_registers<C::WARPS / 4, REGS_P, REGS_C, false>();
   ws_consume<C>(qf, sf, ff, of, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, 0, smem);
 #else
   __trap();  // needs sm_90a

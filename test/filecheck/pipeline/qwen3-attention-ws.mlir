@@ -31,11 +31,11 @@
 // CHECK: auto [[NEXTB:fn_[0-9]+]] = [&](const int {{t_[0-9]+}}) -> int {
 // CHECK: auto [[NEXTQ:fn_[0-9]+]] = [&](const int {{t_[0-9]+}}) -> __nv_bfloat16* {
 // CHECK: if (
-// CHECK-NEXT: emmy::attention::ws_role<128, 128, 128, 8, 2, 0>();
+// CHECK-NEXT: emmy::attention::ws_role<128, 128, 128, 8, 2, 0, 24, 240>();
 // CHECK-NEXT: auto [[TILE0:fn_[0-9]+]] = [&](const int {{t_[0-9]+}}, const int [[RING0:ring_[0-9]+]], const int [[I0:i_[0-9]+]]) -> int {
 // CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 0, 1>({{.*}}, [[RING0]], {{smem_[0-9]+}}, [[I0]], [[NEXTB]], [[NEXTQ]]);
 // CHECK: emmy::attention::ws_tiles<128, 128, 128, 8, 2, 0>([[TILE0]], {{c384_[0-9]+}}, [[COUNTER]], {{smem_[0-9]+}});
-// CHECK: emmy::attention::ws_role<128, 128, 128, 8, 2, 1>();
+// CHECK: emmy::attention::ws_role<128, 128, 128, 8, 2, 1, 24, 240>();
 // CHECK: emmy::attention::run_ws<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 1, 1>(
 // CHECK: emmy::attention::ws_tiles<128, 128, 128, 8, 2, 1>({{fn_[0-9]+}}, {{c384_[0-9]+}}, [[COUNTER]], {{smem_[0-9]+}});
 // CHECK: cudaLaunchKernelEx(&config, attention,
@@ -43,7 +43,7 @@
 
 // GRID: __global__ void __launch_bounds__(384, 1) attention(
 // GRID-NOT: ws_begin
-// GRID: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 2, 1>(
+// GRID: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 128, 3, 4096, 2, 1, 24, 240>(
 
 // At 32768 tokens the K and V rows of Qwen3's 8 key-value heads (16 MB each) exceed the H200's
 // 60 MB of L2: the blocks take the heads in L2 sections of 2 key-value heads, 4 query heads

@@ -24,6 +24,6 @@
 // The warp-specialized flash kernel: plain Q rows, K and V through tensor maps of the rewritten
 // q/k/v rows (row length 4096).
 // WS-NOT: attention_prep
-// WS: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 4096, 3, 4096, 2, 1>(
+// WS: emmy::attention::run<128, 128, 128, 8, 2, 0, 0, 3, 4096, 3, 4096, 2, 1, 24, 240>(
 
 // PINNED: tile.kernel @attention: fusion=epilogue is pinned, but @rms_norm_qkv_proj cannot compute Q and K in its epilogue: {{.*}}block_n a multiple of the head dim 128
