@@ -2,8 +2,8 @@
 
 `EpilogueMixin` of the `ContractionBuilder` (emmy/lowering/contraction.py): the loop body's
 scalar code after the contractions on the accumulators, staged through shared memory for
-16-byte stores (`staged_epilogue`, or bf16 results staged with `result_staged_epilogue`, or the
-bf16 parts computed from the accumulators alone with `part_staged_epilogue`), or
+16-byte stores (`staged_epilogue`, or with `result_staged_epilogue` the bf16 results, or the bf16
+parts computed from the accumulators alone where the stores read a tensor), or
 straight from the fragments; split_k's parts written to a workspace and added by the last block
 (`last_block_epilogue`) or by `<name>_combine` (`build_combine`). Where the plan's `qk` says so
 (an attention's fusion = epilogue), the staged bf16 results of Q's and K's heads are rewritten on
@@ -43,11 +43,9 @@ class EpilogueMixin:
         hold that many columns, and the tile goes through them in block_n / width rounds."""
         g = self.g
         width = width or g.bn
-        if self.stages_results():
-            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
-            return
-        if self.info.staged_parts:
-            self.part_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width)
+        if self.stages_results() or self.info.staged_parts:
+            values = [st.value for st in self.stores] if self.stages_results() else list(self.info.staged_parts)
+            self.result_staged_epilogue(kb, em, tid, m0, n0, batch, accs, stat, sync, offset, width, values)
             return
         pitch = width + STAGE_PAD
         per_acc = g.bm * pitch
@@ -84,35 +82,45 @@ class EpilogueMixin:
                     overrides[r.result] = [stat(p, r_local)]
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int) -> None:
-        """staged_epilogue when stages_results(): each thread evaluates the stores' values on its
-        fragments (two columns at a time), rounds them to bf16 into one tile per store (rows
-        padded by 8 bf16: a warp's 4-byte writes of 8 rows x 4 column pairs hit 32 banks), then takes 8 consecutive columns of a row at a time for 16-byte
-        stores."""
+    def stage_fragments(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, values, room, c0: int, width: int) -> None:
+        """Evaluate `values` (loop-body values of the accumulators, row statistics, axes and
+        constants) on this thread's accumulator fragments, two columns at a time, and store each,
+        rounded to bf16, into its tile of `room` = (tiles, pitch, per): value k's tile starts k * per
+        elements in, its rows pitch apart, and holds columns c0 to c0 + width of the block's tile."""
+        tiles, pitch, per = room
+        n_last = self.n_axes[-1]
+
+        def put(r_local, c_local, idx, lanes):
+            overrides = {c.result: [kb.load(acc, kb.add(idx, j)) for j in range(lanes)] for c, acc in zip(self.cs, accs)}
+            for p, r in enumerate(self.prologue):
+                overrides[r.result] = [stat(p, r_local)]
+            coords = self._row_coords(kb, kb.add(m0, r_local), batch)
+            coords.update(self._col_coords(kb, kb.add(n0, c_local)))
+            scope = em.scope(coords, lane_axis=n_last, lanes=lanes, overrides=overrides)
+            at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
+            for k, value in enumerate(values):
+                vals = [kb.to_type(v, bf16) for v in scope.value(value)]
+                kb.store(kb.pack(vals, VectorType(bf16, [lanes])), tiles, kb.add(at, k * per))
+
+        self.fragments(kb, tid, put, None if width == self.g.bn else (c0, c0 + width))
+
+    def result_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int, values) -> None:
+        """staged_epilogue with bf16 `values` staged: the stores' values (stages_results()) or,
+        where the stores read a tensor, their parts computed from the accumulators alone
+        (KernelInfo.staged_parts: a projection's rounded product, before the residual is added).
+        Each thread evaluates them on its fragments (two columns at a time) into one bf16 tile
+        per value (rows padded by 8 bf16: a warp's 4-byte writes of 8 rows x 4 column pairs hit
+        32 banks), then takes 8 consecutive columns of a row at a time and evaluates the stores
+        with the values read back: 16-byte stores, and 16-byte reads of a residual. Staged parts
+        are half the shared-memory bytes of the f32 accumulators, and give the same values."""
         g = self.g
         pitch = width + RESULT_PAD
         per_store = g.bm * pitch
-        tiles = kb.shared(bf16, len(self.stores) * per_store, offset, 16, "sC")
+        tiles = kb.shared(bf16, len(values) * per_store, offset, 16, "sC")
         per_row = width // 8
-        n_last = self.n_axes[-1]
         for c0 in range(0, g.bn, width):
             sync()
-
-            def put(r_local, c_local, idx, lanes, c0=c0):
-                overrides = {
-                    c.result: [kb.load(acc, kb.add(idx, j)) for j in range(lanes)] for c, acc in zip(self.cs, accs)
-                }
-                for p, r in enumerate(self.prologue):
-                    overrides[r.result] = [stat(p, r_local)]
-                coords = self._row_coords(kb, kb.add(m0, r_local), batch)
-                coords.update(self._col_coords(kb, kb.add(n0, c_local)))
-                scope = em.scope(coords, lane_axis=n_last, lanes=lanes, overrides=overrides)
-                at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
-                for k, st in enumerate(self.stores):
-                    vals = [kb.to_type(v, bf16) for v in scope.value(st.value)]
-                    kb.store(kb.pack(vals, VectorType(bf16, [lanes])), tiles, kb.add(at, k * per_store))
-
-            self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
+            self.stage_fragments(kb, em, tid, m0, n0, batch, accs, stat, values, (tiles, pitch, per_store), c0, width)
             sync()
             # epilogue = staggered: each warpgroup stores the rows its fragments hold (64 * mi)
             own_rows = g.staggered
@@ -129,63 +137,14 @@ class EpilogueMixin:
                 )
                 at = kb.add(kb.mul(r_local, pitch), s_local)
                 overrides = {}
-                for k, st in enumerate(self.stores):
+                for k, value in enumerate(values):
                     vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
-                    overrides[st.value] = [kb.extract(vec, j) for j in range(8)]
+                    overrides[value] = [kb.extract(vec, j) for j in range(8)]
                 if self.g.qk is None:
                     self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
                 else:
                     rows = (tiles, r_local, kb.add(n0, c0), pitch, per_store)
                     self.qk_stores(kb, em, row, col, batch, mask, overrides, rows)
-
-    def part_staged_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, sync, offset: int, width: int) -> None:
-        """staged_epilogue when the stores read a tensor and KernelInfo.staged_parts has their bf16
-        parts computed from the accumulators alone (a projection's rounded product, before the
-        residual is added): each thread evaluates those parts on its fragments (two columns at a
-        time) into one bf16 tile per part (rows padded as result_staged_epilogue's), then takes
-        8 consecutive columns of a row at a time and evaluates the stores with the parts read
-        back, their tensor reads 16 bytes wide. Half the shared-memory bytes of staging the f32
-        accumulators, and the same values."""
-        g = self.g
-        parts = self.info.staged_parts
-        pitch = width + RESULT_PAD
-        per_part = g.bm * pitch
-        tiles = kb.shared(bf16, len(parts) * per_part, offset, 16, "sC")
-        per_row = width // 8
-        n_last = self.n_axes[-1]
-        for c0 in range(0, g.bn, width):
-            sync()
-
-            def put(r_local, c_local, idx, lanes, c0=c0):
-                overrides = {
-                    c.result: [kb.load(acc, kb.add(idx, j)) for j in range(lanes)] for c, acc in zip(self.cs, accs)
-                }
-                for p, r in enumerate(self.prologue):
-                    overrides[r.result] = [stat(p, r_local)]
-                coords = self._row_coords(kb, kb.add(m0, r_local), batch)
-                coords.update(self._col_coords(kb, kb.add(n0, c_local)))
-                scope = em.scope(coords, lane_axis=n_last, lanes=lanes, overrides=overrides)
-                at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
-                for k, part in enumerate(parts):
-                    vals = scope.value(part)
-                    kb.store(kb.pack(vals, VectorType(bf16, [lanes])), tiles, kb.add(at, k * per_part))
-
-            self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
-            sync()
-            with kb.for_(0, g.bm * per_row // g.tile_threads, 1, unroll=0, name="c") as it:
-                cidx = kb.add(kb.mul(it, g.tile_threads), tid)
-                r_local = kb.div(cidx, per_row)
-                s_local = kb.mul(kb.rem(cidx, per_row), 8)
-                row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
-                mask = kb.and_(
-                    kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
-                )
-                at = kb.add(kb.mul(r_local, pitch), s_local)
-                overrides = {}
-                for k, part in enumerate(parts):
-                    vec = kb.load(tiles, kb.add(at, k * per_part), VectorType(bf16, [8]))
-                    overrides[part] = [kb.extract(vec, j) for j in range(8)]
-                self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
     def qk_stores(self, kb: KB, em: BodyEmitter, row, col, batch, mask, overrides, rows) -> None:
         """The stores of 8 columns of one row (result_staged_epilogue) where the plan's `qk` has an
