@@ -376,7 +376,7 @@ def _c_epilogue(info, v, t, reasons):
         reasons.append(f"epilogue={e} needs two consumer warpgroups (warps=8, not {v['warps']})")
     if e == "staggered":
         if info.epilogue_loads:
-            reasons.append("epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows")
+            reasons.append("epilogue=staggered: the epilogue reads a tensor (a residual); a warpgroup stores only its own rows where it reads none")
         elif not info.parts_stage_results:
             reasons.append(
                 "epilogue=staggered: a store is not a bf16 value of the accumulators (here an f32 one), so the whole "

@@ -746,7 +746,7 @@ def test_staggered_epilogue_legality():
     )
     residual = info_of(matmul_residual(4096, 1024, 2048))
     assert check(residual, ok, SM90A) == [
-        "epilogue=staggered: the epilogue reads a tensor, so the whole tile is staged as f32 and every warpgroup stores any of its rows"
+        "epilogue=staggered: the epilogue reads a tensor (a residual); a warpgroup stores only its own rows where it reads none"
     ]
     # an f32 store (OLMo-2's o_proj, whose result the norm after it reads): the lowering stages
     # only bf16 results per warpgroup; the rules once chose staggered there and the build failed
