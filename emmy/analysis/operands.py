@@ -82,19 +82,34 @@ def raw_a_loads(op: Operation, contractions, prologue, axes: dict[str, int], dom
     return tuple(loads)
 
 
+def _reads(contractions, prologue) -> Callable[[SSAValue], tuple[bool, bool]]:
+    """For a loop-body value: (its tree reads the contractions' accumulators or the row
+    statistics, it reads a tensor: a load, another reduction, a block argument); memoized."""
+    given = {c.result for c in contractions} | {r.result for r in prologue}
+    memo: dict[SSAValue, tuple[bool, bool]] = {}
+
+    def reads(v: SSAValue) -> tuple[bool, bool]:
+        if v in given:
+            return True, False
+        if v not in memo:
+            owner = v.owner
+            if not isinstance(owner, Operation) or isinstance(owner, (LoadOp, ReduceOp)) or owner.regions:
+                memo[v] = (False, True)
+            else:
+                parts = [reads(x) for x in owner.operands]
+                memo[v] = (any(g for g, _ in parts), any(t for _, t in parts))
+        return memo[v]
+
+    return reads
+
+
 def stages_results(op: Operation, stores: Sequence[StoreOp], contractions, prologue) -> bool:
     """Whether the stores can be evaluated on the accumulator fragments (module docstring)."""
-    given = {c.result for c in contractions} | {r.result for r in prologue}
+    reads = _reads(contractions, prologue)
 
     def register_only(store: StoreOp) -> bool:
         t = op.results[store.output_index].type
-        if not isinstance(t, TensorType) or not isinstance(t.element_type, BFloat16Type):
-            return False
-        for v in value_tree([store.value], stop=given):
-            owner = v.owner
-            if not isinstance(owner, Operation) or isinstance(owner, LoadOp) or owner.regions:
-                return False
-        return True
+        return isinstance(t, TensorType) and isinstance(t.element_type, BFloat16Type) and not reads(store.value)[1]
 
     return bool(stores) and all(register_only(s) for s in stores)
 
@@ -102,25 +117,10 @@ def stages_results(op: Operation, stores: Sequence[StoreOp], contractions, prolo
 def staged_parts(op: Operation, stores: Sequence[StoreOp], contractions, prologue) -> tuple[SSAValue, ...]:
     """The bf16 parts of the stores computed from the accumulators alone (module docstring),
     in the order the stores reach them; () where the stores read no tensor (stages_results
-    covers them whole) or where such a part is not bf16."""
-    if not stores or stages_results(op, stores, contractions, prologue):
+    covers them whole, or they are f32) or where such a part is not bf16."""
+    reads = _reads(contractions, prologue)
+    if not any(reads(s.value)[1] for s in stores):
         return ()
-    given = {c.result for c in contractions} | {r.result for r in prologue}
-    reads: dict[SSAValue, tuple[bool, bool]] = {}
-
-    def reads_of(v: SSAValue) -> tuple[bool, bool]:
-        """(reads the accumulators or statistics, reads a tensor) for the tree of `v`."""
-        if v in given:
-            return True, False
-        if v not in reads:
-            owner = v.owner
-            if not isinstance(owner, Operation) or isinstance(owner, (LoadOp, ReduceOp)) or owner.regions:
-                reads[v] = (False, True)
-            else:
-                parts = [reads_of(x) for x in owner.operands]
-                reads[v] = (any(g for g, _ in parts), any(t for _, t in parts))
-        return reads[v]
-
     found: list[SSAValue] = []
     stack = [s.value for s in reversed(stores)]
     seen: set[SSAValue] = set()
@@ -129,7 +129,7 @@ def staged_parts(op: Operation, stores: Sequence[StoreOp], contractions, prologu
         if v in seen:
             continue
         seen.add(v)
-        acc, tensor = reads_of(v)
+        acc, tensor = reads(v)
         if not acc:
             continue
         if tensor:
