@@ -35,6 +35,8 @@ Kinds (docs/ir.md), tried in this order:
 | `attention` | an `AttentionInfo` (below) for attention kernels, else None |
 | `raw_a_loads`, `stages_results` | contractions: the loads a computed A side reads that can be copied raw (each with whether it needs block_m rows), and whether the stores can be evaluated on the accumulators and staged as bf16 results (`emmy.analysis.operands`): facts of the shared-memory layout |
 | `staged_parts` | contractions whose stores also read a tensor: the bf16 values of the stores computed from the accumulators alone, which the staged epilogue stages instead of the f32 accumulators (() where one is not bf16) |
+| `a_reads_prologue` | contractions: the A side uses a prologue reduction's result (x * rstd * w, where the norm weight could not be folded into B), so the row statistics must exist before the k loop |
+| `ws_row_stats` | contractions with a prologue: where a fused `wgmma_ws` kernel sums the row statistics: `in_place` (consumers, rewriting a computed A in place), `a_tiles` (consumers, from the staged A tiles), `producer` (while computing A from several tensors), `before` (a pass before the k loop); "" without a prologue (`emmy.analysis.operands`) |
 | `parts_stage_results` | contractions: `stages_results` of every part the kernel is built as (outputs over other axes are parts of their own: the running example's q beside k and v), each store's value read from any contraction's accumulators |
 | `op` | the `loop.fused` or `tile.kernel` classified |
 | `row_axes`, `reduced_axes` | reductions: the axes the reduce results depend on (one row each) and the axes reduced |
@@ -70,7 +72,7 @@ from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import Domains as BodyDomains
 from emmy.analysis.body import value_tree
-from emmy.analysis.operands import raw_a_loads, staged_parts, stages_results
+from emmy.analysis.operands import a_reads_prologue, raw_a_loads, staged_parts, stages_results, ws_row_stats
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
 
@@ -160,6 +162,8 @@ class KernelInfo:
     stages_results: bool = False
     parts_stage_results: bool = False
     staged_parts: tuple[SSAValue, ...] = ()
+    a_reads_prologue: bool = False
+    ws_row_stats: str = ""
     op: Operation | None = field(default=None, repr=False)
 
     def extent(self, axes: Iterable[str]) -> int:
@@ -198,18 +202,6 @@ class KernelInfo:
     @property
     def n_contractions(self) -> int:
         return max(1, len(self.contractions))
-
-    @property
-    def a_reads_prologue(self) -> bool:
-        """Whether a contraction's A side uses a prologue reduction's result (x * rstd * w, where
-        the norm weight could not be folded into B): the row statistics must then exist before
-        the k loop instead of being summed during it."""
-        if not self.contractions or not self.prologue:
-            return False
-        c0 = self.contractions[0]
-        roots = [c0.a_value] if c0.a_value is not None else list(c0.a_factors)
-        results = {r.result for r in self.prologue}
-        return any(v in results for v in value_tree(roots))
 
     @property
     def epilogue_loads(self) -> bool:
@@ -517,6 +509,7 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
     ) else 4
     k_axis = first.k_axes[-1]
     op = base["op"]
+    raw = raw_a_loads(op, same, prologue, axes, dom)
     return KernelInfo(
         **base,
         kind="contraction",
@@ -533,10 +526,12 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         other_reductions=other,
         has_fusion_fork=fusion_marked or bool(prologue),
         has_siblings_fork=len(store_groups(base["stores"], True, dom)) > len(store_groups(base["stores"], False, dom)),
-        raw_a_loads=raw_a_loads(op, same, prologue, axes, dom),
+        raw_a_loads=raw,
         stages_results=stages_results(op, base["stores"], same, prologue),
         parts_stage_results=stages_results(op, base["stores"], contractions, prologue),
         staged_parts=staged_parts(op, base["stores"], same, prologue),
+        a_reads_prologue=a_reads_prologue(same, prologue),
+        ws_row_stats=ws_row_stats(same, prologue, raw, axes, dom),
     )
 
 

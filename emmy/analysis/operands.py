@@ -3,10 +3,13 @@
     raw_a_loads(op, contractions, prologue, axes, dom) -> ((load, full_rows), ...)
     stages_results(op, stores, contractions, prologue) -> bool
     staged_parts(op, stores, contractions, prologue) -> (value, ...)
+    a_reads_prologue(contractions, prologue) -> bool
+    ws_row_stats(contractions, prologue, raw, axes, dom) -> "" | "in_place" | "a_tiles" | "producer" | "before"
 
-`classify` keeps them on the `KernelInfo` (`raw_a_loads`, `stages_results`, `staged_parts`); the plan
-(`emmy.schedule.contraction_smem`) lays out shared memory from them and the lowering
-(`emmy.lowering.contraction`) stages from the same loads, so both read one answer.
+`classify` keeps them on the `KernelInfo` (`raw_a_loads`, `stages_results`, `staged_parts`,
+`a_reads_prologue`, `ws_row_stats`); the plan (`emmy.schedule.contraction_smem`) lays out shared
+memory from them, legality and the prior read them, and the lowering
+(`emmy.lowering.contraction`) stages from the same loads, so all read one answer.
 
 - `raw_a_loads`: when the A side is computed (not a plain copy) and every tensor element it reads
   is a bf16 load contiguous along k (16-byte aligned chunks of 8) indexed by m-side, batch and k
@@ -32,6 +35,29 @@
       %r = loop.load %X[%m, %n]                 (the residual, bf16)
       %t = arith.truncf %c : f32 to bf16
       %s = arith.addf %r, %t : bf16             -> staged_parts: (%t,)
+
+- `a_reads_prologue`: the A side uses a row statistic (x * rstd * w where the norm weight could
+  not be folded into B), so the statistics must exist before the k loop.
+- `ws_row_stats`: where a fused warp-specialized kernel (workers = wgmma_ws, the row statistics
+  summed in the kernel) sums its rows' statistics. Every prologue reduction must be a sum or max
+  over exactly the contraction's k axes, and A must not use the statistics; then
+  - `in_place`: A is computed from one block_m-row tensor (raw_a_loads): the producer copies its
+    tile into the A slot, and each consumer warpgroup rewrites its own rows in place and sums
+    their statistics on the way;
+  - `a_tiles`: A is a plain copy of one tensor (16-byte chunks along k) and the reductions read
+    that tensor alone (RMSNorm's sum of squares once its weight is folded into B): each consumer
+    warpgroup sums its rows from the staged A tiles while its wgmmas run;
+  - `producer`: A is computed from several block_m-row tensors (x + residual): the producer
+    warpgroup sums the statistics while it computes A, and hands them to the tile's consumers
+    at once, after the k loop;
+  - `before` otherwise: a pass over the tile's rows before the k loop, once per tile (which a
+    persistent block, whose producer runs ahead into the next tile, cannot wait for).
+  "" without a prologue.
+
+      %ss = loop.reduce sum ["k"] { x[m, k]^2 }     (A = x, B = w * g folded)    -> a_tiles
+      %ss = loop.reduce sum ["k"] { x[m, k]^2 }     (A = g * x, g an input)      -> in_place
+      %ss = loop.reduce sum ["k"] { (x + r)^2 }     (A = g * (x + r))            -> producer
+      %ss = loop.reduce sum ["k"] { x[m, k]^2 }     (A = x * rsqrt(%ss / K) * g) -> before
 """
 
 from __future__ import annotations
@@ -142,6 +168,48 @@ def staged_parts(op: Operation, stores: Sequence[StoreOp], contractions, prologu
         if v not in found:
             found.append(v)
     return tuple(found)
+
+
+def a_reads_prologue(contractions, prologue) -> bool:
+    """Whether the first contraction's A side uses a prologue reduction's result."""
+    if not contractions or not prologue:
+        return False
+    c0 = contractions[0]
+    roots = [c0.a_value] if c0.a_value is not None else list(c0.a_factors)
+    results = {r.result for r in prologue}
+    return any(v in results for v in value_tree(roots))
+
+
+# ws_row_stats: where a fused warp-specialized kernel sums its row statistics (module docstring)
+WS_ROW_STATS: tuple[str, ...] = ("in_place", "a_tiles", "producer", "before")
+
+
+def ws_row_stats(contractions, prologue, raw: tuple[tuple[LoadOp, bool], ...], axes: dict[str, int], dom: Dom) -> str:
+    """Where a fused wgmma_ws kernel sums its row statistics (module docstring); `raw`:
+    raw_a_loads of the same kernel."""
+    if not prologue:
+        return ""
+    c0 = contractions[0]
+    k_axes, k_last = frozenset(c0.k_axes), c0.k_axes[-1]
+    if a_reads_prologue(contractions, prologue):
+        return "before"
+    if not all(r.kind_name in ("sum", "max") and frozenset(r.axis_names) == k_axes for r in prologue):
+        return "before"
+    rows = sum(1 for _, full in raw if full)
+    if rows:
+        return "in_place" if rows == 1 else "producer"
+    value = c0.a_value
+    if value is None or axes[k_last] % CHUNK:
+        return "before"
+    while isinstance(value.owner, arith.ExtFOp):
+        value = value.owner.input
+    copy = value.owner
+    if not isinstance(copy, LoadOp) or not _copyable(copy, k_last, LaneForms(dom)):
+        return "before"
+    loads = [o for r in prologue for o in r.walk() if isinstance(o, LoadOp)]
+    if not loads or not all(same_expr(o.result, copy.result) for o in loads):
+        return "before"
+    return "a_tiles"
 
 
 def same_expr(a: SSAValue, b: SSAValue, memo: dict | None = None) -> bool:
@@ -281,4 +349,7 @@ def _const(v: SSAValue) -> int | None:
     return None
 
 
-__all__ = ["CHUNK", "LaneForms", "raw_a_loads", "same_expr", "staged_parts", "stages_results"]
+__all__ = [
+    "CHUNK", "WS_ROW_STATS", "LaneForms", "a_reads_prologue", "raw_a_loads", "same_expr", "staged_parts",
+    "stages_results", "ws_row_stats",
+]

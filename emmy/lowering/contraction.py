@@ -36,7 +36,9 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    those values (`RowStats`), so there is no prologue pass (step 1) over the block's rows.
    When A is a plain copy and the statistics read only its tensor (RMSNorm once loop-hoist-params
    folded the norm weight into B), each consumer warpgroup reads its rows of the A tile,
-   read-only, after issuing the step's wgmmas (`a_stats_leaf`, `AStatistics`). With
+   read-only, after issuing the step's wgmmas (`a_stats_leaf`, `AStatistics`). Which of these
+   applies is the kernel's fact `KernelInfo.ws_row_stats` (emmy.analysis.operands), which
+   legality reads too. With
    `epilogue = pingpong` (persistent blocks) the two consumer warpgroups do not share a tile:
    each multiplies and stores whole tiles of its own, taking the block's tiles in turn.
 3. epilogue: the loop body's scalar code after the contractions (row scale, residual add,
@@ -411,10 +413,11 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
         # anyway (by the producer, or by the consumers transforming A in place), instead of a
         # pass over the block's rows before the k loop
+        # (where: KernelInfo.ws_row_stats, the fact legality reads too)
         inplace = self.inplace_a_leaf(a_loads) if g.producer else None
-        producer_stats = g.producer and rs is not None and self.producer_stats_ok(a_loads)
-        stats_leaf = self.a_stats_leaf() if g.producer and rs is not None and inplace is None else None
-        producer_stats = producer_stats or stats_leaf is not None
+        where = self.info.ws_row_stats if g.producer and rs is not None else "before"
+        stats_leaf = self.a_stats_leaf() if where == "a_tiles" else None
+        producer_stats = where in ("in_place", "producer") or stats_leaf is not None
 
         if g.persistent:
             if rs is not None and not producer_stats:

@@ -25,7 +25,7 @@ from emmy.lowering.common import (
 )
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
-from emmy.lowering.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source, same_expr
+from emmy.lowering.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source
 from emmy.lowering.tma import MapOperand, tensor_view
 
 
@@ -111,37 +111,16 @@ class WarpSpecializedMixin:
         return big[0]
 
     def a_stats_leaf(self) -> LoadOp | None:
-        """When A is a plain copy of one tensor and every prologue reduction is a sum or max over
-        exactly the contraction's k axes of that tensor's elements (RMSNorm's sum of squares
-        once its weight is folded into B, see loop-hoist-params): that load. The consumer
-        warpgroups then sum the row statistics from the A tiles in shared memory, read-only,
-        while their wgmmas run. None otherwise."""
-        c0 = self.cs[0]
-        value = c0.a_value
-        if value is None or self.chunk != 8 or not self.prologue or self.info.a_reads_prologue:
-            return None
-        if not all(r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue):
+        """The tensor whose staged A tiles the consumer warpgroups sum the row statistics from,
+        read-only, while their wgmmas run (`KernelInfo.ws_row_stats` is "a_tiles": A is a plain
+        copy of it and every prologue reduction sums or maxes its elements over the k axes,
+        RMSNorm's sum of squares once its weight is folded into B, see loop-hoist-params).
+        None otherwise."""
+        if self.info.ws_row_stats != "a_tiles" or self.chunk != 8:
             return None
         em = BodyEmitter(None, self.op, {}, [])  # analysis only
-        src = direct_source(em, value, frozenset(self.k_axes), self.k_last)
-        if not isinstance(src, Leaf):
-            return None
-        loads = [o for r in self.prologue for o in r.walk() if isinstance(o, LoadOp)]
-        if not loads or not all(same_expr(o.result, src.load.result) for o in loads):
-            return None
-        return src.load
-
-    def producer_stats_ok(self, a_loads: list | None) -> bool:
-        """Whether the row statistics can be summed while staging A: each prologue reduction is a
-        sum or max over exactly the contraction's k axes, A is computed from prefetched
-        block_m-row tensors (`a_loads`: raw_a_loads()), and A itself does not use the statistics."""
-        if not any(rows > 1 for _, rows in a_loads or ()):
-            return False
-        if self.info.a_reads_prologue:
-            return False
-        return all(
-            r.kind_name in ("sum", "max") and set(r.axis_names) == set(self.k_axes) for r in self.prologue
-        )
+        src = direct_source(em, self.cs[0].a_value, frozenset(self.k_axes), self.k_last)
+        return src.load if isinstance(src, Leaf) else None
 
     def specialized_loop(self, kb, em, tid, origin, stat_at, sa, sbs, bars, accs, a_elems, b_elems, ws_ptr, rs=None, inplace=None, a_loads=None, stats_leaf=None, consumer_stat_at=None) -> None:
         """`workers = wgmma_ws`: the last warpgroup stages k-steps into the slots, the others

@@ -106,7 +106,8 @@ class Kernel:
     def __init__(self, info: KernelInfo, target: Target):
         self.info, self.target = info, target
         self.unique_bytes = float(io_bytes(info))
-        self.a_reads_prologue = info.kind == "contraction" and info.a_reads_prologue  # (a walk of the body)
+        self.a_reads_prologue = info.kind == "contraction" and info.a_reads_prologue
+        self.stats_before = info.kind == "contraction" and info.ws_row_stats == "before"
         self.causal, self.computed_kv = False, 0
         self.row_ops = _row_ops(info) if info.kind == "reduction" else ()
         self._parts: dict[bool, tuple[Kernel, ...]] = {}
@@ -176,7 +177,7 @@ class Kernel:
         f["serial_steps"] = f["rounds"]  # x the k-steps of a block, below
         _waves(f, plan.blocks, target)
         if info.kind == "contraction":
-            _contraction(f, info, plan, target, self.a_reads_prologue)
+            _contraction(f, info, plan, target, self.a_reads_prologue, self.stats_before)
         elif info.kind == "attention":
             _attention(f, plan, target, self.causal, self.computed_kv)
         else:  # reductions and elementwise kernels: memory, a little FMA arithmetic
@@ -372,7 +373,7 @@ def _tensor_rate(target: Target, workers: str) -> float:
     return target.tensor_flops * (0.5 if target.has("wgmma") else 1.0)  # mma.sync
 
 
-def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_prologue: bool) -> None:
+def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_prologue: bool, stats_before: bool) -> None:
     from emmy.schedule.contraction import PROLOGUE_VECTOR
     from emmy.schedule.reduction import largest_divisor_pow2
 
@@ -417,7 +418,7 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     if plan.prologue and not plan.stats_kernel:
         # every column of tiles computes its rows' statistics (a sum of squares over k) again
         f["recompute_flops"] = 2.0 * B * cols * M * K
-        if prologue_pass(plan, a_reads_prologue):
+        if prologue_pass(plan, stats_before):
             # ... in a pass over the tile's rows before its k loop: each warp takes its rows one
             # after another, and each lane waits for its 16-byte loads of a row one by one (the
             # loads sit behind the row's bounds check), in every tile the busiest SM runs
@@ -437,11 +438,12 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
         f["multi_slice"] = 1.0 if plan.mi > 1 else 0.0
 
 
-def prologue_pass(plan, a_reads_prologue: bool) -> bool:
+def prologue_pass(plan, stats_before: bool) -> bool:
     """Whether a fused kernel computes its rows' statistics in a pass before its k loop
     (`emmy.lowering.contraction`, emit_prologue): every worker but wgmma_ws, and wgmma_ws where
-    the A side itself reads the statistics; wgmma_ws otherwise sums them from the staged tiles."""
-    return not plan.producer or a_reads_prologue
+    the kernel's `ws_row_stats` is "before" (the A side reads the statistics, or they cannot be
+    summed from the staged tiles); wgmma_ws otherwise sums them from the staged tiles."""
+    return not plan.producer or stats_before
 
 
 def _wave_bytes(plan, rows: int, cols: int, k_bytes: int, occ: float, target: Target) -> float:

@@ -19,9 +19,12 @@ warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multip
 block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
 bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps; `combine =
 last_block` only with split_k > 1); schedule
-(`persistent` and `stream_k` only with `wgmma_ws`, split_k = 1, and row statistics not needed
-before the k loop; `stream_k` also without clusters, groups or a staggered epilogue, and with
-whole-row statistics from a kernel of their own); copy
+(`persistent` and `stream_k` only with `wgmma_ws`, split_k = 1, and no pass over the rows'
+statistics before the k loop (`KernelInfo.ws_row_stats`); `stream_k` also without clusters,
+groups or a staggered epilogue, and with whole-row statistics from a kernel of their own);
+epilogue (`staggered` and `pingpong`: persistent, two consumer warpgroups; `staggered` with bf16
+results and no row statistics from the producer; `pingpong` without statistics in the kernel or
+an A side rewritten in place); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
 of row tiles); group_m (a multiple of cluster, at most the row tiles rounded up to a power of
 two); split_tail (a partial wave behind a full one, split_k = 1, schedule = grid, no clusters
@@ -309,11 +312,14 @@ def _c_schedule(info, v, t, reasons):
         reasons.append(f"schedule={s} needs split_k=1 (split_k={v['split_k']})")
     if s == "stream_k":
         _c_stream_k(info, v, t, reasons)
-    elif info.a_reads_prologue and v.has("fusion") and v["fusion"] == "fused":
-        reasons.append(
-            "schedule=persistent: the A side uses row statistics that a fused kernel computes "
-            "before its k loop, once per tile; use schedule=grid or fusion=split"
+    elif info.ws_row_stats == "before" and v.has("fusion") and v["fusion"] == "fused":
+        why = (
+            "the A side uses row statistics that a fused kernel computes" if info.a_reads_prologue
+            else "the row statistics cannot be summed from the staged tiles (a reduction other than a sum or "
+            "max over the k axes, or an A side neither a plain copy nor computed from copied rows): a fused "
+            "kernel computes them"
         )
+        reasons.append(f"schedule=persistent: {why} before its k loop, once per tile; use schedule=grid or fusion=split")
 
 
 # index arithmetic of the kernel stage is 32-bit: stream_k's block * iterations must fit
@@ -381,6 +387,12 @@ def _c_epilogue(info, v, t, reasons):
             reasons.append(
                 "epilogue=staggered: a store is not a bf16 value of the accumulators (here an f32 one), so the whole "
                 "tile is staged as f32 and every warpgroup stores any of its rows"
+            )
+        if info.ws_row_stats == "producer" and v.has("fusion") and v["fusion"] == "fused":
+            reasons.append(
+                "epilogue=staggered: the producer warpgroup sums the row statistics while it computes the A "
+                "side (from several tensors) and hands them to both consumer warpgroups at once; it needs "
+                "fusion=split or epilogue=together"
             )
         return
     if v.has("cluster") and v["cluster"] != 1:

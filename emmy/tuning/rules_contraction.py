@@ -364,7 +364,7 @@ def _c_schedule(knob, info, target, chosen, memo) -> Prefs:
     # first and only the rest shared out, q/k/v and gate/up at 1100 and 2048 tokens were 19-84%
     # slower than the rules' persistent blocks (the Llama-3.2-1B layer 343.8 against 300.8 us).
     workers, sk = chosen.get("workers"), chosen.get("split_k", 1)
-    if workers != "wgmma_ws" or sk != 1 or info.a_reads_prologue:
+    if workers != "wgmma_ws" or sk != 1 or info.ws_row_stats == "before":
         return [("grid", "one block per output tile")]
     bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
     tiles = output_tiles(info, bm, bn)

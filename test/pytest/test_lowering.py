@@ -11,6 +11,7 @@ import pytest
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import VectorType, bf16, f32
 
+import loop_examples as L
 from emmy.backend.plan import cuda_source, launch_plan
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
@@ -441,6 +442,22 @@ def weighted_norm_matmul(M=200, N=256, K=1024, **knobs) -> str:
     k = dict(block_m=128, block_n=128, stages=4, workers="wgmma_ws", warps=8)
     k.update(knobs)
     return rmsnorm_matmul(M, N, K, name="norm_proj", factored=True, g_role="input", **k)
+
+
+def test_producer_sums_the_statistics_of_an_a_side_computed_from_two_tensors():
+    """A = g * (x + r) (`KernelInfo.ws_row_stats` = "producer"): the producer warpgroup computes
+    A from x and r, prefetched a k-step ahead, and sums the squares on the way (over 8 lanes; no
+    pass over the rows before the k loop, which sums over 32), then hands them to the whole tile
+    at barrier 1. A staggered epilogue, whose warpgroups store in turn, is refused by legality
+    (decide-forks) before the lowering would."""
+    text, _ = L.add_rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")
+    pins = "*.workers=wgmma_ws, warps=8, block_m=128, block_n=128, schedule=persistent, fusion=fused"
+    module = lower(text, f'convert-loop-to-tile,decide-forks{{pin="{pins}, epilogue=together"}},convert-tile-to-kernel')
+    calls = callees(kernel_funcs(module)["add_norm_proj"])
+    assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
+    assert 1 in _barrier_ids(kernel_funcs(module)["add_norm_proj"], "emmy::named_barrier<384>")
+    with pytest.raises(EmmyError, match="epilogue=staggered: the producer warpgroup sums the row statistics"):
+        lower(text, f'convert-loop-to-tile,decide-forks{{pin="{pins}, epilogue=staggered"}}')
 
 
 def test_warp_specialized_computes_a_in_place():

@@ -413,6 +413,51 @@ def test_persistent_schedule_legality():
     assert check(reading, dict(base, fusion="split"), SM90A) == []
 
 
+def rmsnorm_matmul_folded(M, N, K):
+    """The running example once loop-hoist-params folded the norm weight into B: A = x, a plain
+    copy of the tensor the sum of squares reads."""
+    text, args = L.rmsnorm_matmul(M, N, K, target="sm_90a")
+    return text.replace("%p = arith.mulf %ag, %bf : f32", "%p = arith.mulf %a2f, %bf : f32"), args
+
+
+def test_ws_row_stats_says_where_a_fused_warp_specialized_kernel_sums_its_statistics():
+    """One fact for the lowering, legality and the prior (emmy.analysis.operands)."""
+    assert info_of(L.matmul(4096, 1024, 1024)).ws_row_stats == ""
+    # A = g * x, g an input: x's tile is copied and rewritten in place by the consumers
+    assert info_of(L.rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")).ws_row_stats == "in_place"
+    # A = x: the consumers sum the squares from the staged A tiles; not where k is not a whole
+    # number of 16-byte chunks
+    assert info_of(rmsnorm_matmul_folded(4096, 1024, 1024)).ws_row_stats == "a_tiles"
+    assert info_of(rmsnorm_matmul_folded(4096, 1024, 1020)).ws_row_stats == "before"
+    # A = g * (x + r): the producer computes A from two row tensors and sums the squares
+    assert info_of(L.add_rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")).ws_row_stats == "producer"
+    # A = x * (sum of squares): the statistics before the k loop
+    assert info_of(rmsnorm_matmul_reading_stats(4096, 1024, 1024)).ws_row_stats == "before"
+
+
+def test_row_statistics_summed_before_the_k_loop_or_by_the_producer_limit_schedules():
+    base = dict(GOOD, workers="wgmma_ws", schedule="persistent", fusion="fused")
+    odd = info_of(rmsnorm_matmul_folded(4096, 1024, 1020))
+    assert (
+        "schedule=persistent: the row statistics cannot be summed from the staged tiles (a reduction other "
+        "than a sum or max over the k axes, or an A side neither a plain copy nor computed from copied rows): "
+        "a fused kernel computes them before its k loop, once per tile; use schedule=grid or fusion=split"
+    ) in check(odd, dict(base, vector=4), SM90A)
+    assert not [r for r in check(odd, dict(base, vector=4, fusion="split"), SM90A) if "schedule=" in r]
+    added = info_of(L.add_rmsnorm_matmul(4096, 1024, 1024, target="sm_90a"))
+    staggered = dict(base, epilogue="staggered", block_m=128, block_n=128, warps=8)
+    assert check(added, staggered, SM90A) == [
+        "epilogue=staggered: the producer warpgroup sums the row statistics while it computes the A side "
+        "(from several tensors) and hands them to both consumer warpgroups at once; it needs fusion=split "
+        "or epilogue=together"
+    ]
+    assert check(added, dict(staggered, fusion="split"), SM90A) == []
+    assert check(added, dict(staggered, epilogue="together"), SM90A) == []
+    # the consumers sum the statistics of their own rows: a staggered epilogue waits for nothing else
+    for info in (info_of(L.rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")), info_of(rmsnorm_matmul_folded(4096, 1024, 1024))):
+        assert check(info, staggered, SM90A) == []
+
+
 def test_stream_k_schedule_legality_and_rule():
     info = info_of(L.matmul(1100, 1024, 2048))
     base = dict(GOOD, workers="wgmma_ws", schedule="stream_k")
