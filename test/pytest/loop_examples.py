@@ -87,56 +87,41 @@ func.func @f(%x: tensor<{M}x{K}xbf16>, %nw: tensor<{K}xbf16>, %w: tensor<{N}x{K}
     return _module(target, body), [(M, K), (K,), (N, K)]
 
 
+def rmsnorm_matmul_folded(M: int, N: int, K: int, *, target: str = "sm_90a") -> tuple[str, list]:
+    """The running example once loop-hoist-params folded the norm weight into B: A = x, a plain
+    copy of the tensor the sum of squares reads."""
+    text, args = rmsnorm_matmul(M, N, K, target=target)
+    return text.replace("%p = arith.mulf %ag, %bf : f32", "%p = arith.mulf %a2f, %bf : f32"), args
+
+
+def rmsnorm_matmul_reading_stats(M: int, N: int, K: int, *, target: str = "sm_90a") -> tuple[str, list]:
+    """The running example with A = x * (sum of squares): A needs the row statistics before the
+    k loop, as a LayerNorm that could not be folded would."""
+    text, args = rmsnorm_matmul(M, N, K, target=target)
+    return text.replace("%ag = arith.mulf %a2f, %gf : f32", "%ag = arith.mulf %a2f, %ss : f32"), args
+
+
 def add_rmsnorm_matmul(M: int, N: int, K: int, *, target: str = "sm_90") -> tuple[str, list]:
-    """A residual add, then RMSNorm and a projection in one kernel: A = g * (x + r) is computed
-    from two tensors of M rows, the sum of squares reads both, the row scale is in the epilogue
-    (loop-fuse's factored form)."""
-    inv = f"{1.0 / K:e}"
+    """The running example after a residual add: A = g * (x + r) is computed from two tensors of
+    M rows, and the sum of squares reads both."""
+    text, _ = rmsnorm_matmul(M, N, K, target=target)
     T = f"tensor<{M}x{K}xbf16>"
-    body = f"""
-func.func @f(%x: {T}, %res: {T}, %nw: tensor<{K}xbf16>, %w: tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> {{
-  %out = loop.fused @add_norm_proj axes [m = {M}, n = {N}, k = {K}]
-      ins(%x, %res, %nw, %w : {T}, {T}, tensor<{K}xbf16>, tensor<{N}x{K}xbf16>)
-      -> tensor<{M}x{N}xbf16> attributes {{emmy.fusion = "fused"}} {{
-  ^bb0(%xa: {T}, %ra: {T}, %nwa: tensor<{K}xbf16>, %wa: tensor<{N}x{K}xbf16>):
-    %m = loop.axis "m" : index
-    %n = loop.axis "n" : index
-    %ss = loop.reduce sum ["k"] : f32 {{
-      %k = loop.axis "k" : index
-      %a = loop.load %xa[%m, %k] : {T} -> bf16
-      %r0 = loop.load %ra[%m, %k] : {T} -> bf16
-      %h = arith.addf %a, %r0 : bf16
-      %hf = arith.extf %h : bf16 to f32
-      %sq = arith.mulf %hf, %hf : f32
-      loop.yield %sq : f32
-    }}
-    %acc = loop.reduce sum ["k"] : f32 {{
-      %k2 = loop.axis "k" : index
-      %a2 = loop.load %xa[%m, %k2] : {T} -> bf16
-      %r2 = loop.load %ra[%m, %k2] : {T} -> bf16
-      %h2 = arith.addf %a2, %r2 : bf16
-      %g = loop.load %nwa[%k2] : tensor<{K}xbf16> -> bf16
-      %b = loop.load %wa[%n, %k2] : tensor<{N}x{K}xbf16> -> bf16
-      %gf = arith.extf %g : bf16 to f32
-      %h2f = arith.extf %h2 : bf16 to f32
-      %ag = arith.mulf %gf, %h2f : f32
-      %bf = arith.extf %b : bf16 to f32
-      %p = arith.mulf %ag, %bf : f32
-      loop.yield %p : f32
-    }}
-    %inv_n = arith.constant {inv} : f32
-    %eps = arith.constant 1.000000e-06 : f32
-    %mean = arith.mulf %ss, %inv_n : f32
-    %v = arith.addf %mean, %eps : f32
-    %rs = math.rsqrt %v : f32
-    %y = arith.mulf %acc, %rs : f32
-    %o = arith.truncf %y : f32 to bf16
-    loop.store %o, 0 [%m, %n] : bf16
-    loop.yield
-  }}
-  func.return %out : tensor<{M}x{N}xbf16>
-}}"""
-    return _module(target, body), [(M, K), (M, K), (K,), (N, K)]
+    for old, new in (
+        (f"%x: {T}, ", f"%x: {T}, %res: {T}, "),
+        ("ins(%x, ", "ins(%x, %res, "),
+        (f" : {T}, ", f" : {T}, {T}, "),
+        (f"^bb0(%xa: {T}, ", f"^bb0(%xa: {T}, %ra: {T}, "),
+        (f"%a = loop.load %xa[%m, %k] : {T} -> bf16\n      %af = arith.extf %a",
+         f"%a0 = loop.load %xa[%m, %k] : {T} -> bf16\n      %r0 = loop.load %ra[%m, %k] : {T} -> bf16\n"
+         "      %a = arith.addf %a0, %r0 : bf16\n      %af = arith.extf %a"),
+        (f"%a2 = loop.load %xa[%m, %k2] : {T} -> bf16",
+         f"%x2 = loop.load %xa[%m, %k2] : {T} -> bf16\n      %r2 = loop.load %ra[%m, %k2] : {T} -> bf16\n"
+         "      %a2 = arith.addf %x2, %r2 : bf16"),
+        ("@rms_norm_qkv_proj", "@add_norm_proj"),
+    ):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text, [(M, K), (M, K), (K,), (N, K)]
 
 
 def gate_up(M: int, N: int, K: int, *, target: str = "sm_90") -> tuple[str, list]:

@@ -31,25 +31,13 @@ PATHS = ("workers", "schedule", "epilogue", "copy", "cluster", "fusion", "split_
 SCAN = 50_000
 
 
-def _folded(M, N, K, target):
-    """The running example once the norm weight is folded into B: A = x, a plain copy."""
-    text, args = L.rmsnorm_matmul(M, N, K, target=target)
-    return text.replace("%p = arith.mulf %ag, %bf : f32", "%p = arith.mulf %a2f, %bf : f32"), args
-
-
-def _reading(M, N, K, target):
-    """A = x * (sum of squares): the statistics before the k loop."""
-    text, args = L.rmsnorm_matmul(M, N, K, target=target)
-    return text.replace("%ag = arith.mulf %a2f, %gf : f32", "%ag = arith.mulf %a2f, %ss : f32"), args
-
-
 KERNELS = {
     "matmul": lambda t: L.matmul(1100, 1000, 1024, target=t),
     "f32_out": lambda t: L.matmul(512, 1024, 1024, target=t, f32_out=True),
     "in_place": lambda t: L.rmsnorm_matmul(4096, 1024, 1024, target=t),
-    "a_tiles": lambda t: _folded(4096, 1024, 1024, t),
+    "a_tiles": lambda t: L.rmsnorm_matmul_folded(4096, 1024, 1024, target=t),
     "producer": lambda t: L.add_rmsnorm_matmul(4096, 1024, 1024, target=t),
-    "before": lambda t: _reading(4096, 1024, 1024, t),
+    "before": lambda t: L.rmsnorm_matmul_reading_stats(4096, 1024, 1024, target=t),
     "gate_up": lambda t: L.gate_up(4096, 1024, 1024, target=t),
     "two_k": lambda t: L.matmul_two_k(512, 1024, 16, 64, target=t),
     "attention": lambda t: L.attention(1, 16, 8, 3000, 64, target=t),

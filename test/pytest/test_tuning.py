@@ -388,13 +388,6 @@ def test_rules_follow_the_shapes():
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
 
 
-def rmsnorm_matmul_reading_stats(M, N, K):
-    """The running example with A = x * (sum of squares): A needs the row statistics before the
-    k loop, as a LayerNorm that could not be folded would."""
-    text, args = L.rmsnorm_matmul(M, N, K, target="sm_90a")
-    return text.replace("%ag = arith.mulf %a2f, %gf : f32", "%ag = arith.mulf %a2f, %ss : f32"), args
-
-
 def test_persistent_schedule_legality():
     info = info_of(L.matmul(4096, 4096, 1024))
     base = dict(GOOD, workers="wgmma_ws", schedule="persistent")
@@ -404,20 +397,13 @@ def test_persistent_schedule_legality():
         "during the epilogue), not workers=wgmma"
     ]
     assert check(info, dict(base, split_k=2), SM90A) == ["schedule=persistent needs split_k=1 (split_k=2)"]
-    reading = info_of(rmsnorm_matmul_reading_stats(4096, 1024, 1024))
+    reading = info_of(L.rmsnorm_matmul_reading_stats(4096, 1024, 1024))
     assert reading.a_reads_prologue and not info_of(L.rmsnorm_matmul(4096, 1024, 1024)).a_reads_prologue
     assert check(reading, dict(base, fusion="fused"), SM90A) == [
         "schedule=persistent: the A side uses row statistics that a fused kernel computes before its "
         "k loop, once per tile; use schedule=grid or fusion=split"
     ]
     assert check(reading, dict(base, fusion="split"), SM90A) == []
-
-
-def rmsnorm_matmul_folded(M, N, K):
-    """The running example once loop-hoist-params folded the norm weight into B: A = x, a plain
-    copy of the tensor the sum of squares reads."""
-    text, args = L.rmsnorm_matmul(M, N, K, target="sm_90a")
-    return text.replace("%p = arith.mulf %ag, %bf : f32", "%p = arith.mulf %a2f, %bf : f32"), args
 
 
 def test_ws_row_stats_says_where_a_fused_warp_specialized_kernel_sums_its_statistics():
@@ -427,17 +413,17 @@ def test_ws_row_stats_says_where_a_fused_warp_specialized_kernel_sums_its_statis
     assert info_of(L.rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")).ws_row_stats == "in_place"
     # A = x: the consumers sum the squares from the staged A tiles; not where k is not a whole
     # number of 16-byte chunks
-    assert info_of(rmsnorm_matmul_folded(4096, 1024, 1024)).ws_row_stats == "a_tiles"
-    assert info_of(rmsnorm_matmul_folded(4096, 1024, 1020)).ws_row_stats == "before"
+    assert info_of(L.rmsnorm_matmul_folded(4096, 1024, 1024)).ws_row_stats == "a_tiles"
+    assert info_of(L.rmsnorm_matmul_folded(4096, 1024, 1020)).ws_row_stats == "before"
     # A = g * (x + r): the producer computes A from two row tensors and sums the squares
     assert info_of(L.add_rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")).ws_row_stats == "producer"
     # A = x * (sum of squares): the statistics before the k loop
-    assert info_of(rmsnorm_matmul_reading_stats(4096, 1024, 1024)).ws_row_stats == "before"
+    assert info_of(L.rmsnorm_matmul_reading_stats(4096, 1024, 1024)).ws_row_stats == "before"
 
 
 def test_row_statistics_summed_before_the_k_loop_or_by_the_producer_limit_schedules():
     base = dict(GOOD, workers="wgmma_ws", schedule="persistent", fusion="fused")
-    odd = info_of(rmsnorm_matmul_folded(4096, 1024, 1020))
+    odd = info_of(L.rmsnorm_matmul_folded(4096, 1024, 1020))
     assert (
         "schedule=persistent: the row statistics cannot be summed from the staged tiles (a reduction other "
         "than a sum or max over the k axes, or an A side neither a plain copy nor computed from copied rows): "
@@ -454,7 +440,7 @@ def test_row_statistics_summed_before_the_k_loop_or_by_the_producer_limit_schedu
     assert check(added, dict(staggered, fusion="split"), SM90A) == []
     assert check(added, dict(staggered, epilogue="together"), SM90A) == []
     # the consumers sum the statistics of their own rows: a staggered epilogue waits for nothing else
-    for info in (info_of(L.rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")), info_of(rmsnorm_matmul_folded(4096, 1024, 1024))):
+    for info in (info_of(L.rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")), info_of(L.rmsnorm_matmul_folded(4096, 1024, 1024))):
         assert check(info, staggered, SM90A) == []
 
 
@@ -661,7 +647,7 @@ def test_rules_choose_persistent_blocks_from_4096_rows_where_the_epilogue_reads_
     assert small["schedule"].value == "grid" and "from M=4096" in small["schedule"].reason
     pinned = schedule(L.matmul(512, 4096, 1024, target="sm_90a"), schedule="persistent")
     assert pinned["workers"].value == "wgmma_ws" and pinned["split_k"].value == 1
-    assert schedule(rmsnorm_matmul_reading_stats(4096, 4096, 1024), schedule="persistent")["fusion"].value == "split"
+    assert schedule(L.rmsnorm_matmul_reading_stats(4096, 4096, 1024), schedule="persistent")["fusion"].value == "split"
     assert schedule(L.matmul(4096, 4096, 1024, target="sm_90a"), stages=3)["schedule"].value == "grid"
 
 
