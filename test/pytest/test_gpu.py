@@ -389,6 +389,8 @@ MODEL_RUNS = [
     ("mlp_block",), ("clamp_abs_sum", "--tolerance", "5e-3"), ("two_outputs",), ("activations",),
     ("repeat_kv_attention", "--tokens", "37"), ("repeat_kv_attention", "--tokens", "300"),
     ("handwritten_attention", "--tokens", "21"), ("handwritten_attention", "--tokens", "300"),
+    ("residual_norm_proj", "--tokens", "4096"), ("residual_norm_proj", "--tokens", "4096", "--knob", "*.fusion=fused"),
+    ("residual_norm_proj", "--tokens", "300", "--knob", "*.fusion=fused", "--knob", "*.split_k=1"),
 ]
 
 
@@ -445,6 +447,18 @@ def test_relu_sigmoid_pow_chunk_softmax_mean_block_on_gpu(tmp_path, monkeypatch,
 def test_handwritten_attention_on_gpu(tokens, tmp_path, monkeypatch, capsys):
     """q @ k^T * scale, softmax, @ v by hand: one flash-attention kernel."""
     assert _run_test_model("handwritten_attention", tmp_path, monkeypatch, "--tokens", str(tokens)) == 0
+
+
+@pytest.mark.parametrize("extra", [
+    ("--tokens", "4096"), ("--tokens", "4096", "--knob", "*.fusion=fused"),
+    ("--tokens", "300", "--knob", "*.fusion=fused", "--knob", "*.split_k=1"),
+], ids=["split", "fused-persistent", "fused-grid"])
+def test_residual_norm_projection_on_gpu(extra, tmp_path, monkeypatch, capsys):
+    """A = g * (x + r) from two row tensors: with fusion = fused the producer warpgroup sums the
+    row statistics while it computes A (persistent blocks at 4096 tokens, one block per tile at
+    300); split, a statistics kernel of its own."""
+    assert _run_test_model("residual_norm_proj", tmp_path, monkeypatch, *extra) == 0
+    assert "relative error" in capsys.readouterr().out
 
 
 def test_bound_outputs_start_as_nan(tmp_path):

@@ -129,6 +129,33 @@ def test_handwritten_attention_is_one_flash_kernel(tokens, tmp_path):
         assert compile_source(plan.source, "sm_90a", tmp_path).exists()
 
 
+RESIDUAL_NORM = str(HERE / "models" / "residual_norm_proj.py") + ":make"
+
+
+def test_residual_norm_projection_sums_its_statistics_in_the_producer():
+    """x + r read only by an RMSNorm before a projection fuses into one contraction whose A side
+    is g * (x + r): the producer warpgroup would sum the row statistics (ws_row_stats), so with
+    fusion = fused the rules, which take a staggered epilogue at 4096 tokens, back off to
+    together (the lowering refused the staggered one); interpreted against PyTorch."""
+    from emmy.analysis.classify import classify
+    from emmy.dialects.tile import KernelOp
+    from emmy.driver import CompileOptions, compile_model
+
+    def kernel(*pins):
+        options = CompileOptions(model=RESIDUAL_NORM, tokens=4096, target="sm_90a", pins=pins, stop_after="tile")
+        module = compile_model(options).module
+        return next(op for op in module.walk() if isinstance(op, KernelOp) and op.kernel_name == "residual_rms_norm_proj")
+
+    def chosen(op):
+        return {name: k.value for name, k in op.knob_dict().items()}
+
+    split, fused = kernel(), kernel("*.fusion=fused")
+    assert classify(fused).ws_row_stats == "producer"
+    assert chosen(split)["epilogue"] == "staggered" and chosen(split)["fusion"] == "split"
+    assert chosen(fused)["epilogue"] == "together" and chosen(fused)["schedule"] == "persistent"
+    assert run(["run", RESIDUAL_NORM, "--tokens", "40", "--knob", "*.fusion=fused", "--backend", "interpret", "--check"]) == 0
+
+
 REPEAT_KV = str(HERE / "models" / "repeat_kv_attention.py") + ":make"
 
 

@@ -439,6 +439,10 @@ def test_row_statistics_summed_before_the_k_loop_or_by_the_producer_limit_schedu
     ]
     assert check(added, dict(staggered, fusion="split"), SM90A) == []
     assert check(added, dict(staggered, epilogue="together"), SM90A) == []
+    # the rules, which prefer staggered there, back off to together (before, the build failed)
+    space = knob_space_for(added, SM90A)
+    assert rules.decide(added, SM90A, space)["epilogue"].value == "staggered"
+    assert rules.decide(added, SM90A, space, {"fusion": "fused"})["epilogue"].value == "together"
     # the consumers sum the statistics of their own rows: a staggered epilogue waits for nothing else
     for info in (info_of(L.rmsnorm_matmul(4096, 1024, 1024, target="sm_90a")), info_of(L.rmsnorm_matmul_folded(4096, 1024, 1024))):
         assert check(info, staggered, SM90A) == []
