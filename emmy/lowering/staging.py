@@ -178,7 +178,7 @@ class Stager:
                 return hook
 
             hooks = _hooks(cb, [(load, hook_for(ptr, rows)) for load, rows, ptr in raw_slots])
-            overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
+            overrides = self.stat_overrides(r)
             scope = self.em.scope(
                 self._coords("a", grow, gk), lane_axis=cb.k_last, lanes=chunk, overrides=overrides, load_hooks=hooks
             )
@@ -245,10 +245,7 @@ class Stager:
                 else:
                     kb.call(*copy)
             else:
-                overrides = {}
-                if side == "a":
-                    for p, rr in enumerate(cb.prologue):
-                        overrides[rr.result] = [self.stat(p, r)]
+                overrides = self.stat_overrides(r) if side == "a" else {}
                 mask = kb.and_(ok, in_tile)
                 scope = self.em.scope(
                     self._coords(side, grow, gk),
@@ -348,7 +345,7 @@ class Stager:
                 return hook
 
             hooks = _hooks(cb, [(load, hook_for(reg)) for (load, _rows), reg in zip(self.leaves, regs)])
-            overrides = {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
+            overrides = self.stat_overrides(r)
             vals = self.a_chunk(it, grow, gk, ok, hooks, overrides, self.partials)
             soff = kb.call(f"emmy::tile_offset<{g.bk}, {g.bm}>", [r, e], IndexType())
             kb.store(kb.pack(vals, vt), kb.ptr_add(base, soff), 0, in_tile)
@@ -374,6 +371,15 @@ class Stager:
         cb, kb = self.cb, self.kb
         row = cb.clamp(kb, grow, cb.M - 1, cb.M, cb.g.bm)
         return self._coords("a", row, cb.clamp(kb, gk, cb.K - cb.chunk, cb.K, cb.g.bk))
+
+    def stat_overrides(self, r) -> dict:
+        """The row statistics of tile row `r`, as the values of the prologue reductions for
+        computing A: only where A reads them (`KernelInfo.a_reads_prologue`), so no other A
+        loads a statistic it does not use."""
+        cb = self.cb
+        if not cb.info.a_reads_prologue:
+            return {}
+        return {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
 
     def _coords(self, side, row, k) -> dict:
         cb, kb = self.cb, self.kb

@@ -456,6 +456,10 @@ def test_producer_sums_the_statistics_of_an_a_side_computed_from_two_tensors():
     calls = callees(kernel_funcs(module)["add_norm_proj"])
     assert "emmy::warp_sum<8>" in calls and "emmy::warp_sum<32>" not in calls
     assert 1 in _barrier_ids(kernel_funcs(module)["add_norm_proj"], "emmy::named_barrier<384>")
+    # the statistics are read once, by the epilogue (A does not use them: no load while staging A)
+    for fusion, stats in (("fused", "rs"), ("split", "stats")):
+        src = cuda_source(lower(text, f'convert-loop-to-tile,decide-forks{{pin="{pins.replace("fused", fusion)}"}},{LOWER}'))
+        assert len(re.findall(rf"= {stats}_\d+\[", src)) == 1, fusion
     with pytest.raises(EmmyError, match="epilogue=staggered: the producer warpgroup sums the row statistics"):
         lower(text, f'convert-loop-to-tile,decide-forks{{pin="{pins}, epilogue=staggered"}}')
 
