@@ -36,6 +36,7 @@ Kinds (docs/ir.md), tried in this order:
 | `raw_a_loads`, `stages_results` | contractions: the loads a computed A side reads that can be copied raw (each with whether it needs block_m rows), and whether the stores can be evaluated on the accumulators and staged as bf16 results (`emmy.analysis.operands`): facts of the shared-memory layout |
 | `staged_parts` | contractions whose stores also read a tensor: the bf16 values of the stores computed from the accumulators alone, which the staged epilogue stages instead of the f32 accumulators (() where one is not bf16) |
 | `a_reads_prologue` | contractions: the A side uses a prologue reduction's result (x * rstd * w, where the norm weight could not be folded into B), so the row statistics must exist before the k loop |
+| `epilogue_reads_prologue` | contractions: the stored values use a prologue reduction's result (RMSNorm's row scale applied to the accumulators); where they do not, the epilogue loads no statistic |
 | `ws_row_stats` | contractions with a prologue: where a fused `wgmma_ws` kernel sums the row statistics: `in_place` (consumers, rewriting a computed A in place), `a_tiles` (consumers, from the staged A tiles), `producer` (while computing A from several tensors), `before` (a pass before the k loop); "" without a prologue (`emmy.analysis.operands`) |
 | `parts_stage_results` | contractions: `stages_results` of every part the kernel is built as (outputs over other axes are parts of their own: the running example's q beside k and v), each store's value read from any contraction's accumulators |
 | `op` | the `loop.fused` or `tile.kernel` classified |
@@ -72,7 +73,7 @@ from xdsl.ir import Operation, SSAValue
 
 from emmy.analysis.body import Domains as BodyDomains
 from emmy.analysis.body import value_tree
-from emmy.analysis.operands import a_reads_prologue, raw_a_loads, staged_parts, stages_results, ws_row_stats
+from emmy.analysis.operands import a_reads_prologue, raw_a_loads, reads_prologue, staged_parts, stages_results, ws_row_stats
 from emmy.dialects.loop import AxisOp, LoadOp, ReduceOp, StoreOp
 from emmy.diagnostics import EmmyError
 
@@ -163,6 +164,7 @@ class KernelInfo:
     parts_stage_results: bool = False
     staged_parts: tuple[SSAValue, ...] = ()
     a_reads_prologue: bool = False
+    epilogue_reads_prologue: bool = False
     ws_row_stats: str = ""
     op: Operation | None = field(default=None, repr=False)
 
@@ -531,6 +533,7 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         parts_stage_results=stages_results(op, base["stores"], contractions, prologue),
         staged_parts=staged_parts(op, base["stores"], same, prologue),
         a_reads_prologue=a_reads_prologue(same, prologue),
+        epilogue_reads_prologue=reads_prologue([st.value for st in base["stores"]], prologue),
         ws_row_stats=ws_row_stats(same, prologue, raw, axes, dom),
     )
 

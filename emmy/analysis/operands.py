@@ -37,7 +37,9 @@ memory from them, legality and the prior read them, and the lowering
       %s = arith.addf %r, %t : bf16             -> staged_parts: (%t,)
 
 - `a_reads_prologue`: the A side uses a row statistic (x * rstd * w where the norm weight could
-  not be folded into B), so the statistics must exist before the k loop.
+  not be folded into B), so the statistics must exist before the k loop. `reads_prologue` says
+  the same of any values: of the stores (RMSNorm's row scale applied in the epilogue), for
+  `KernelInfo.epilogue_reads_prologue`.
 - `ws_row_stats`: where a fused warp-specialized kernel (workers = wgmma_ws, the row statistics
   summed in the kernel) sums its rows' statistics. Every prologue reduction must be a sum or max
   over exactly the contraction's k axes, and A must not use the statistics; then
@@ -172,12 +174,16 @@ def staged_parts(op: Operation, stores: Sequence[StoreOp], contractions, prologu
 
 def a_reads_prologue(contractions, prologue) -> bool:
     """Whether the first contraction's A side uses a prologue reduction's result."""
-    if not contractions or not prologue:
+    if not contractions:
         return False
     c0 = contractions[0]
-    roots = [c0.a_value] if c0.a_value is not None else list(c0.a_factors)
+    return reads_prologue([c0.a_value] if c0.a_value is not None else list(c0.a_factors), prologue)
+
+
+def reads_prologue(values: Sequence[SSAValue], prologue) -> bool:
+    """Whether any of `values` uses a prologue reduction's result (a row statistic)."""
     results = {r.result for r in prologue}
-    return any(v in results for v in value_tree(roots))
+    return bool(results) and any(v in results for v in value_tree(values))
 
 
 # ws_row_stats: where a fused warp-specialized kernel sums its row statistics (module docstring)
@@ -350,6 +356,6 @@ def _const(v: SSAValue) -> int | None:
 
 
 __all__ = [
-    "CHUNK", "WS_ROW_STATS", "LaneForms", "a_reads_prologue", "raw_a_loads", "same_expr", "staged_parts",
-    "stages_results", "ws_row_stats",
+    "CHUNK", "WS_ROW_STATS", "LaneForms", "a_reads_prologue", "raw_a_loads", "reads_prologue", "same_expr",
+    "staged_parts", "stages_results", "ws_row_stats",
 ]

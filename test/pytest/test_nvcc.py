@@ -246,3 +246,27 @@ def test_host_entry_encodes_maps_in_planes(tmp_path):
     assert re.search(r"emmy::tensor_map_2d\(\(__nv_bfloat16\*\)\w+ \+ 0, 300, 128, 128, 128, 64, 16, 38400\)", plan.source)
     lib = compile_source(plan.source, "sm_90a", tmp_path, cubin=False)
     assert lib.suffix == ".so" and lib.exists()
+
+
+@pytest.mark.parametrize("model,tokens,pins", [
+    ("mlp_block", 512, ()), ("clamp_abs_sum", 512, ()), ("residual_norm_proj", 4096, ("*.fusion=fused",)),
+    ("residual_norm_proj", 4096, ()),
+], ids=["mlp_block", "clamp_abs_sum", "residual_norm_fused", "residual_norm_split"])
+def test_generated_source_declares_nothing_it_does_not_use(model, tokens, pins, tmp_path):
+    """No value the kernels compute goes unused (nvcc's warning 177): the row statistics in
+    particular are loaded only where A or the stores read them (a LayerNorm's statistics,
+    which A uses, are not loaded again for an epilogue that does not; a sum of squares that
+    only the epilogue uses is not loaded while A is computed)."""
+    import subprocess
+
+    from emmy.backend.nvcc import base_flags
+    from emmy.driver import CompileOptions, compile_model
+
+    factory = str(ROOT / "test" / "pytest" / "models" / f"{model}.py") + ":make"
+    plan = launch_plan(compile_model(CompileOptions(model=factory, tokens=tokens, pins=pins, target="sm_90a")).module)
+    src = tmp_path / "k.cu"
+    src.write_text(plan.source)
+    done = subprocess.run([nvcc_path(), *base_flags("sm_90a"), "-cubin", "-o", str(tmp_path / "k.cubin"), str(src)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "#177-D" not in done.stderr, done.stderr
