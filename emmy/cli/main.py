@@ -1,8 +1,8 @@
 """`emmy`: the compiler's command line.
 
     emmy compile MODEL --layer N [--tokens T] [--target sm_90] [--ir STAGE] [--explain]
-                       [--knob KERNEL.KNOB=VALUE ...] [--time-passes] [-o FILE.cu]
-    emmy run MODEL --layer N [--tokens T] [--backend cuda|interpret] [--check]
+                       [--knob KERNEL.KNOB=VALUE ...] [--storage URL] [--time-passes] [-o FILE.cu]
+    emmy run MODEL --layer N [--tokens T] [--backend cuda|interpret] [--check] [--storage URL]
     emmy tune MODEL [--layer N] [--tokens T,...] [--trials K] [--storage URL] [--workers W] ...
     emmy records list|show KEY|export FILE|import FILE [--storage URL]
     emmy prior fit|evaluate|show [--storage URL | --records FILE.json ...] [--target T] [--out FILE] [--json]
@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: all, or EMMY_EVIDENCE)")
         p.add_argument("--tracer", default="capture", metavar="capture|export",
                        help="how the model is traced: capture (default, fast) or torch.export; same IR")
+        p.add_argument("--storage", default=None, metavar="URL",
+                       help="the tuning store the local tier reads (any URL emmy tune takes, e.g. a team's "
+                            "postgresql://...; default: records.db under EMMY_HOME, where there is one)")
 
     c = sub.add_parser("compile", help="compile a model to CUDA source")
     model_args(c)
@@ -131,7 +134,7 @@ def _options(args, stop_after: str):
     return CompileOptions(
         model=args.model, layer=args.layer, tokens=args.tokens, target=target,
         pins=tuple(args.knob), max_launches=args.max_launches, stop_after=stop_after, seed=args.seed, tracer=args.tracer,
-        verify_each=verify_each, records=_local_store(), golden=_golden_dir(),
+        verify_each=verify_each, records=args.storage or _local_store(), golden=_golden_dir(),
         evidence=_evidence(args),
     )
 
@@ -186,6 +189,8 @@ def cmd_compile(args) -> int:
     module = result.module
     source = _source(module) if stop == "cuda" else None
     rec.finish(module, source)
+    if source is not None:
+        _warn_launch_budget(module, options)
     if args.output and source is not None:
         _write(Path(args.output), source)
     if args.ir is not None:
@@ -253,6 +258,8 @@ def _compile_whole_model(args, options, dump_dir) -> int:
         module = part.result.module
         rec = recorders[part.name]
         rec.finish(module, _source(module) if options.stop_after == "cuda" else None)
+        if options.stop_after == "cuda":
+            _warn_launch_budget(module, options, f"{part.name}: ")
         if args.ir is not None:
             sys.stdout.write(rec.stage_text)
             continue
@@ -278,6 +285,19 @@ def _compile_whole_model(args, options, dump_dir) -> int:
     if args.time_passes:
         _print_timings(result.timings)
     return 0
+
+
+def _warn_launch_budget(module, options, where: str = "") -> None:
+    """A line on stderr where a function makes more launches than --max-launches allows (the
+    budget trades every helper launch it can; pinned answers and kernels without one stay)."""
+    from emmy.backend.plan import launch_plan
+
+    budget = options.max_launches
+    launches = len(launch_plan(module).forward_launches)
+    if budget and launches > budget:
+        print(f"warning: {where}--max-launches {budget} not met: {launches} launches per call (a budget "
+              "below the number of kernels trades nothing; above it, pinned answers and kernels "
+              "without a helper launch to trade keep theirs)", file=sys.stderr)
 
 
 def _ranges(indices: list[int]) -> str:

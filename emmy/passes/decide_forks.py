@@ -46,11 +46,14 @@ Invariants: bodies, kinds and domains unchanged; same inputs and evidence give t
 Option `max-launches` (int, default 0: the module's `emmy.max_launches` if it has one, else no
 budget): the launches one call of a function may make. Some knob values buy speed with a helper
 launch (a `_combine` kernel adding split_k's parts). Where a function's forward-phase kernels, as
-their plans launch them (`emmy.schedule.plan.plan_kernel`), take more launches than the budget, rule-tier answers are
+their plans launch them (`emmy.schedule.plan.plan_kernel`), take more launches than the budget, answers are
 traded for ones without the helper, kernel by kernel in IR order, until the function fits or
 nothing is left to trade (`combine = kernel` -> `last_block`; the kernel's other knobs re-decided
-around it). Each traded knob's reason says so. Pinned and recorded answers are never traded;
-prepare-phase kernels (run once) do not count. The budget is for programs that launch kernels one
+around it): the rules' and the prior's answers first, then recorded ones (local, golden,
+nearest: a measurement of the kernel alone, which the budget, an explicit limit, outranks).
+Each traded knob's reason says so. Pinned answers are never traded; prepare-phase kernels (run
+once) do not count. Where nothing is left to trade the function makes more launches than the
+budget, and `emmy compile` says so. The budget is for programs that launch kernels one
 by one, where every launch costs the host microseconds; under CUDA-graph replay the helpers are
 faster (H200, Qwen3's layer on sm_90a: 42.0/69.0/130.0 us at 128/512/1100 tokens with them,
 48.6/71.6/142.0 with a budget of 8), so there is none unless asked for. `emmy compile
@@ -94,6 +97,8 @@ from emmy.phase import is_prepare
 from emmy.schedule.plan import part_problems, plan_kernel
 from emmy.schedule import qk_epilogue
 from emmy.tuning.deciders import (
+    COMPUTED_TIERS,
+    RECORDED_TIERS,
     TRADE_ORDER,
     Answer,
     Decider,
@@ -231,31 +236,37 @@ def _fit_launch_budget(
     target: Target,
     budget: int,
 ) -> None:
-    """Trade rule-decided helper launches of one function's forward-phase kernels (module
-    docstring) until it makes at most `budget` launches per call."""
+    """Trade helper launches of one function's forward-phase kernels (module docstring) until it
+    makes at most `budget` launches per call: the rules' and the prior's answers first, then
+    recorded ones; never pins."""
     kernels = [k for k in func.walk() if isinstance(k, KernelOp) and not is_prepare(k)]
     if len(kernels) > budget:
         return  # one launch per kernel is already past the budget
     launches = {k: len(plan_kernel(k, target).launches) for k in kernels}
-    # each kind of trade over every kernel before the next kind (a combine before any statistics)
-    trades = [(k, t) for k in kernels for t in trades_for_launches(problems[k].space, answers[k])]
-    for k, (knob, value, what) in sorted(trades, key=lambda kt: TRADE_ORDER.index(kt[1][0])):
-        total = sum(launches.values())
-        if total <= budget:
-            return
-        reason = f"launch budget: {_func_name(func)} would make {total} launches per call, {budget} allowed: {what}"
-        # the trade sits between the recorded answers and the rules (the last decider)
-        traded = [*deciders[:-1], FixedDecider({knob: Answer(value, "rule", reason)}), deciders[-1]]
-        new = decide_kernel(problems[k], traded)
-        if new[knob].value != value:
-            continue  # not legal with the rest of this kernel's answers
-        old = answers[k]
-        _write(k, new)
-        fewer = len(plan_kernel(k, target).launches)
-        if fewer >= launches[k]:
-            _write(k, old)  # saves no launch here: kept as it was
-            continue
-        answers[k], launches[k] = new, fewer
+    names = [d.name for d in deciders]
+    for tiers in (COMPUTED_TIERS, RECORDED_TIERS):
+        # the trade goes just before the first decider of those tiers, so they answer around it
+        at = next((i for i, n in enumerate(names) if n in tiers), len(deciders) - 1)
+        # each kind of trade over every kernel before the next kind (a combine before any statistics)
+        trades = [(k, t) for k in kernels for t in trades_for_launches(problems[k].space, answers[k], tiers)]
+        for k, (knob, value, what) in sorted(trades, key=lambda kt: TRADE_ORDER.index(kt[1][0])):
+            total = sum(launches.values())
+            if total <= budget:
+                return
+            was = answers[k][knob]
+            traded_from = "" if was.tier in COMPUTED_TIERS else f" (traded from the {was.tier} answer {knob}={was.value})"
+            reason = f"launch budget: {_func_name(func)} would make {total} launches per call, {budget} allowed: {what}{traded_from}"
+            traded = [*deciders[:at], FixedDecider({knob: Answer(value, "rule", reason)}), *deciders[at:]]
+            new = decide_kernel(problems[k], traded)
+            if new[knob].value != value:
+                continue  # not legal with the rest of this kernel's answers
+            old = answers[k]
+            _write(k, new)
+            fewer = len(plan_kernel(k, target).launches)
+            if fewer >= launches[k]:
+                _write(k, old)  # saves no launch here: kept as it was
+                continue
+            answers[k], launches[k] = new, fewer
 
 
 def _fit_parts(

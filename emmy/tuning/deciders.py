@@ -103,8 +103,8 @@ class RuleDecider:
 
 @dataclass(frozen=True)
 class FixedDecider:
-    """Given answers, as they are (decide-forks' launch budget puts its trades here, between the
-    recorded values and the rules)."""
+    """Given answers, as they are (decide-forks' launch budget puts its trades before the tiers
+    whose answers it trades)."""
 
     answers: Mapping[str, Answer]
     name: str = "fixed"
@@ -119,22 +119,29 @@ class FixedDecider:
 TRADE_ORDER = ("combine", "fusion")
 
 
+# The tiers whose answers the launch budget may trade, in the rounds it tries them: what the
+# rules or the prior computed, then what was recorded (a measurement of the kernel alone, which
+# the budget, the user's explicit limit, outranks). Pinned answers are never traded.
+COMPUTED_TIERS: tuple[str, ...] = ("rule", "prior")
+RECORDED_TIERS: tuple[str, ...] = ("nearest", "golden", "local")
+
+
 def trades_for_launches(
-    space: Mapping[str, tuple[KnobValue, ...]], answers: Mapping[str, Answer]
+    space: Mapping[str, tuple[KnobValue, ...]], answers: Mapping[str, Answer], tiers: Sequence[str] = COMPUTED_TIERS,
 ) -> list[tuple[str, KnobValue, str]]:
     """(knob, value, what it does) that may save a kernel one helper launch, where its current
-    answer came from the rules: split_k's parts added by the last block of each tile instead of
+    answer came from one of `tiers`: split_k's parts added by the last block of each tile instead of
     a `_combine` kernel; then `fusion` = fused: what a kernel of its own computed first (row
     statistics, attention's rotated K rows) computed in this one. The launch budget keeps a trade only where the plan
     makes fewer launches with it."""
     out = []
     combine, split = answers.get("combine"), answers.get("split_k")
-    if (combine is not None and split is not None and combine.tier == "rule" and combine.value == "kernel"
+    if (combine is not None and split is not None and combine.tier in tiers and combine.value == "kernel"
             and int(split.value) > 1 and "last_block" in space.get("combine", ())):
         out.append(("combine", "last_block",
                     f"the last of each tile's {split.value} blocks adds the parts, no _combine kernel"))
     fusion = answers.get("fusion")
-    if fusion is not None and fusion.tier == "rule" and fusion.value == "split" and "fused" in space.get("fusion", ()):
+    if fusion is not None and fusion.tier in tiers and fusion.value == "split" and "fused" in space.get("fusion", ()):
         out.append(("fusion", "fused",
                     "fused: what a kernel of its own computed first (row statistics, rotated K rows) computed in this one"))
     return out

@@ -122,8 +122,6 @@ def test_records_import_bad_gzip(tmp_path, capsys):
 def test_compile_uses_the_local_records(tuned, monkeypatch, capsys, tmp_path):
     import shutil
 
-    from emmy.records.store import BEST_ATTR, open_store
-
     home, _ = tuned
     # the cost measurer's records are never evidence: compiling reports them as skipped
     monkeypatch.setenv("EMMY_HOME", str(home))
@@ -132,21 +130,56 @@ def test_compile_uses_the_local_records(tuned, monkeypatch, capsys, tmp_path):
     lines = out.splitlines()
     assert all(line.split()[3] == "rule" for line in lines[2:lines.index("")])
     assert "not a measurement: written by the cost measurer" in out
-    # test data: the same records as a GPU run would have written them
     home = tmp_path / "home"
     shutil.copytree(tuned[0], home)
-    store = open_store(default_url(home), create=False)
-    for name in store.study_names():
-        study = store.load(name)
-        best = dict(study.user_attrs[BEST_ATTR])
-        best["env"] = {**best["env"], "card": "NVIDIA H200 (test data)"}
-        study.set_user_attr(BEST_ATTR, best)
+    _as_measured(default_url(home))
     monkeypatch.setenv("EMMY_HOME", str(home))
     assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain"]) == 0
     out = capsys.readouterr().out
     rows = out.split("\n\n")[0].splitlines()[2:]  # the decisions table
     assert rows and all(" local " in line for line in rows)
     assert f"store {default_url(home)}, study " in out and ", trial " in out
+
+
+def _as_measured(url: str) -> None:
+    """Test data: the store's bests relabelled as a GPU run would have written them."""
+    from emmy.records.store import BEST_ATTR
+
+    store = open_store(url, create=False)
+    for name in store.study_names():
+        study = store.load(name)
+        best = dict(study.user_attrs[BEST_ATTR])
+        best["env"] = {**best["env"], "card": "NVIDIA H200 (test data)"}
+        study.set_user_attr(BEST_ATTR, best)
+
+
+def test_compile_and_run_read_the_store_given_by_storage(tuned, capsys, tmp_path):
+    """--storage names the store the local tier reads (a team's shared one, say) instead of
+    records.db under EMMY_HOME; a bad one is a clear error, the store left as it is."""
+    import shutil
+
+    team = tmp_path / "team.db"
+    shutil.copy(tuned[0] / "records.db", team)
+    url = f"sqlite:///{team}"
+    _as_measured(url)
+    assert run(["compile", MODEL, "--tokens", "16", "--target", "sm_90", "--explain", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    rows = out.split("\n\n")[0].splitlines()[2:]
+    assert rows and all(" local " in line for line in rows)
+    assert f"store {url}, study " in out
+    assert run(["run", MODEL, "--tokens", "16", "--target", "sm_90", "--backend", "interpret", "--check",
+                "--storage", url]) == 0
+    assert "relative error" in capsys.readouterr().out
+    before = team.read_bytes()
+    err = _error(capsys, ["compile", MODEL, "--tokens", "16", "--storage", "foo://x"])
+    assert "--storage 'foo://x': unknown database kind 'foo'" in err
+    err = _error(capsys, ["compile", MODEL, "--tokens", "16", "--storage", "postgresql://emmy@127.0.0.1:1/emmy"])
+    assert "cannot use the store postgresql://emmy@127.0.0.1:1/emmy: connection failed" in err
+    bad = tmp_path / "bad.db"
+    bad.write_text("not a database")
+    err = _error(capsys, ["run", MODEL, "--tokens", "16", "--backend", "interpret", "--storage", f"sqlite:///{bad}"])
+    assert "is not an SQLite database" in err and bad.read_text() == "not a database"
+    assert team.read_bytes() == before
 
 
 def test_compile_without_a_store_creates_none(home, capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from xdsl.utils.exceptions import VerifyException
 
@@ -1058,7 +1060,29 @@ def test_launch_budget_keeps_a_layer_within_eight_launches(model, tokens, tmp_pa
     assert (without > 8) == bool(traded)
 
 
-def test_launch_budget_trades_only_rule_answers():
+def test_launch_budget_trades_recorded_answers_after_computed_ones():
+    """With the shipped golden files at 512 tokens on sm_90a, o and down answer combine = kernel
+    from golden entries: the budget (an explicit limit, above recorded evidence) trades them
+    once the rules' answers are not enough, keeps the rest of each entry, and says what it
+    traded."""
+    golden = Path(__file__).resolve().parents[2] / "golden"
+    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 512)
+    free = module.clone()
+    run_passes(ctx, free, parse_pipeline(f'decide-forks{{golden="{golden}"}}'))
+    before = {(d.kernel, d.knob): d for d in decisions(free)}
+    assert [before[k, "combine"].tier for k in ("o_proj_residual", "down_proj_residual")] == ["golden", "golden"]
+    run_passes(ctx, module, parse_pipeline(f'decide-forks{{golden="{golden}" max-launches=8}}'))
+    traded = [d for d in decisions(module) if "launch budget" in d.reason]
+    assert [(d.kernel, d.knob, d.value, d.tier) for d in traded] == [
+        ("o_proj_residual", "combine", "last_block", "rule"), ("down_proj_residual", "combine", "last_block", "rule")]
+    assert all("(traded from the golden answer combine=kernel)" in d.reason for d in traded)
+    after = {(d.kernel, d.knob): d for d in decisions(module)}
+    assert all(after[k].tier == "golden" and after[k].value == before[k].value
+               for k in before if k[0] in ("o_proj_residual", "down_proj_residual") and k[1] != "combine")
+    assert _forward_launches(ctx, free) == 10 and _forward_launches(ctx, module) == 8
+
+
+def test_launch_budget_trades_rule_answers_never_pins():
     ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 512)
     pinned = module.clone()
     run_passes(ctx, module, parse_pipeline("decide-forks{max-launches=9}"))
