@@ -38,7 +38,7 @@ def cmd_golden(args) -> int:
     if args.action not in ACTIONS:
         raise EmmyError(f"emmy golden: unknown action '{args.action}'", hint="valid actions: " + ", ".join(ACTIONS))
     if args.action == "check":
-        return _check(Path(args.argument or _default_folder()))
+        return _check(Path(args.argument or default_folder()))
     return _promote(args)
 
 
@@ -78,7 +78,7 @@ def _promote(args) -> int:
     store = open_store(url, create=False)
     if store is None:
         raise EmmyError(f"there is no store at {display_url(url)} (nothing has been tuned)")
-    out = Path(args.out) if args.out else Path(_default_folder()) / target / f"{_file_name(args.argument)}.json"
+    out = Path(args.out) if args.out else Path(default_folder()) / target / f"{_file_name(args.argument)}.json"
     old = list(read_file(out).entries) if out.exists() else []
     with store_errors(store.name):
         entries, missing = promote(store, args.argument, args.layer, tokens, target)
@@ -93,7 +93,7 @@ def _promote(args) -> int:
     return 0
 
 
-def _default_folder() -> str:
+def default_folder() -> str:
     """The golden folder a compile reads: EMMY_GOLDEN, else the one that ships with Emmy."""
     from emmy.cli.main import _golden_dir
 

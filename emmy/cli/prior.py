@@ -7,12 +7,13 @@
 
 The measurements are the tuning store's trials (`--storage`, default: the store under
 EMMY_HOME) or exports written by `emmy records export` (`--records`, repeatable). `fit` writes
-`golden/<target>/prior.json` (or `--out`); `evaluate` prints the regret of the prior's picks on
+`<target>/prior.json` in the golden folder a compile reads (EMMY_GOLDEN, else the `golden/` that
+ships with Emmy), or `--out`; `evaluate` prints the regret of the prior's picks on
 keys it was not fitted on (leave one shape out, leave one model out), and with `--json` a last
 line `{"geomean_regret": ..., "worst_regret": ..., "n": ...}`; `--model` with `--tokens` rebuilds the kernels of
 studies that do not keep their module (tuned before the store kept them) by compiling the model.
-`show` prints a prior file (default
-`golden/<target>/prior.json`; the unfitted defaults where there is none) and its margins.
+`show` prints a prior file (default: that folder's
+`<target>/prior.json`; the unfitted defaults where there is none) and its margins.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from emmy.cli.golden import default_folder
 from emmy.diagnostics import EmmyError
 
 ACTIONS = ("fit", "evaluate", "show")
@@ -32,12 +34,12 @@ def add_parser(sub) -> None:
     p.add_argument("--records", action="append", default=[], metavar="FILE.json",
                    help="an export written by 'emmy records export' (repeatable; instead of the store)")
     p.add_argument("--target", default=None, help="the target whose measurements to use (default: sm_90a)")
-    p.add_argument("--out", default=None, metavar="FILE", help="fit: where to write (default: golden/<target>/prior.json)")
+    p.add_argument("--out", default=None, metavar="FILE", help="fit: where to write (default: <target>/prior.json in the golden folder a compile reads)")
     p.add_argument("--json", action="store_true", help="evaluate: end with a JSON summary line")
     p.add_argument("--model", default=None, help="fit/evaluate: rebuild kernels the records do not keep from this model")
     p.add_argument("--layer", type=int, default=None, help="with --model: the layer (default: the whole model)")
     p.add_argument("--tokens", default=None, metavar="T[,T,...]", help="with --model: the token counts it was tuned at")
-    p.add_argument("--prior", default=None, metavar="FILE", help="show: the prior file (default: golden/<target>/prior.json)")
+    p.add_argument("--prior", default=None, metavar="FILE", help="show: the prior file (default: <target>/prior.json in the golden folder a compile reads)")
 
 
 def cmd_prior(args) -> int:
@@ -102,13 +104,22 @@ def _fit(args, target: str, keys, sources) -> int:
 
     samples = [s for kd in keys.values() for s in kd.samples]
     prior = fit(samples, target, sources, version("emmy"))
-    out = Path(args.out) if args.out else prior_path(Path("golden"), target)
+    out = Path(args.out) if args.out else _shown(prior_path(Path(default_folder()), target))
     write_prior(out, prior)
     print(f"fitted the {target} prior to {len(samples)} measured candidates of {len(keys)} kernel keys; wrote {out}")
     for kind, r in sorted(prior.residuals.items()):
         print(f"  {kind}: {r['keys']} keys, {r['trials']} candidates, residual spread {r['spread']:.3f}, "
               f"{_trust(prior, kind)}")
     return 0
+
+
+def _shown(path: Path) -> Path:
+    """`path` relative to the working directory where it lies under it (golden/sm_90a/prior.json
+    from the repository root), else as it is."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 def _trust(prior, kind: str) -> str:
@@ -129,10 +140,11 @@ def _show(path: Path | None, target: str) -> int:
 
     if path is not None and not path.exists():
         raise EmmyError(f"{path}: no such prior file")
-    path = path or prior_path(Path("golden"), target)
+    path = path or _shown(prior_path(Path(default_folder()), target))
     prior = load_prior(path, target)
     if not prior.fitted:
-        print(f"{target}: no fitted prior at {path}: the default coefficients (margin x{prior.margin('contraction'):.2f})")
+        print(f"{target}: no fitted prior: the default coefficients (margin x{prior.margin('contraction'):.2f})")
+        print(f"  (no file at {path})")
     else:
         data = prior.data
         print(f"{target}: prior fitted {prior.date} by Emmy {prior.emmy or '?'} to {data.get('trials', '?')} "

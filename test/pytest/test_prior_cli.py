@@ -128,9 +128,18 @@ def test_model_and_tokens_rebuild_kernels_the_records_do_not_keep(export, tmp_pa
 
 
 def test_show_without_a_file_shows_the_defaults(tmp_path, capsys, monkeypatch):
+    """`show` (and `fit`) default to the golden folder a compile reads: EMMY_GOLDEN, else the
+    one that ships with Emmy, wherever they run from."""
+    from emmy.golden import default_dir
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EMMY_GOLDEN", str(tmp_path / "g"))
     code, out, _ = _run(["prior", "show", "--target", "sm_80"], capsys)
-    assert code == 0 and "sm_80: no fitted prior at golden/sm_80/prior.json" in out
+    assert code == 0 and out.splitlines()[:2] == [
+        "sm_80: no fitted prior: the default coefficients (margin x2.01)", "  (no file at g/sm_80/prior.json)"]
+    monkeypatch.delenv("EMMY_GOLDEN")
+    code, out, _ = _run(["prior", "show", "--target", "sm_90a"], capsys)
+    assert code == 0 and f"({default_dir() / 'sm_90a' / 'prior.json'})" in out.splitlines()[0]
 
 
 @pytest.mark.parametrize("argv, message", [
