@@ -186,10 +186,6 @@ def reads_prologue(values: Sequence[SSAValue], prologue) -> bool:
     return bool(results) and any(v in results for v in value_tree(values))
 
 
-# ws_row_stats: where a fused warp-specialized kernel sums its row statistics (module docstring)
-WS_ROW_STATS: tuple[str, ...] = ("in_place", "a_tiles", "producer", "before")
-
-
 def ws_row_stats(contractions, prologue, raw: tuple[tuple[LoadOp, bool], ...], axes: dict[str, int], dom: Dom) -> str:
     """Where a fused wgmma_ws kernel sums its row statistics (module docstring); `raw`:
     raw_a_loads of the same kernel."""
@@ -356,6 +352,6 @@ def _const(v: SSAValue) -> int | None:
 
 
 __all__ = [
-    "CHUNK", "WS_ROW_STATS", "LaneForms", "a_reads_prologue", "raw_a_loads", "reads_prologue", "same_expr",
+    "CHUNK", "LaneForms", "a_reads_prologue", "raw_a_loads", "reads_prologue", "same_expr",
     "staged_parts", "stages_results", "ws_row_stats",
 ]

@@ -24,6 +24,15 @@ from emmy.schedule.contraction import PROLOGUE_VECTOR
 class ComputeMixin:
     """Methods of ContractionBuilder (see the module docstring)."""
 
+    def stat_overrides(self, stat, r_local, used: bool) -> dict:
+        """The statistics of tile row `r_local` as the prologue reductions' values, where the
+        code evaluated with them reads them (`used`: `KernelInfo.a_reads_prologue` for the A
+        side, `epilogue_reads_prologue` for the stores), else none: no statistic is loaded
+        that nothing uses."""
+        if not used:
+            return {}
+        return {r.result: [stat(p, r_local)] for p, r in enumerate(self.prologue)}
+
     def preload_stats(self, kb: KB, tid, stat):
         """Load now, into registers, the row statistics of the rows this thread's wgmma
         fragments hold (2 per 64-row slice: fragment rows g and g + 8 of its warp), and return a

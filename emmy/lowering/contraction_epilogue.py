@@ -78,7 +78,7 @@ class EpilogueMixin:
                         v = kb.load(tiles, kb.add(at, 4 * h), VectorType(f32, [4]))
                         vals += [kb.extract(v, j) for j in range(4)]
                     overrides[con.result] = vals
-                overrides.update(self.stat_overrides(stat, r_local))
+                overrides.update(self.stat_overrides(stat, r_local, self.info.epilogue_reads_prologue))
                 self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
     def stage_fragments(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, accs, stat, values, room, c0: int, width: int) -> None:
@@ -91,7 +91,7 @@ class EpilogueMixin:
 
         def put(r_local, c_local, idx, lanes):
             overrides = {c.result: [kb.load(acc, kb.add(idx, j)) for j in range(lanes)] for c, acc in zip(self.cs, accs)}
-            overrides.update(self.stat_overrides(stat, r_local))
+            overrides.update(self.stat_overrides(stat, r_local, self.info.epilogue_reads_prologue))
             coords = self._row_coords(kb, kb.add(m0, r_local), batch)
             coords.update(self._col_coords(kb, kb.add(n0, c_local)))
             scope = em.scope(coords, lane_axis=n_last, lanes=lanes, overrides=overrides)
@@ -310,16 +310,8 @@ class EpilogueMixin:
                     kb.store(v[0], ws_ptr, base, mask)
             return
         overrides = {c.result: v for c, v in zip(self.cs, vals)}
-        overrides.update(self.stat_overrides(stat, r_local))
+        overrides.update(self.stat_overrides(stat, r_local, self.info.epilogue_reads_prologue))
         self.emit_stores(kb, em, row, col, batch, mask, lanes, overrides)
-
-    def stat_overrides(self, stat, r_local) -> dict:
-        """The statistics of tile row `r_local` as the prologue reductions' values for the
-        stores, only where the stores read them (`KernelInfo.epilogue_reads_prologue`; an A side
-        that reads them has used them already), so the epilogue loads no statistic it does not use."""
-        if not self.info.epilogue_reads_prologue:
-            return {}
-        return {r.result: [stat(p, r_local)] for p, r in enumerate(self.prologue)}
 
     def emit_stores(self, kb, em, row, col, batch, mask, lanes, overrides) -> None:
         coords = self._row_coords(kb, row, batch)

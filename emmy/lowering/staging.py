@@ -373,13 +373,8 @@ class Stager:
         return self._coords("a", row, cb.clamp(kb, gk, cb.K - cb.chunk, cb.K, cb.g.bk))
 
     def stat_overrides(self, r) -> dict:
-        """The row statistics of tile row `r`, as the values of the prologue reductions for
-        computing A: only where A reads them (`KernelInfo.a_reads_prologue`), so no other A
-        loads a statistic it does not use."""
-        cb = self.cb
-        if not cb.info.a_reads_prologue:
-            return {}
-        return {rr.result: [self.stat(p, r)] for p, rr in enumerate(cb.prologue)}
+        """The row statistics of tile row `r` for computing A, where A reads them."""
+        return self.cb.stat_overrides(self.stat, r, self.cb.info.a_reads_prologue)
 
     def _coords(self, side, row, k) -> dict:
         cb, kb = self.cb, self.kb
