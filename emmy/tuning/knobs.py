@@ -29,7 +29,10 @@ Meanings (what the kernel stage does with each value):
   per block, the tail as a second launch (`<name>_tail`) whose last block per tile adds the
   parts. 1: no split. Needs split_k = 1, schedule = grid, no clusters or groups.
 - `stages`: shared-memory staging depth of the k loop (1 = operands go straight to registers,
-  2 = double buffering, ...).
+  2 = double buffering, ... up to 16, as deep as shared memory holds). A block keeps stages - 1
+  copies in flight while it multiplies one slot, so a small tile needs more of them to cover a
+  copy's latency (Little's law: 64 x 64 tiles stage 16 KB a step; cuBLAS runs such tiles 13-15
+  deep).
 - `workers`: who computes a tile: plain threads (`thread`), warps with `mma.sync` (`mma_sync`), or
   warpgroups with `wgmma` (`wgmma`, sm_90a only), or warpgroups with `wgmma` fed by one more
   warpgroup that only stages operands, handing pipeline slots over with mbarriers instead of
@@ -144,7 +147,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "split_k": (1, 2, 3, 4, 8, 16),
         "combine": COMBINES,
         "split_tail": (1, 2, 3, 4, 8),
-        "stages": (1, 2, 3, 4, 5),
+        "stages": (1, 2, 3, 4, 5, 6, 8, 12, 16),
         "workers": WORKERS,
         "warps": (1, 2, 4, 8, 12, 16),
         "schedule": SCHEDULES,

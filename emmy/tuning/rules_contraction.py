@@ -329,19 +329,42 @@ def _c_block_k(knob, info, target, chosen, memo) -> Prefs:
     ]
 
 
+# A warp-specialized tile of at most this many outputs (products side by side counted) does at
+# most 1 MFLOP per 64-deep k-step, about 0.2 us of an H200 SM's tensor cores: too little to cover
+# a copy's latency with the 3 copies in flight of a 4-deep ring.
+DEEP_RING_OUTPUTS = 64 * 128
+
+
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
+    # Measured on the H200 (docs/bench/h200-deep-stages-2026-12-05.log): Qwen3's o and down
+    # projections at 512 tokens in 64 x 64 tiles (128 blocks, no split) took 10.6 and 14.5 us 4
+    # deep, 9.1 and 12.5 6 deep, 8.0 and 9.8 8 deep, 8.7 and 11.4 12 deep; in 64 x 128 tiles
+    # 11.4 / 9.5 / 8.6 us (o) 4 / 6 / 8 deep; in 128 x 64 tiles 10.1 (6 deep) against 8.5 (8).
+    # Larger tiles lost with more stages: 128 x 128 tiles at 3000 and 4096 tokens 6 deep
+    # against 4 deep: o 34.1 / 33.5 and 32.6 / 31.3 us, down 46.4 / 44.9 and 46.3 / 43.7. The
+    # kernels that compute their A side (a norm's prologue) were measured deeper only in larger
+    # tiles, and lost (q/k/v and gate/up at 512 tokens 6 deep: 13.8 and 21.7 us against 11.4 and
+    # 15.6), so the deep ring stays with A sides copied as they are.
     bk, sk = chosen.get("block_k", 64), chosen.get("split_k", 1)
     steps = ceil(ceil(info.K / bk) / sk)
-    if chosen.get("workers") == "thread":
+    workers = chosen.get("workers")
+    outputs = int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
+    deep = workers == "wgmma_ws" and not info.prologue and steps >= 8 and outputs <= DEEP_RING_OUTPUTS
+    if workers == "thread":
         order = [1, 2, 3]
+    elif deep:
+        order = [8, 6, 5, 4, 3, 2, 12, 16, 1]
     elif steps >= 4:
-        order = [4, 3, 2, 5, 1] if target.smem_per_block >= 160 * 1024 else [3, 2, 4, 1, 5]
+        order = [4, 3, 2, 5, 6, 8, 12, 16, 1] if target.smem_per_block >= 160 * 1024 else [3, 2, 4, 1, 5, 6, 8, 12, 16]
     elif steps >= 2:
-        order = [2, 3, 1, 4, 5]
+        order = [2, 3, 1, 4, 5, 6, 8, 12, 16]
     else:
-        order = [2, 1, 3, 4, 5] if chosen.get("workers") in WGMMA_WORKERS else [1, 2, 3, 4, 5]
+        order = [2, 1, 3, 4, 5, 6, 8, 12, 16] if workers in WGMMA_WORKERS else [1, 2, 3, 4, 5, 6, 8, 12, 16]
+    why = (f" ({outputs} outputs a tile: about {2 * outputs * bk / 1e6:.2g} MFLOP a k-step, too little to"
+           " hide a copy's latency with fewer in flight; H200: o and down at 512 tokens 8.0 and 9.8 us"
+           " against 10.6 and 14.5 4-deep)") if deep else ""
     return [
-        (v, f"{steps} k-step(s) per block: {v}-deep staging" if v > 1 else
+        (v, f"{steps} k-step(s) per block: {v}-deep staging{why if v == 8 else ''}" if v > 1 else
          f"{steps} k-step(s) per block: operands straight to registers")
         for v in order
     ]

@@ -38,6 +38,7 @@ CASES = {
                        combine="last_block"),
         rmsnorm_matmul(M=40, N=48, K=96, target="sm_80", workers="thread", block_m=32, block_n=32, block_k=32, warps=4),
         gate_up(target="sm_80"),
+        rmsnorm_matmul(M=72, N=80, K=1024, target="sm_80", workers="mma_sync", stages=8, block_k=32),
         silu_mul(target="sm_80"),
         rms_norm(target="sm_80"),
     ],
@@ -153,6 +154,16 @@ ptxas info    : Used 8 registers
     assert (r["k1"].registers, r["k1"].smem, r["k1"].stack, r["k1"].spill_stores, r["k1"].spill_loads) == (72, 128, 16, 4, 8)
     assert r["k2"].registers == 8 and r["k2"].spill_loads == 0
     assert r["k2"].wgmma_serialized and not r["k1"].wgmma_serialized
+
+
+def test_a_deep_ring_builds_without_spills(tmp_path):
+    """64 x 64 tiles 12 deep, the ring a small tile needs to keep enough copies in flight
+    (12 slots of 16 KB): the whole ring in shared memory, no spills, wgmmas not serialized."""
+    plan = launch_plan(lower(weighted_norm_matmul(M=512, N=1024, K=2048, block_m=64, block_n=64, warps=4,
+                                                  stages=12, copy="tma")))
+    assert plan.launches[0].smem >= 12 * (64 + 64) * 64 * 2
+    report = ptxas_report(plan.source, "sm_90a", tmp_path)["norm_proj"]
+    assert report.spill_stores == report.spill_loads == 0 and not report.wgmma_serialized
 
 
 @pytest.mark.parametrize("combine", ["kernel", "last_block"])

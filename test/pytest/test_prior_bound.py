@@ -334,18 +334,22 @@ def test_pairs_on_other_arithmetic_units_get_a_margin_of_their_own(info):
 
 def test_the_learned_correction_finds_a_knob_value_the_model_misses(info):
     rng = np.random.default_rng(5)
-    points = neighbourhood(info, TARGET, knob_space_for(info, TARGET), _anchor(info))
+    points = neighbourhood(info, TARGET, knob_space_for(info, TARGET), _anchor(info))[:160]
+    kernel = Kernel(info, TARGET)
+    # the stage depth of the model's favourite is what the "card" makes slow, so that the model's
+    # picks lose and the correction has something to win back on held-out keys
+    deep = min(points, key=lambda v: predict(with_target(kernel.features(v), TARGET), DEFAULTS))["stages"]
     samples = [s for i, k in enumerate("abcd")
-               for s in _synthetic(info, k, points[i * 40:(i + 1) * 40], rng, 0.02, knob=("stages", 3))]
-    assert any(s.values["stages"] == 3 for s in samples) and any(s.values["stages"] != 3 for s in samples)
+               for s in _synthetic(info, k, points[i * 40:(i + 1) * 40], rng, 0.02, knob=("stages", deep))]
+    assert any(s.values["stages"] == deep for s in samples) and any(s.values["stages"] != deep for s in samples)
     weights = fit_correction(samples, residuals(samples, DEFAULTS))["contraction"]
-    assert weights["stages=3"] > 0.2 and max(abs(w) for t, w in weights.items() if not t.startswith("stages")) < 0.1
-    v = next(s.values for s in samples if s.values["stages"] == 3)
+    assert weights[f"stages={deep}"] > 0.2
+    assert max(abs(w) for t, w in weights.items() if not t.startswith("stages")) < 0.1
+    v = next(s.values for s in samples if s.values["stages"] == deep)
     assert correction(weights, v) == pytest.approx(sum(weights.get(t, 0.0) for t in knob_terms(v)))
     plain, learnt = held_out(samples, DEFAULTS)["contraction"]
-    assert learnt["regret"] <= plain["regret"]
+    assert plain["regret"] > 1.1 and learnt["regret"] < 1.05
     prior = Prior("sm_90a", dict(DEFAULTS), _held(1.1), correction={"contraction": weights})
-    kernel = Kernel(info, TARGET)
     assert score(kernel, v, prior, penalized=False) == pytest.approx(score(kernel, v, DEFAULTS) * math.exp(correction(weights, v)))
 
 

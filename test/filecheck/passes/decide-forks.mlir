@@ -55,7 +55,7 @@
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   combine = #tile.knob<"combine", ["kernel", "last_block"] = "kernel", "rule",
-// CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3, 4, 5] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   stages = #tile.knob<"stages", [1, 2, 3, 4, 5, 6, 8, 12, 16] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"] = "wgmma", "rule", "sm_90a has wgmma and M=512 fills 64-row warpgroup tiles">
 // CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 16] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8] = 8, "rule", "16-byte accesses along k=1024">
@@ -85,7 +85,7 @@
 
 builtin.module attributes {emmy.target = "sm_90a"} {
   func.func @f(%x: tensor<512x1024xbf16>, %nw: tensor<1024xbf16>, %w: tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> {
-    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>, block_k = #tile.knob<"block_k", [16, 32, 64, 128]>, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>, combine = #tile.knob<"combine", ["kernel", "last_block"]>, stages = #tile.knob<"stages", [1, 2, 3, 4, 5]>, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>, warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>, vector = #tile.knob<"vector", [1, 2, 4, 8]>, fusion = #tile.knob<"fusion", ["fused", "split"]>} ins(%x, %nw, %w : tensor<512x1024xbf16>, tensor<1024xbf16>, tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
+    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>, block_k = #tile.knob<"block_k", [16, 32, 64, 128]>, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>, combine = #tile.knob<"combine", ["kernel", "last_block"]>, stages = #tile.knob<"stages", [1, 2, 3, 4, 5, 6, 8, 12, 16]>, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>, warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>, vector = #tile.knob<"vector", [1, 2, 4, 8]>, fusion = #tile.knob<"fusion", ["fused", "split"]>} ins(%x, %nw, %w : tensor<512x1024xbf16>, tensor<1024xbf16>, tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
     ^bb0(%xa: tensor<512x1024xbf16>, %nwa: tensor<1024xbf16>, %wa: tensor<4096x1024xbf16>):
       %m = loop.axis "m" : index
       %n = loop.axis "n" : index
