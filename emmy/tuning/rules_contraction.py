@@ -335,6 +335,14 @@ def _c_block_k(knob, info, target, chosen, memo) -> Prefs:
 DEEP_RING_OUTPUTS = 64 * 128
 
 
+def _deep_ring(info: KernelInfo, chosen) -> bool:
+    """A warp-specialized tile of copied A rows small enough (`DEEP_RING_OUTPUTS`) over at least
+    8 k-steps: the rules stage it 8 deep (`_c_stages`)."""
+    steps = ceil(ceil(info.K / chosen.get("block_k", 64)) / chosen.get("split_k", 1))
+    outputs = int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
+    return chosen.get("workers") == "wgmma_ws" and not info.prologue and steps >= 8 and outputs <= DEEP_RING_OUTPUTS
+
+
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     # Measured on the H200 (docs/bench/h200-deep-stages-2026-12-05.log): Qwen3's o and down
     # projections at 512 tokens in 64 x 64 tiles (128 blocks, no split) took 10.6 and 14.5 us 4
@@ -349,7 +357,7 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     steps = ceil(ceil(info.K / bk) / sk)
     workers = chosen.get("workers")
     outputs = int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
-    deep = workers == "wgmma_ws" and not info.prologue and steps >= 8 and outputs <= DEEP_RING_OUTPUTS
+    deep = _deep_ring(info, chosen)
     if workers == "thread":
         order = [1, 2, 3]
     elif deep:
@@ -636,10 +644,16 @@ def _c_full_step(info, target, chosen, reasons) -> None:
     if "block_k" not in reasons or chosen.get("workers") != "wgmma_ws":
         return
     bk = full_step(info_space(info, target), chosen)
-    if bk is None or check(info, {**chosen, "block_k": bk}, target):
+    if bk is None:
+        return
+    deeper = {**chosen, "block_k": bk}
+    if "stages" in reasons and _deep_ring(info, chosen):  # the rules' deep ring: choose its depth again
+        deeper["stages"] = next((v for v, _ in _c_stages("stages", info, target, deeper, {})
+                                 if not check(info, {**deeper, "stages": v}, target)), chosen.get("stages"))
+    if check(info, deeper, target):
         return
     was = chosen["block_k"]
-    chosen["block_k"] = bk
+    chosen.update(deeper)
     reasons["block_k"] = (f"K={info.K} in steps of {bk} ({bk * info.element_bytes}-byte rows), not {was}: each consumer "
                           f"warpgroup's {warpgroup_rows(chosen)}x{chosen['block_n']} tile then does {step_work(chosen)} "
                           f"multiply-adds per step, as 128x128 tiles with 64-deep steps do (H200: o and down 13-16% "

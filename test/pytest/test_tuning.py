@@ -1032,6 +1032,11 @@ def test_rules_stage_small_tiles_of_copied_rows_in_a_deep_ring():
     info = info_of(matmul_residual(512, 1024, 2048))
     assert any("exceeds the 227.0 KB" in r for r in check(info, dict(small, block_m=128, block_n=128, stages=8), SM90A))
     assert decided(matmul_residual(512, 1024, 2048), **dict(small, block_m=128, block_k=128))["stages"].value == 4
+    # a warpgroup tile narrower than 64 x 128 takes the deeper k step first (measured faster at
+    # 1024 tokens), and the ring is chosen again for it: 48 KB a step, four deep
+    o = decided(matmul_residual(1024, 1024, 2048))
+    assert [o[k].value for k in ("block_m", "block_n", "block_k", "split_k", "stages")] == [128, 64, 128, 1, 4]
+    assert o["stages"].reason == "16 k-step(s) per block: 4-deep staging"
 
 
 # ------------------------------------------------------------------------------ launch budget
