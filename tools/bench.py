@@ -182,6 +182,14 @@ def layer_case(tokens: int, model: str = QWEN3):
     return (traced, *_layer_costs(source.config, tokens))
 
 
+def projection_layer(tokens: int, model: str = QWEN3):
+    """The traced layer whose projections `--cases projections` times: any model Emmy compiles,
+    a factory included (each projection counts its own FLOPs, no config needed)."""
+    from emmy.frontend import resolve_model, trace_layer
+
+    return trace_layer(resolve_model(model), 0, tokens)
+
+
 def _source(model: str):
     from emmy.frontend import resolve_model
 
@@ -229,8 +237,9 @@ def main() -> None:
     ap.add_argument("--example-sizes", default="1,32,512,4096,32768")
     ap.add_argument("--layer-sizes", default="32,512,4096")
     ap.add_argument("--model", default=QWEN3,
-                    help="the model of the layer and model cases: a known id, a local Hugging Face directory "
-                         "(config.json; random weights without safetensors) or path.py:fn")
+                    help="the model of the layer, model and projections cases: a known id, a local Hugging Face "
+                         "directory (config.json; random weights without safetensors), or path.py:fn (projections "
+                         "only: the layer and model cases count FLOPs from a config)")
     ap.add_argument("--model-sizes", default="512,4096", help="tokens for the whole-model case (--cases model)")
     ap.add_argument("--attention-sizes", default="1000,3000,4096,8192", help="tokens for the attention case (--cases attention)")
     ap.add_argument("--attention-heads", default="16/8,32/8", metavar="QUERY/KV[/HEAD_DIM][,...]",
@@ -480,7 +489,7 @@ def _projection_cases(args):
     if "projections" not in parse_cases(args.cases):
         return []
     prefix = "" if args.model == QWEN3 else f"{Path(args.model).name} "
-    return [(f"{prefix}T={t}", lambda t=t: layer_case(t, args.model)[0]) for t in map(int, args.layer_sizes.split(","))]
+    return [(f"{prefix}T={t}", lambda t=t: projection_layer(t, args.model)) for t in map(int, args.layer_sizes.split(","))]
 
 
 def _cases(args):

@@ -155,6 +155,19 @@ def test_build_only_builds_every_projection(tmp_path):
     assert len(list((tmp_path / "kernels").glob("*/emmy.cu"))) == 4
 
 
+@needs_nvcc
+def test_the_projections_case_takes_a_factory_model(tmp_path):
+    """A path.py:fn model has no config to count a layer's FLOPs from, but each projection counts
+    its own: the projections case takes it, the layer case says what it needs."""
+    model = str(ROOT / "tools" / "running_example.py") + ":make"
+    p = _bench(tmp_path, "--build-only", "--cases", "projections", "--layer-sizes", "64", "--model", model)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["built running_example.py:make T=64 rms_norm_qkv_proj"]
+    p = _bench(tmp_path, "--build-only", "--cases", "layer", "--layer-sizes", "64", "--model", model)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "the layer and model cases need a Hugging Face config" in p.stderr
+
+
 @pytest.mark.gpu
 def test_projections_on_a_gpu(tmp_path):
     """One small run: every projection checked and timed against cuBLAS and torch.compile of its
