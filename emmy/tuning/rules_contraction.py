@@ -335,12 +335,21 @@ def _c_block_k(knob, info, target, chosen, memo) -> Prefs:
 DEEP_RING_OUTPUTS = 64 * 128
 
 
+def _k_steps(info: KernelInfo, chosen) -> int:
+    """The k-steps one block runs: K in steps of block_k, shared among split_k parts."""
+    return ceil(ceil(info.K / chosen.get("block_k", 64)) / chosen.get("split_k", 1))
+
+
+def _tile_outputs(info: KernelInfo, chosen) -> int:
+    """Outputs of one tile, the products side by side counted."""
+    return int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
+
+
 def _deep_ring(info: KernelInfo, chosen) -> bool:
     """A warp-specialized tile of copied A rows small enough (`DEEP_RING_OUTPUTS`) over at least
     8 k-steps: the rules stage it 8 deep (`_c_stages`)."""
-    steps = ceil(ceil(info.K / chosen.get("block_k", 64)) / chosen.get("split_k", 1))
-    outputs = int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
-    return chosen.get("workers") == "wgmma_ws" and not info.prologue and steps >= 8 and outputs <= DEEP_RING_OUTPUTS
+    return (chosen.get("workers") == "wgmma_ws" and not info.prologue and _k_steps(info, chosen) >= 8
+            and _tile_outputs(info, chosen) <= DEEP_RING_OUTPUTS)
 
 
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
@@ -353,24 +362,22 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     # kernels that compute their A side (a norm's prologue) were measured deeper only in larger
     # tiles, and lost (q/k/v and gate/up at 512 tokens 6 deep: 13.8 and 21.7 us against 11.4 and
     # 15.6), so the deep ring stays with A sides copied as they are.
-    bk, sk = chosen.get("block_k", 64), chosen.get("split_k", 1)
-    steps = ceil(ceil(info.K / bk) / sk)
-    workers = chosen.get("workers")
-    outputs = int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
-    deep = _deep_ring(info, chosen)
+    # (values left out of an order follow it: `emmy.tuning.rules.decide` appends the domain's rest)
+    steps, workers, deep = _k_steps(info, chosen), chosen.get("workers"), _deep_ring(info, chosen)
     if workers == "thread":
         order = [1, 2, 3]
     elif deep:
-        order = [8, 6, 5, 4, 3, 2, 12, 16, 1]
+        order = [8, 6, 5, 4, 3, 2]
     elif steps >= 4:
-        order = [4, 3, 2, 5, 6, 8, 12, 16, 1] if target.smem_per_block >= 160 * 1024 else [3, 2, 4, 1, 5, 6, 8, 12, 16]
+        order = [4, 3, 2, 5, 1] if target.smem_per_block >= 160 * 1024 else [3, 2, 4, 1, 5]
     elif steps >= 2:
-        order = [2, 3, 1, 4, 5, 6, 8, 12, 16]
+        order = [2, 3, 1, 4, 5]
     else:
-        order = [2, 1, 3, 4, 5, 6, 8, 12, 16] if workers in WGMMA_WORKERS else [1, 2, 3, 4, 5, 6, 8, 12, 16]
-    why = (f" ({outputs} outputs a tile: about {2 * outputs * bk / 1e6:.2g} MFLOP a k-step, too little to"
-           " hide a copy's latency with fewer in flight; H200: o and down at 512 tokens 8.0 and 9.8 us"
-           " against 10.6 and 14.5 4-deep)") if deep else ""
+        order = [2, 1, 3, 4, 5] if workers in WGMMA_WORKERS else [1, 2, 3, 4, 5]
+    outputs = _tile_outputs(info, chosen)
+    why = (f" ({outputs} outputs a tile: about {2 * outputs * chosen.get('block_k', 64) / 1e6:.2g} MFLOP a k-step,"
+           " too little to hide a copy's latency with fewer in flight; H200: o and down at 512 tokens 8.0 and"
+           " 9.8 us against 10.6 and 14.5 4-deep)") if deep else ""
     return [
         (v, f"{steps} k-step(s) per block: {v}-deep staging{why if v == 8 else ''}" if v > 1 else
          f"{steps} k-step(s) per block: operands straight to registers")
