@@ -51,6 +51,7 @@ class GemmEstimate:
     waves: int
     seconds: float
     waste: float  # fraction of the computed tile area outside the output
+    ring: bool = False  # a deep ring instead of a split (`_ring_instead_of_split`)
 
     def describe(self, info: KernelInfo, target: Target) -> str:
         busy = self.tiles / (self.waves * target.sms)
@@ -59,6 +60,7 @@ class GemmEstimate:
         return (
             f"M={info.M} N={info.gemm_n_nc[0]}: {self.tiles} tiles of {self.block_m}x{self.block_n}{split}, "
             f"{self.waves} {wave} on {target.sms} SMs ({busy:.0%} busy)"
+            + (", in a deep ring rather than split along k" if self.ring else "")
         )
 
 
@@ -125,7 +127,8 @@ def gemm_estimate(
     seconds = max(compute, memory) + 0.1 * min(compute, memory) + LAUNCH_OVERHEAD_S
     if sk > 1:  # partial sums written, read back and added
         seconds += 2 * sk * batch * M * N * nc * 4 / target.dram_bandwidth + SPLIT_OVERHEAD_S
-    if workers == "wgmma_ws" and bm < 128:
+    ring = workers == "wgmma_ws" and _ring_instead_of_split(info, target, bm, bn, sk, tiles)
+    if workers == "wgmma_ws" and bm < 128 and not ring:
         # one consumer warpgroup waits on its own wgmmas with nothing else to issue (H200, dual
         # gate/up at M=512: 64x128 tiles 32.6 us against 22.0 us for 128x128 ones, the same
         # waves; 64x192 21.7 us against 19.5 us for 128x96)
@@ -138,7 +141,7 @@ def gemm_estimate(
     waste = 1 - M * N / padded
     if waste:  # prefer tiles that divide the extents
         seconds *= 1.02
-    return GemmEstimate(bm, bn, sk, tiles, waves, seconds, waste)
+    return GemmEstimate(bm, bn, sk, tiles, waves, seconds, waste, ring)
 
 
 def _gemm_ranking(info: KernelInfo, target: Target, chosen: Mapping[str, KnobValue], memo: dict):
@@ -350,6 +353,28 @@ def _deep_ring(info: KernelInfo, chosen) -> bool:
     8 k-steps: the rules stage it 8 deep (`_c_stages`)."""
     return (chosen.get("workers") == "wgmma_ws" and not info.prologue and _k_steps(info, chosen) >= 8
             and _tile_outputs(info, chosen) <= DEEP_RING_OUTPUTS)
+
+
+# The tile a deep ring lets fill the card's one wave without a split along k
+# (`_ring_instead_of_split`): the one measured so; narrower ones do less per copy.
+SPLIT_FREE_RING_TILE = (64, 64)
+
+
+def _ring_instead_of_split(info: KernelInfo, target: Target, bm: int, bn: int, sk: int, tiles: int) -> bool:
+    """A `SPLIT_FREE_RING_TILE` tile (products side by side counted), not split, its tiles one
+    wave, in a deep ring (`_deep_ring`): the copies stay ahead of the one warpgroup's wgmmas, so
+    it is not slower than a taller tile split along k. The wave more than half full: 64 x 64
+    tiles at 128 tokens (32 of them) took 7.0 and 9.2 us 8 deep against 6.7 and 9.0 for the split
+    tiles (H100, the log below). The ring keeps 64-deep steps (`_c_full_step`). Measured (each projection alone, same
+    rounds): Qwen3's o and down at 512 tokens in 64 x 64 tiles 8 deep took 8.0 and 9.8 us on
+    the H200 against 9.3 and 12.0 for 128-row tiles split along k
+    (docs/bench/h200-deep-stages-2026-12-05.log), and 8.8 and 10.1 on an H100 against 10.2 and
+    14.7 (docs/bench/h100-deep-ring-2026-12-05.log). Not so where 64-row tiles only replace
+    taller ones without a split: at 1024 tokens 64 x 128 tiles 8 deep took 11.5 and 16.4 us
+    against 10.9 and 15.0 for 128 x 64 ones (H100, the same log); nor over several waves
+    (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us against 19.5)."""
+    return (sk == 1 and target.sms < 2 * tiles <= 2 * target.sms
+            and (bm, bn * info.n_contractions) == SPLIT_FREE_RING_TILE and _deep_ring(info, {"workers": "wgmma_ws", "block_m": bm, "block_n": bn, "split_k": sk}))
 
 
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
@@ -650,6 +675,9 @@ def _c_full_step(info, target, chosen, reasons) -> None:
 
     if "block_k" not in reasons or chosen.get("workers") != "wgmma_ws":
         return
+    bm, bn, sk = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128)), int(chosen.get("split_k", 1))
+    if _ring_instead_of_split(info, target, bm, bn, sk, output_tiles(info, bm, bn) * sk):
+        return  # 64-deep steps keep the ring 8 deep in shared memory: 0.93x the 128-deep steps' time six deep
     bk = full_step(info_space(info, target), chosen)
     if bk is None:
         return
