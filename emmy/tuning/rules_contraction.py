@@ -127,7 +127,7 @@ def gemm_estimate(
     seconds = max(compute, memory) + 0.1 * min(compute, memory) + LAUNCH_OVERHEAD_S
     if sk > 1:  # partial sums written, read back and added
         seconds += 2 * sk * batch * M * N * nc * 4 / target.dram_bandwidth + SPLIT_OVERHEAD_S
-    ring = workers == "wgmma_ws" and _ring_instead_of_split(info, target, bm, bn, sk, tiles)
+    ring = _ring_instead_of_split(info, target, workers, bm, bn, sk, tiles)
     if workers == "wgmma_ws" and bm < 128 and not ring:
         # one consumer warpgroup waits on its own wgmmas with nothing else to issue (H200, dual
         # gate/up at M=512: 64x128 tiles 32.6 us against 22.0 us for 128x128 ones, the same
@@ -360,7 +360,11 @@ def _deep_ring(info: KernelInfo, chosen) -> bool:
 SPLIT_FREE_RING_TILE = (64, 64)
 
 
-def _ring_instead_of_split(info: KernelInfo, target: Target, bm: int, bn: int, sk: int, tiles: int) -> bool:
+# The row tiles grouped together for the split-free ring's wave (`_c_group_m`).
+RING_GROUP_M = 4
+
+
+def _ring_instead_of_split(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
     """A `SPLIT_FREE_RING_TILE` tile (products side by side counted), not split, its tiles one
     wave, in a deep ring (`_deep_ring`): the copies stay ahead of the one warpgroup's wgmmas, so
     it is not slower than a taller tile split along k. The wave more than half full: 64 x 64
@@ -374,7 +378,8 @@ def _ring_instead_of_split(info: KernelInfo, target: Target, bm: int, bn: int, s
     against 10.9 and 15.0 for 128 x 64 ones (H100, the same log); nor over several waves
     (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us against 19.5)."""
     return (sk == 1 and target.sms < 2 * tiles <= 2 * target.sms
-            and (bm, bn * info.n_contractions) == SPLIT_FREE_RING_TILE and _deep_ring(info, {"workers": "wgmma_ws", "block_m": bm, "block_n": bn, "split_k": sk}))
+            and (bm, bn * info.n_contractions) == SPLIT_FREE_RING_TILE
+            and _deep_ring(info, {"workers": workers, "block_m": bm, "block_n": bn, "split_k": sk}))
 
 
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
@@ -591,6 +596,14 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     along_n = (c, "tiles along n" if c == 1 else f"tiles along n, clusters of {c} row tiles")
     if mb <= c or int(chosen.get("split_k", 1)) > 1:
         return [along_n] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
+    if RING_GROUP_M in domain and _ring_instead_of_split(info, target, chosen.get("workers"), bm, bn, 1, mb * nb):
+        # Measured on an H100 (same rounds, docs/bench/h100-deep-ring-2026-12-05.log, call 5):
+        # Qwen3's o and down at 512 tokens, 64 x 64 tiles 8 deep, 7.8 and 10.0 us in groups of
+        # 4 row tiles against 8.8 and 11.8 along n (cuBLAS 7.5 and 9.9). The wave reads the same
+        # bytes in either order; the order decides which tiles run side by side.
+        return [(RING_GROUP_M, f"groups of {RING_GROUP_M} row tiles: one wave of {bm}x{bn} tiles in a deep ring "
+                               "(H100: o and down at 512 tokens 12-15% faster than along n)")] + [
+            along_n if g == c else (g, f"groups of {g} row tiles") for g in domain if g != RING_GROUP_M]
     if _pingpong_block(info, target, chosen):
         # pingpong tiles (64 rows) want the widest groups, B in L2 or not. Measured on the H200
         # (same run, gate/up alone, docs/bench/h200-pingpong-group-2026-12-04.log), groups of
@@ -676,7 +689,7 @@ def _c_full_step(info, target, chosen, reasons) -> None:
     if "block_k" not in reasons or chosen.get("workers") != "wgmma_ws":
         return
     bm, bn, sk = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128)), int(chosen.get("split_k", 1))
-    if _ring_instead_of_split(info, target, bm, bn, sk, output_tiles(info, bm, bn) * sk):
+    if _ring_instead_of_split(info, target, chosen.get("workers"), bm, bn, sk, output_tiles(info, bm, bn) * sk):
         return  # 64-deep steps keep the ring 8 deep in shared memory: 0.93x the 128-deep steps' time six deep
     bk = full_step(info_space(info, target), chosen)
     if bk is None:

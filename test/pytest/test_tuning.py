@@ -1042,7 +1042,7 @@ def test_rules_stage_small_tiles_of_copied_rows_in_a_deep_ring():
 def test_rules_fill_one_wave_with_small_tiles_in_a_deep_ring_rather_than_split_k():
     """Measured, each projection alone: Qwen3's o and down at 512 tokens in 64 x 64 tiles 8 deep,
     not split, 8.0 / 9.8 us on the H200 against 9.3 / 12.0 for 128-row tiles split along k, and
-    8.8 / 12.1 on an H100 against 10.1 / 14.7. Where 64-row tiles were not one wave more than
+    8.8 / 12.1 on an H100 against 10.1 / 14.7 (7.8 / 10.0 with the row tiles in groups of 4). Where 64-row tiles were not one wave more than
     half full (1024 tokens: two waves; 128 tokens: a quarter) they lost, and the rules keep
     their tiles there."""
     def tile(M, N, K):
@@ -1053,8 +1053,11 @@ def test_rules_fill_one_wave_with_small_tiles_in_a_deep_ring_rather_than_split_k
     o, d = tile(512, 1024, 2048)
     assert o == [64, 64, 64, 1, 8, 4]  # 64-deep steps keep the ring 8 deep
     assert d["block_m"].reason.endswith("in a deep ring rather than split along k")
+    # its wave in groups of 4 row tiles: 7.8 / 10.0 us against 8.8 / 11.8 along n (H100)
+    assert d["group_m"].value == 4 and "one wave of 64x64 tiles in a deep ring" in d["group_m"].reason
     assert tile(512, 1024, 3072)[0] == [64, 64, 64, 1, 8, 4]
-    assert tile(1024, 1024, 2048)[0] == [128, 64, 128, 1, 4, 8]  # two waves of 64 x 64
+    wide, d = tile(1024, 1024, 2048)
+    assert wide == [128, 64, 128, 1, 4, 8] and d["group_m"].value == 1  # two waves of 64 x 64
     assert tile(128, 1024, 2048)[0][:4] == [128, 32, 64, 4]  # a quarter wave without the split
     assert tile(512, 1024, 384)[0] == [128, 32, 64, 1, 4, 8]  # 6 k-steps: no deep ring, no exemption
     # the estimate itself: the narrow-tile penalty goes only for the ring's tile
@@ -1063,6 +1066,9 @@ def test_rules_fill_one_wave_with_small_tiles_in_a_deep_ring_rather_than_split_k
     split = rules_contraction.gemm_estimate(info, SM90A, "wgmma_ws", 64, 64, 2)
     assert ring.ring and not split.ring and ring.seconds < split.seconds
     assert not rules_contraction.gemm_estimate(info, SM90A, "wgmma_ws", 64, 128, 1).ring
+    # without a producer warpgroup (sm_90: mma.sync) there is no deep ring, and no grouping for it
+    on90 = rules.decide(info, SM90, knob_space_for(info, SM90), {"block_m": 64, "block_n": 64, "split_k": 1})
+    assert on90["workers"].value == "mma_sync" and on90["group_m"].value == 1
 
 
 # ------------------------------------------------------------------------------ launch budget
