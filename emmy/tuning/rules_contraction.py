@@ -365,21 +365,28 @@ RING_GROUP_M = 4
 
 
 def _ring_instead_of_split(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
-    """A `SPLIT_FREE_RING_TILE` tile (products side by side counted), not split, its tiles one
-    wave, in a deep ring (`_deep_ring`): the copies stay ahead of the one warpgroup's wgmmas, so
-    it is not slower than a taller tile split along k. The wave more than half full: 64 x 64
-    tiles at 128 tokens (32 of them) took 7.0 and 9.2 us 8 deep against 6.7 and 9.0 for the split
-    tiles (H100, the log below). The ring keeps 64-deep steps (`_c_full_step`). Measured (each projection alone, same
-    rounds): Qwen3's o and down at 512 tokens in 64 x 64 tiles 8 deep took 8.0 and 9.8 us on
-    the H200 against 9.3 and 12.0 for 128-row tiles split along k
-    (docs/bench/h200-deep-stages-2026-12-05.log), and 8.8 and 10.1 on an H100 against 10.2 and
-    14.7 (docs/bench/h100-deep-ring-2026-12-05.log). Not so where 64-row tiles only replace
-    taller ones without a split: at 1024 tokens 64 x 128 tiles 8 deep took 11.5 and 16.4 us
-    against 10.9 and 15.0 for 128 x 64 ones (H100, the same log); nor over several waves
-    (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us against 19.5)."""
+    """A `SPLIT_FREE_RING_TILE` tile (products side by side counted), not split, its `tiles` one
+    wave more than half full, in a deep ring (`_deep_ring`): the copies stay ahead of the one
+    warpgroup's wgmmas, so it is not slower than a taller tile split along k. The ring keeps
+    64-deep steps (`_c_full_step`) and its row tiles go in groups (`_c_group_m`).
+
+    Measured, each projection alone, same rounds: Qwen3's o and down at 512 tokens in 64 x 64
+    tiles 8 deep took 8.0 and 9.8 us on the H200 against 9.3 and 12.0 for 128-row tiles split
+    along k (docs/bench/h200-deep-stages-2026-12-05.log), and 8.8 and 10.1 on an H100 against
+    10.2 and 14.7 (docs/bench/h100-deep-ring-2026-12-05.log). Not so with a quarter wave: at 128
+    tokens (32 tiles) 7.0 and 9.2 us against 6.7 and 9.0 for the split tiles (H100, the same
+    log); nor where 64-row tiles only replace taller ones without a split: at 1024 tokens 64 x
+    128 tiles 8 deep took 11.5 and 16.4 us against 10.9 and 15.0 for 128 x 64 ones (H100); nor
+    over several waves (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us against 19.5)."""
     return (sk == 1 and target.sms < 2 * tiles <= 2 * target.sms
             and (bm, bn * info.n_contractions) == SPLIT_FREE_RING_TILE
             and _deep_ring(info, {"workers": workers, "block_m": bm, "block_n": bn, "split_k": sk}))
+
+
+def _chosen_ring(info: KernelInfo, target: Target, chosen) -> bool:
+    """`_ring_instead_of_split` for the tile, split and workers chosen so far."""
+    bm, bn, sk = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128)), int(chosen.get("split_k", 1))
+    return _ring_instead_of_split(info, target, chosen.get("workers"), bm, bn, sk, output_tiles(info, bm, bn) * sk)
 
 
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
@@ -596,7 +603,7 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     along_n = (c, "tiles along n" if c == 1 else f"tiles along n, clusters of {c} row tiles")
     if mb <= c or int(chosen.get("split_k", 1)) > 1:
         return [along_n] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
-    if RING_GROUP_M in domain and _ring_instead_of_split(info, target, chosen.get("workers"), bm, bn, 1, mb * nb):
+    if RING_GROUP_M in domain and _chosen_ring(info, target, chosen):
         # Measured on an H100 (same rounds, docs/bench/h100-deep-ring-2026-12-05.log, call 5):
         # Qwen3's o and down at 512 tokens, 64 x 64 tiles 8 deep, 7.8 and 10.0 us in groups of
         # 4 row tiles against 8.8 and 11.8 along n (cuBLAS 7.5 and 9.9). The wave reads the same
@@ -688,8 +695,7 @@ def _c_full_step(info, target, chosen, reasons) -> None:
 
     if "block_k" not in reasons or chosen.get("workers") != "wgmma_ws":
         return
-    bm, bn, sk = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128)), int(chosen.get("split_k", 1))
-    if _ring_instead_of_split(info, target, chosen.get("workers"), bm, bn, sk, output_tiles(info, bm, bn) * sk):
+    if _chosen_ring(info, target, chosen):
         return  # 64-deep steps keep the ring 8 deep in shared memory: 0.93x the 128-deep steps' time six deep
     bk = full_step(info_space(info, target), chosen)
     if bk is None:
