@@ -51,7 +51,7 @@ class GemmEstimate:
     waves: int
     seconds: float
     waste: float  # fraction of the computed tile area outside the output
-    ring: bool = False  # a deep ring instead of a split (`_ring_instead_of_split`)
+    ring: bool = False  # one wave of small tiles in a deep ring (`_one_wave_ring`)
 
     def describe(self, info: KernelInfo, target: Target) -> str:
         busy = self.tiles / (self.waves * target.sms)
@@ -60,7 +60,7 @@ class GemmEstimate:
         return (
             f"M={info.M} N={info.gemm_n_nc[0]}: {self.tiles} tiles of {self.block_m}x{self.block_n}{split}, "
             f"{self.waves} {wave} on {target.sms} SMs ({busy:.0%} busy)"
-            + (", in a deep ring rather than split along k" if self.ring else "")
+            + (", in a deep ring" if self.ring else "")
         )
 
 
@@ -127,7 +127,7 @@ def gemm_estimate(
     seconds = max(compute, memory) + 0.1 * min(compute, memory) + LAUNCH_OVERHEAD_S
     if sk > 1:  # partial sums written, read back and added
         seconds += 2 * sk * batch * M * N * nc * 4 / target.dram_bandwidth + SPLIT_OVERHEAD_S
-    ring = _ring_instead_of_split(info, target, workers, bm, bn, sk, tiles)
+    ring = _one_wave_ring(info, target, workers, bm, bn, sk, tiles)
     if workers == "wgmma_ws" and bm < 128 and not ring:
         # one consumer warpgroup waits on its own wgmmas with nothing else to issue (H200, dual
         # gate/up at M=512: 64x128 tiles 32.6 us against 22.0 us for 128x128 ones, the same
@@ -355,38 +355,52 @@ def _deep_ring(info: KernelInfo, chosen) -> bool:
             and _tile_outputs(info, chosen) <= DEEP_RING_OUTPUTS)
 
 
-# The tile a deep ring lets fill the card's one wave without a split along k
-# (`_ring_instead_of_split`): the one measured so; narrower ones do less per copy.
-SPLIT_FREE_RING_TILE = (64, 64)
+# The tile a deep ring lets fill the card's one wave (`_one_wave_ring`), per product: the one
+# measured so; narrower ones do less per copy.
+RING_TILE = (64, 64)
 
 
-# The row tiles grouped together for the split-free ring's wave (`_c_group_m`).
+# The row tiles grouped together for the one-wave ring (`_c_group_m`), at most.
 RING_GROUP_M = 4
 
 
-def _ring_instead_of_split(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
-    """A `SPLIT_FREE_RING_TILE` tile (products side by side counted), not split, its `tiles` one
-    wave more than half full, in a deep ring (`_deep_ring`): the copies stay ahead of the one
-    warpgroup's wgmmas, so it is not slower than a taller tile split along k. The ring keeps
-    64-deep steps (`_c_full_step`) and its row tiles go in groups (`_c_group_m`).
+def _copies_a(info: KernelInfo) -> bool:
+    """The k loop copies A as it is: no row prologue, or one whose statistics read only the staged
+    A tiles (`ws_row_stats` "a_tiles": RMSNorm once loop-hoist-params folded its weight into B,
+    the rows scaled in the epilogue)."""
+    return not info.prologue or info.ws_row_stats == "a_tiles"
+
+
+def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
+    """A warp-specialized `RING_TILE` tile (per product, at most `DEEP_RING_OUTPUTS` outputs with
+    the products side by side), not split, of copied A rows (`_copies_a`) over at least 8
+    k-steps, its `tiles` one wave more than half full: 8 deep (`_c_stages`), the copies stay
+    ahead of the one consumer warpgroup's wgmmas, so it is not slower than a taller tile split
+    along k or a narrower one beside it. The ring keeps 64-deep steps (`_c_full_step`) and its
+    row tiles go in groups (`_c_group_m`).
 
     Measured, each projection alone, same rounds: Qwen3's o and down at 512 tokens in 64 x 64
     tiles 8 deep took 8.0 and 9.8 us on the H200 against 9.3 and 12.0 for 128-row tiles split
     along k (docs/bench/h200-deep-stages-2026-12-05.log), and 8.8 and 10.1 on an H100 against
-    10.2 and 14.7 (docs/bench/h100-deep-ring-2026-12-05.log). Not so with a quarter wave: at 128
-    tokens (32 tiles) 7.0 and 9.2 us against 6.7 and 9.0 for the split tiles (H100, the same
-    log); nor where 64-row tiles only replace taller ones without a split: at 1024 tokens 64 x
-    128 tiles 8 deep took 11.5 and 16.4 us against 10.9 and 15.0 for 128 x 64 ones (H100); nor
-    over several waves (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us against 19.5)."""
-    return (sk == 1 and target.sms < 2 * tiles <= 2 * target.sms
-            and (bm, bn * info.n_contractions) == SPLIT_FREE_RING_TILE
-            and _deep_ring(info, {"workers": workers, "block_m": bm, "block_n": bn, "split_k": sk}))
+    10.2 and 14.7 (docs/bench/h100-deep-ring-2026-12-05.log). Qwen3's q/k/v and gate/up at 128
+    tokens (their norm's statistics in a kernel of their own, A copied) in 64 x 64 tiles per
+    product 8 deep, in groups of 2 row tiles: 7.9 and 10.1 us on an H100 against 9.3 and 11.1
+    for 128 x 32 tiles 4 deep (docs/bench/h100-ring-2026-12-05b.log). Not so with a quarter
+    wave: at 128 tokens o and down (32 tiles) 7.0 and 9.2 us against 6.7 and 9.0 for the split
+    tiles (H100); nor where 64-row tiles only replace taller ones of the same intensity: at
+    1024 tokens 64 x 128 tiles 8 deep took 11.5 and 16.4 us against 10.9 and 15.0 for 128 x 64
+    ones (H100); nor over several waves (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us
+    against 19.5)."""
+    nc = info.n_contractions
+    return (sk == 1 and workers == "wgmma_ws" and target.sms < 2 * tiles <= 2 * target.sms
+            and (bm, bn) == RING_TILE and bm * bn * nc <= DEEP_RING_OUTPUTS and _copies_a(info)
+            and _k_steps(info, {"block_k": 64, "split_k": sk}) >= 8)
 
 
 def _chosen_ring(info: KernelInfo, target: Target, chosen) -> bool:
-    """`_ring_instead_of_split` for the tile, split and workers chosen so far."""
+    """`_one_wave_ring` for the tile, split and workers chosen so far."""
     bm, bn, sk = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128)), int(chosen.get("split_k", 1))
-    return _ring_instead_of_split(info, target, chosen.get("workers"), bm, bn, sk, output_tiles(info, bm, bn) * sk)
+    return _one_wave_ring(info, target, chosen.get("workers"), bm, bn, sk, output_tiles(info, bm, bn) * sk)
 
 
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
@@ -400,7 +414,8 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     # tiles, and lost (q/k/v and gate/up at 512 tokens 6 deep: 13.8 and 21.7 us against 11.4 and
     # 15.6), so the deep ring stays with A sides copied as they are.
     # (values left out of an order follow it: `emmy.tuning.rules.decide` appends the domain's rest)
-    steps, workers, deep = _k_steps(info, chosen), chosen.get("workers"), _deep_ring(info, chosen)
+    steps, workers = _k_steps(info, chosen), chosen.get("workers")
+    deep = _deep_ring(info, chosen) or _chosen_ring(info, target, chosen)
     if workers == "thread":
         order = [1, 2, 3]
     elif deep:
@@ -603,14 +618,19 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     along_n = (c, "tiles along n" if c == 1 else f"tiles along n, clusters of {c} row tiles")
     if mb <= c or int(chosen.get("split_k", 1)) > 1:
         return [along_n] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
-    if RING_GROUP_M in domain and _chosen_ring(info, target, chosen):
-        # Measured on an H100 (same rounds, docs/bench/h100-deep-ring-2026-12-05.log, call 5):
-        # Qwen3's o and down at 512 tokens, 64 x 64 tiles 8 deep, 7.8 and 10.0 us in groups of
-        # 4 row tiles against 8.8 and 11.8 along n (cuBLAS 7.5 and 9.9). The wave reads the same
-        # bytes in either order; the order decides which tiles run side by side.
-        return [(RING_GROUP_M, f"groups of {RING_GROUP_M} row tiles: one wave of {bm}x{bn} tiles in a deep ring "
-                               "(H100: o and down at 512 tokens 12-15% faster than along n)")] + [
-            along_n if g == c else (g, f"groups of {g} row tiles") for g in domain if g != RING_GROUP_M]
+    ring_group = min((g for g in domain if g >= min(RING_GROUP_M, mb)), default=1)  # every row tile, if fewer
+    if ring_group > 1 and _chosen_ring(info, target, chosen):
+        # Measured on an H100 (same rounds): Qwen3's o and down at 512 tokens, 64 x 64 tiles 8
+        # deep, 7.8 and 10.0 us in groups of 4 row tiles against 8.8 and 11.8 along n (cuBLAS 7.5
+        # and 9.9; docs/bench/h100-deep-ring-2026-12-05.log, call 5); q/k/v and gate/up at 128
+        # tokens (2 row tiles) 7.9 and 10.1 in groups of 2 against 8.1 and 11.0 along n
+        # (docs/bench/h100-ring-2026-12-05b.log). The wave reads the same bytes in either
+        # order; the order decides which tiles run side by side. Other one-wave tiles gained
+        # nothing from groups (q/k/v and gate/up at 512 tokens in 128-row tiles, o and down at
+        # 4096 in 128 x 256: within 2% either way, the same log).
+        return [(ring_group, f"groups of {ring_group} row tiles: one wave of {bm}x{bn} tiles in a deep ring "
+                             "(H100: 2-15% faster than along n)")] + [
+            along_n if g == c else (g, f"groups of {g} row tiles") for g in domain if g != ring_group]
     if _pingpong_block(info, target, chosen):
         # pingpong tiles (64 rows) want the widest groups, B in L2 or not. Measured on the H200
         # (same run, gate/up alone, docs/bench/h200-pingpong-group-2026-12-04.log), groups of
