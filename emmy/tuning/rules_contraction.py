@@ -358,6 +358,9 @@ def _deep_ring(info: KernelInfo, chosen) -> bool:
 # The tile a deep ring lets fill the card's one wave (`_one_wave_ring`), per product: the one
 # measured so; narrower ones do less per copy.
 RING_TILE = (64, 64)
+# ... and where all rows fit one 64-row tile (a 128-row tile would be half padding): measured
+# faster than 128 x 32 tiles and than half a wave of 64 x 64 ones.
+FEW_ROWS_RING_TILE = (64, 32)
 
 
 # The row tiles grouped together for the one-wave ring (`_c_group_m`), at most.
@@ -372,9 +375,9 @@ def _copies_a(info: KernelInfo) -> bool:
 
 
 def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
-    """A warp-specialized `RING_TILE` tile (per product, at most `DEEP_RING_OUTPUTS` outputs with
-    the products side by side), not split, of copied A rows (`_copies_a`) over at least 8
-    k-steps, its `tiles` one wave more than half full: 8 deep (`_c_stages`), the copies stay
+    """A warp-specialized `RING_TILE` tile, or `FEW_ROWS_RING_TILE` where the rows fit it (per
+    product, at most `DEEP_RING_OUTPUTS` outputs with the products side by side), not split, of
+    copied A rows (`_copies_a`) over at least 8 k-steps, its `tiles` one wave more than half full: 8 deep (`_c_stages`), the copies stay
     ahead of the one consumer warpgroup's wgmmas, so it is not slower than a taller tile split
     along k or a narrower one beside it. The ring keeps 64-deep steps (`_c_full_step`) and its
     row tiles go in groups (`_c_group_m`).
@@ -385,7 +388,11 @@ def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, 
     10.2 and 14.7 (docs/bench/h100-deep-ring-2026-12-05.log). Qwen3's q/k/v and gate/up at 128
     tokens (their norm's statistics in a kernel of their own, A copied) in 64 x 64 tiles per
     product 8 deep, in groups of 2 row tiles: 7.9 and 10.1 us on an H100 against 9.3 and 11.1
-    for 128 x 32 tiles 4 deep (docs/bench/h100-ring-2026-12-05b.log). Not so with a quarter
+    for 128 x 32 tiles 4 deep (docs/bench/h100-ring-2026-12-05b.log). At 64 tokens (one row
+    tile) in 64 x 32 tiles 8 deep: 7.1 and 8.8 us against 11.1 and 11.8 for 128 x 32 and 128 x
+    64 split 2 ways, 7.8 and 10.3 for half a wave of 64 x 64 tiles, 7.9 and 9.1 12 deep;
+    Llama-3.2-1B's q/k/v at 64 tokens 10.5 against 12.0 (128 x 128 split 4 ways; the layer at 64
+    tokens 42.0 -> 34.8 us with both, H100, the same log). Not so with a quarter
     wave: at 128 tokens o and down (32 tiles) 7.0 and 9.2 us against 6.7 and 9.0 for the split
     tiles (H100); nor where 64-row tiles only replace taller ones of the same intensity: at
     1024 tokens 64 x 128 tiles 8 deep took 11.5 and 16.4 us against 10.9 and 15.0 for 128 x 64
@@ -393,7 +400,8 @@ def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, 
     against 19.5)."""
     nc = info.n_contractions
     return (sk == 1 and workers == "wgmma_ws" and target.sms < 2 * tiles <= 2 * target.sms
-            and (bm, bn) == RING_TILE and bm * bn * nc <= DEEP_RING_OUTPUTS and _copies_a(info)
+            and ((bm, bn) == RING_TILE or ((bm, bn) == FEW_ROWS_RING_TILE and info.M <= bm))
+            and bm * bn * nc <= DEEP_RING_OUTPUTS and _copies_a(info)
             and _k_steps(info, {"block_k": 64, "split_k": sk}) >= 8)
 
 

@@ -1078,7 +1078,8 @@ def test_rules_fill_one_wave_with_small_tiles_of_copied_rows_whatever_the_altern
     H100, each projection alone, the rules before and after in the same rounds: Qwen3's q/k/v
     and gate/up at 128 tokens 9.3 -> 7.9 and 11.1 -> 10.0 us (128 x 32 tiles 4 deep before),
     Llama-3.2-1B's q/k/v at 128 tokens 12.2 -> 10.6 (128 x 64 split 2 ways before), Mistral-7B's
-    q/k/v at 64 tokens 28.3 -> 22.8."""
+    q/k/v at 64 tokens 28.3 -> 22.8, Qwen3's q/k/v and gate/up at 64 tokens (64 x 32 tiles) 11.1
+    -> 7.1 and 11.8 -> 8.8."""
     def decided(example):
         info = info_of(example)
         d = rules.decide(info, SM90A, knob_space_for(info, SM90A), {})
@@ -1093,9 +1094,14 @@ def test_rules_fill_one_wave_with_small_tiles_of_copied_rows_whatever_the_altern
     assert decided(L.rmsnorm_matmul_folded(192, 2048, 2048))[0] == [64, 64, 64, 1, 8, 4, 4]
     # A computed from the norm's weight (not folded): the tile the rules had
     assert decided(L.rmsnorm_matmul(128, 4096, 1024, target="sm_90a"))[0][:2] == [128, 32]
-    # 64 tiles, half a wave: not the ring; 256 tiles, two waves: not the ring
-    assert decided(L.rmsnorm_matmul_folded(64, 4096, 1024))[0][:2] != [64, 64]
+    # 256 tiles, two waves: not the ring
     assert decided(L.rmsnorm_matmul_folded(256, 4096, 1024))[0][:2] != [64, 64]
+    # rows that fit one 64-row tile take 64 x 32 tiles where 64 x 64 would make half a wave
+    # (H100, Qwen3 at 64 tokens: q/k/v 7.1 us against 11.1 for 128 x 32 tiles, half of them
+    # padding, and 7.8 for 64 x 64); with more rows 64 x 32 tiles stay charged as narrow
+    few, d = decided(L.rmsnorm_matmul_folded(64, 4096, 1024))
+    assert few == [64, 32, 64, 1, 8, 4, 1] and d["block_m"].reason.endswith("in a deep ring")
+    assert decided(L.rmsnorm_matmul_folded(128, 2048, 1024))[0][:2] != [64, 32]
 
 
 # ------------------------------------------------------------------------------ launch budget
