@@ -162,7 +162,7 @@ def _projection(tokens: int = 65):
     ({"block_n": 64}, "fusion=epilogue needs block_n a multiple of the head dim 128 (a tile holds whole heads"),
     ({"block_n": 128, "split_k": 2}, "fusion=epilogue needs split_k=1"),
     ({"block_n": 128, "split_k": 1, "split_tail": 2, "fusion": "split", "workers": "mma_sync", "warps": 8,
-      "schedule": "grid", "copy": "cp_async", "epilogue": "together", "cluster": 1},
+      "schedule": "grid", "copy": "cp_async", "epilogue": "together", "cluster": 1, "group_m": 1},
      "fusion=epilogue needs split_tail=1"),
 ])
 def test_projection_refusals(change, message):
@@ -278,7 +278,7 @@ def test_interpreter_sees_a_tile_without_whole_heads(monkeypatch):
     monkeypatch.setattr(E, "projection_illegal", lambda *a: "")  # as if the plan allowed it
     from emmy.execute import run_interpreted
 
-    with pytest.raises(AssertionError, match=r"the Q epilogue of head 0 reads outside its tile \(rows 0:65, columns 0:64\)"):
+    with pytest.raises(AssertionError, match=r"the Q epilogue of head 0 reads outside its tile \(rows 0:64, columns 0:64\)"):
         run_interpreted(r.module, r.traced)
 
 
