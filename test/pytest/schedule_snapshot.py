@@ -28,7 +28,7 @@ FIXTURE = HERE / "data" / "schedule_snapshot.json"
 RUNNING_EXAMPLE = str(ROOT / "tools" / "running_example.py") + ":make"
 
 MODELS = ("qwen3", "example", "llama-3.2-1b", "mistral-7b", "qwen2-0.5b")
-TOKENS = (1, 32, 512, 3000, 4096)
+TOKENS = (1, 32, 64, 128, 512, 3000, 4096)
 TARGETS = ("sm_80", "sm_90", "sm_90a")
 
 
