@@ -377,10 +377,10 @@ def _copies_a(info: KernelInfo) -> bool:
 def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
     """A warp-specialized `RING_TILE` tile, or `FEW_ROWS_RING_TILE` where the rows fit it (per
     product, at most `DEEP_RING_OUTPUTS` outputs with the products side by side), not split, of
-    copied A rows (`_copies_a`) over at least 8 k-steps, its `tiles` one wave more than half full: 8 deep (`_c_stages`), the copies stay
-    ahead of the one consumer warpgroup's wgmmas, so it is not slower than a taller tile split
-    along k or a narrower one beside it. The ring keeps 64-deep steps (`_c_full_step`) and its
-    row tiles go in groups (`_c_group_m`).
+    copied A rows (`_copies_a`) over at least 8 k-steps, its `tiles` one wave more than half
+    full: 8 deep (`_c_stages`), the copies stay ahead of the one consumer warpgroup's wgmmas, so
+    it is not slower than a taller tile split along k or a narrower one beside it. The ring
+    keeps 64-deep steps (`_c_full_step`) and its row tiles go in groups (`_c_group_m`).
 
     Measured, each projection alone, same rounds: Qwen3's o and down at 512 tokens in 64 x 64
     tiles 8 deep took 8.0 and 9.8 us on the H200 against 9.3 and 12.0 for 128-row tiles split
@@ -391,10 +391,10 @@ def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, 
     for 128 x 32 tiles 4 deep (docs/bench/h100-ring-2026-12-05b.log). At 64 tokens (one row
     tile) in 64 x 32 tiles 8 deep: 7.1 and 8.8 us against 11.1 and 11.8 for 128 x 32 and 128 x
     64 split 2 ways, 7.8 and 10.3 for half a wave of 64 x 64 tiles, 7.9 and 9.1 12 deep;
-    Llama-3.2-1B's q/k/v at 64 tokens 10.5 against 12.0 (128 x 128 split 4 ways; the layer at 64
-    tokens 42.0 -> 34.8 us with both, H100, the same log). Not so with a quarter
-    wave: at 128 tokens o and down (32 tiles) 7.0 and 9.2 us against 6.7 and 9.0 for the split
-    tiles (H100); nor where 64-row tiles only replace taller ones of the same intensity: at
+    Llama-3.2-1B's q/k/v at 64 tokens 10.5 against 12.0 (128 x 128 split 4 ways; the Qwen3 layer
+    at 64 tokens 42.0 -> 34.2 us with the rules' answer, H100, the same log). Not so with a
+    quarter wave: at 128 tokens o and down (32 tiles) 7.0 and 9.2 us against 6.7 and 9.0 for the
+    split tiles (H100); nor where 64-row tiles only replace taller ones of the same intensity: at
     1024 tokens 64 x 128 tiles 8 deep took 11.5 and 16.4 us against 10.9 and 15.0 for 128 x 64
     ones (H100); nor over several waves (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us
     against 19.5)."""
