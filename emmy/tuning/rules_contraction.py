@@ -348,11 +348,16 @@ def _tile_outputs(info: KernelInfo, chosen) -> int:
     return int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
 
 
-def _deep_ring(info: KernelInfo, chosen) -> bool:
-    """A warp-specialized tile of copied A rows small enough (`DEEP_RING_OUTPUTS`) over at least
-    8 k-steps: the rules stage it 8 deep (`_c_stages`)."""
-    return (chosen.get("workers") == "wgmma_ws" and not info.prologue and _k_steps(info, chosen) >= 8
+def _ring_sized(info: KernelInfo, chosen) -> bool:
+    """A warp-specialized tile small enough (`DEEP_RING_OUTPUTS`) over at least 8 k-steps."""
+    return (chosen.get("workers") == "wgmma_ws" and _k_steps(info, chosen) >= 8
             and _tile_outputs(info, chosen) <= DEEP_RING_OUTPUTS)
+
+
+def _deep_ring(info: KernelInfo, chosen) -> bool:
+    """A `_ring_sized` tile of copied A rows without a prologue: the rules stage it 8 deep
+    (`_c_stages`)."""
+    return not info.prologue and _ring_sized(info, chosen)
 
 
 # The tile a deep ring lets fill the card's one wave (`_one_wave_ring`), per product: the one
@@ -375,12 +380,11 @@ def _copies_a(info: KernelInfo) -> bool:
 
 
 def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
-    """A warp-specialized `RING_TILE` tile, or `FEW_ROWS_RING_TILE` where the rows fit it (per
-    product, at most `DEEP_RING_OUTPUTS` outputs with the products side by side), not split, of
-    copied A rows (`_copies_a`) over at least 8 k-steps, its `tiles` one wave more than half
-    full: 8 deep (`_c_stages`), the copies stay ahead of the one consumer warpgroup's wgmmas, so
-    it is not slower than a taller tile split along k or a narrower one beside it. The ring
-    keeps 64-deep steps (`_c_full_step`) and its row tiles go in groups (`_c_group_m`).
+    """A `_ring_sized` tile, `RING_TILE` per product or `FEW_ROWS_RING_TILE` where the rows fit
+    it, not split, of copied A rows (`_copies_a`) in 64-deep steps, its `tiles` one wave more
+    than half full: 8 deep (`_c_stages`), the copies stay ahead of the one consumer warpgroup's
+    wgmmas, so it is not slower than a taller tile split along k or a narrower one beside it. The
+    ring keeps 64-deep steps (`_c_full_step`) and its row tiles go in groups (`_c_group_m`).
 
     Measured, each projection alone, same rounds: Qwen3's o and down at 512 tokens in 64 x 64
     tiles 8 deep took 8.0 and 9.8 us on the H200 against 9.3 and 12.0 for 128-row tiles split
@@ -398,11 +402,10 @@ def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, 
     1024 tokens 64 x 128 tiles 8 deep took 11.5 and 16.4 us against 10.9 and 15.0 for 128 x 64
     ones (H100); nor over several waves (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us
     against 19.5)."""
-    nc = info.n_contractions
-    return (sk == 1 and workers == "wgmma_ws" and target.sms < 2 * tiles <= 2 * target.sms
+    return (sk == 1 and target.sms < 2 * tiles <= 2 * target.sms
             and ((bm, bn) == RING_TILE or ((bm, bn) == FEW_ROWS_RING_TILE and info.M <= bm))
-            and bm * bn * nc <= DEEP_RING_OUTPUTS and _copies_a(info)
-            and _k_steps(info, {"block_k": 64, "split_k": sk}) >= 8)
+            and _copies_a(info)
+            and _ring_sized(info, {"workers": workers, "block_m": bm, "block_n": bn, "split_k": sk}))
 
 
 def _chosen_ring(info: KernelInfo, target: Target, chosen) -> bool:

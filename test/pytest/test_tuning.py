@@ -1042,9 +1042,9 @@ def test_rules_stage_small_tiles_of_copied_rows_in_a_deep_ring():
 def test_rules_fill_one_wave_with_small_tiles_in_a_deep_ring_rather_than_split_k():
     """Measured, each projection alone: Qwen3's o and down at 512 tokens in 64 x 64 tiles 8 deep,
     not split, 8.0 / 9.8 us on the H200 against 9.3 / 12.0 for 128-row tiles split along k, and
-    8.8 / 12.1 on an H100 against 10.1 / 14.7 (7.8 / 10.0 with the row tiles in groups of 4). Where 64-row tiles were not one wave more than
-    half full (1024 tokens: two waves; 128 tokens: a quarter) they lost, and the rules keep
-    their tiles there."""
+    8.8 / 12.1 on an H100 against 10.1 / 14.7 (7.8 / 10.0 with the row tiles in groups of 4).
+    Where 64-row tiles were not one wave more than half full (1024 tokens: two waves; 128
+    tokens: a quarter) they lost, and the rules keep their tiles there."""
     def tile(M, N, K):
         info = info_of(matmul_residual(M, N, K))
         d = rules.decide(info, SM90A, knob_space_for(info, SM90A), {})
