@@ -30,7 +30,7 @@ Kinds (docs/ir.md), tried in this order:
 | `prologue` | top-level non-contraction reduces whose result depends only on m-side and batch axes (RMSNorm's sum of squares): computed once per row |
 | `epilogue` | top-level ops other than `loop.reduce` that the stores need, in block order (they read contraction and prologue results), including the stores |
 | `other_reductions` | top-level reduces that are neither contractions, prologue nor attention parts |
-| `has_fusion_fork` | the loop carries `emmy.fusion = "fused"` or has prologue reductions: the `fusion` knob exists |
+| `has_fusion_fork` | contractions with prologue reductions (the row statistics can be computed in the kernel or by a launch of their own): the `fusion` knob exists. A loop that `loop-fuse` marked `emmy.fusion = "fused"` without one (a residual added in the epilogue) has nothing to split and no knob |
 | `has_siblings_fork` | outputs over the same axes come from different reductions (k and v of the running example, not gate and up, whose one store reads both): the `siblings` knob exists |
 | `attention` | an `AttentionInfo` (below) for attention kernels, else None |
 | `raw_a_loads`, `stages_results` | contractions: the loads a computed A side reads that can be copied raw (each with whether it needs block_m rows), and whether the stores can be evaluated on the accumulators and staged as bf16 results (`emmy.analysis.operands`): facts of the shared-memory layout |
@@ -313,8 +313,6 @@ def classify(op: Operation) -> KernelInfo:
     reduction_axes = tuple(a for a in axes if a not in stored)
     order = _store_axis_order(stores, dom, axes)
     any_reduce = any(isinstance(o, ReduceOp) for o in op.walk())
-    fusion_attr = op.attributes.get("emmy.fusion")
-    fusion_marked = getattr(fusion_attr, "data", None) == "fused"
 
     base = dict(
         name=name,
@@ -331,7 +329,7 @@ def classify(op: Operation) -> KernelInfo:
         att = _attention(contractions, reduces, dom, order)
         if att is not None:
             return _attention_info(base, att, top, axes)
-        return _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked)
+        return _contraction_info(base, contractions, reduces, top, dom, axes)
     if any_reduce:
         return _reduction_info(base, reduces, dom, axes, block)
     return _elementwise_info(base, stores, dom, axes, block)
@@ -492,7 +490,7 @@ def _ordered(axes: Iterable[str], order: dict[str, int]) -> tuple[str, ...]:
     return tuple(sorted(axes, key=lambda a: order[a]))
 
 
-def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked) -> KernelInfo:
+def _contraction_info(base, contractions, reduces, top, dom, axes) -> KernelInfo:
     first = contractions[0]
     same = tuple(
         c
@@ -526,7 +524,7 @@ def _contraction_info(base, contractions, reduces, top, dom, axes, fusion_marked
         prologue=prologue,
         epilogue=_epilogue(top),
         other_reductions=other,
-        has_fusion_fork=fusion_marked or bool(prologue),
+        has_fusion_fork=bool(prologue),
         has_siblings_fork=len(store_groups(base["stores"], True, dom)) > len(store_groups(base["stores"], False, dom)),
         raw_a_loads=raw,
         stages_results=stages_results(op, base["stores"], same, prologue),

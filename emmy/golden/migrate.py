@@ -14,10 +14,19 @@ report. A domain that gains values (`block_m` 192, say) changes the keys too, an
 entry holds still build the program it measured: such an entry is carried over with its values
 as they are, where each is in today's domain. Run it after adding such a knob or value
 (`python tools/golden_carry_over.py`), then `emmy golden check`.
+
+A knob taken out of a kernel's space because it never changed its program (a no-op: every
+value built the same CUDA) changes the keys the same way. Only the person removing it can vouch
+that it was a no-op (compare `emmy compile --knob K.KNOB=V -o ...` for each value before
+removing it), so such knobs are named (`dropped`, `--drop KNOB`): an entry whose values hold
+them and are otherwise in today's space is carried over without them. An alternative that
+becomes the entry's values, or an earlier alternative's, was the same program measured again
+and is left out (the entry's own time and the first alternative's stay).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,10 +35,11 @@ from emmy.golden.schema import Alternative, Entry, read_dir, write_file
 from emmy.tuning.knobs import FEATURE_OFF, KnobValue
 
 
-def carry_over(directory: Path, compile_tasks=None) -> tuple[list[Path], list[str]]:
-    """Carry the stale entries of the golden files under `directory` over added knobs (see the
-    module docstring). Returns the files rewritten and a note per entry carried over.
-    `compile_tasks` as in `emmy.golden.check.check_dir`."""
+def carry_over(directory: Path, compile_tasks=None, dropped: Collection[str] = ()) -> tuple[list[Path], list[str]]:
+    """Carry the stale entries of the golden files under `directory` over added knobs, grown
+    domains and the no-op knobs named in `dropped` (see the module docstring). Returns the files
+    rewritten and a note per entry carried over. `compile_tasks` as in
+    `emmy.golden.check.check_dir`."""
     compile_tasks = compile_tasks or model_tasks(directory.resolve().parent)
     cache: dict[tuple, dict] = {}
     changed: list[Path] = []
@@ -42,10 +52,9 @@ def carry_over(directory: Path, compile_tasks=None) -> tuple[list[Path], list[st
             if group not in cache:
                 cache[group] = compile_tasks(*group)
             task = cache[group].get(e.kernel)
-            new = _carried(e, task) if task is not None and task.key.id != e.key else None
+            new = _carried(e, task, frozenset(dropped)) if task is not None and task.key.id != e.key else None
             if new is not None:
-                added = ", ".join(f"{k}={v}" for k, v in new.values.items() if k not in e.values)
-                notes.append(f"{f.where(i)}: key {e.key} -> {new.key} ({added or 'domains grown'})")
+                notes.append(f"{f.where(i)}: key {e.key} -> {new.key} ({_change(e, new)})")
                 entries[i] = new
                 touched = True
         if touched:
@@ -54,26 +63,45 @@ def carry_over(directory: Path, compile_tasks=None) -> tuple[list[Path], list[st
     return changed, notes
 
 
-def _carried(e: Entry, task) -> Entry | None:
-    """`e` under the task's key with the added knobs at their off values (or, where no knob was
-    added, with its values unchanged, every one still in its grown domain), or None where `e` is
-    stale for another reason."""
+def _carried(e: Entry, task, dropped: frozenset[str]) -> Entry | None:
+    """`e` under the task's key with the added knobs at their off values and the `dropped`
+    knobs left out (or, where no knob was added or dropped, with its values unchanged, every one
+    still in its grown domain), or None where `e` is stale for another reason."""
     key = task.key
     if (key.shape, key.version, task.description) != (e.shape, e.version, e.description):
         return None
-    added = [k for k in task.space if k not in e.values]
-    if any(k not in task.space for k in e.values):
+    gone = [k for k in e.values if k not in task.space]
+    if any(k not in dropped for k in gone):
         return None
-    if not added and not all(v in task.space[k] for k, v in e.values.items()):
-        return None  # (no knob added: carried over only where domains grew around its values)
+    added = [k for k in task.space if k not in e.values]
+    if not added and not gone and not all(v in task.space[k] for k, v in e.values.items()):
+        return None  # (no knob added or dropped: carried over only where domains grew around its values)
     if any(k not in FEATURE_OFF or FEATURE_OFF[k] not in task.space[k] for k in added):
         return None
 
     def extend(values) -> dict[str, KnobValue]:
         return {k: values[k] if k in values else FEATURE_OFF[k] for k in task.space}
 
-    alternatives = tuple(Alternative(extend(a.values), a.time_s, a.spread) for a in e.alternatives)
-    return replace(e, key=key.id, structure=key.structure, values=extend(e.values), alternatives=alternatives)
+    values = extend(e.values)
+    if not all(v in task.space[k] for k, v in values.items()):
+        return None
+    seen = [values]
+    alternatives = []
+    for a in e.alternatives:
+        v = extend(a.values)
+        if not gone or v not in seen:  # (a dropped no-op knob: the same program measured again)
+            seen.append(v)
+            alternatives.append(Alternative(v, a.time_s, a.spread))
+    return replace(e, key=key.id, structure=key.structure, values=values, alternatives=tuple(alternatives))
+
+
+def _change(old: Entry, new: Entry) -> str:
+    """What carrying `old` over changed, for its note."""
+    added = [f"{k}={v}" for k, v in new.values.items() if k not in old.values]
+    gone = [f"{k} dropped" for k in old.values if k not in new.values]
+    merged = len(old.alternatives) - len(new.alternatives)
+    parts = added + gone + ([f"{merged} alternative{'s' if merged > 1 else ''} merged"] if merged else [])
+    return ", ".join(parts) or "domains grown"
 
 
 __all__ = ["carry_over"]

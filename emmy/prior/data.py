@@ -8,8 +8,9 @@ Each study of a store (or of an export written by `emmy records export`, read th
 digest and cannot give back the kernel, so the study keeps the isolated tile-stage module it was
 tuned from (study attribute `emmy.module`, written by `emmy.search.study.open_study`); the
 kernel is classified from it and every trial's features are computed again with the current plan
-(so refitting after the model changes needs no new measurement). For studies tuned before the
-store kept modules, `modules_of(options, tokens)` rebuilds them by compiling the model the key
+(so refitting after the model changes needs no new measurement), its values read in today's
+space (a knob taken out of it as a no-op is left out). For studies tuned before the store kept
+modules, `modules_of(options, tokens)` rebuilds them by compiling the model the key
 came from (its keys must match: same pipeline, same shapes). A study without a module, of
 another target, of an older space version, or whose module no longer parses or classifies is
 skipped with a reason (`skipped`: one line per study), never silently.
@@ -177,6 +178,9 @@ def _sample(trial: Mapping, kd: KeyData, key: str, structure: str, model: str, k
     time_s, values = attrs.get("time_s"), attrs.get("values")
     if not isinstance(time_s, (int, float)) or not time_s > 0 or not isinstance(values, dict):
         return None
+    # a knob the kernel's space no longer has (a no-op taken out of it) changes nothing its plan
+    # builds: the trial measured the program of its other values
+    values = {k: v for k, v in values.items() if k in kd.space}
     f = kd.kernel.features(values, attrs.get("facts") or {})  # EmmyError: the plan no longer builds them
     return Sample(key, structure, model, kd.kind, kernel, dict(values), float(time_s), with_target(f, kd.kernel.target))
 

@@ -171,8 +171,9 @@ def plan_kernel(op: Operation, target: Target) -> KernelPlan:
 def changes_launches(info: KernelInfo, values: Mapping[str, KnobValue], knob: str,
                      domain: Sequence[KnobValue], target: Target) -> bool:
     """Whether the values of `knob` in `domain` (every other knob as in `values`) plan different
-    launches: which kernels run, their grids and blocks. An epilogue fusion's `fusion` has no row
-    statistics to move into a launch of their own, so both of its values launch the same kernel.
+    launches: which kernels run, their grids and blocks. With k split, a prologue's row statistics
+    come from a launch of their own whatever `fusion` says, so both of its values launch the same
+    kernels.
     A value the plan refuses counts as different (it is not the same program)."""
     seen = set()
     for v in domain:

@@ -224,9 +224,9 @@ def fork_knobs(domains: Mapping[str, Sequence[object]]) -> tuple[str, ...]:
 
 def task_fork_knobs(task) -> tuple[str, ...]:
     """The knobs of a task's fork: its structural knobs (`fork_knobs`) whose values launch
-    different kernels at the default answer (`emmy.schedule.plan.changes_launches`). An epilogue
-    fusion's `fusion` builds the same kernels with either value: no fork, so no trials are spent
-    keeping its branches' shares."""
+    different kernels at the default answer (`emmy.schedule.plan.changes_launches`). Where the
+    default splits k, the row statistics have a launch of their own with either `fusion` value:
+    no fork, so no trials are spent keeping its branches' shares."""
     from emmy.schedule.plan import changes_launches
 
     knobs = fork_knobs(task.space)

@@ -208,3 +208,29 @@ def test_carry_over_follows_a_grown_domain(tmp_path, example_tasks):
     assert carried.key == task.key.id and dict(carried.values) == values
     text = messages(check_dir(tmp_path, compile_tasks=lambda *a: example_tasks))
     assert "16 tokens" not in text and text.count("stale: the key is now") == 1
+
+
+def test_carry_over_drops_a_named_no_op_knob(tmp_path, example_tasks):
+    """A knob taken out of a kernel's space as a no-op changes its keys; only the knobs named as
+    dropped are carried over (left out of the values and alternatives, an alternative that
+    becomes the same program merged), any other extra knob leaves the entry for check to name."""
+    from emmy.golden.migrate import carry_over
+
+    task = next(t for t in example_tasks.values() if "block_m" in t.space)
+    values = dict(task.default)
+    old = "f" * 12 + task.key.id[12:]
+    twin = {"values": {**values, "retired": "b"}, "time_s": 1.1e-5, "spread": 0.02}
+    other = {"values": {**values, "block_m": 32, "retired": "a"}, "time_s": 1.2e-5, "spread": 0.02}
+    path = write(tmp_path, TARGET, [
+        entry_for(task, key=old, structure="f" * 64, values={**values, "retired": "a"}, alternatives=[twin, other]),
+        entry_for(task, tokens=8, key="e" * 12 + task.key.id[12:], values={**values, "unknown": 1}),
+    ])
+    assert carry_over(tmp_path, compile_tasks=lambda *a: example_tasks) == ([], [])  # nothing named: nothing carried
+    changed, notes = carry_over(tmp_path, compile_tasks=lambda *a: example_tasks, dropped=["retired"])
+    assert changed == [path] and len(notes) == 1
+    assert f"-> {task.key.id} (retired dropped, 1 alternative merged)" in notes[0]
+    carried = next(e for e in read_file(path).entries if e.tokens == 16)
+    assert carried.key == task.key.id and dict(carried.values) == values and carried.time_s == 1.0e-5
+    assert [dict(a.values) for a in carried.alternatives] == [{**values, "block_m": 32}]
+    text = messages(check_dir(tmp_path, compile_tasks=lambda *a: example_tasks))
+    assert "16 tokens" not in text and text.count("stale: the key is now") == 1

@@ -48,13 +48,20 @@ def task():
 
 def test_a_fork_must_change_what_runs():
     """`fusion` is a fork of the kernel with a prologue reduction (split launches its row
-    statistics apart) but not of the epilogue fusion (fc2 into the residual add), whose two
-    values launch the same kernel: no trials are spent keeping shares there."""
+    statistics apart) at its default; where the default splits k, the statistics have a launch
+    of their own either way, so its two values launch the same kernels: no trials are spent
+    keeping shares there. The epilogue fusion (fc2 into the residual add) has no row statistics
+    and no `fusion` knob at all."""
+    import dataclasses
+
     result = compile_model(CompileOptions(model=MODEL, tokens=16, target=TARGET, stop_after="tile"))
     tasks = {t.kernel: t for t in tasks_in(result.module, get_target(TARGET), 16)}
-    assert fork_knobs(tasks["layer_norm_fc1_gelu"].space) == fork_knobs(tasks["gelu_fc2_residual"].space) == ("fusion",)
-    assert task_fork_knobs(tasks["layer_norm_fc1_gelu"]) == ("fusion",)
-    assert task_fork_knobs(tasks["gelu_fc2_residual"]) == ()
+    norm = tasks["layer_norm_fc1_gelu"]
+    assert fork_knobs(norm.space) == task_fork_knobs(norm) == ("fusion",)
+    split_k = {**norm.default, "split_k": 2, "block_k": 64}
+    assert not check(norm.info(), split_k, get_target(TARGET))
+    assert task_fork_knobs(dataclasses.replace(norm, default=split_k)) == ()
+    assert "fusion" not in tasks["gelu_fc2_residual"].space and task_fork_knobs(tasks["gelu_fc2_residual"]) == ()
 
 
 @pytest.fixture

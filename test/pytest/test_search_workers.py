@@ -122,7 +122,7 @@ def _check_store(url: str, budget: int, workers: int, batch: int = 4) -> dict:
         assert len(set(numbers)) == len(numbers) and sorted(numbers) == list(range(len(numbers)))
         assert "emmy.best" in study.user_attrs
         # both branches of the fusion fork (the first kernel's: its values launch different
-        # kernels; the epilogue fusion's launch the same one, no fork) get their share, whichever
+        # kernels; the epilogue fusion has no fusion knob) get their share, whichever
         # worker drew them, and each is named at its best
         if study.user_attrs["emmy.best"].get("fork_knobs"):
             branches = [t.user_attrs["values"]["fusion"] for t in trials]

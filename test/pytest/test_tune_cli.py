@@ -436,8 +436,8 @@ def test_each_best_is_said_as_it_is_named_unless_quiet(tmp_path):
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("named ") == 2 and ": best " in proc.stderr and "(3 trials) in " in proc.stderr
-    # the layer-norm kernel has the fusion fork (the epilogue fusion's two values launch the same
-    # kernel: no fork): each branch at its best, said as it is named and after the table
+    # the layer-norm kernel has the fusion fork (the epilogue fusion has no row statistics and
+    # no fusion knob): each branch at its best, said as it is named and after the table
     assert proc.stderr.count(" [fusion: fused ") == 1
     assert proc.stderr.count("fusion fork, each branch at its own best re-measured in the same rounds: fused ") == 1
     # what the run cost: each study's wall time as it is named, and the whole run's at the end

@@ -1240,3 +1240,22 @@ def test_model_pins_apply_where_they_fit():
     bad.attributes["emmy.model_pins"] = IntegerAttr(3, 64)
     with pytest.raises(EmmyError, match="decide-forks: the module's emmy.model_pins must be a string of pins"):
         run_passes(ctx, bad, parse_pipeline("decide-forks"))
+
+
+def test_the_fusion_knob_exists_only_where_row_statistics_can_be_split():
+    """`loop-fuse` marks the o and down projections `emmy.fusion = fused` (their residual add
+    merged in), but they have no row statistics: `fusion = split` would build the same CUDA, so
+    they get no `fusion` knob; the normed q/k/v and gate/up projections and attention keep it."""
+    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 64)
+    spaces = {}
+    for op in module.walk():
+        if isinstance(op, KernelOp):
+            info = classify(op)
+            spaces[op.sym_name.data] = (info, knob_space_for(info, get_target("sm_90a")))
+    for name in ("o_proj_residual", "down_proj_residual"):
+        info, space = spaces[name]
+        assert info.kind == "contraction" and not info.prologue and "fusion" not in space, name
+    for name in ("rms_norm_qkv_proj", "rms_norm_gate_up_proj_silu"):
+        info, space = spaces[name]
+        assert info.prologue and space["fusion"] == ("fused", "split"), name
+    assert "fusion" in spaces["attention"][1]
