@@ -17,6 +17,8 @@ deeper k step that keeps each warpgroup's multiply-adds per step as borrowed
 that is legal and block_k is not pinned: the physical model prices the two steps alike, the
 H200 does not (15.19 against 12.77 us for the o projection at 1024 tokens). Pinned tile knobs
 are never changed, and every reshaped assignment is legal here (`emmy.tuning.legality.check`).
+The work is `emmy.prior.waves.fill_waves`, which the prior tier applies to the rules' answer
+and `emmy prior evaluate` to the anchor it judges.
 
     reshape = Reshape(prior)
     reshape(problem, fixed, values) -> (values', detail) | None   # detail: JSON-able, for --explain
@@ -27,15 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from emmy.prior.waves import RESHAPE_MARGIN, fill_waves
 from emmy.tuning.deciders import Answer, Problem
-
-# How much faster the physical model must predict another tile shape than the borrowed one. The
-# model's ranking of tile shapes alone errs less than its held-out margin over every knob
-# (Prior.margin: 1.26 for contractions, mostly from copies and workers it mispredicts); on the
-# H200 the fillers it ranks first measured 1.08x-1.36x faster where it predicted 1.16x-1.25x
-# (the o and down projections at 2560 and 3000 tokens).
-RESHAPE_MARGIN = 1.05
-TILE_KNOBS = ("block_m", "block_n", "warps", "block_k")
 
 
 @dataclass(frozen=True)
@@ -44,46 +39,7 @@ class Reshape:
 
     def __call__(self, problem: Problem, fixed: Mapping[str, Answer],
                  values: Mapping[str, object]) -> tuple[dict, dict] | None:
-        from emmy.prior.features import Kernel
-        from emmy.prior.model import score
-        from emmy.prior.waves import UNFITTED_BLOCK_M, deeper_step, fills_better, fills_worse, grid_contraction, shapes, terms
-        from emmy.tuning.legality import check
-
-        domains = problem.space
-        if any(k in fixed for k in ("block_m", "block_n")) or not grid_contraction(problem.info, domains, values):
-            return None
-        kernel = Kernel(problem.info, problem.target)
-        own = terms(kernel, values)
-        if not fills_worse(own):
-            return None
-        own_s = score(kernel, values, self.prior.coeffs, penalized=False)
-        if own_s is None:
-            return None
-        best = None
-        for bm, bn, scaled in shapes(domains, values, UNFITTED_BLOCK_M):
-            warps = [values.get("warps")] if "warps" in fixed else [*scaled, values.get("warps")]
-            for w in dict.fromkeys(warps):
-                candidate = {**values, "block_m": bm, "block_n": bn, **({"warps": w} if w is not None else {})}
-                if check(problem.info, candidate, problem.target):
-                    continue
-                other = terms(kernel, candidate)
-                if not fills_better(own, other):
-                    continue
-                t = score(kernel, candidate, self.prior.coeffs, penalized=False)
-                if t is not None and (best is None or t < best[0]):
-                    best = (t, candidate, other)
-        if best is None or best[0] * RESHAPE_MARGIN > own_s:
-            return None
-        t, candidate, other = best
-        bk = None if "block_k" in fixed else deeper_step(domains, values, candidate)
-        if bk is not None and not check(problem.info, deeper := {**candidate, "block_k": bk}, problem.target):
-            candidate = deeper
-            t = score(kernel, candidate, self.prior.coeffs, penalized=False) or t
-        detail = {"from": {k: values[k] for k in TILE_KNOBS if k in values},
-                  "to": {k: candidate[k] for k in TILE_KNOBS if k in candidate},
-                  "quant": [round(own[0], 3), round(other[0], 3)],
-                  "predicted_s": t, "borrowed_predicted_s": own_s, "margin": RESHAPE_MARGIN}
-        return candidate, detail
+        return fill_waves(problem.info, problem.target, problem.space, values, self.prior.coeffs, fixed)
 
 
 def describe(detail: Mapping[str, object]) -> str:

@@ -10,11 +10,13 @@ those of studies that recorded none). For a held-out key with at least two measu
 prior ranks those candidates; the regret is the measured time of its pick over the best measured
 time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's first-ranked, and
 `bounded`, what the prior tier would deploy (`emmy.prior.choose`: the rules' answer stands unless
-the predicted gain beats the margin). Where the rules' answer was not measured (the tuner's first
+the predicted gain beats the margin; its tile first reshaped to fill the waves where the prior
+tier does that, `prior_tier_anchor`). Where the rules' answer was not measured (the tuner's first
 trial came from a higher tier, golden or nearest records, or the answer's trial failed), a
 **proxy anchor** stands in for it: the measured candidate differing from it in the fewest knobs,
-those with the anchor's structural knobs (`fusion`: the same program) first (ties: the earliest
-measured), and the row's pick says so (`anchor~`, `prior~`); it is judged
+those with the anchor's structural knobs (`fusion`: the same program) first (ties: the one
+whose values lie nearest the anchor's, `knob_distance`, then the earliest measured), and the
+row's pick says so (`anchor~`, `prior~`); it is judged
 exactly like a measured anchor, never by the unbounded top pick. `top` remains only where the
 rules find no answer at all. The summary's figures are the bounded ones, the worse of the two
 schemes. A key whose measured
@@ -78,14 +80,34 @@ def proxy_anchor(anchor: Mapping, measured: Sequence[Mapping]) -> dict:
     """The measured candidate that stands in for an anchor nobody measured: the one differing
     from it in the fewest knobs, among those that run the same program first (the anchor's
     values of the structural knobs, `emmy.tuning.knobs.STRUCTURAL`: a fused kernel does not
-    stand in for the rules' split one); ties: the earliest measured."""
+    stand in for the rules' split one); ties: the one whose values lie closest to the anchor's
+    (`knob_distance`: 8 stages is nearer 4 than 2), then the earliest measured."""
     from emmy.tuning.knobs import STRUCTURAL
 
     def differing(v: Mapping, knobs) -> int:
         return sum(repr(v.get(k)) != repr(anchor.get(k)) for k in knobs)
 
-    return dict(min(enumerate(measured), key=lambda iv: (differing(iv[1], [k for k in STRUCTURAL if k in anchor]),
-                                                          differing(iv[1], {*anchor, *iv[1]}), iv[0]))[1])
+    structural = [k for k in STRUCTURAL if k in anchor]
+    return dict(min(enumerate(measured), key=lambda iv: (differing(iv[1], structural),
+                                                          differing(iv[1], {*anchor, *iv[1]}),
+                                                          knob_distance(anchor, iv[1]), iv[0]))[1])
+
+
+def knob_distance(a: Mapping, b: Mapping) -> float:
+    """How far apart two candidates' values lie: per knob, |log2| of the ratio of two positive
+    numbers (a tile twice as wide counts 1, four times 2), else 1 where they differ."""
+    d = 0.0
+    for k in {*a, *b}:
+        x, y = a.get(k), b.get(k)
+        if _positive(x) and _positive(y):
+            d += abs(math.log2(x / y))
+        elif repr(x) != repr(y):
+            d += 1.0
+    return d
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
 
 
 def summarize(regrets: Sequence[float]) -> dict[str, float | int]:
@@ -98,7 +120,7 @@ def summarize(regrets: Sequence[float]) -> dict[str, float | int]:
 
 def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
     """The row of one held-out key (None with fewer than two measured candidates)."""
-    from emmy.prior.choose import choose, rules_anchor
+    from emmy.prior.choose import choose
     from emmy.prior.model import score
 
     times = measured_times(kd.samples)
@@ -112,7 +134,7 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
     if not scored:
         return None
     top = min(scored)[2]
-    anchor = rules_anchor(info, target, kd.space)
+    anchor = prior_tier_anchor(kernel, kd.space, prior)
     if not anchor:  # the rules find no legal answer: nothing bounds the pick
         bounded, picked = top, "top"
     else:
@@ -128,6 +150,21 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
         fusion = f"best {values[best].get('fusion')}, pick {values[bounded].get('fusion')}"
     return Row(scheme, kd.key, kd.samples[0].kernel, kd.kind, len(times), best_s, times[top][1], times[bounded][1],
                picked, fusion)
+
+
+def prior_tier_anchor(kernel, space: Mapping[str, Sequence], prior: Prior) -> dict | None:
+    """The anchor the prior tier bounds its pick by (`emmy.evidence.prior.PriorDecider`): the
+    rules' answer, its tile reshaped where it leaves the last wave part empty when the prior is
+    fitted (`emmy.prior.waves.fill_waves`); None where the rules find no answer."""
+    from emmy.prior.choose import rules_anchor
+    from emmy.prior.waves import fill_waves
+
+    anchor = rules_anchor(kernel.info, kernel.target, space)
+    if anchor and prior.fitted:
+        filled = fill_waves(kernel.info, kernel.target, space, anchor, prior.coeffs)
+        if filled is not None:
+            anchor = filled[0]
+    return anchor
 
 
 def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sample]], Prior] | None = None,
@@ -214,4 +251,4 @@ def summary(rows: Sequence[Row]) -> dict:
     return {"geomean_regret": geo, "worst_regret": worst, "n": n, "by": per}
 
 
-__all__ = ["Row", "evaluate", "judge", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary", "values_key"]
+__all__ = ["Row", "evaluate", "judge", "knob_distance", "prior_tier_anchor", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary", "values_key"]

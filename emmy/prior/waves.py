@@ -23,7 +23,7 @@ with 128, which keeps the step's work, 12.77 and 15.49 us).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from emmy.diagnostics import EmmyError
 
@@ -135,5 +135,63 @@ def deeper_step(domains: Mapping[str, Sequence[object]], borrowed: Mapping[str, 
     return _step_for(domains, candidate, step_work(borrowed))
 
 
-__all__ = ["FULL_STEP_WORK", "MIN_AREA", "SLACK", "deeper_step", "fills_better", "fills_worse", "full_step",
-           "grid_contraction", "shapes", "step_work", "terms", "warpgroup_rows"]
+# How much faster the physical model must predict another tile shape than the one it reshapes. The
+# model's ranking of tile shapes alone errs less than its held-out margin over every knob
+# (Prior.margin: 1.26 for contractions, mostly from copies and workers it mispredicts); on the
+# H200 the fillers it ranks first measured 1.08x-1.36x faster where it predicted 1.16x-1.25x
+# (the o and down projections at 2560 and 3000 tokens).
+RESHAPE_MARGIN = 1.05
+TILE_KNOBS = ("block_m", "block_n", "warps", "block_k")
+
+
+def fill_waves(info, target, domains: Mapping[str, Sequence[object]], values: Mapping[str, object],
+               coeffs: Mapping[str, float], fixed: Collection[str] = ()) -> tuple[dict, dict] | None:
+    """`values` (a grid contraction's assignment) with the tile shape that fills the waves
+    better, where the physical model (`coeffs`: fitted coefficients, no learned correction)
+    predicts it at least `RESHAPE_MARGIN` faster, and its detail (JSON-able); None where the
+    tile stays. The candidates are `shapes` (no tile height in `UNFITTED_BLOCK_M`), each with
+    the scaled warps or its own, every one legal; a narrower tile gets the deeper k step of
+    `deeper_step` where that is legal. Knobs in `fixed` (pins) never change. What the nearest
+    tier does to a borrowed tile and the prior tier to the rules' (`emmy.evidence.reshape`)."""
+    from emmy.prior.features import Kernel
+    from emmy.prior.model import score
+    from emmy.tuning.legality import check
+
+    if any(k in fixed for k in ("block_m", "block_n")) or not grid_contraction(info, domains, values):
+        return None
+    kernel = Kernel(info, target)
+    own = terms(kernel, values)
+    if not fills_worse(own):
+        return None
+    own_s = score(kernel, values, coeffs, penalized=False)
+    if own_s is None:
+        return None
+    best = None
+    for bm, bn, scaled in shapes(domains, values, UNFITTED_BLOCK_M):
+        warps = [values.get("warps")] if "warps" in fixed else [*scaled, values.get("warps")]
+        for w in dict.fromkeys(warps):
+            candidate = {**values, "block_m": bm, "block_n": bn, **({"warps": w} if w is not None else {})}
+            if check(info, candidate, target):
+                continue
+            other = terms(kernel, candidate)
+            if not fills_better(own, other):
+                continue
+            t = score(kernel, candidate, coeffs, penalized=False)
+            if t is not None and (best is None or t < best[0]):
+                best = (t, candidate, other)
+    if best is None or best[0] * RESHAPE_MARGIN > own_s:
+        return None
+    t, candidate, other = best
+    bk = None if "block_k" in fixed else deeper_step(domains, values, candidate)
+    if bk is not None and not check(info, deeper := {**candidate, "block_k": bk}, target):
+        candidate = deeper
+        t = score(kernel, candidate, coeffs, penalized=False) or t
+    detail = {"from": {k: values[k] for k in TILE_KNOBS if k in values},
+              "to": {k: candidate[k] for k in TILE_KNOBS if k in candidate},
+              "quant": [round(own[0], 3), round(other[0], 3)],
+              "predicted_s": t, "borrowed_predicted_s": own_s, "margin": RESHAPE_MARGIN}
+    return candidate, detail
+
+
+__all__ = ["FULL_STEP_WORK", "MIN_AREA", "RESHAPE_MARGIN", "SLACK", "TILE_KNOBS", "deeper_step", "fill_waves", "fills_better",
+           "fills_worse", "full_step", "grid_contraction", "shapes", "step_work", "terms", "warpgroup_rows"]

@@ -161,3 +161,34 @@ def test_tile_heights_the_fit_has_not_seen_are_left_to_the_rules_and_tuning(o_30
     assert any(c["block_m"] == 192 for c in neighbourhood(problem.info, problem.target, problem.space, tall))
     assert all(bm != 192 for bm, _, _ in shapes(problem.space, borrowed, UNFITTED_BLOCK_M))
     assert (192, 96, [12]) in list(shapes(problem.space, borrowed))
+
+
+def test_evaluate_judges_the_anchor_the_prior_tier_deploys(o_3000, prior):
+    """`emmy prior evaluate` bounds its pick by the anchor the prior tier deploys: the rules'
+    128 x 256 tile at 3000 tokens reshaped to 256 x 96 (one whole wave), measured here faster;
+    an unfitted prior (which never reshapes) is judged against the rules' tile as they give it."""
+    from emmy.prior.data import KeyData, Sample
+    from emmy.prior.evaluate import judge, prior_tier_anchor
+    from emmy.prior.store import Prior
+
+    problem, _ = o_3000
+    kernel = Kernel(problem.info, problem.target)
+    rules = prior_tier_anchor(kernel, problem.space, Prior(TARGET))
+    filled = prior_tier_anchor(kernel, problem.space, prior)
+    assert (rules["block_m"], rules["block_n"]) == (128, 256) and (filled["block_m"], filled["block_n"]) == (256, 96)
+    assert filled == _prior_tier_values(problem, prior)  # the shipped prior keeps the reshaped anchor
+    kd = KeyData("k", "contraction", kernel, problem.space)
+    kd.samples = [Sample("k", "s", "m", "contraction", "o_proj_residual", v, t, {})
+                  for v, t in ((rules, 32.9e-6), (filled, 25.3e-6))]
+    row = judge(kd, prior, "shape")
+    assert row.picked == "anchor" and row.regret == pytest.approx(1.0)
+    row = judge(kd, Prior(TARGET), "shape")
+    assert row.picked == "anchor" and row.regret == pytest.approx(32.9 / 25.3)
+
+
+def _prior_tier_values(problem, prior) -> dict:
+    """The values the prior tier answers for `problem` (every knob), as a compile would."""
+    from emmy.evidence.prior import PriorDecider
+
+    answers = PriorDecider(prior, completes=True).answer(problem, {})
+    return {k: a.value for k, a in answers.items()}

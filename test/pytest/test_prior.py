@@ -54,6 +54,37 @@ def proj(tmp_path_factory):
     return task
 
 
+NORMED = '''
+import torch
+from torch import nn
+
+class Normed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(1024, 4096, bias=False).to(torch.bfloat16)
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+        return self.lin(x)
+
+def make(tokens: int = 512):
+    torch.manual_seed(0)
+    return Normed(), (torch.randn(1, tokens, 1024, dtype=torch.bfloat16),)
+'''
+
+
+@pytest.fixture(scope="module")
+def normed_info(tmp_path_factory):
+    """An RMS-normed x[512, 1024] @ W[4096, 1024]^T: a contraction with row statistics, so a
+    `fusion` knob (the plain projection has none)."""
+    path = tmp_path_factory.mktemp("model") / "normed.py"
+    path.write_text(NORMED)
+    result = compile_model(CompileOptions(model=f"{path}:make", tokens=512, target="sm_90a", stop_after="tile"))
+    (info,) = [t.info() for t in tasks_in(result.module, TARGET, 512) if t.info().kind == "contraction"]
+    assert "fusion" in knob_space_for(info, TARGET)
+    return info
+
+
 @pytest.fixture(scope="module")
 def info(proj):
     return proj.info()
@@ -277,7 +308,7 @@ def test_fit_keeps_residuals_and_envelope_per_kind(info):
 # -- evaluate ------------------------------------------------------------------------------------
 
 
-def test_regret_arithmetic_on_a_hand_made_set(info):
+def test_regret_arithmetic_on_a_hand_made_set(info, normed_info):
     """Two keys of three measured candidates; the prior ranks the sensible tile first. Key a: it
     is the fastest (regret 1); key b: another measured 10 us against its 12 (regret 1.2)."""
     sensible = _values(info)
@@ -301,10 +332,18 @@ def test_regret_arithmetic_on_a_hand_made_set(info):
     assert summarize([1.0, 1.2]) == {"geomean_regret": round(math.sqrt(1.2), 4), "worst_regret": 1.2, "n": 2}
     s = summary(rows)
     assert s["n"] == 2 and s["by"]["shape"]["top_geomean_regret"] == round(math.sqrt(1.2), 4)
-    split = {**mid, "fusion": "split"}
-    fork = key("d", [(sensible, 12.0), (split, 10.0), (tiny, 30.0)])
-    (row,) = evaluate({"d": fork}, "sm_90a", fitter=lambda train: Prior("sm_90a"), schemes=("shape",))
-    assert row.fusion == "best split, pick fused" and row.top_regret == pytest.approx(1.2)
+    normed = Kernel(normed_info, TARGET)
+    fork = KeyData("d", "contraction", normed, knob_space_for(normed_info, TARGET))
+    tiny_normed = _values(normed_info, workers="mma_sync", block_m=16, block_n=16, block_k=16, warps=1, stages=2,
+                          copy="cp_async")
+    # the rules' answer (split statistics here) measured: the fork's row says what was best and picked
+    for fused_us, split_us, said, regret in ((12.0, 10.0, "best split, pick split", 1.0),
+                                             (10.0, 12.0, "best fused, pick split", 1.2)):
+        fork.samples = [Sample("d", "s", "d", "contraction", "linear", v, t * 1e-6, {})
+                        for v, t in ((_values(normed_info), fused_us), (_values(normed_info, fusion="split"), split_us),
+                                     (tiny_normed, 30.0))]
+        (row,) = evaluate({"d": fork}, "sm_90a", fitter=lambda train: Prior("sm_90a"), schemes=("shape",))
+        assert row.picked == "anchor" and row.fusion == said and row.regret == pytest.approx(regret)
     one = key("c", [(sensible, 10.0)])
     assert judge(one, Prior("sm_90a"), "shape") is None  # one candidate: nothing to choose
 

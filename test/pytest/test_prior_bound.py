@@ -15,7 +15,7 @@ from emmy.driver import CompileOptions, compile_model
 from emmy.prior.choose import choose, neighbourhood, rules_anchor
 from emmy.prior.correction import correction, fit_correction, knob_terms
 from emmy.prior.data import KeyData, Sample
-from emmy.prior.evaluate import evaluate, proxy_anchor
+from emmy.prior.evaluate import evaluate, knob_distance, proxy_anchor
 from emmy.prior.features import Kernel, features
 from emmy.prior.fit import fit, folds, held_out, residuals
 from emmy.prior.model import DEFAULTS, predict, score, with_target
@@ -395,8 +395,24 @@ def test_a_schema_1_file_still_reads_with_the_spreads_margin(tmp_path):
 def test_proxy_anchor_is_the_measured_candidate_with_fewest_differing_knobs():
     anchor = {"a": 1, "b": 2, "c": 3}
     measured = [{"a": 9, "b": 9, "c": 3}, {"a": 1, "b": 9, "c": 3}, {"a": 1, "b": 2, "c": 9}]
-    assert proxy_anchor(anchor, measured) == {"a": 1, "b": 9, "c": 3}  # ties: the earliest measured
+    # one knob each: the nearer value wins (9 / 3 is less far than 9 / 2), in either order
+    assert proxy_anchor(anchor, measured) == {"a": 1, "b": 2, "c": 9}
     assert proxy_anchor(anchor, measured[::-1]) == {"a": 1, "b": 2, "c": 9}
+    # as near as each other: the earliest measured
+    even = [{"a": 1, "b": 4, "c": 3}, {"a": 1, "b": 1, "c": 3}]
+    assert proxy_anchor(anchor, even) == even[0] and proxy_anchor(anchor, even[::-1]) == even[1]
+
+
+def test_among_proxies_differing_in_as_many_knobs_the_nearest_values_stand_in():
+    """At 128 tokens the Qwen3 q/k/v rules' answer (64 x 64 tiles, 8 stages, grid) was not
+    measured; two measured candidates differ from it in five knobs. 128 x 32 tiles in a grid
+    with 4 stages lie nearer than 128 x 112 persistent with 2 stages, measured earlier."""
+    anchor = {"block_m": 64, "block_n": 64, "group_m": 2, "schedule": "grid", "stages": 8, "warps": 4}
+    far = {**anchor, "block_m": 128, "block_n": 112, "group_m": 1, "schedule": "persistent", "stages": 2}
+    near = {**anchor, "block_m": 128, "block_n": 32, "group_m": 1, "stages": 4, "warps": 8}
+    assert knob_distance(anchor, near) == pytest.approx(5.0)
+    assert knob_distance(anchor, far) > knob_distance(anchor, near)
+    assert proxy_anchor(anchor, [far, near]) == near
 
 
 def test_a_proxy_anchor_runs_the_rules_program_first():
