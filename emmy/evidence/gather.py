@@ -18,7 +18,10 @@ measured with; a layer check that no longer applies (the study names another
 best now, another space version, a newer layer schema, the cost measurer's) is reported, never used.
 
 A record or entry whose structure and shape match but whose space version is another is stale:
-reported, never used. So is a record the cost measurer wrote (`emmy tune --measurer cost`): its
+reported, never used. So is one of a kernel by the same name at the same shape whose structure
+is another (its body or knob set changed since it was measured, as when a no-op knob was taken
+out; or another model's kernel of that name): its key can no longer match, and `--explain` says
+so rather than let it vanish. So is a record the cost measurer wrote (`emmy tune --measurer cost`): its
 "times" rank candidates by their predicted facts and were never measured.
 """
 
@@ -54,6 +57,7 @@ class Known:
     source: Mapping[str, object]
     summary: str
     measured: bool = True  # False: written by the cost measurer (emmy tune --measurer cost)
+    kernel: str = ""  # the kernel's name where it was recorded ("" unknown)
 
 
 @dataclass
@@ -85,9 +89,16 @@ class Evidence:
                 exact = [k for k in known if k.key_id == key.id]
                 getattr(ev, tier)[name] = [_candidate(tier, k, "") for k in exact]
                 for k in known:
-                    if k.structure == key.structure and k.shape == key.shape and k.target == target and k.version != key.version:
+                    if k.shape != key.shape or k.target != target:
+                        continue
+                    if k.structure == key.structure and k.version != key.version:
                         ev.stale.setdefault(name, []).append(
                             Skipped(tier, k.source, f"stale: recorded under space version v{k.version}, this Emmy's is v{key.version}"))
+                    elif k.kernel == name and k.structure != key.structure:
+                        ev.stale.setdefault(name, []).append(Skipped(tier, k.source, (
+                            f"stale: recorded for '{name}' at this shape under another structure ({k.structure[:12]}, "
+                            f"this Emmy's is {key.structure[:12]}): its body or knob set changed since, or it is "
+                            f"another model's kernel of that name; tune it again")))
             others = [(distance(key.extents(), k.extents), i, k) for i, k in enumerate([*stored, *golden])
                       if k.structure == key.structure and k.target == target and k.version == key.version and k.shape != key.shape]
             others.sort(key=lambda t: (t[0], t[1]))
@@ -163,7 +174,7 @@ def distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
 
 def stored_knowns(store, target: str) -> list[Known]:
     """The recorded best of every study of the store on `target`."""
-    from emmy.records.store import KEY_ATTR, best_record, store_errors
+    from emmy.records.store import KERNEL_ATTR, KEY_ATTR, best_record, store_errors
     from emmy.schedule.key import KernelKey
     from emmy.search.cost import CARD as COST_CARD
 
@@ -184,7 +195,7 @@ def stored_knowns(store, target: str) -> list[Known]:
             source={"store": store.name, "study": record.study, "trial": record.trial, "time_s": record.time_s,
                     "card": record.card},
             summary=f"tuned {record.summary()} ({record.source()})",
-            measured=record.card != COST_CARD,
+            measured=record.card != COST_CARD, kernel=str(attrs.get(KERNEL_ATTR, "")),
         ))
     return out
 
@@ -214,7 +225,7 @@ def export_knowns(data: Mapping, source: str, target: str) -> list[Known]:
             source={"records": source, "study": study["name"], "trial": record.trial, "time_s": record.time_s,
                     "card": record.card},
             summary=f"tuned {record.summary()} ({source}, study {study['name'][:21]}, trial {record.trial})",
-            measured=record.card != COST_CARD,
+            measured=record.card != COST_CARD, kernel=str(attrs.get(KERNEL_ATTR, "")),
         ))
     return out
 
@@ -254,7 +265,7 @@ def golden_knowns(files, target: str) -> list[Known]:
                 source={"file": str(f.path), "entry": i, "kernel": e.kernel, "tokens": e.tokens,
                         "time_s": e.time_s, "card": e.card},
                 summary=f"golden: {e.time_s * 1e6:.2f} us on {e.card or 'an unknown card'} ({f.path.name} entry {i}: {e.kernel} at {e.tokens} tokens)",
-                measured=e.card != COST_CARD,
+                measured=e.card != COST_CARD, kernel=e.kernel,
             ))
     return out
 

@@ -234,3 +234,22 @@ def test_the_prior_vets_a_borrowed_answer(tmp_path, task16):
     (tmp_path / TARGET / "prior.json").unlink()
     op = kernels(compile_example(32, golden=str(tmp_path)))[task.kernel]
     assert not any("prior predicts" in s["why"] for s in report(op)["skipped"])
+
+
+def test_a_record_of_this_kernel_under_another_structure_is_reported_stale(tmp_path, task16):
+    """A golden entry (or record) of the same kernel name and shape whose structure is another
+    (its body or knob set changed since: a no-op knob taken out changes the structure) cannot
+    match the key any more; it is reported, never used, and never silently dropped."""
+    task, neighbour = task16
+    old = entry(task, neighbour, structure="0" * 64, key="0" * 12 + task.key.id[12:])
+    folder = golden_file(tmp_path, [old])
+    op = kernels(compile_example(16, golden=folder))[task.kernel]
+    assert set(tiers(op).values()) == {"rule"}
+    (skipped,) = [s for s in report(op)["skipped"] if s["tier"] == "golden"]
+    assert skipped["source"]["entry"] == 0
+    assert skipped["why"].startswith(f"stale: recorded for '{task.kernel}' at this shape under another structure "
+                                     f"(000000000000, this Emmy's is {task.key.structure[:12]})")
+    # another kernel's entry of another structure is not this kernel's concern
+    other = entry(task, neighbour, structure="0" * 64, key="0" * 12 + task.key.id[12:], kernel="another_kernel")
+    op = kernels(compile_example(16, golden=golden_file(tmp_path, [other])))[task.kernel]
+    assert "emmy.evidence" not in op.attributes  # the rules answered, with nothing to report
