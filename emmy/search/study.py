@@ -574,21 +574,22 @@ def _best_time(study) -> float | None:
 
 
 # What `enqueue_todays_answers` marks its trials with (user attribute "enqueued").
-TODAYS = ("default", "rules")
+TODAYS = ("default", "rules", "anchor")
 
 
 def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -> list[str]:
     """Enqueues, in a study that has them neither measured nor waiting nor running, the task's
-    default answer (what the compile chooses today without the store: golden, nearest, prior)
-    and the hand-written rules' answer (the prior's anchor, emmy.prior.choose.rules_anchor). A
-    study made when the answers were others, then continued, measures today's after its waiting
-    first trials and before TPE's draws, so the table's speed-up over the default is measured and
+    default answer (what the compile chooses today without the store: golden, nearest, prior),
+    the hand-written rules' answer (emmy.prior.choose.rules_anchor) and, where the prior tier
+    bounds its choice by another (`task.anchor`: the rules' tile reshaped to fill the waves), that
+    anchor. A study made when the answers were others, then continued, measures today's after its
+    waiting first trials and before TPE's draws, so the table's speed-up over the default is measured and
     `emmy prior evaluate` judges the prior against its measured anchor, not a stand-in. A failure
     (no time: the build, the launch or the timing failed; `wrong` is a result, not a failure)
     recorded by another build of Emmy than `source_hash` (this one's, `env.source_hash`) does
     not count as measured: the Qwen3 layer's o projection at 512 tokens had its rules' answer
     fail once to load (a harness bug fixed since), and nothing measured it again. Returns what it
-    enqueued ("default", "rules")."""
+    enqueued ("default", "rules", "anchor")."""
     import optuna
 
     from emmy.prior.choose import rules_anchor
@@ -618,7 +619,8 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -
               for t in trials if t.state in (S.WAITING, S.RUNNING)}
     done = []
     for why, point in (("default", dict(task.default)),
-                       ("rules", rules_anchor(task.info(), task.target_object(), dict(task.space)) or {})):
+                       ("rules", rules_anchor(task.info(), task.target_object(), dict(task.space)) or {}),
+                       ("anchor", dict(task.anchor))):
         params = params_of(space, point) if point else None
         if params is None or point_key(point) in known or point_key(params) in known:
             continue

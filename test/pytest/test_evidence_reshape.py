@@ -192,3 +192,22 @@ def _prior_tier_values(problem, prior) -> dict:
 
     answers = PriorDecider(prior, completes=True).answer(problem, {})
     return {k: a.value for k, a in answers.items()}
+
+
+def test_a_tuning_task_carries_the_prior_tiers_anchor_where_it_is_not_the_rules_answer():
+    """`emmy tune`'s tasks know the anchor the prior tier bounds by, so each study measures it:
+    at 3000 tokens the o projection's 128 x 256 reshaped to 256 x 96 by the golden folder's
+    prior; no anchor where the rules' answer stands (512 tokens) or without a fitted prior."""
+    from pathlib import Path
+
+    from emmy.driver import CompileOptions
+    from emmy.search.task import tasks_of
+
+    golden = str(Path(__file__).resolve().parents[2] / "golden")
+    tasks = {(t.kernel, t.tokens): t for t in tasks_of(CompileOptions(model=MODEL, layer=0, target=TARGET, golden=golden),
+                                                        [3000, 512])}
+    anchor = tasks[("o_proj_residual", 3000)].anchor
+    assert (anchor["block_m"], anchor["block_n"], anchor["warps"]) == (256, 96, 16)
+    assert tasks[("o_proj_residual", 512)].anchor == {}
+    bare = tasks_of(CompileOptions(model=MODEL, layer=0, target=TARGET, golden=""), [3000])
+    assert all(t.anchor == {} for t in bare)
