@@ -21,8 +21,8 @@ A record or entry whose structure and shape match but whose space version is ano
 reported, never used. So is one of a kernel by the same name at the same shape whose structure
 is another (its body or knob set changed since it was measured, as when a no-op knob was taken
 out; or another model's kernel of that name): its key can no longer match, and `--explain` says
-so rather than let it vanish. So is a record the cost measurer wrote (`emmy tune --measurer cost`): its
-"times" rank candidates by their predicted facts and were never measured.
+so rather than let it vanish. So is a record the cost measurer wrote (`emmy tune --measurer
+cost`): its "times" rank candidates by their predicted facts and were never measured.
 """
 
 from __future__ import annotations
