@@ -157,14 +157,19 @@ def prior_tier_anchor(kernel, space: Mapping[str, Sequence], prior: Prior) -> di
     rules' answer, its tile reshaped where it leaves the last wave part empty when the prior is
     fitted (`emmy.prior.waves.fill_waves`); None where the rules find no answer."""
     from emmy.prior.choose import rules_anchor
-    from emmy.prior.waves import fill_waves
 
     anchor = rules_anchor(kernel.info, kernel.target, space)
-    if anchor and prior.fitted:
-        filled = fill_waves(kernel.info, kernel.target, space, anchor, prior.coeffs)
-        if filled is not None:
-            anchor = filled[0]
-    return anchor
+    return (reshaped_anchor(kernel, space, prior, anchor) or anchor) if anchor else anchor
+
+
+def reshaped_anchor(kernel, space: Mapping[str, Sequence], prior: Prior, rules: Mapping) -> dict | None:
+    """The rules' answer `rules` with its tile reshaped to fill the waves by a fitted `prior`
+    (`emmy.prior.waves.fill_waves`), the anchor the prior tier bounds by there; None where the
+    tile stays or the prior is not fitted."""
+    from emmy.prior.waves import fill_waves
+
+    filled = fill_waves(kernel.info, kernel.target, space, rules, prior.coeffs) if prior.fitted else None
+    return filled[0] if filled is not None else None
 
 
 def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sample]], Prior] | None = None,
@@ -251,4 +256,4 @@ def summary(rows: Sequence[Row]) -> dict:
     return {"geomean_regret": geo, "worst_regret": worst, "n": n, "by": per}
 
 
-__all__ = ["Row", "evaluate", "judge", "knob_distance", "prior_tier_anchor", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary", "values_key"]
+__all__ = ["Row", "evaluate", "judge", "knob_distance", "prior_tier_anchor", "reshaped_anchor", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary", "values_key"]

@@ -12,8 +12,8 @@ it (`emmy.search.waves`), then, where a fitted prior for the target exists, the 
 candidates; then TPE
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
 seed per worker) proposes the rest. A study continued after the answers changed measures
-today's default and the rules' answer (the prior's anchor) before TPE's draws
-(`enqueue_todays_answers`).
+today's default, the rules' answer and, where a fitted prior reshapes their tile, the prior
+tier's anchor before TPE's draws (`enqueue_todays_answers`).
 
 Structural forks (`emmy.tuning.knobs.STRUCTURAL`: `fusion`, whose values are different programs;
 a kernel has one where its values launch different kernels, `task_fork_knobs`)
@@ -318,7 +318,7 @@ def run_trials(
         study.set_user_attr(SPACE_ATTR, len(space.space))
     _fail_stale(study)
     requeue_unmeasured(study)
-    enqueue_todays_answers(study, space, task, source_hash=source_hash())
+    enqueue_todays_answers(study, space, task, source_hash=source_hash(), prior=prior)
     cap = _stretched(study, budget.trials)
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
@@ -577,14 +577,14 @@ def _best_time(study) -> float | None:
 TODAYS = ("default", "rules", "anchor")
 
 
-def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -> list[str]:
+def enqueue_todays_answers(study, space, task, source_hash: str | None = None, prior=None) -> list[str]:
     """Enqueues, in a study that has them neither measured nor waiting nor running, the task's
     default answer (what the compile chooses today without the store: golden, nearest, prior),
-    the hand-written rules' answer (emmy.prior.choose.rules_anchor) and, where the prior tier
-    bounds its choice by another (`task.anchor`: the rules' tile reshaped to fill the waves), that
-    anchor. A study made when the answers were others, then continued, measures today's after its
-    waiting first trials and before TPE's draws, so the table's speed-up over the default is measured and
-    `emmy prior evaluate` judges the prior against its measured anchor, not a stand-in. A failure
+    the hand-written rules' answer (emmy.prior.choose.rules_anchor) and, where the fitted
+    `prior` reshapes the rules' tile to fill the waves, the anchor the prior tier bounds its
+    choice by (`emmy.prior.evaluate.reshaped_anchor`). A study made when the answers were others,
+    then continued, measures today's after its waiting first trials and before TPE's draws, so
+    the table's speed-up over the default is measured and `emmy prior evaluate` judges the prior against its measured anchor, not a stand-in. A failure
     (no time: the build, the launch or the timing failed; `wrong` is a result, not a failure)
     recorded by another build of Emmy than `source_hash` (this one's, `env.source_hash`) does
     not count as measured: the Qwen3 layer's o projection at 512 tokens had its rules' answer
@@ -593,6 +593,8 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -
     import optuna
 
     from emmy.prior.choose import rules_anchor
+    from emmy.prior.evaluate import reshaped_anchor
+    from emmy.prior.features import Kernel
 
     S = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
@@ -618,9 +620,10 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None) -
     known |= {point_key(dict(t.system_attrs.get("fixed_params") or t.params))
               for t in trials if t.state in (S.WAITING, S.RUNNING)}
     done = []
-    for why, point in (("default", dict(task.default)),
-                       ("rules", rules_anchor(task.info(), task.target_object(), dict(task.space)) or {}),
-                       ("anchor", dict(task.anchor))):
+    info, target = task.info(), task.target_object()
+    rules = rules_anchor(info, target, dict(task.space)) or {}
+    anchor = reshaped_anchor(Kernel(info, target), dict(task.space), prior, rules) if rules and prior is not None else None
+    for why, point in (("default", dict(task.default)), ("rules", rules), ("anchor", anchor or {})):
         params = params_of(space, point) if point else None
         if params is None or point_key(point) in known or point_key(params) in known:
             continue

@@ -7,10 +7,8 @@
 A `TuneTask` is plain data (it crosses into worker processes): the kernel's name, its key
 (`emmy.schedule.key.KernelKey`), the target, the tile-stage module that runs just this kernel
 (`emmy.measure.isolate.isolate`, printed, knobs undecided), its knob space, the answer the
-compile gave it without local records (`default`: golden, prior or rules), the anchor the prior
-tier bounds its choice by where that is not the rules' answer as they give it (`anchor`: their
-tile reshaped to fill the waves by the golden folder's fitted prior, `emmy.prior.evaluate.
-prior_tier_anchor`; empty otherwise), and a readable description.
+compile gave it without local records (`default`: golden, prior or rules), and a readable
+description.
 Identical kernels (same key: other layers, other parts of a model, other token counts that give
 the same shapes) are one task, tuned once.
 """
@@ -18,7 +16,7 @@ the same shapes) are one task, tuned once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
@@ -45,7 +43,6 @@ class TuneTask:
     description: str
     tokens: int = 0
     model: str = ""  # the model it was compiled from (where known): what leave-one-model-out holds out
-    anchor: Mapping[str, int | str] = field(default_factory=dict)  # the prior tier's anchor where it is not the rules' answer
 
     @property
     def key_id(self) -> str:
@@ -110,7 +107,6 @@ def tasks_of(options: CompileOptions, tokens: Sequence[int]) -> list[TuneTask]:
     from emmy.targets import get_target
 
     target = get_target(options.target)
-    prior = _fitted_prior(options.golden, target.name)
     seen: dict[str, TuneTask] = {}
     for t in tokens:
         opts = replace(options, tokens=t, stop_after="tile", records="")
@@ -120,35 +116,8 @@ def tasks_of(options: CompileOptions, tokens: Sequence[int]) -> list[TuneTask]:
             modules = [compile_model(opts).module]
         for module in modules:
             for task in tasks_in(module, target, t):
-                if task.key_id not in seen:
-                    seen[task.key_id] = replace(task, model=options.model, anchor=_prior_anchor(task, prior))
+                seen.setdefault(task.key_id, replace(task, model=options.model))
     return list(seen.values())
-
-
-def _fitted_prior(golden: str, target: str):
-    """The fitted prior of the golden folder for `target` (`emmy.prior.store`), else None."""
-    from pathlib import Path
-
-    from emmy.prior.store import load_prior, prior_path
-
-    path = prior_path(Path(golden), target) if golden else None
-    if path is None or not path.exists():
-        return None
-    prior = load_prior(path, target)
-    return prior if prior.fitted else None
-
-
-def _prior_anchor(task: TuneTask, prior) -> dict:
-    """The prior tier's anchor for `task` where it differs from the rules' answer, else {}."""
-    from emmy.prior.choose import rules_anchor
-    from emmy.prior.evaluate import prior_tier_anchor
-    from emmy.prior.features import Kernel
-
-    if prior is None:
-        return {}
-    info, target = task.info(), task.target_object()
-    anchor = prior_tier_anchor(Kernel(info, target), dict(task.space), prior)
-    return dict(anchor) if anchor and anchor != rules_anchor(info, target, dict(task.space)) else {}
 
 
 def select(tasks: Iterable[TuneTask], kernels: Sequence[str]) -> list[TuneTask]:

@@ -194,20 +194,30 @@ def _prior_tier_values(problem, prior) -> dict:
     return {k: a.value for k, a in answers.items()}
 
 
-def test_a_tuning_task_carries_the_prior_tiers_anchor_where_it_is_not_the_rules_answer():
-    """`emmy tune`'s tasks know the anchor the prior tier bounds by, so each study measures it:
-    at 3000 tokens the o projection's 128 x 256 reshaped to 256 x 96 by the golden folder's
-    prior; no anchor where the rules' answer stands (512 tokens) or without a fitted prior."""
-    from pathlib import Path
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_a_study_measures_the_anchor_the_prior_tier_bounds_by(prior, tmp_path):
+    """Where the fitted prior reshapes the rules' tile (the o projection at 3000 tokens: 128 x
+    256 to 256 x 96), a study measures that anchor beside today's default and the rules' answer
+    (`enqueued` "anchor"), so `emmy prior evaluate` judges the prior tier against a measured
+    anchor; an unfitted prior reshapes nothing."""
+    import optuna
 
-    from emmy.driver import CompileOptions
-    from emmy.search.task import tasks_of
+    from emmy.prior.store import Prior
+    from emmy.records import default_url, open_store
+    from emmy.search.cost import CostMeasurer
+    from emmy.search.study import Budget, conditional_space, enqueue_todays_answers, measured, open_study, run_trials
 
-    golden = str(Path(__file__).resolve().parents[2] / "golden")
-    tasks = {(t.kernel, t.tokens): t for t in tasks_of(CompileOptions(model=MODEL, layer=0, target=TARGET, golden=golden),
-                                                        [3000, 512])}
-    anchor = tasks[("o_proj_residual", 3000)].anchor
-    assert (anchor["block_m"], anchor["block_n"], anchor["warps"]) == (256, 96, 16)
-    assert tasks[("o_proj_residual", 512)].anchor == {}
-    bare = tasks_of(CompileOptions(model=MODEL, layer=0, target=TARGET, golden=""), [3000])
-    assert all(t.anchor == {} for t in bare)
+    task = _task(3000, "o_proj_residual")
+    assert (task.default["block_m"], task.default["block_n"]) == (128, 256)  # no golden folder: the rules' answer
+    store = open_store(default_url(tmp_path))
+    space = conditional_space(task)
+    study = open_study(store, task, space=space)  # its first trials (the wave fillers among them) never ran:
+    for _ in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # a study made before, continued
+    assert enqueue_todays_answers(study, space, task, prior=Prior(TARGET)) == ["default"]
+    assert enqueue_todays_answers(study, space, task, prior=prior) == ["anchor"]
+    assert enqueue_todays_answers(study, space, task, prior=prior) == []  # waiting now: once
+    run_trials(store, task, CostMeasurer(), Budget(trials=2), prior=prior)  # the default, then the anchor
+    (hit,) = [t for t in measured(store.load(task.key_id)) if t.user_attrs.get("enqueued") == "anchor"]
+    values = hit.user_attrs["values"]
+    assert (values["block_m"], values["block_n"], values["warps"]) == (256, 96, 16)

@@ -580,23 +580,3 @@ def test_a_trial_another_worker_finished_first_is_recorded_once(tasks, store, me
         assert [t.value for t in retold] == [2e-3]
         assert retold[0].user_attrs["values"] == point
 
-
-def test_a_study_measures_the_prior_tiers_anchor_where_it_is_neither_default_nor_rules(tasks, store):
-    """Where the prior tier bounds its choice by another anchor than the rules' answer (their
-    tile reshaped to fill the waves: `TuneTask.anchor`), the study measures it too (`enqueued`
-    "anchor"), so `emmy prior evaluate` judges that tier against a measured anchor."""
-    from emmy.prior.choose import rules_anchor
-    from emmy.search.study import conditional_space, enqueue_todays_answers
-
-    task = tasks[0]
-    rules = rules_anchor(task.info(), task.target_object(), dict(task.space))
-    space = conditional_space(task)
-    near = {point_key(p) for p in space.neighbours(rules, 60)[:20]}
-    anchor = next(p for p in reversed(space.neighbours(rules, 60)) if point_key(p) not in near)
-    reshaped = replace(task, anchor=anchor)
-    study = open_study(store, reshaped)
-    assert enqueue_todays_answers(study, space, reshaped) == ["anchor"]  # the default and the rules: first trials
-    assert enqueue_todays_answers(study, space, reshaped) == []  # waiting now: once
-    run_trials(store, reshaped, CostMeasurer(), Budget(trials=40), seed=0)
-    hits = [t for t in measured(store.load(task.key_id)) if point_key(t.user_attrs["values"]) == point_key(anchor)]
-    assert len(hits) == 1 and hits[0].user_attrs.get("enqueued") == "anchor"
