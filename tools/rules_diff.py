@@ -72,10 +72,9 @@ def decisions(tree: Path, case: Case, args, scratch: Path) -> dict[tuple[str, st
     error line (else the last line it printed)."""
     dump = Path(tempfile.mkdtemp(dir=scratch))
     home = Path(tempfile.mkdtemp(dir=scratch))
-    argv = [sys.executable, "-m", "emmy.cli.main", "compile", case.model, "--tokens", str(case.tokens),
+    layer = [] if args.whole_model else ["--layer", str(args.layer)]
+    argv = [sys.executable, "-m", "emmy.cli.main", "compile", case.model, *layer, "--tokens", str(case.tokens),
             "--target", args.target, "--evidence", args.evidence, "-o", os.devnull]
-    if not args.whole_model:
-        argv[5:5] = ["--layer", str(args.layer)]
     env = {**os.environ, "PYTHONPATH": str(tree), "EMMY_DUMP_DIR": str(dump), "EMMY_HOME": str(home)}
     env.pop("EMMY_EVIDENCE", None)
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=tree, env=env)
