@@ -112,6 +112,13 @@ class Store:
         return sorted(s.study_name for s in self.storage.get_all_studies()
                       if s.study_name != META_STUDY and not s.study_name.startswith(LAYER_PREFIX))
 
+    def studies(self) -> list:
+        """The kernel keys' studies with their user attributes, in one query (Optuna's
+        `FrozenStudy`: `study_name`, `user_attrs`), sorted by name."""
+        return sorted((s for s in self.storage.get_all_studies()
+                       if s.study_name != META_STUDY and not s.study_name.startswith(LAYER_PREFIX)),
+                      key=lambda s: s.study_name)
+
     def layer_names(self) -> list[str]:
         """The studies of layer checks (`emmy.records.layer`), sorted."""
         return sorted(s.study_name for s in self.storage.get_all_studies() if s.study_name.startswith(LAYER_PREFIX))

@@ -6,8 +6,9 @@ the best after them: emmy.search.best).
 
 The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
-default answer (what Emmy chooses without records) and its legal neighbours as the first trials,
-then for a contraction whose default leaves its last wave part empty the tile shapes that fill
+default answer (what Emmy chooses without records), the fastest points the store's earlier
+studies of the same kernel and shape measured before its key changed (`emmy.search.earlier`) and
+the default's legal neighbours as the first trials, then for a contraction whose default leaves its last wave part empty the tile shapes that fill
 it (`emmy.search.waves`), then, where a fitted prior for the target exists, the prior's top few
 candidates; then TPE
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
@@ -71,6 +72,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from emmy.measure import Measurement
+from emmy.search.earlier import earlier_bests
 from emmy.search.points import nearest, point_key
 from emmy.search.waves import wave_fillers
 from emmy.records.store import DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, MODULE_ATTR, SPACE_ATTR, Store
@@ -152,8 +154,10 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     """The study of the task's key; created (with its attributes and first trials) when missing.
     Several processes may call this at once: exactly one creates and seeds. `space`: the task's
     `conditional_space` where the caller has it (building it costs about half a second).
-    After the default, its neighbours and its fork siblings come the tile shapes that fill the
-    card's waves where the default's do not (`emmy.search.waves`, `enqueued`: "waves").
+    The default comes first, then the fastest points of the store's earlier studies of the same
+    kernel and shape, read in today's space (`emmy.search.earlier`, `enqueued`: "earlier"), then
+    the default's neighbours and its fork siblings, then the tile shapes that fill the card's
+    waves where the default's do not (`emmy.search.waves`, `enqueued`: "waves").
     `prior`: a fitted `emmy.prior.store.Prior` for the target, whose top candidates
     (`prior_picks`) are enqueued after those (user attribute `enqueued`: "prior")."""
     import optuna
@@ -174,11 +178,18 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     study.set_user_attr(MODULE_ATTR, task.module)
     space = space or conditional_space(task)
     default = dict(task.default)
-    first = [default, *space.neighbours(default, NEIGHBOURS)] if default else []
-    for point in first:
+    first = [default] if default else []
+    params = params_of(space, default) if default else None
+    if params is not None:
+        study.enqueue_trial(params, skip_if_exists=True)
+    for point in earlier_bests(store, task, space, {point_key(p) for p in first}):
+        study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "earlier"}, skip_if_exists=True)
+        first.append(point)
+    for point in space.neighbours(default, NEIGHBOURS) if default else []:
         params = params_of(space, point)
-        if params is not None:
+        if params is not None and point_key(point) not in {point_key(p) for p in first}:
             study.enqueue_trial(params, skip_if_exists=True)
+            first.append(point)
     siblings = fork_siblings(space, default, {point_key(p) for p in first}, task_fork_knobs(task)) if default else []
     for point in siblings:
         study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "fork"}, skip_if_exists=True)

@@ -111,7 +111,7 @@ from __future__ import annotations
 
 import heapq
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from emmy.diagnostics import EmmyError
@@ -207,6 +207,22 @@ FEATURE_OFF: dict[str, KnobValue] = {
     "siblings": "paired",
     "fusion": "fused",
 }
+
+
+
+def in_space(values: Mapping[str, KnobValue], domains: Mapping[str, Sequence[KnobValue]]) -> dict[str, KnobValue] | None:
+    """Knob values chosen in another space (a kernel's before a knob was added or taken out)
+    read in `domains`: the knobs `domains` lacks left out, those `values` lacks at their off
+    value (`FEATURE_OFF`); None where a knob has no value there (no off value, or one outside
+    its domain). Whether the result is legal is the legal space's question."""
+    point: dict[str, KnobValue] = {}
+    for name, domain in domains.items():
+        v = values[name] if name in values else FEATURE_OFF.get(name)
+        if v is None or v not in domain:
+            return None
+        point[name] = v
+    return point
+
 
 # Structural forks: knobs whose values are different programs (a kernel that computes its row
 # statistics against one that reads them from a launch of its own), not tunings of one program.
