@@ -98,7 +98,7 @@ class Evidence:
                         ev.stale.setdefault(name, []).append(Skipped(tier, k.source, (
                             f"stale: recorded for '{name}' at this shape under another structure ({k.structure[:12]}, "
                             f"this Emmy's is {key.structure[:12]}): its body or knob set changed since, or it is "
-                            f"another model's kernel of that name; tune it again")))
+                            f"another model's kernel of that name; tune it again (a new study starts from its fastest points)")))
             others = [(distance(key.extents(), k.extents), i, k) for i, k in enumerate([*stored, *golden])
                       if k.structure == key.structure and k.target == target and k.version == key.version and k.shape != key.shape]
             others.sort(key=lambda t: (t[0], t[1]))
