@@ -1,8 +1,8 @@
 """The rules for contractions (`emmy.tuning.rules`): tensor-core workers; block_m, block_n and
 split_k ranked by a small roofline estimate that counts tiles and waves (`gemm_estimate`);
 block_k, stages, warps, the tile order, pairs of blocks, persistent blocks, the epilogue
-(pingpong tiles for gate and up side by side), split statistics. Each preference says which
-H200 measurement it rests on.
+(pingpong tiles for gate and up side by side), split statistics; the deep ring's facts are in
+`emmy.tuning.rules_ring`. Each preference says which H200 measurement it rests on.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from emmy.targets import MB, Target
 from emmy.tuning.knobs import GROUP_M, WGMMA_WORKERS, KnobValue, tile_at
 from emmy.tuning.legality import check
 from emmy.tuning.rules_common import Prefs, closest_first, dispatch, divides_first, info_space, pow2_floor, vector_prefs
+from emmy.tuning.rules_ring import RING_GROUP_M, chosen_ring, deep_ring, k_steps, one_wave_ring, tile_outputs
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
@@ -51,7 +52,7 @@ class GemmEstimate:
     waves: int
     seconds: float
     waste: float  # fraction of the computed tile area outside the output
-    ring: bool = False  # one wave of small tiles in a deep ring (`_one_wave_ring`)
+    ring: bool = False  # one wave of small tiles in a deep ring (`one_wave_ring`)
 
     def describe(self, info: KernelInfo, target: Target) -> str:
         busy = self.tiles / (self.waves * target.sms)
@@ -127,7 +128,7 @@ def gemm_estimate(
     seconds = max(compute, memory) + 0.1 * min(compute, memory) + LAUNCH_OVERHEAD_S
     if sk > 1:  # partial sums written, read back and added
         seconds += 2 * sk * batch * M * N * nc * 4 / target.dram_bandwidth + SPLIT_OVERHEAD_S
-    ring = _one_wave_ring(info, target, workers, bm, bn, sk, tiles)
+    ring = one_wave_ring(info, target, workers, bm, bn, sk, tiles)
     if workers == "wgmma_ws" and bm < 128 and not ring:
         # one consumer warpgroup waits on its own wgmmas with nothing else to issue (H200, dual
         # gate/up at M=512: 64x128 tiles 32.6 us against 22.0 us for 128x128 ones, the same
@@ -332,88 +333,6 @@ def _c_block_k(knob, info, target, chosen, memo) -> Prefs:
     ]
 
 
-# A warp-specialized tile of at most this many outputs (products side by side counted) does at
-# most 1 MFLOP per 64-deep k-step, about 0.2 us of an H200 SM's tensor cores: too little to cover
-# a copy's latency with the 3 copies in flight of a 4-deep ring.
-DEEP_RING_OUTPUTS = 64 * 128
-
-
-def _k_steps(info: KernelInfo, chosen) -> int:
-    """The k-steps one block runs: K in steps of block_k, shared among split_k parts."""
-    return ceil(ceil(info.K / chosen.get("block_k", 64)) / chosen.get("split_k", 1))
-
-
-def _tile_outputs(info: KernelInfo, chosen) -> int:
-    """Outputs of one tile, the products side by side counted."""
-    return int(chosen.get("block_m", 128)) * int(chosen.get("block_n", 128)) * info.n_contractions
-
-
-def _ring_sized(info: KernelInfo, chosen) -> bool:
-    """A warp-specialized tile small enough (`DEEP_RING_OUTPUTS`) over at least 8 k-steps."""
-    return (chosen.get("workers") == "wgmma_ws" and _k_steps(info, chosen) >= 8
-            and _tile_outputs(info, chosen) <= DEEP_RING_OUTPUTS)
-
-
-def _deep_ring(info: KernelInfo, chosen) -> bool:
-    """A `_ring_sized` tile of copied A rows without a prologue: the rules stage it 8 deep
-    (`_c_stages`)."""
-    return not info.prologue and _ring_sized(info, chosen)
-
-
-# The tile a deep ring lets fill the card's one wave (`_one_wave_ring`), per product: the one
-# measured so; narrower ones do less per copy.
-RING_TILE = (64, 64)
-# ... and where all rows fit one 64-row tile (a 128-row tile would be half padding): measured
-# faster than 128 x 32 tiles and than half a wave of 64 x 64 ones.
-FEW_ROWS_RING_TILE = (64, 32)
-
-
-# The row tiles grouped together for the one-wave ring (`_c_group_m`), at most.
-RING_GROUP_M = 4
-
-
-def _copies_a(info: KernelInfo) -> bool:
-    """The k loop copies A as it is: no row prologue, or one whose statistics read only the staged
-    A tiles (`ws_row_stats` "a_tiles": RMSNorm once loop-hoist-params folded its weight into B,
-    the rows scaled in the epilogue)."""
-    return not info.prologue or info.ws_row_stats == "a_tiles"
-
-
-def _one_wave_ring(info: KernelInfo, target: Target, workers, bm: int, bn: int, sk: int, tiles: int) -> bool:
-    """A `_ring_sized` tile, `RING_TILE` per product or `FEW_ROWS_RING_TILE` where the rows fit
-    it, not split, of copied A rows (`_copies_a`) in 64-deep steps, its `tiles` one wave more
-    than half full: 8 deep (`_c_stages`), the copies stay ahead of the one consumer warpgroup's
-    wgmmas, so it is not slower than a taller tile split along k or a narrower one beside it. The
-    ring keeps 64-deep steps (`_c_full_step`) and its row tiles go in groups (`_c_group_m`).
-
-    Measured, each projection alone, same rounds: Qwen3's o and down at 512 tokens in 64 x 64
-    tiles 8 deep took 8.0 and 9.8 us on the H200 against 9.3 and 12.0 for 128-row tiles split
-    along k (docs/bench/h200-deep-stages-2026-12-05.log), and 8.8 and 10.1 on an H100 against
-    10.2 and 14.7 (docs/bench/h100-deep-ring-2026-12-05.log). Qwen3's q/k/v and gate/up at 128
-    tokens (their norm's statistics in a kernel of their own, A copied) in 64 x 64 tiles per
-    product 8 deep, in groups of 2 row tiles: 7.9 and 10.1 us on an H100 against 9.3 and 11.1
-    for 128 x 32 tiles 4 deep (docs/bench/h100-ring-2026-12-05b.log). At 64 tokens (one row
-    tile) in 64 x 32 tiles 8 deep: 7.1 and 8.8 us against 11.1 and 11.8 for 128 x 32 and 128 x
-    64 split 2 ways, 7.8 and 10.3 for half a wave of 64 x 64 tiles, 7.9 and 9.1 12 deep;
-    Llama-3.2-1B's q/k/v at 64 tokens 10.5 against 12.0 (128 x 128 split 4 ways; the Qwen3 layer
-    at 64 tokens 42.0 -> 34.2 us with the rules' answer, H100, the same log). Not so with a
-    quarter wave: at 128 tokens o and down (32 tiles) 7.0 and 9.2 us against 6.7 and 9.0 for the
-    split tiles (H100); nor where 64-row tiles only replace taller ones of the same intensity: at
-    1024 tokens 64 x 128 tiles 8 deep took 11.5 and 16.4 us against 10.9 and 15.0 for 128 x 64
-    ones (H100); nor over several waves (Llama-3.2-1B's o at 1100 tokens, H200: 30.7-39.3 us
-    against 19.5)."""
-    return (sk == 1 and target.sms < 2 * tiles <= 2 * target.sms
-            and ((bm, bn) == RING_TILE or ((bm, bn) == FEW_ROWS_RING_TILE and info.M <= bm))
-            and _copies_a(info)
-            and _ring_sized(info, {"workers": workers, "block_m": bm, "block_n": bn, "split_k": sk}))
-
-
-def _chosen_ring(info: KernelInfo, target: Target, chosen) -> bool:
-    """`_one_wave_ring` for the tile, split and workers chosen so far."""
-    bm, bn, sk = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128)), int(chosen.get("split_k", 1))
-    return _one_wave_ring(info, target, chosen.get("workers"), bm, bn, sk, output_tiles(info, bm, bn) * sk)
-
-
 def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     # Measured on the H200 (docs/bench/h200-deep-stages-2026-12-05.log): Qwen3's o and down
     # projections at 512 tokens in 64 x 64 tiles (128 blocks, no split) took 10.6 and 14.5 us 4
@@ -425,8 +344,8 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
     # tiles, and lost (q/k/v and gate/up at 512 tokens 6 deep: 13.8 and 21.7 us against 11.4 and
     # 15.6), so the deep ring stays with A sides copied as they are.
     # (values left out of an order follow it: `emmy.tuning.rules.decide` appends the domain's rest)
-    steps, workers = _k_steps(info, chosen), chosen.get("workers")
-    deep = _deep_ring(info, chosen) or _chosen_ring(info, target, chosen)
+    steps, workers = k_steps(info, chosen), chosen.get("workers")
+    deep = deep_ring(info, chosen) or chosen_ring(info, target, chosen)
     if workers == "thread":
         order = [1, 2, 3]
     elif deep:
@@ -437,7 +356,7 @@ def _c_stages(knob, info, target, chosen, memo) -> Prefs:
         order = [2, 3, 1, 4, 5]
     else:
         order = [2, 1, 3, 4, 5] if workers in WGMMA_WORKERS else [1, 2, 3, 4, 5]
-    outputs = _tile_outputs(info, chosen)
+    outputs = tile_outputs(info, chosen)
     why = (f" ({outputs} outputs a tile: about {2 * outputs * chosen.get('block_k', 64) / 1e6:.2g} MFLOP a k-step,"
            " too little to hide a copy's latency with fewer in flight; H200: o and down at 512 tokens 8.0 and"
            " 9.8 us against 10.6 and 14.5 4-deep)") if deep else ""
@@ -630,7 +549,7 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     if mb <= c or int(chosen.get("split_k", 1)) > 1:
         return [along_n] + [(g, f"groups of {g} row tiles") for g in domain if g != c]
     ring_group = min((g for g in domain if g >= min(RING_GROUP_M, mb)), default=1)  # every row tile, if fewer
-    if ring_group > 1 and _chosen_ring(info, target, chosen):
+    if ring_group > 1 and chosen_ring(info, target, chosen):
         # Measured on an H100 (same rounds): Qwen3's o and down at 512 tokens, 64 x 64 tiles 8
         # deep, 7.8 and 10.0 us in groups of 4 row tiles against 8.8 and 11.8 along n (cuBLAS 7.5
         # and 9.9; docs/bench/h100-deep-ring-2026-12-05.log, call 5); q/k/v and gate/up at 128
@@ -726,13 +645,13 @@ def _c_full_step(info, target, chosen, reasons) -> None:
 
     if "block_k" not in reasons or chosen.get("workers") != "wgmma_ws":
         return
-    if _chosen_ring(info, target, chosen):
+    if chosen_ring(info, target, chosen):
         return  # 64-deep steps keep the ring 8 deep in shared memory: 0.93x the 128-deep steps' time six deep
     bk = full_step(info_space(info, target), chosen)
     if bk is None:
         return
     deeper = {**chosen, "block_k": bk}
-    if "stages" in reasons and _deep_ring(info, chosen):  # the rules' deep ring: choose its depth again
+    if "stages" in reasons and deep_ring(info, chosen):  # the rules' deep ring: choose its depth again
         deeper["stages"] = next((v for v, _ in _c_stages("stages", info, target, deeper, {})
                                  if not check(info, {**deeper, "stages": v}, target)), chosen.get("stages"))
     if check(info, deeper, target):
