@@ -26,9 +26,9 @@ EARLIER = 3
 
 
 def earlier_bests(store: Store, task, space, skip=frozenset()) -> list[dict]:
-    """The `EARLIER` fastest points (module docstring), fastest first (by the times the earlier
-    studies measured); [] where the store has no other study of the
-    task's kernel at its shape and target. `skip`: point keys already among the first trials."""
+    """The `EARLIER` fastest points (module docstring), fastest first by the times the earlier
+    studies measured; [] where the store has no other study of the task's kernel at its shape
+    and target. `skip`: point keys already among the first trials."""
     from emmy.search.study import params_of
 
     domains = dict(task.space)
