@@ -137,7 +137,7 @@ class _Namer:
                 self.say(_named_line(self.outcomes[i], time.monotonic() - start))
             notes = tuple(f"naming the best: {why}" for why in getattr(self._measurer, "replaced", ())[replaced:])
             if notes:
-                self.outcomes[i] = replace(self.outcomes[i], notes=notes)
+                self.outcomes[i] = replace(self.outcomes[i], notes=self.outcomes[i].notes + notes)
         return self.outcomes[i]
 
     def close(self) -> None:
@@ -254,7 +254,19 @@ def _outcome(store: Store, task: TuneTask, measurer) -> Outcome:
     timeouts = sum(t.user_attrs["status"] == "timeout" for t in trials)
     # the default's time re-measured beside the best (the trial's own single measurement otherwise)
     default_s = best.default_s if best is not None and best.default_s is not None else (None if first is None else first.value)
-    return Outcome(task, len(trials), best, default_s, status, timeouts)
+    return Outcome(task, len(trials), best, default_s, status, timeouts, _earlier_note(trials, best))
+
+
+def _earlier_note(trials, best: Best | None) -> tuple[str, ...]:
+    """Where the study measured earlier points (`emmy.search.earlier`: the fastest of the store's
+    older studies of this kernel at this shape, under another key), how many, and whether the
+    best is one of them."""
+    earlier = {point_key(t.user_attrs["values"]) for t in trials if t.user_attrs.get("enqueued") == "earlier"}
+    if not earlier:
+        return ()
+    won = best is not None and point_key(best.values) in earlier
+    return (f"{len(earlier)} earlier point(s) measured first, the fastest of the store's older studies of this "
+            f"kernel at this shape (another key, emmy.search.earlier); {'the best is one of them' if won else 'none is the best'}",)
 
 
 class _Lazy:

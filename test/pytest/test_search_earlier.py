@@ -105,3 +105,29 @@ def test_a_study_that_exists_is_not_seeded_again(down_3000, tmp_path):
 def _values(space, params) -> dict:
     """The knob values of a trial's Optuna parameters (`knob|choices` -> value)."""
     return {name.partition("|")[0]: v for name, v in params.items()}
+
+
+def test_a_run_says_it_measured_earlier_points_and_whether_one_won(down_3000, tmp_path):
+    """`emmy tune`'s notes under the table name the earlier points a new study measured."""
+    from emmy.search.study import Budget
+    from emmy.search.tune import outcome_notes, tune
+
+    task = down_3000
+    store = open_store(default_url(tmp_path))
+    old = {k: v for k, v in dict(task.default).items() if k != "epilogue"} | {"fusion": "fused"}
+    _old_study(store, task, "a" * 64, [(_then(old, group_m=2), 20e-6, "ok"), (_then(old, group_m=8), 21e-6, "ok")])
+    (outcome,), problems = tune([task], store, Budget(trials=6), "cost", workers=1, progress=None)
+    assert problems == []
+    (line,) = [n for n in outcome_notes([outcome], 10.0) if "earlier point" in n]
+    assert line.startswith(f"{task.kernel} ({task.key_id}): 2 earlier point(s) measured first")
+    won = outcome.best is not None and outcome.best.values in (in_space(_then(old, group_m=g), dict(task.space)) for g in (2, 8))
+    assert line.endswith("the best is one of them" if won else "none is the best")
+
+
+def test_a_run_without_earlier_points_says_nothing_of_them(down_3000, tmp_path):
+    from emmy.search.study import Budget
+    from emmy.search.tune import outcome_notes, tune
+
+    store = open_store(default_url(tmp_path))
+    (outcome,), _ = tune([down_3000], store, Budget(trials=3), "cost", workers=1, progress=None)
+    assert not [n for n in outcome_notes([outcome], 10.0) if "earlier point" in n]
