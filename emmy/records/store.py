@@ -109,8 +109,7 @@ class Store:
 
     def study_names(self) -> list[str]:
         """The kernel keys with a study, sorted."""
-        return sorted(s.study_name for s in self.storage.get_all_studies()
-                      if s.study_name != META_STUDY and not s.study_name.startswith(LAYER_PREFIX))
+        return [s.study_name for s in self.studies()]
 
     def studies(self) -> list:
         """The kernel keys' studies with their user attributes, in one query (Optuna's

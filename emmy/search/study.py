@@ -8,8 +8,8 @@ The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal poin
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
 default answer (what Emmy chooses without records), the fastest points the store's earlier
 studies of the same kernel and shape measured before its key changed (`emmy.search.earlier`) and
-the default's legal neighbours as the first trials, then for a contraction whose default leaves its last wave part empty the tile shapes that fill
-it (`emmy.search.waves`), then, where a fitted prior for the target exists, the prior's top few
+the default's legal neighbours as the first trials, then for a contraction whose default leaves
+its last wave part empty the tile shapes that fill it (`emmy.search.waves`), then, where a fitted prior for the target exists, the prior's top few
 candidates; then TPE
 (multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
 seed per worker) proposes the rest. A study continued after the answers changed measures
@@ -185,10 +185,12 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     for point in earlier_bests(store, task, space, {point_key(p) for p in first}):
         study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "earlier"}, skip_if_exists=True)
         first.append(point)
+    enqueued = {point_key(p) for p in first}
     for point in space.neighbours(default, NEIGHBOURS) if default else []:
         params = params_of(space, point)
-        if params is not None and point_key(point) not in {point_key(p) for p in first}:
+        if params is not None and point_key(point) not in enqueued:
             study.enqueue_trial(params, skip_if_exists=True)
+            enqueued.add(point_key(point))
             first.append(point)
     siblings = fork_siblings(space, default, {point_key(p) for p in first}, task_fork_knobs(task)) if default else []
     for point in siblings:

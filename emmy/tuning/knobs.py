@@ -209,7 +209,6 @@ FEATURE_OFF: dict[str, KnobValue] = {
 }
 
 
-
 def in_space(values: Mapping[str, KnobValue], domains: Mapping[str, Sequence[KnobValue]]) -> dict[str, KnobValue] | None:
     """Knob values chosen in another space (a kernel's before a knob was added or taken out)
     read in `domains`: the knobs `domains` lacks left out, those `values` lacks at their off
