@@ -22,6 +22,10 @@ removing it), so such knobs are named (`dropped`, `--drop KNOB`): an entry whose
 them and are otherwise in today's space is carried over without them. An alternative that
 becomes the entry's values, or an earlier alternative's, was the same program measured again
 and is left out (the entry's own time and the first alternative's stay).
+
+Values are read in today's space as a new study reads an old study's points
+(`emmy.tuning.knobs.in_space`): an alternative that no longer has a value there is left out,
+and the note says so.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 
 from emmy.golden.check import model_tasks
 from emmy.golden.schema import Alternative, Entry, read_dir, write_file
-from emmy.tuning.knobs import FEATURE_OFF, KnobValue
+from emmy.tuning.knobs import in_space
 
 
 def carry_over(directory: Path, compile_tasks=None, dropped: Collection[str] = ()) -> tuple[list[Path], list[str]]:
@@ -52,9 +56,10 @@ def carry_over(directory: Path, compile_tasks=None, dropped: Collection[str] = (
             if group not in cache:
                 cache[group] = compile_tasks(*group)
             task = cache[group].get(e.kernel)
-            new = _carried(e, task, frozenset(dropped)) if task is not None and task.key.id != e.key else None
-            if new is not None:
-                notes.append(f"{f.where(i)}: key {e.key} -> {new.key} ({_change(e, new)})")
+            carried = _carried(e, task, frozenset(dropped)) if task is not None and task.key.id != e.key else None
+            if carried is not None:
+                new, merged, outside = carried
+                notes.append(f"{f.where(i)}: key {e.key} -> {new.key} ({_change(e, new, merged, outside)})")
                 entries[i] = new
                 touched = True
         if touched:
@@ -63,45 +68,44 @@ def carry_over(directory: Path, compile_tasks=None, dropped: Collection[str] = (
     return changed, notes
 
 
-def _carried(e: Entry, task, dropped: frozenset[str]) -> Entry | None:
+def _carried(e: Entry, task, dropped: frozenset[str]) -> tuple[Entry, int, int] | None:
     """`e` under the task's key with the added knobs at their off values and the `dropped`
     knobs left out (or, where no knob was added or dropped, with its values unchanged, every one
-    still in its grown domain), or None where `e` is stale for another reason."""
+    still in its grown domain), or None where `e` is stale for another reason. Also how many
+    alternatives were merged (the same program as the values or an earlier alternative once a
+    no-op knob is gone) and how many were left out (no longer in today's space)."""
     key = task.key
     if (key.shape, key.version, task.description) != (e.shape, e.version, e.description):
         return None
     gone = [k for k in e.values if k not in task.space]
     if any(k not in dropped for k in gone):
         return None
-    added = [k for k in task.space if k not in e.values]
-    if not added and not gone and not all(v in task.space[k] for k, v in e.values.items()):
-        return None  # (no knob added or dropped: carried over only where domains grew around its values)
-    if any(k not in FEATURE_OFF or FEATURE_OFF[k] not in task.space[k] for k in added):
-        return None
-
-    def extend(values) -> dict[str, KnobValue]:
-        return {k: values[k] if k in values else FEATURE_OFF[k] for k in task.space}
-
-    values = extend(e.values)
-    if not all(v in task.space[k] for k, v in values.items()):
+    values = in_space(e.values, task.space)
+    if values is None:
         return None
     seen = [values]
     alternatives = []
+    merged = outside = 0
     for a in e.alternatives:
-        v = extend(a.values)
-        if not gone or v not in seen:  # (a dropped no-op knob: the same program measured again)
+        v = in_space(a.values, task.space)
+        if v is None:
+            outside += 1
+        elif gone and v in seen:  # (a dropped no-op knob: the same program measured again)
+            merged += 1
+        else:
             seen.append(v)
             alternatives.append(Alternative(v, a.time_s, a.spread))
-    return replace(e, key=key.id, structure=key.structure, values=values, alternatives=tuple(alternatives))
+    new = replace(e, key=key.id, structure=key.structure, values=values, alternatives=tuple(alternatives))
+    return new, merged, outside
 
 
-def _change(old: Entry, new: Entry) -> str:
+def _change(old: Entry, new: Entry, merged: int, outside: int) -> str:
     """What carrying `old` over changed, for its note."""
     added = [f"{k}={v}" for k, v in new.values.items() if k not in old.values]
     gone = [f"{k} dropped" for k in old.values if k not in new.values]
-    merged = len(old.alternatives) - len(new.alternatives)
-    parts = added + gone + ([f"{merged} alternative{'s' if merged > 1 else ''} merged"] if merged else [])
-    return ", ".join(parts) or "domains grown"
+    counts = [f"{n} alternative{'s' if n > 1 else ''} {what}" for n, what in
+              ((merged, "merged"), (outside, "outside today's space left out")) if n]
+    return ", ".join(added + gone + counts) or "domains grown"
 
 
 __all__ = ["carry_over"]

@@ -191,21 +191,26 @@ def test_carry_over_adds_a_new_knob_at_its_off_value(tmp_path, example_tasks):
 
 def test_carry_over_follows_a_grown_domain(tmp_path, example_tasks):
     """A domain that gained values (block_m 192) changes the keys; an entry whose values are all
-    in today's domains is carried over with its values as they are; one holding a value no
-    longer in its domain is left for check to name."""
+    in today's domains is carried over with its values as they are (an alternative that is not
+    is left out, and the note says so); one holding a value no longer in its domain is left for
+    check to name."""
     from emmy.golden.migrate import carry_over
 
     task = next(t for t in example_tasks.values() if "block_m" in t.space)
     values = dict(task.default)
     old = "f" * 12 + task.key.id[12:]
+    kept = {"values": {**values, "block_m": 32}, "time_s": 1.2e-5, "spread": 0.02}
+    gone = {"values": {**values, "block_m": 48}, "time_s": 1.3e-5, "spread": 0.02}
     path = write(tmp_path, TARGET, [
-        entry_for(task, key=old, structure="f" * 64, values=values),
+        entry_for(task, key=old, structure="f" * 64, values=values, alternatives=[gone, kept]),
         entry_for(task, tokens=8, key="e" * 12 + task.key.id[12:], values={**values, "block_m": 48}),
     ])
     changed, notes = carry_over(tmp_path, compile_tasks=lambda *a: example_tasks)
-    assert changed == [path] and len(notes) == 1 and f"-> {task.key.id} (domains grown)" in notes[0]
+    assert changed == [path] and len(notes) == 1
+    assert f"-> {task.key.id} (1 alternative outside today's space left out)" in notes[0]
     carried = next(e for e in read_file(path).entries if e.tokens == 16)
     assert carried.key == task.key.id and dict(carried.values) == values
+    assert [dict(a.values) for a in carried.alternatives] == [{**values, "block_m": 32}]
     text = messages(check_dir(tmp_path, compile_tasks=lambda *a: example_tasks))
     assert "16 tokens" not in text and text.count("stale: the key is now") == 1
 
