@@ -113,11 +113,27 @@ def test_layout_problems_name_the_file(tmp_path, text, fragment):
     assert len(findings) == 1 and fragment in str(findings[0])
 
 
-def test_entry_field_types(tmp_path, example_tasks):
+@pytest.mark.parametrize("changes, message", [
+    ({"time_s": "fast"}, "'time_s' must be a number, not \"fast\""),
+    ({"tokens": True}, "'tokens' must be an integer, not true"),
+    ({"layer": -1}, "'layer' must be a layer number or null, not -1"),
+    ({"tokens": 0}, "'tokens' must be at least 1"),
+    ({"time_s": 0}, "'time_s' must be positive and 'spread' not negative"),
+    ({"spread": -0.1}, "'time_s' must be positive and 'spread' not negative"),
+    ({"values": {}}, "'values' must map knob names to values"),
+    ({"values": {"block_m": 1.5}}, "'values': knob 'block_m' must be an integer or a string, not 1.5"),
+    ({"alternatives": {}}, "'alternatives' must be a list"),
+    ({"alternatives": [{"time_s": 1e-5}]}, "alternative 0: an alternative is an object with 'values' and 'time_s'"),
+    ({"alternatives": [{"values": {"block_m": 64}, "time_s": -1}]}, "alternative 0: 'time_s' must be a number, not -1"),
+    ({"card": 7}, "'card' must be a string"),
+])
+def test_entry_fields_are_checked(tmp_path, example_tasks, changes, message):
+    """Each field of an entry is checked as the file is read; the message names the file, the
+    entry and its kernel, and check reports it as one finding."""
     task = next(iter(example_tasks.values()))
-    write(tmp_path, TARGET, [entry_for(task, time_s="fast")])
+    path = write(tmp_path, TARGET, [entry_for(task, **changes)])
     (f,) = check_dir(tmp_path, compile_tasks=lambda *a: {})
-    assert "'time_s' must be a number, not \"fast\"" in str(f)
+    assert str(path) in str(f) and f"entry 0 (kernel '{task.kernel}')" in str(f) and message in str(f)
 
 
 def test_cli_check_exit_codes(tmp_path, example_tasks):

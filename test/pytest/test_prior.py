@@ -412,10 +412,19 @@ def test_a_missing_file_gives_the_defaults_and_a_written_one_reads_back(tmp_path
     ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {"knee": -1}}',
      r"coefficient knee must be a positive number"),
     ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {"speed": 2}}', r"unknown coefficients speed"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": [1, 2]}',
+     r"\"coefficients\" must be an object of numbers"),
     ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {}, "residuals": {"x": {}}}',
      r"\"residuals\" must map"),
     ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {}, "envelope": {"x": {"stages": [1]}}}',
      r"envelope of x: stages"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {}, "envelope": {"x": 1}}',
+     r"\"envelope\" must map each kind to an object"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {}, '
+     '"residuals": {"x": {"spread": 0.1, "held_out": {"margin": 0.5, "worst": 2, "pairs": 3}}}}',
+     r"residuals of x: \"held_out\" must hold a \"margin\" of at least 1"),
+    ('{"format": "emmy-prior", "schema": 1, "target": "sm_90a", "coefficients": {}, "correction": {"x": {"a=1": "fast"}}}',
+     r"\"correction\" must map each kind"),
 ])
 def test_a_broken_prior_file_is_an_error_naming_it(tmp_path, text, message):
     path = tmp_path / "prior.json"
