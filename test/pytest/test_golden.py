@@ -146,6 +146,7 @@ def test_cli_check_exit_codes(tmp_path, example_tasks):
     assert "duplicate" in proc.stderr and "1 problem(s)" in proc.stderr
     assert_user_error(emmy("golden", "check", str(tmp_path / "missing")), "no such golden folder")
     assert_user_error(emmy("golden", "frobnicate"), "unknown action 'frobnicate'", "check, promote")
+    assert_user_error(emmy("golden", "promote"), "emmy golden promote: give the MODEL that was tuned")
     assert_user_error(emmy("golden", "promote", EXAMPLE, env={"EMMY_HOME": str(tmp_path / "home")}), "give --tokens")
     assert_user_error(emmy("golden", "promote", EXAMPLE, "--tokens", "16", "--target", TARGET,
                            env={"EMMY_HOME": str(tmp_path / "home")}), "there is no store")

@@ -201,6 +201,7 @@ def test_no_gpu(capsys):
     (["--trials", "0"], "--trials 0: give at least 1 trial per kernel"),
     (["--time-budget", "0"], "--time-budget 0.0: give a positive number of seconds"),
     (["--workers", "0"], "--workers 0: give at least 1 measuring process"),
+    (["--batch", "0"], "--batch 0: give at least 1 candidate per batch"),
     (["--tokens", "a,b"], "--tokens 'a,b': expected token counts separated by commas"),
     (["--tokens", "0"], "--tokens '0': give one or more token counts of at least 1"),
     (["--measurer", "abacus"], "unknown measurer 'abacus'"),
