@@ -154,7 +154,7 @@ class WarpSpecializedMixin:
         after its last slot wait hands the turn to the other, where a next tile exists: the
         slots' full barriers are waited on in the order they are filled, so that no parity
         wait can pass on an older phase, and one warpgroup's epilogue runs beside the other's
-        wgmmas. A slot is then freed by one warpgroup's 128 threads."""
+        wgmmas. A slot is then freed by one warpgroup's four warps."""
         g = self.g
         S = g.stages
         consumers = g.consumers
@@ -170,9 +170,9 @@ class WarpSpecializedMixin:
         # every operand through tensor maps: one producer thread does all the staging
         tma_only = len(maps) == 1 + len(self.cs)
         arrivals = (0 if tma_only else 2 * 128) + (1 if maps else 0)
-        # a slot is free once every consumer thread (with clusters: every consumer warp of
-        # every block of the cluster, whose B slices it also receives) has released it
-        releases = g.tile_threads if g.cluster == 1 else g.cluster * consumers // 32
+        # a slot is free once every consumer warp (with clusters: of every block of the
+        # cluster, whose B slices it also receives) has released it, one arrival a warp
+        releases = g.cluster * g.tile_threads // 32
         if g.pingpong and (rs is not None or inplace is not None or stats_leaf is not None):
             raise EmmyError(
                 f"tile.kernel @{self.info.name}: epilogue=pingpong needs A copied as it is and no row statistics "
@@ -193,7 +193,7 @@ class WarpSpecializedMixin:
             if g.cluster > 1:
                 kb.call(f"emmy::cluster_arrive<{g.cluster}>", [empty(slot)])
             else:
-                kb.call("emmy::mbar_arrive", [empty(slot)])
+                kb.call("emmy::warp_arrive", [empty(slot)])
         budgets = g.register_budgets  # (three consumers: the producer hands registers over)
         with kb.if_(kb.cmp("sge", tid, consumers)):
             if budgets is not None:

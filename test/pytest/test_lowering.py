@@ -489,9 +489,9 @@ def test_persistent_blocks_loop_over_tiles():
     for loop in tile_loops:
         assert any(isinstance(op, K.ForOp) and op.body.block.args[0].name_hint == "kt" for op in loop.walk())
     calls = callees(f)
-    # the consumers' mbar_arrive per k-step after the first, plus one for the tile's last slot
+    # the consumers' warp_arrive per k-step after the first, plus one for the tile's last slot
     consumer = tile_loops[1]
-    arrives = [op for op in consumer.walk() if isinstance(op, K.CallOp) and op.callee.data == "emmy::mbar_arrive"]
+    arrives = [op for op in consumer.walk() if isinstance(op, K.CallOp) and op.callee.data == "emmy::warp_arrive"]
     assert len(arrives) == 2
     # in place A (one barrier per k-step), the statistics written, and rs free again per tile
     assert calls.count("emmy::named_barrier<128>") == 3
@@ -552,7 +552,7 @@ def test_pingpong_epilogue_takes_tiles_in_turn():
     assert _barrier_ids(f, "emmy::named_barrier<256>") == [13, 14]
     assert _barrier_ids(f, "emmy::named_barrier_arrive<256>") == [14, 13]
     assert set(_barrier_ids(f, "emmy::named_barrier<128>")) == {10, 11}
-    assert _init_counts(f)[1::2] == [128] * 4  # the empty barriers: one warpgroup releases a slot
+    assert _init_counts(f)[1::2] == [4] * 4  # the empty barriers: one warpgroup's four warps release a slot
     calls = callees(f)
     assert "emmy::regs_lower<40>" in calls and "emmy::regs_raise<232>" in calls
     # per warpgroup: two 64-row slices of the 128-row A tile against gate's and up's B tiles

@@ -203,6 +203,16 @@ __device__ __forceinline__ void mbar_arrive(long long* bar) {
 #endif
 }
 
+// The calling warp arrives once, after every one of its threads got here (__syncwarp orders
+// their earlier shared-memory reads before lane 0's release): a barrier counting warps, not
+// threads, takes a 32nd of the arrivals.
+__device__ __forceinline__ void warp_arrive(long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbar_arrive(bar);
+#endif
+}
+
 // Arrive once this thread's earlier cp.async copies have landed (the barrier's expected count
 // includes this arrival; the thread does not wait).
 __device__ __forceinline__ void cp_async_mbar_arrive(long long* bar) {
