@@ -2,7 +2,8 @@
 //
 //   emmy_core.cuh   Vec, zero, align_smem, warp_sum/warp_max, group_sum/group_max, cp.async,
 //                   swz/tile_offset (swizzled operand tiles),
-//                   fence_proxy_async, grid_dependency_wait/allow_dependents, silu
+//                   fence_proxy_async, grid_dependency_wait/allow_dependents, silu,
+//                   mbar_init/mbar_arrive/warp_arrive/mbar_wait (sm_90+)
 //   emmy_mma.cuh    emmy::mma::warp_tile (ldmatrix + mma.sync m16n8k16, sm_80+),
 //                   emmy::fma::thread_tile (plain FMA)
 //   emmy_wgmma.cuh  emmy::wgmma::tile, desc, fence/commit/wait (sm_90a)
