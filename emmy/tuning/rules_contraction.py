@@ -276,6 +276,17 @@ def _c_tiles_ranked(knob, info, target, chosen, memo) -> Prefs:
     return out
 
 
+def _split_trade(info: KernelInfo, target: Target, e: GemmEstimate) -> str:
+    """What a split of k trades, for its reason: the f32 parts written and added after, against
+    the same tiles unsplit (their waves and how busy those keep the SMs)."""
+    (N, nc), M = info.gemm_n_nc, info.M
+    parts = e.split_k * info.batch * M * N * nc * 4
+    tiles = output_tiles(info, e.block_m, e.block_n)
+    waves = ceil(tiles / target.sms)
+    return (f"; its {e.split_k} f32 parts ({parts / 1e6:.1f} MB) are written and added after, against "
+            f"{tiles} tiles unsplit, {waves} wave{'s' if waves > 1 else ''} ({tiles / (waves * target.sms):.0%} busy)")
+
+
 def _c_warps(knob, info, target, chosen, memo) -> Prefs:
     bm, bn = int(chosen.get("block_m", 64)), int(chosen.get("block_n", 64))
     nc = info.n_contractions
@@ -630,6 +641,8 @@ def _c_final(info, target, chosen, reasons) -> None:
     for k in ("block_m", "block_n", "split_k"):
         if k in reasons:
             reasons[k] = e.describe(info, target)
+    if "split_k" in reasons and e.split_k > 1:
+        reasons["split_k"] += _split_trade(info, target, e)
     _c_full_step(info, target, chosen, reasons)
 
 

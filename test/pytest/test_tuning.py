@@ -1259,3 +1259,20 @@ def test_the_fusion_knob_exists_only_where_row_statistics_can_be_split():
         info, space = spaces[name]
         assert info.prologue and space["fusion"] == ("fused", "split"), name
     assert "fusion" in spaces["attention"][1]
+
+
+def test_a_split_reason_says_what_the_split_trades():
+    """A split of k is explained by both sides of its trade: the f32 parts written and added
+    after, against the waves the same tiles make unsplit (and how busy they keep the SMs)."""
+    info = info_of(matmul_residual(2500, 4096, 14336))  # Mistral-7B's down projection at 2500 tokens
+    d = rules.decide(info, SM90A, knob_space_for(info, SM90A))
+    sk, bm, bn = d["split_k"].value, d["block_m"].value, d["block_n"].value
+    assert sk > 1
+    tiles = -(-2500 // bm) * -(-4096 // bn)
+    waves = -(-tiles // SM90A.sms)
+    parts = sk * 2500 * 4096 * 4 / 1e6
+    assert f"its {sk} f32 parts ({parts:.1f} MB) are written and added after" in d["split_k"].reason
+    assert f"against {tiles} tiles unsplit, {waves} waves" in d["split_k"].reason
+    assert "added after" not in d["block_m"].reason  # the tile's reason stays the estimate's
+    whole = rules.decide(info, SM90A, knob_space_for(info, SM90A), {"split_k": 1})  # pinned: not decided
+    assert "split_k" not in whole and "added after" not in whole["block_m"].reason
