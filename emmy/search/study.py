@@ -8,11 +8,11 @@ The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal poin
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
 default answer (what Emmy chooses without records), the fastest points the store's earlier
 studies of the same kernel and shape measured before its key changed (`emmy.search.earlier`) and
-the default's legal neighbours as the first trials, then for a contraction whose default leaves
-its last wave part empty the tile shapes that fill it (`emmy.search.waves`), then, where a fitted prior for the target exists, the prior's top few
-candidates; then TPE
-(multivariate, grouped for the conditional space, a constant liar for parallel workers, a fixed
-seed per worker) proposes the rest. A study continued after the answers changed measures
+the default's legal neighbours as the first trials, then the default's structural-fork siblings
+(below), then for a contraction whose default leaves its last wave part empty the tile shapes
+that fill it (`emmy.search.waves`), then, where a fitted prior for the target exists, the
+prior's top few candidates; then TPE (multivariate, grouped for the conditional space, a
+constant liar for parallel workers, a fixed seed per worker) proposes the rest. A study continued after the answers changed measures
 today's default, the rules' answer and, where a fitted prior reshapes their tile, the prior
 tier's anchor before TPE's draws (`enqueue_todays_answers`).
 
@@ -178,30 +178,28 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     study.set_user_attr(MODULE_ATTR, task.module)
     space = space or conditional_space(task)
     default = dict(task.default)
-    first = [default] if default else []
+    enqueued: set[tuple] = {point_key(default)} if default else set()  # the point keys queued so far
+
+    def enqueue(point, params, source=None) -> None:
+        study.enqueue_trial(params, user_attrs={"enqueued": source} if source else None, skip_if_exists=True)
+        enqueued.add(point_key(point))
+
     params = params_of(space, default) if default else None
     if params is not None:
-        study.enqueue_trial(params, skip_if_exists=True)
-    for point in earlier_bests(store, task, space, {point_key(p) for p in first}):
-        study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "earlier"}, skip_if_exists=True)
-        first.append(point)
-    enqueued = {point_key(p) for p in first}
+        enqueue(default, params)
+    for point in earlier_bests(store, task, space, frozenset(enqueued)):
+        enqueue(point, params_of(space, point), "earlier")
     for point in space.neighbours(default, NEIGHBOURS) if default else []:
         params = params_of(space, point)
         if params is not None and point_key(point) not in enqueued:
-            study.enqueue_trial(params, skip_if_exists=True)
-            enqueued.add(point_key(point))
-            first.append(point)
-    siblings = fork_siblings(space, default, {point_key(p) for p in first}, task_fork_knobs(task)) if default else []
-    for point in siblings:
-        study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "fork"}, skip_if_exists=True)
-        first.append(point)
-    for point in wave_fillers(task, space, default, {point_key(p) for p in first}) if default else []:
-        study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "waves"}, skip_if_exists=True)
-        first.append(point)
+            enqueue(point, params)
+    for point in fork_siblings(space, default, frozenset(enqueued), task_fork_knobs(task)) if default else []:
+        enqueue(point, params_of(space, point), "fork")
+    for point in wave_fillers(task, space, default, frozenset(enqueued)) if default else []:
+        enqueue(point, params_of(space, point), "waves")
     if prior is not None:
-        for point in prior_picks(task, space, prior, {point_key(p) for p in first}):
-            study.enqueue_trial(params_of(space, point), user_attrs={"enqueued": "prior"}, skip_if_exists=True)
+        for point in prior_picks(task, space, prior, frozenset(enqueued)):
+            enqueue(point, params_of(space, point), "prior")
     return study
 
 
