@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,10 +55,18 @@ def cubin_path(source: str, arch: str, cache_dir: Path) -> Path:
 
 
 def store_atomically(path: Path, data: bytes) -> None:
-    """Write a cache file so that a concurrent reader never sees half of it."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    """Write a cache file so that a concurrent reader never sees half of it. Each writer has a
+    temporary file of its own: two threads of one process storing the same cubin at once (a
+    benchmark's variants building one kernel alike) once shared a name by process id, and the
+    second found its file already renamed away."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @contextmanager

@@ -10,8 +10,8 @@ So where the borrowed assignment is a grid contraction whose wave quantization h
 each with the borrowed warps per tile row or the borrowed warps, every other knob as borrowed)
 are ranked by the physical model (the fitted coefficients without the learned correction, as
 the vet does: `emmy.evidence.prior.NearestVet`), and the fastest replaces the borrowed tile when
-predicted at least `RESHAPE_MARGIN` faster. Tile heights the fit has not seen
-(`emmy.prior.waves.UNFITTED_BLOCK_M`: 192 rows) are not among them. A narrower tile gets the
+predicted at least `RESHAPE_MARGIN` faster. Tile heights and widths the fit has not seen
+(`emmy.prior.waves.UNFITTED_BLOCK_M`: 192 rows; `UNFITTED_VALUES`: 160 columns) are not among them. A narrower tile gets the
 deeper k step that keeps each warpgroup's multiply-adds per step as borrowed
 (`emmy.prior.waves.deeper_step`), where
 that is legal and block_k is not pinned: the physical model prices the two steps alike, the

@@ -13,6 +13,7 @@ cost measurer wrote (`emmy tune --measurer cost`): golden files hold measurement
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from emmy.golden.check import model_tasks
@@ -57,9 +58,14 @@ def promote(
 
 def merge(old: Sequence[Entry], new: Sequence[Entry]) -> list[Entry]:
     """The entries of a golden file after promoting `new` into it: a new entry replaces the old
-    one of the same key, the rest stay."""
+    one of the same key, the rest stay. The replacement keeps the smaller token count of the two:
+    a weight-folding kernel has one key at every count, and the file lists it at the first (a
+    promotion at 4096 tokens once moved both weight-folding entries of the Qwen3 file there, and
+    with them the numbers of the entries between)."""
+    was = {e.key: e.tokens for e in old}
     keys = {e.key for e in new}
-    return [*(e for e in old if e.key not in keys), *new]
+    return [*(e for e in old if e.key not in keys),
+            *(replace(e, tokens=min(e.tokens, was.get(e.key, e.tokens))) for e in new)]
 
 
 def _alternatives(store, key_id: str, best_values) -> list[Alternative]:

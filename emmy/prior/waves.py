@@ -74,9 +74,12 @@ UNFITTED_BLOCK_M: frozenset[int] = frozenset({192})
 # tiles, one's epilogue beside the other's k loop) would read as `together` with twice the
 # accumulators a thread. Nor has it seen attention with three consumer warpgroups (block_q =
 # 192, the only block_q with warps = 12: their turns and 160 registers a consumer), which no
-# record measured when it was fitted. The prior tier's neighbourhood leaves them out unless its
-# anchor has them.
-UNFITTED_VALUES: frozenset[tuple[str, object]] = frozenset({("epilogue", "pingpong"), ("block_q", 192)})
+# record measured when it was fitted; nor tiles 160 columns wide, which came after it. The prior
+# tier's neighbourhood leaves them out unless its anchor has them, and a reshape never moves a
+# tile there: reshaping the Qwen3 o projection's borrowed tile to 64 x 160 at 1100 tokens,
+# predicted 17.68 us against 21.03, ran 17.6 us on an H100 against 15.5 for the 128 x 96 it
+# replaced (docs/bench/h100-n160-deploy-2026-12-06c.log).
+UNFITTED_VALUES: frozenset[tuple[str, object]] = frozenset({("epilogue", "pingpong"), ("block_q", 192), ("block_n", 160)})
 
 
 def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object],
@@ -149,7 +152,8 @@ def fill_waves(info, target, domains: Mapping[str, Sequence[object]], values: Ma
     """`values` (a grid contraction's assignment) with the tile shape that fills the waves
     better, where the physical model (`coeffs`: fitted coefficients, no learned correction)
     predicts it at least `RESHAPE_MARGIN` faster, and its detail (JSON-able); None where the
-    tile stays. The candidates are `shapes` (no tile height in `UNFITTED_BLOCK_M`), each with
+    tile stays. The candidates are `shapes` (no tile height in `UNFITTED_BLOCK_M`, no width in
+    `UNFITTED_VALUES`), each with
     the scaled warps or its own, every one legal; a narrower tile gets the deeper k step of
     `deeper_step` where that is legal. Knobs in `fixed` (pins) never change. What the nearest
     tier does to a borrowed tile and the prior tier to the rules' (`emmy.evidence.reshape`)."""
@@ -168,6 +172,8 @@ def fill_waves(info, target, domains: Mapping[str, Sequence[object]], values: Ma
         return None
     best = None
     for bm, bn, scaled in shapes(domains, values, UNFITTED_BLOCK_M):
+        if ("block_n", bn) in UNFITTED_VALUES:
+            continue
         warps = [values.get("warps")] if "warps" in fixed else [*scaled, values.get("warps")]
         for w in dict.fromkeys(warps):
             candidate = {**values, "block_m": bm, "block_n": bn, **({"warps": w} if w is not None else {})}

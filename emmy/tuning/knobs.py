@@ -15,8 +15,9 @@ job, `emmy/tuning/legality.py`).
 Meanings (what the kernel stage does with each value):
 - `block_m`, `block_n`: output tile along the m-side (rows) and n-side (columns) axes (block_n
   also 96 and 192: 3072 columns in 32 or 16 tiles, one wave with 4 row blocks on 132 SMs; and
-  112: the 14336 columns of Mistral-7B's and Llama-3-8B's MLP in 128 tiles; block_m also 192:
-  three 64-row warpgroup slices, with warps = 12).
+  112: the 14336 columns of Mistral-7B's and Llama-3-8B's MLP in 128 tiles; 160: 4096 or 2048
+  columns in 26 or 13 tiles, which with 10 or 20 row blocks fill 2 or 4 waves of 132 SMs to 98%
+  without splitting k; block_m also 192: three 64-row warpgroup slices, with warps = 12).
 - `block_k`: the reduction step along k; `split_k`: the k range is cut into that many parts computed
   by different blocks, whose float32 partial sums are added afterwards.
 - `combine`: who adds split_k's partial sums and runs the epilogue: a kernel of its own launched
@@ -142,7 +143,7 @@ GROUP_M: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "contraction": {
         "block_m": (16, 32, 64, 128, 192, 256),
-        "block_n": (16, 32, 64, 96, 112, 128, 192, 256),
+        "block_n": (16, 32, 64, 96, 112, 128, 160, 192, 256),
         "block_k": (16, 32, 64, 128),
         "split_k": (1, 2, 3, 4, 8, 16),
         "combine": COMBINES,

@@ -41,6 +41,30 @@ def _unruled(workers, bm: int, bn: int) -> bool:
     return bm == 192 and (workers != "wgmma_ws" or bn > 96)
 
 
+# Widths the rules take only where their tiles fill the waves better than the best-ranked tile of
+# any other width: the estimate ranks them above narrower full waves they lose to. Measured on
+# an H100 (docs/bench/h100-n160-2026-12-06c.log): 128 x 160 tiles in 2 to 4 waves 98% busy took
+# Mistral-7B's o projection at 2500 tokens 156.2 us against 167.4 for 128 x 256 (81% busy), and
+# Llama-3.2-1B's o and down at 2500 46.5 and 136.2 against 50.3 for 128 x 192 and 192.1 for
+# 128 x 256 split 4 ways; at 1100 tokens, in one or two waves 89% busy, 73.2 and 22.4 against
+# 70.0 and 20.6 for 192 x 96 tiles filling one wave whole (Mistral-7B's and Llama-3.2-1B's o).
+FILL_ONLY_WIDTHS = frozenset({160})
+
+
+def _fills_better(ests: list[GemmEstimate], target: Target) -> list[GemmEstimate]:
+    """`ests` without the tiles of FILL_ONLY_WIDTHS that keep the SMs no busier than the
+    best-ranked tile of another width."""
+    others = [e for e in ests if e.block_n not in FILL_ONLY_WIDTHS]
+    if not others:
+        return ests
+    bar = min(others, key=_rank).busy(target)
+    return [e for e in ests if e.block_n not in FILL_ONLY_WIDTHS or e.busy(target) > bar]
+
+
+def _rank(e: GemmEstimate):
+    return (e.seconds, e.waste, -e.block_m * e.block_n, e.split_k)
+
+
 @dataclass(frozen=True)
 class GemmEstimate:
     """A rough time for one (block_m, block_n, split_k) choice, with the tile counts behind it."""
@@ -54,8 +78,12 @@ class GemmEstimate:
     waste: float  # fraction of the computed tile area outside the output
     ring: bool = False  # one wave of small tiles in a deep ring (`one_wave_ring`)
 
+    def busy(self, target: Target) -> float:
+        """The share of the waves' block slots its tiles fill."""
+        return self.tiles / (self.waves * target.sms)
+
     def describe(self, info: KernelInfo, target: Target) -> str:
-        busy = self.tiles / (self.waves * target.sms)
+        busy = self.busy(target)
         split = f" x split_k={self.split_k}" if self.split_k > 1 else ""
         wave = "wave" if self.waves == 1 else "waves"
         return (
@@ -162,7 +190,7 @@ def _gemm_ranking(info: KernelInfo, target: Target, chosen: Mapping[str, KnobVal
         for sk in space["split_k"]
         if not check(info, {**base, "block_m": bm, "block_n": bn, "split_k": sk}, target)
     ]
-    ranking = sorted(ests, key=lambda e: (e.seconds, e.waste, -e.block_m * e.block_n, e.split_k))
+    ranking = sorted(_fills_better(ests, target), key=_rank)
     memo[key] = ranking
     return ranking
 

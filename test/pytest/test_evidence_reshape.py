@@ -221,3 +221,23 @@ def test_a_study_measures_the_anchor_the_prior_tier_bounds_by(prior, tmp_path):
     (hit,) = [t for t in measured(store.load(task.key_id)) if t.user_attrs.get("enqueued") == "anchor"]
     values = hit.user_attrs["values"]
     assert (values["block_m"], values["block_n"], values["warps"]) == (256, 96, 16)
+
+
+def test_tile_widths_the_fit_has_not_seen_are_left_to_the_rules_and_tuning(prior):
+    """160-column tiles came after the prior's fit (emmy.prior.waves.UNFITTED_VALUES): the golden
+    128 x 128 o tile of 2048 tokens, borrowed at 1100, was once reshaped to 64 x 160 (predicted
+    17.68 us against 21.03; an H100 ran it 17.6 against 15.5 for 128 x 96). Neither the reshape
+    nor the prior tier's neighbourhood moves a tile to 160 columns unless its anchor has them."""
+    from emmy.prior.choose import neighbourhood
+    from emmy.prior.waves import UNFITTED_VALUES
+
+    assert ("block_n", 160) in UNFITTED_VALUES
+    problem, borrowed = _o_borrowing(1100, {"block_m": 128, "block_n": 128, "warps": 8})
+    assert 160 in problem.space["block_n"]
+    reshaped = Reshape(prior)(problem, {}, borrowed)
+    assert reshaped is not None  # it still reshapes, to a width the fit has seen
+    assert reshaped[0]["block_n"] != 160
+    around = neighbourhood(problem.info, problem.target, problem.space, borrowed)
+    assert around and all(c["block_n"] != 160 for c in around)
+    wide = {**borrowed, "block_n": 160}
+    assert any(c["block_n"] == 160 for c in neighbourhood(problem.info, problem.target, problem.space, wide))

@@ -256,3 +256,23 @@ def test_carry_over_drops_a_named_no_op_knob(tmp_path, example_tasks):
     assert [dict(a.values) for a in carried.alternatives] == [{**values, "block_m": 32}]
     text = messages(check_dir(tmp_path, compile_tasks=lambda *a: example_tasks))
     assert "16 tokens" not in text and text.count("stale: the key is now") == 1
+
+
+def test_a_promotion_keeps_an_entrys_first_token_count():
+    """A weight-folding kernel has one key at every token count: promoting it again at 4096 tokens
+    replaces its entry's measurement but keeps the file listing it at 1 token (the entry numbers
+    of the ones between stay), while a new key keeps its own count."""
+    from dataclasses import replace
+
+    from emmy.golden.promote import merge
+
+    old = read_file(ROOT / "golden" / TARGET / "qwen3-embedding-0.6b.json").entries
+    weights = next(e for e in old if e.kernel.endswith("_weights"))
+    assert weights.tokens == 1
+    again = replace(weights, tokens=4096, time_s=weights.time_s * 0.9)
+    other = replace(old[-1], key="0" * 12 + ":00000000:sm_90a:v1", tokens=2048)
+    merged = merge(old, [again, other])
+    assert len(merged) == len(old) + 1
+    kept = next(e for e in merged if e.key == weights.key)
+    assert (kept.tokens, kept.time_s) == (1, again.time_s)
+    assert next(e for e in merged if e.key == other.key).tokens == 2048

@@ -29,7 +29,7 @@ LOWER = "convert-tile-to-kernel,convert-kernel-to-cuda"
 
 def _knobs(values: dict) -> str:
     domains = {
-        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 96, 112, 128, 192, 256]",
+        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 96, 112, 128, 160, 192, 256]",
         "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5, 6, 8, 12, 16]",
         "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",

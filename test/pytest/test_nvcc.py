@@ -138,6 +138,19 @@ def test_concurrent_builds_of_one_source_do_not_share_files(tmp_path):
     assert (folder / "emmy.cu").read_text() == plan.source
 
 
+def test_threads_storing_one_cache_file_at_once(tmp_path):
+    """Threads of one process writing the same cache file at once (a benchmark's variants that
+    build one kernel alike) each finish, leave one whole file and no temporary behind."""
+    from emmy.backend.run import store_atomically
+
+    path = tmp_path / "k.cubin"
+    payloads = [bytes([i]) * 200_000 for i in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda i: [store_atomically(path, payloads[i % 8]) for _ in range(20)], range(16)))
+    assert path.read_bytes() in payloads
+    assert [p.name for p in tmp_path.iterdir()] == ["k.cubin"]
+
+
 def test_parse_ptxas_text():
     text = """ptxas info    : Compiling entry function 'k1' for 'sm_90'
 ptxas info    : Function properties for k1

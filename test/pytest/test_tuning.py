@@ -1155,9 +1155,9 @@ def test_launch_budget_keeps_a_layer_within_eight_launches(model, tokens, tmp_pa
 
 def test_launch_budget_trades_recorded_answers_after_computed_ones():
     """With the shipped golden files at 512 tokens on sm_90a, o and down answer combine = kernel
-    from golden entries: the budget (an explicit limit, above recorded evidence) trades them
-    once the rules' answers are not enough, keeps the rest of each entry, and says what it
-    traded."""
+    from golden entries, and down splits k 3 ways: the budget (an explicit limit, above recorded
+    evidence) trades its combine kernel once the rules' answers are not enough, keeps the rest
+    of each entry, and says what it traded."""
     golden = Path(__file__).resolve().parents[2] / "golden"
     ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 512)
     free = module.clone()
@@ -1166,13 +1166,12 @@ def test_launch_budget_trades_recorded_answers_after_computed_ones():
     assert [before[k, "combine"].tier for k in ("o_proj_residual", "down_proj_residual")] == ["golden", "golden"]
     run_passes(ctx, module, parse_pipeline(f'decide-forks{{golden="{golden}" max-launches=8}}'))
     traded = [d for d in decisions(module) if "launch budget" in d.reason]
-    assert [(d.kernel, d.knob, d.value, d.tier) for d in traded] == [
-        ("o_proj_residual", "combine", "last_block", "rule"), ("down_proj_residual", "combine", "last_block", "rule")]
+    assert [(d.kernel, d.knob, d.value, d.tier) for d in traded] == [("down_proj_residual", "combine", "last_block", "rule")]
     assert all("(traded from the golden answer combine=kernel)" in d.reason for d in traded)
     after = {(d.kernel, d.knob): d for d in decisions(module)}
     assert all(after[k].tier == "golden" and after[k].value == before[k].value
                for k in before if k[0] in ("o_proj_residual", "down_proj_residual") and k[1] != "combine")
-    assert _forward_launches(ctx, free) == 10 and _forward_launches(ctx, module) == 8
+    assert _forward_launches(ctx, free) == 9 and _forward_launches(ctx, module) == 8
 
 
 def test_launch_budget_trades_rule_answers_never_pins():
@@ -1276,3 +1275,22 @@ def test_a_split_reason_says_what_the_split_trades():
     assert "added after" not in d["block_m"].reason  # the tile's reason stays the estimate's
     whole = rules.decide(info, SM90A, knob_space_for(info, SM90A), {"split_k": 1})  # pinned: not decided
     assert "split_k" not in whole and "added after" not in whole["block_m"].reason
+
+
+def test_tiles_160_wide_only_where_they_fill_the_waves_better():
+    """block_n = 160 is a fill-only width (rules_contraction.FILL_ONLY_WIDTHS): the rules take it
+    where its tiles keep the SMs busier than the best-ranked tile of any other width (Llama-3.2-1B's
+    down projection at 2500 tokens: 260 tiles of 128 x 160 in 2 waves, 98% busy, no split), never
+    where another width fills the waves at least as well (its o projection at 1100 tokens: 132
+    tiles of 192 x 96 fill one wave whole)."""
+    from emmy.tuning.rules_contraction import FILL_ONLY_WIDTHS
+
+    assert FILL_ONLY_WIDTHS == {160}
+    wide = info_of(matmul_residual(2500, 2048, 8192))
+    d = rules.decide(wide, SM90A, knob_space_for(wide, SM90A))
+    assert (d["block_m"].value, d["block_n"].value, d["split_k"].value) == (128, 160, 1)
+    assert "260 tiles of 128x160, 2 waves on 132 SMs (98% busy)" in d["block_n"].reason
+    full = info_of(matmul_residual(1100, 2048, 2048))
+    d = rules.decide(full, SM90A, knob_space_for(full, SM90A))
+    assert (d["block_m"].value, d["block_n"].value) == (192, 96)
+    assert 160 in knob_space_for(full, SM90A)["block_n"]  # in the space (the tuner's), not chosen

@@ -5,7 +5,7 @@
 // CHECK:      builtin.module attributes {emmy.target = "sm_90a"} {
 // CHECK:      %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 7, n = 64, k = 32] knobs {
 // CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 192, 256]>,
-// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>,
+// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 160, 192, 256]>,
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128]>,
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>,
 // CHECK-NEXT:   combine = #tile.knob<"combine", ["kernel", "last_block"]>,
@@ -78,7 +78,7 @@ func.func @f(%x: tensor<7x32xbf16>, %nw: tensor<32xbf16>, %w: tensor<64x32xbf16>
 // sm_80 has no wgmma; a plain matmul has no fusion knob.
 // CHECK:      tile.kernel @proj kind "contraction" axes [m = 33, n = 48, k = 64] knobs {
 // CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 192, 256]>,
-// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>,
+// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 160, 192, 256]>,
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128]>,
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>,
 // CHECK-NEXT:   combine = #tile.knob<"combine", ["kernel", "last_block"]>,

@@ -51,7 +51,7 @@
 // IR (the golden threads of @g) is kept with its tier; domains are unchanged.
 // CHECK:      tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {
 // CHECK-NEXT:   block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = {{[0-9]+}}, "rule", "M=512 N=4096: {{[0-9]+}} tiles of {{[^"]*}} on 132 SMs {{[^"]*}}">
-// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256] = {{[0-9]+}}, "rule",
+// CHECK-NEXT:   block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 160, 192, 256] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   block_k = #tile.knob<"block_k", [16, 32, 64, 128] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16] = {{[0-9]+}}, "rule",
 // CHECK-NEXT:   combine = #tile.knob<"combine", ["kernel", "last_block"] = "kernel", "rule",
@@ -85,7 +85,7 @@
 
 builtin.module attributes {emmy.target = "sm_90a"} {
   func.func @f(%x: tensor<512x1024xbf16>, %nw: tensor<1024xbf16>, %w: tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> {
-    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 192, 256]>, block_k = #tile.knob<"block_k", [16, 32, 64, 128]>, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>, combine = #tile.knob<"combine", ["kernel", "last_block"]>, stages = #tile.knob<"stages", [1, 2, 3, 4, 5, 6, 8, 12, 16]>, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>, warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>, vector = #tile.knob<"vector", [1, 2, 4, 8]>, fusion = #tile.knob<"fusion", ["fused", "split"]>} ins(%x, %nw, %w : tensor<512x1024xbf16>, tensor<1024xbf16>, tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
+    %out = tile.kernel @rms_norm_qkv_proj kind "contraction" axes [m = 512, n = 4096, k = 1024] knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256]>, block_n = #tile.knob<"block_n", [16, 32, 64, 96, 112, 128, 160, 192, 256]>, block_k = #tile.knob<"block_k", [16, 32, 64, 128]>, split_k = #tile.knob<"split_k", [1, 2, 3, 4, 8, 16]>, combine = #tile.knob<"combine", ["kernel", "last_block"]>, stages = #tile.knob<"stages", [1, 2, 3, 4, 5, 6, 8, 12, 16]>, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"]>, warps = #tile.knob<"warps", [1, 2, 4, 8, 16]>, vector = #tile.knob<"vector", [1, 2, 4, 8]>, fusion = #tile.knob<"fusion", ["fused", "split"]>} ins(%x, %nw, %w : tensor<512x1024xbf16>, tensor<1024xbf16>, tensor<4096x1024xbf16>) -> tensor<512x4096xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
     ^bb0(%xa: tensor<512x1024xbf16>, %nwa: tensor<1024xbf16>, %wa: tensor<4096x1024xbf16>):
       %m = loop.axis "m" : index
       %n = loop.axis "n" : index
