@@ -66,7 +66,7 @@ def fills_better(own: tuple[float, float], other: tuple[float, float] | None) ->
 
 # Tile heights the prior's fit has no measurement of: 192 rows (three consumer warpgroups) came
 # after it. Neither a reshape nor the prior tier's neighbourhood (emmy.prior.choose) moves a
-# tile there (the rules may: emmy.tuning.rules_contraction._unruled): the fitted model ranked 192 x 128 first for the
+# tile there (the rules may: emmy.tuning.rules_tiles.unruled): the fitted model ranked 192 x 128 first for the
 # Qwen3 o and down projections at 3000 tokens, which ran 2-3% slower on the H200 than the 256 x 96
 # it replaced (docs/bench/h200-qwen-proj-stages-2026-12-03g.log against h200-qwen192-2026-12-03g.log).
 UNFITTED_BLOCK_M: frozenset[int] = frozenset({192})

@@ -15,7 +15,7 @@ from emmy.dialects.loop import FusedOp, LoadOp
 from emmy.dialects.tile import KernelOp, KnobAttr
 from emmy.ir_io import parse_module, parse_pipeline, run_passes
 from emmy.passes.decide_forks import DecideForksPass, decisions
-from emmy.tuning import rules, rules_attention, rules_contraction
+from emmy.tuning import rules, rules_attention, rules_contraction, rules_tiles
 from emmy.tuning.knobs import knob_names, knob_space, knob_space_for, tile_at
 from emmy.tuning.legality import check, warp_grid
 from emmy.tuning.pins import Pins, parse_pins, pins_for
@@ -544,13 +544,13 @@ def test_rules_take_three_warpgroup_tiles_only_narrow():
     """Llama-3.2-1B's down projection at 1100 tokens (2048 x 8192 weights): 192 x 96 tiles are 6 x 22
     = 132, one wave without a split k (three consumer warpgroups, measured 62.4 against 79.7 us
     for 128 x 192 split 4 ways); wider 192-row tiles, measured slow, and 192 rows without a
-    producer warpgroup are never proposed (rules_contraction._unruled)."""
+    producer warpgroup are never proposed (rules_tiles.unruled)."""
     info = info_of(L.matmul(1100, 2048, 8192))
     got = rules.decide(info, SM90A, knob_space_for(info, SM90A))
     assert [got[k].value for k in ("workers", "block_m", "block_n", "split_k", "warps")] == ["wgmma_ws", 192, 96, 1, 12]
     assert got["warps"].reason.startswith("3 consumer warpgroup(s) for 192x96")
-    assert rules_contraction._unruled("wgmma_ws", 192, 128) and rules_contraction._unruled("wgmma", 192, 96)
-    assert not rules_contraction._unruled("wgmma_ws", 192, 96) and not rules_contraction._unruled("wgmma_ws", 128, 256)
+    assert rules_tiles.unruled("wgmma_ws", 192, 128) and rules_tiles.unruled("wgmma", 192, 96)
+    assert not rules_tiles.unruled("wgmma_ws", 192, 96) and not rules_tiles.unruled("wgmma_ws", 128, 256)
 
 
 def test_split_tail_legality_and_rule():
@@ -1062,10 +1062,10 @@ def test_rules_fill_one_wave_with_small_tiles_in_a_deep_ring_rather_than_split_k
     assert tile(512, 1024, 384)[0] == [128, 32, 64, 1, 4, 8]  # 6 k-steps: no deep ring, no exemption
     # the estimate itself: the narrow-tile penalty goes only for the ring's tile
     info = info_of(matmul_residual(512, 1024, 2048))
-    ring = rules_contraction.gemm_estimate(info, SM90A, "wgmma_ws", 64, 64, 1)
-    split = rules_contraction.gemm_estimate(info, SM90A, "wgmma_ws", 64, 64, 2)
+    ring = rules_tiles.gemm_estimate(info, SM90A, "wgmma_ws", 64, 64, 1)
+    split = rules_tiles.gemm_estimate(info, SM90A, "wgmma_ws", 64, 64, 2)
     assert ring.ring and not split.ring and ring.seconds < split.seconds
-    assert not rules_contraction.gemm_estimate(info, SM90A, "wgmma_ws", 64, 128, 1).ring
+    assert not rules_tiles.gemm_estimate(info, SM90A, "wgmma_ws", 64, 128, 1).ring
     # without a producer warpgroup (sm_90: mma.sync) there is no deep ring, and no grouping for it
     on90 = rules.decide(info, SM90, knob_space_for(info, SM90), {"block_m": 64, "block_n": 64, "split_k": 1})
     assert on90["workers"].value == "mma_sync" and on90["group_m"].value == 1
@@ -1278,12 +1278,12 @@ def test_a_split_reason_says_what_the_split_trades():
 
 
 def test_tiles_160_wide_only_where_they_fill_the_waves_better():
-    """block_n = 160 is a fill-only width (rules_contraction.FILL_ONLY_WIDTHS): the rules take it
+    """block_n = 160 is a fill-only width (rules_tiles.FILL_ONLY_WIDTHS): the rules take it
     where its tiles keep the SMs busier than the best-ranked tile of any other width (Llama-3.2-1B's
     down projection at 2500 tokens: 260 tiles of 128 x 160 in 2 waves, 98% busy, no split), never
     where another width fills the waves at least as well (its o projection at 1100 tokens: 132
     tiles of 192 x 96 fill one wave whole)."""
-    from emmy.tuning.rules_contraction import FILL_ONLY_WIDTHS
+    from emmy.tuning.rules_tiles import FILL_ONLY_WIDTHS
 
     assert FILL_ONLY_WIDTHS == {160}
     wide = info_of(matmul_residual(2500, 2048, 8192))
