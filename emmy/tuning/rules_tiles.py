@@ -51,7 +51,7 @@ def unruled(workers, bm: int, bn: int) -> bool:
 FILL_ONLY_WIDTHS = frozenset({160})
 
 
-def fills_better(ests: list[GemmEstimate], target: Target) -> list[GemmEstimate]:
+def gate_fill_only(ests: list[GemmEstimate], target: Target) -> list[GemmEstimate]:
     """`ests` without the tiles of FILL_ONLY_WIDTHS that keep the SMs no busier than the
     best-ranked tile of another width."""
     others = [e for e in ests if e.block_n not in FILL_ONLY_WIDTHS]
@@ -192,11 +192,11 @@ def gemm_ranking(info: KernelInfo, target: Target, chosen: Mapping[str, KnobValu
         for sk in space["split_k"]
         if not check(info, {**base, "block_m": bm, "block_n": bn, "split_k": sk}, target)
     ]
-    ranking = sorted(fills_better(ests, target), key=_rank)
+    ranking = sorted(gate_fill_only(ests, target), key=_rank)
     memo[key] = ranking
     return ranking
 
 
 __all__ = ["FEW_ROWS_STATS_MIN_K", "FILL_ONLY_WIDTHS", "LAUNCH_OVERHEAD_S", "SPLIT_OVERHEAD_S", "WIDE_K_MAX_ROWS", "WIDE_K_MIN_K",
            "GemmEstimate",
-           "fills_better", "gemm_estimate", "gemm_ranking", "streams_after_stats", "unruled"]
+           "gate_fill_only", "gemm_estimate", "gemm_ranking", "streams_after_stats", "unruled"]
