@@ -80,20 +80,22 @@ UNFITTED_BLOCK_M: frozenset[int] = frozenset({192})
 # predicted 17.68 us against 21.03, ran 17.6 us on an H100 against 15.5 for the 128 x 96 it
 # replaced (docs/bench/h100-n160-deploy-2026-12-06c.log).
 UNFITTED_VALUES: frozenset[tuple[str, object]] = frozenset({("epilogue", "pingpong"), ("block_q", 192), ("block_n", 160)})
+_UNFITTED_WIDTHS = frozenset(v for k, v in UNFITTED_VALUES if k == "block_n")  # for `shapes`
 
 
 def shapes(domains: Mapping[str, Sequence[object]], values: Mapping[str, object],
-           heights_left_out: frozenset[int] = frozenset()) -> Iterator[tuple[int, int, list]]:
-    """Every other (block_m, block_n) of the domains (block_m not in `heights_left_out`: the
-    reshape leaves out UNFITTED_BLOCK_M, a tuning study's first trials nothing), with the warps
-    to try: the same rows per warp as `values` first (warps scaled with block_m) where the
-    domain has it."""
+           heights_left_out: frozenset[int] = frozenset(),
+           widths_left_out: frozenset[int] = frozenset()) -> Iterator[tuple[int, int, list]]:
+    """Every other (block_m, block_n) of the domains (block_m not in `heights_left_out`, block_n
+    not in `widths_left_out`: the reshape leaves out the tile heights and widths the fit has not
+    seen, a tuning study's first trials nothing), with the warps to try: the same rows per warp
+    as `values` first (warps scaled with block_m) where the domain has it."""
     bm0, bn0, w0 = values["block_m"], values["block_n"], values.get("warps", 0)
     for bm in domains["block_m"]:
         if bm in heights_left_out:
             continue
         for bn in domains["block_n"]:
-            if (bm, bn) == (bm0, bn0):
+            if (bm, bn) == (bm0, bn0) or bn in widths_left_out:
                 continue
             scaled = w0 * bm // bm0
             yield bm, bn, [scaled] if scaled in domains.get("warps", ()) else []
@@ -171,9 +173,7 @@ def fill_waves(info, target, domains: Mapping[str, Sequence[object]], values: Ma
     if own_s is None:
         return None
     best = None
-    for bm, bn, scaled in shapes(domains, values, UNFITTED_BLOCK_M):
-        if ("block_n", bn) in UNFITTED_VALUES:
-            continue
+    for bm, bn, scaled in shapes(domains, values, UNFITTED_BLOCK_M, _UNFITTED_WIDTHS):
         warps = [values.get("warps")] if "warps" in fixed else [*scaled, values.get("warps")]
         for w in dict.fromkeys(warps):
             candidate = {**values, "block_m": bm, "block_n": bn, **({"warps": w} if w is not None else {})}
