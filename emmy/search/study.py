@@ -314,7 +314,9 @@ def run_trials(
     """One worker's loop on one study: ask up to `batch` trials, measure them together, tell,
     until the study has `budget.trials` measured trials, `budget.seconds` have passed, or every
     legal point is measured. Today's answers that the study lacks (`enqueue_todays_answers`) are
-    measured past the trial budget: a study that was already whole measures them too. The next
+    measured past the trial budget and past the time budget (with the trials waiting ahead of
+    them): a study that was already whole measures them too, and a short `--time-budget` never
+    leaves the answer Emmy deploys without a study unmeasured beside the study's best. The next
     batch is asked for in a thread while the measurer has the current one (the two share nothing
     but the store, and the asking is done before the current batch is told). Returns the trials this worker measured.
     `on_trial(measured so far, best time)` is called after each batch. `prior`: see
@@ -367,7 +369,8 @@ def run_trials(
                 count = len(measured(study))
                 if cap is not None and count >= cap:
                     break
-                if budget.seconds is not None and clock() - start >= budget.seconds:
+                if (budget.seconds is not None and clock() - start >= budget.seconds
+                        and not _todays_waiting(study) and not _holds_todays(store, ahead)):
                     break
                 if count >= len(space.space) or repeats >= MAX_REPEATS:
                     break
@@ -655,6 +658,20 @@ def _stretched(study, trials: int | None) -> int | None:
     waiting = [t.user_attrs.get("enqueued") in TODAYS for t in _waiting(study)]
     last = max((i for i, todays in enumerate(waiting) if todays), default=-1)
     return max(trials, done + last + 1)
+
+
+def _todays_waiting(study) -> bool:
+    """Whether one of today's answers (`enqueue_todays_answers`) waits unmeasured in the study."""
+    return any(t.user_attrs.get("enqueued") in TODAYS for t in _waiting(study))
+
+
+def _holds_todays(store: Store, batch) -> bool:
+    """Whether the batch a worker asked for ahead (a future of `ask`'s result) holds one of
+    today's answers."""
+    if batch is None or batch.exception() is not None:
+        return False
+    attrs = store.storage.get_trial_user_attrs
+    return any(attrs(t._trial_id).get("enqueued") in TODAYS for t in batch.result()[0])
 
 
 def _waiting(study) -> list:

@@ -178,6 +178,37 @@ def test_promote_refuses_the_cost_measurers_records(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
+def test_promote_needs_the_rules_answer_measured(tmp_path):
+    """A study that never measured the hand-written rules' answer (its default came from
+    elsewhere, and the run stopped before the rules' turn) is no golden entry yet: without it
+    deploy mode runs the rules' answer, which the study's best was never compared with."""
+    from dataclasses import replace
+
+    from emmy.driver import CompileOptions, compile_model
+    from emmy.golden.promote import rules_unmeasured
+    from emmy.prior.choose import rules_anchor
+    from emmy.records import default_url, open_store
+    from emmy.search.cost import CostMeasurer
+    from emmy.search.points import point_key
+    from emmy.search.study import Budget, conditional_space, run_trials
+    from emmy.search.task import tasks_in
+    from emmy.targets import get_target
+
+    target = "sm_90"
+    module = compile_model(CompileOptions(model=f"{ROOT}/test/pytest/models/mlp_block.py:make", tokens=16,
+                                          target=target, stop_after="tile")).module
+    task = tasks_in(module, get_target(target), 16)[0]
+    rules = rules_anchor(task.info(), get_target(target), dict(task.space))
+    other = next(p for p in reversed(conditional_space(task).neighbours(dict(task.default), 60))
+                 if point_key(p) != point_key(rules))
+    elsewhere = replace(task, default=other)  # a default from a golden entry, say
+    store = open_store(default_url(tmp_path))
+    run_trials(store, elsewhere, CostMeasurer(), Budget(trials=1), seed=0)  # the default alone
+    assert rules_unmeasured(store, elsewhere, target)
+    run_trials(store, elsewhere, CostMeasurer(), Budget(trials=1), seed=0)  # today's answers, past the budget
+    assert not rules_unmeasured(store, elsewhere, target)
+
+
 def test_carry_over_adds_a_new_knob_at_its_off_value(tmp_path, example_tasks):
     """An entry stale only because its kernel gained a knob gets today's key and the knob's off
     value (the program it measured); entries stale for other reasons stay for check to name."""
