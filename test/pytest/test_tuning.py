@@ -1154,24 +1154,26 @@ def test_launch_budget_keeps_a_layer_within_eight_launches(model, tokens, tmp_pa
 
 
 def test_launch_budget_trades_recorded_answers_after_computed_ones():
-    """With the shipped golden files at 512 tokens on sm_90a, o and down answer combine = kernel
-    from golden entries, and down splits k 3 ways: the budget (an explicit limit, above recorded
-    evidence) trades its combine kernel once the rules' answers are not enough, keeps the rest
-    of each entry, and says what it traded."""
+    """With the shipped golden files at 128 tokens on sm_90a, o and down answer combine = kernel
+    from golden entries, splitting k 4 and 8 ways, and q/k/v takes its row statistics from a
+    kernel of their own (10 launches): a budget of 8 (an explicit limit, above recorded
+    evidence) trades both combine kernels, keeps the rest of each entry, and says what it
+    traded."""
     golden = Path(__file__).resolve().parents[2] / "golden"
-    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 512)
+    ctx, module = _layer_before_decisions("Qwen/Qwen3-Embedding-0.6B", 128)
     free = module.clone()
     run_passes(ctx, free, parse_pipeline(f'decide-forks{{golden="{golden}"}}'))
     before = {(d.kernel, d.knob): d for d in decisions(free)}
     assert [before[k, "combine"].tier for k in ("o_proj_residual", "down_proj_residual")] == ["golden", "golden"]
     run_passes(ctx, module, parse_pipeline(f'decide-forks{{golden="{golden}" max-launches=8}}'))
     traded = [d for d in decisions(module) if "launch budget" in d.reason]
-    assert [(d.kernel, d.knob, d.value, d.tier) for d in traded] == [("down_proj_residual", "combine", "last_block", "rule")]
+    assert [(d.kernel, d.knob, d.value, d.tier) for d in traded] == [
+        ("o_proj_residual", "combine", "last_block", "rule"), ("down_proj_residual", "combine", "last_block", "rule")]
     assert all("(traded from the golden answer combine=kernel)" in d.reason for d in traded)
     after = {(d.kernel, d.knob): d for d in decisions(module)}
     assert all(after[k].tier == "golden" and after[k].value == before[k].value
                for k in before if k[0] in ("o_proj_residual", "down_proj_residual") and k[1] != "combine")
-    assert _forward_launches(ctx, free) == 9 and _forward_launches(ctx, module) == 8
+    assert _forward_launches(ctx, free) == 10 and _forward_launches(ctx, module) == 8
 
 
 def test_launch_budget_trades_rule_answers_never_pins():
