@@ -6,7 +6,8 @@ the best after them: emmy.search.best).
 
 The space is `emmy.schedule.space.ConditionalSpace` over the kernel's legal points, so every
 draw is legal: no trial is spent on an illegal combination. The study's creator enqueues the
-default answer (what Emmy chooses without records), the fastest points the store's earlier
+default answer (what Emmy chooses without records), the rules' answer and the prior tier's
+anchor where they differ from it, the fastest points the store's earlier
 studies of the same kernel and shape measured before its key changed (`emmy.search.earlier`) and
 the default's legal neighbours as the first trials, then the default's structural-fork siblings
 (below), then for a contraction whose default leaves its last wave part empty the tile shapes
@@ -154,7 +155,9 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     """The study of the task's key; created (with its attributes and first trials) when missing.
     Several processes may call this at once: exactly one creates and seeds. `space`: the task's
     `conditional_space` where the caller has it (building it costs about half a second).
-    The default comes first, then the fastest points of the store's earlier studies of the same
+    The default comes first, then the rules' answer and the prior tier's anchor where they differ
+    from it (`todays_points`, `enqueued`: "rules", "anchor": a run cut short by its budget still
+    measures what deploy mode would run), then the fastest points of the store's earlier studies of the same
     kernel and shape, read in today's space (`emmy.search.earlier`, `enqueued`: "earlier"), then
     the default's neighbours and its fork siblings, then the tile shapes that fill the card's
     waves where the default's do not (`emmy.search.waves`, `enqueued`: "waves").
@@ -187,6 +190,10 @@ def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
     params = params_of(space, default) if default else None
     if params is not None:
         enqueue(default, params)
+    for why, point in todays_points(task, prior)[1:]:  # the rules' answer and the anchor, next
+        params = params_of(space, point)
+        if params is not None and point_key(point) not in enqueued:
+            enqueue(point, params, why)
     for point in earlier_bests(store, task, space, frozenset(enqueued)):
         enqueue(point, params_of(space, point), "earlier")
     for point in space.neighbours(default, NEIGHBOURS) if default else []:
@@ -603,12 +610,9 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None, p
     recorded by another build of Emmy than `source_hash` (this one's, `env.source_hash`) does
     not count as measured: the Qwen3 layer's o projection at 512 tokens had its rules' answer
     fail once to load (a harness bug fixed since), and nothing measured it again. Returns what it
-    enqueued ("default", "rules", "anchor")."""
+    enqueued ("default", "rules", "anchor"). A new study has them already: its creator enqueues
+    them first (open_study)."""
     import optuna
-
-    from emmy.prior.choose import rules_anchor
-    from emmy.prior.evaluate import reshaped_anchor
-    from emmy.prior.features import Kernel
 
     S = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False)
@@ -634,10 +638,7 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None, p
     known |= {point_key(dict(t.system_attrs.get("fixed_params") or t.params))
               for t in trials if t.state in (S.WAITING, S.RUNNING)}
     done = []
-    info, target = task.info(), task.target_object()
-    rules = rules_anchor(info, target, dict(task.space)) or {}
-    anchor = reshaped_anchor(Kernel(info, target), dict(task.space), prior, rules) if rules and prior is not None else None
-    for why, point in (("default", dict(task.default)), ("rules", rules), ("anchor", anchor or {})):
+    for why, point in todays_points(task, prior):
         params = params_of(space, point) if point else None
         if params is None or point_key(point) in known or point_key(params) in known:
             continue
@@ -646,6 +647,21 @@ def enqueue_todays_answers(study, space, task, source_hash: str | None = None, p
         known |= {point_key(point), point_key(params)}
         done.append(why)
     return done
+
+
+def todays_points(task, prior=None) -> list[tuple[str, dict]]:
+    """Today's answers for the task, as (TODAYS name, point): its default answer, the
+    hand-written rules' answer (emmy.prior.choose.rules_anchor) and, where the fitted `prior`
+    reshapes the rules' tile to fill the waves, the anchor the prior tier bounds its choice by
+    (emmy.prior.evaluate.reshaped_anchor); an empty point where there is none."""
+    from emmy.prior.choose import rules_anchor
+    from emmy.prior.evaluate import reshaped_anchor
+    from emmy.prior.features import Kernel
+
+    info, target = task.info(), task.target_object()
+    rules = rules_anchor(info, target, dict(task.space)) or {}
+    anchor = reshaped_anchor(Kernel(info, target), dict(task.space), prior, rules) if rules and prior is not None else None
+    return [("default", dict(task.default)), ("rules", rules), ("anchor", anchor or {})]
 
 
 def _stretched(study, trials: int | None) -> int | None:

@@ -437,6 +437,22 @@ def test_a_whole_study_measures_todays_default_past_its_budget(tasks, store):
     assert run_trials(store, changed, CostMeasurer(), Budget(trials=6), seed=0) == 0  # measured now: nothing
 
 
+def test_a_new_study_measures_the_rules_answer_right_after_its_default(tasks, store):
+    """A default from elsewhere (a golden entry, say): the new study's second trial is the
+    rules' answer, ahead of the earlier studies' points, the neighbours and the prior's picks."""
+    from emmy.prior.choose import rules_anchor
+    from emmy.search.study import conditional_space
+
+    task = tasks[0]
+    rules = rules_anchor(task.info(), get_target(TARGET), dict(task.space))
+    other = next(p for p in reversed(conditional_space(task).neighbours(dict(task.default), 60))
+                 if point_key(p) != point_key(rules))
+    run_trials(store, replace(task, default=other), CostMeasurer(), Budget(trials=2), seed=0)
+    trials = measured(store.load(task.key_id))
+    assert [point_key(t.user_attrs["values"]) for t in trials] == [point_key(other), point_key(rules)]
+    assert trials[1].user_attrs["enqueued"] == "rules"
+
+
 def test_todays_answers_are_measured_past_the_time_budget(tasks, store):
     """A --time-budget spent before today's answers come up (first trials of the study waiting
     ahead of them) still measures them, with those ahead, and nothing else: a golden refresh
