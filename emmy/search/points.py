@@ -2,9 +2,12 @@
 
     point_key(values) -> tuple                       # a point's identity (knob order does not matter)
     nearest(space, point, fixed, avoid) -> dict | None
+    conditional_space(task)                          # the task's legal points as a ConditionalSpace
+    params_of(space, point) -> dict | None           # the Optuna parameters that draw a point
 
-Used by the studies (`emmy.search.study`: repeats, fork siblings, starved branches) and by the
-first trials that fill the card's waves (`emmy.search.waves`).
+Used by the studies (`emmy.search.study`: repeats, fork siblings, starved branches, enqueued
+points), today's answers (`emmy.search.todays`) and the first trials that fill the card's waves
+(`emmy.search.waves`).
 """
 
 from __future__ import annotations
@@ -62,3 +65,45 @@ def nearest(space, point: Mapping[str, object], fixed: Mapping[str, object], avo
 
 
 __all__ = ["NEAREST_VISITS", "nearest", "point_key"]
+
+
+def conditional_space(task):
+    """The task's ConditionalSpace over its legal points (knobs in `knob_order`: `workers`
+    first)."""
+    from emmy.schedule.space import ConditionalSpace, legal_points
+
+    points = legal_points(task.info(), dict(task.space), task.target_object())
+    return ConditionalSpace(points, points.order)
+
+
+def params_of(space, point: Mapping[str, object]) -> dict[str, object] | None:
+    """The Optuna parameters under which `space.suggest` would draw `point` (for enqueueing it):
+    the suggestions are replayed on a recorder that answers each knob with the point's value.
+    None where the space cannot draw the point."""
+    recorder = _Recorder(point)
+    try:
+        space.suggest(recorder)
+    except _NotInSpace:
+        return None
+    return recorder.params
+
+
+class _NotInSpace(Exception):
+    pass
+
+
+class _Recorder:
+    """Stands in for an Optuna trial: answers `suggest_categorical(name, choices)` with the
+    point's value of the parameter's knob (`ConditionalSpace.parameter`: `knob|choices`)."""
+
+    def __init__(self, point: Mapping[str, object]):
+        self.point = dict(point)
+        self.params: dict[str, object] = {}
+
+    def suggest_categorical(self, name: str, choices):
+        knob = name.partition("|")[0]
+        if knob not in self.point or self.point[knob] not in choices:
+            raise _NotInSpace(name)
+        value = self.point[knob]
+        self.params[name] = value
+        return value

@@ -74,7 +74,10 @@ from datetime import datetime, timezone
 
 from emmy.measure import Measurement
 from emmy.search.earlier import earlier_bests
-from emmy.search.points import nearest, point_key
+from emmy.search.points import conditional_space, nearest, params_of, point_key
+from emmy.search.todays import (
+    RETRIES_ATTR, enqueue_todays_answers, holds_todays, requeue_unmeasured, stretched, todays_points, todays_waiting,
+)
 from emmy.search.waves import wave_fillers
 from emmy.records.store import DESCRIPTION_ATTR, HEARTBEAT_S, KERNEL_ATTR, KEY_ATTR, MODEL_ATTR, MODULE_ATTR, SPACE_ATTR, Store
 
@@ -90,10 +93,6 @@ PRIOR_SAMPLE = 1000
 MAX_REPEATS = 50
 # Seconds a worker waits while other workers measure the last trials of the budget.
 WAIT_S = 0.5
-# The user attribute of an enqueued trial that measures again a point whose only records are
-# failures under another build of Emmy (`enqueue_todays_answers`): those trials' numbers, which
-# its draw does not count as repeats.
-RETRIES_ATTR = "retries"
 # Structural forks (`emmy.tuning.knobs.STRUCTURAL`, e.g. `fusion`): each branch (a legal value of
 # the fork's knobs) keeps at least FORK_SHARE / (number of branches) of a study's trials (two
 # branches: a third each; the sampler places the rest).
@@ -107,48 +106,6 @@ class Budget:
 
     trials: int | None = None
     seconds: float | None = None
-
-
-def conditional_space(task):
-    """The task's ConditionalSpace over its legal points (knobs in `knob_order`: `workers`
-    first)."""
-    from emmy.schedule.space import ConditionalSpace, legal_points
-
-    points = legal_points(task.info(), dict(task.space), task.target_object())
-    return ConditionalSpace(points, points.order)
-
-
-def params_of(space, point: Mapping[str, object]) -> dict[str, object] | None:
-    """The Optuna parameters under which `space.suggest` would draw `point` (for enqueueing it):
-    the suggestions are replayed on a recorder that answers each knob with the point's value.
-    None where the space cannot draw the point."""
-    recorder = _Recorder(point)
-    try:
-        space.suggest(recorder)
-    except _NotInSpace:
-        return None
-    return recorder.params
-
-
-class _NotInSpace(Exception):
-    pass
-
-
-class _Recorder:
-    """Stands in for an Optuna trial: answers `suggest_categorical(name, choices)` with the
-    point's value of the parameter's knob (`ConditionalSpace.parameter`: `knob|choices`)."""
-
-    def __init__(self, point: Mapping[str, object]):
-        self.point = dict(point)
-        self.params: dict[str, object] = {}
-
-    def suggest_categorical(self, name: str, choices):
-        knob = name.partition("|")[0]
-        if knob not in self.point or self.point[knob] not in choices:
-            raise _NotInSpace(name)
-        value = self.point[knob]
-        self.params[name] = value
-        return value
 
 
 def open_study(store: Store, task, seed: int = 0, space=None, prior=None):
@@ -339,7 +296,7 @@ def run_trials(
     _fail_stale(study)
     requeue_unmeasured(study)
     enqueue_todays_answers(study, space, task, source_hash=source_hash(), prior=prior)
-    cap = _stretched(study, budget.trials)
+    cap = stretched(study, budget.trials, len(measured(study)))
     env: dict[str, str] | None = None  # (asked once something is measured: a finished study starts no measurer)
     done_here = repeats = 0
     knobs = task_fork_knobs(task)
@@ -377,7 +334,7 @@ def run_trials(
                 if cap is not None and count >= cap:
                     break
                 if (budget.seconds is not None and clock() - start >= budget.seconds
-                        and not _todays_waiting(study) and not _holds_todays(store, ahead)):
+                        and not todays_waiting(study) and not holds_todays(store, ahead)):
                     break
                 if count >= len(space.space) or repeats >= MAX_REPEATS:
                     break
@@ -592,136 +549,6 @@ def utc_now() -> str:
 def _best_time(study) -> float | None:
     times = [t.value for t in measured(study) if t.value is not None]
     return min(times) if times else None
-
-
-# What `enqueue_todays_answers` marks its trials with (user attribute "enqueued").
-TODAYS = ("default", "rules", "anchor")
-
-
-def enqueue_todays_answers(study, space, task, source_hash: str | None = None, prior=None) -> list[str]:
-    """Enqueues, in a study that has them neither measured nor waiting nor running, the task's
-    default answer (what the compile chooses today without the store: golden, nearest, prior),
-    the hand-written rules' answer (emmy.prior.choose.rules_anchor) and, where the fitted
-    `prior` reshapes the rules' tile to fill the waves, the anchor the prior tier bounds its
-    choice by (`emmy.prior.evaluate.reshaped_anchor`). A study made when the answers were others,
-    then continued, measures today's after its waiting first trials and before TPE's draws, so
-    the table's speed-up over the default is measured and `emmy prior evaluate` judges the prior against its measured anchor, not a stand-in. A failure
-    (no time: the build, the launch or the timing failed; `wrong` is a result, not a failure)
-    recorded by another build of Emmy than `source_hash` (this one's, `env.source_hash`) does
-    not count as measured: the Qwen3 layer's o projection at 512 tokens had its rules' answer
-    fail once to load (a harness bug fixed since), and nothing measured it again. Returns what it
-    enqueued ("default", "rules", "anchor"). A new study has them already: its creator enqueues
-    them first (open_study)."""
-    import optuna
-
-    S = optuna.trial.TrialState
-    trials = study.get_trials(deepcopy=False)
-
-    def measured_here(t) -> bool:
-        if t.user_attrs["status"] in ("ok", "wrong") or source_hash is None:
-            return True
-        env = t.user_attrs.get("env")
-        return isinstance(env, dict) and env.get("source_hash") == source_hash
-
-    # measured (a pruned draw of the same point measured nothing), waiting or being measured;
-    # failed under another build: the trials a new measurement retries
-    known: set[tuple] = set()
-    stale: dict[tuple, list[int]] = {}
-    for t in trials:
-        if "status" in t.user_attrs:
-            key = point_key(t.user_attrs["values"])
-            if measured_here(t):
-                known.add(key)
-            else:
-                stale.setdefault(key, []).append(t.number)
-    known |= {point_key(t.user_attrs["values"]) for t in trials if t.state == S.RUNNING and "values" in t.user_attrs}
-    known |= {point_key(dict(t.system_attrs.get("fixed_params") or t.params))
-              for t in trials if t.state in (S.WAITING, S.RUNNING)}
-    done = []
-    for why, point in todays_points(task, prior):
-        params = params_of(space, point) if point else None
-        if params is None or point_key(point) in known or point_key(params) in known:
-            continue
-        retries = stale.get(point_key(point), [])
-        study.enqueue_trial(params, user_attrs={"enqueued": why, **({RETRIES_ATTR: retries} if retries else {})})
-        known |= {point_key(point), point_key(params)}
-        done.append(why)
-    return done
-
-
-def todays_points(task, prior=None) -> list[tuple[str, dict]]:
-    """Today's answers for the task, as (TODAYS name, point): its default answer, the
-    hand-written rules' answer (emmy.prior.choose.rules_anchor) and, where the fitted `prior`
-    reshapes the rules' tile to fill the waves, the anchor the prior tier bounds its choice by
-    (emmy.prior.evaluate.reshaped_anchor); an empty point where there is none."""
-    from emmy.prior.choose import rules_anchor
-    from emmy.prior.evaluate import reshaped_anchor
-    from emmy.prior.features import Kernel
-
-    info, target = task.info(), task.target_object()
-    rules = rules_anchor(info, target, dict(task.space)) or {}
-    anchor = reshaped_anchor(Kernel(info, target), dict(task.space), prior, rules) if rules and prior is not None else None
-    return [("default", dict(task.default)), ("rules", rules), ("anchor", anchor or {})]
-
-
-def _stretched(study, trials: int | None) -> int | None:
-    """The trial budget of a study that has spent it while today's answers wait unmeasured
-    (enqueued by this run, or by one that stopped at its budget): stretched so that they are
-    measured, with the trials waiting ahead of them (Optuna hands out waiting trials in order)."""
-    done = len(measured(study))
-    if trials is None or done < trials:
-        return trials
-    waiting = [t.user_attrs.get("enqueued") in TODAYS for t in _waiting(study)]
-    last = max((i for i, todays in enumerate(waiting) if todays), default=-1)
-    return max(trials, done + last + 1)
-
-
-def _todays_waiting(study) -> bool:
-    """Whether one of today's answers (`enqueue_todays_answers`) waits unmeasured in the study."""
-    return any(t.user_attrs.get("enqueued") in TODAYS for t in _waiting(study))
-
-
-def _holds_todays(store: Store, batch) -> bool:
-    """Whether the batch a worker asked for ahead (a future of `ask`'s result) holds one of
-    today's answers."""
-    if batch is None or batch.exception() is not None:
-        return False
-    attrs = store.storage.get_trial_user_attrs
-    return any(attrs(t._trial_id).get("enqueued") in TODAYS for t in batch.result()[0])
-
-
-def _waiting(study) -> list:
-    import optuna
-
-    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-
-
-def requeue_unmeasured(study) -> list[int]:
-    """Enqueues again each enqueued trial (the default, its neighbours, fork siblings, the prior's
-    picks) that ended without a measurement (FAIL without `status`: its worker was killed, or a
-    deadline stopped it) where no other trial has its parameters measured, waiting or running: a
-    resumed study measures its first points before TPE's draws. (Optuna's `skip_if_exists`
-    counts the unmeasured trial as existing.) Returns the numbers of the trials enqueued again."""
-    import optuna
-
-    S = optuna.trial.TrialState
-    trials = study.get_trials(deepcopy=False)
-
-    def params(t) -> dict:
-        return dict(t.system_attrs.get("fixed_params") or t.params)
-
-    live = {point_key(params(t)) for t in trials
-            if t.state in (S.WAITING, S.RUNNING) or "status" in t.user_attrs}
-    again = []
-    for t in trials:
-        fixed = t.system_attrs.get("fixed_params")
-        if t.state != S.FAIL or "status" in t.user_attrs or not fixed or point_key(fixed) in live:
-            continue
-        live.add(point_key(fixed))
-        attrs = {k: v for k, v in t.user_attrs.items() if k == "enqueued"}
-        study.enqueue_trial(dict(fixed), user_attrs=attrs or None)
-        again.append(t.number)
-    return again
 
 
 def _fail_stale(study) -> None:

@@ -415,22 +415,28 @@ def test_a_continued_study_measures_todays_default_first(tasks, store):
     assert [point_key(v) for v in _values(store.load(task.key_id))].count(point_key(other)) == 1
 
 
-def test_a_whole_study_measures_todays_default_past_its_budget(tasks, store):
-    """A study that already has its budget of trials, continued after the default changed to a
-    point it never measured: today's default is measured anyway (the table's default is then a
-    trial the study can name), once, and nothing else past the budget."""
+def _whole_study_then_another_default(tasks, store):
+    """A study of tasks[0] with its budget of 6 trials spent, and the same task with a default
+    the study neither measured nor has waiting: (task, the first trials the budget left
+    waiting, which Optuna hands out ahead of today's default, that default, the changed task)."""
     from emmy.search.study import conditional_space, params_of
 
     task = tasks[0]
     run_trials(store, task, CostMeasurer(), Budget(trials=6), seed=0)
     study = store.load(task.key_id)
-    # the first trials the budget left waiting, measured ahead of today's default (Optuna's order)
     waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
     space = conditional_space(task)
     seen = {point_key(v) for v in _values(study)} | {point_key(dict(t.system_attrs["fixed_params"])) for t in waiting}
     other = next(p for p in reversed(space.neighbours(dict(task.default), 60))
                  if point_key(p) not in seen and point_key(params_of(space, p)) not in seen)
-    changed = replace(task, default=other)
+    return task, waiting, other, replace(task, default=other)
+
+
+def test_a_whole_study_measures_todays_default_past_its_budget(tasks, store):
+    """A study that already has its budget of trials, continued after the default changed to a
+    point it never measured: today's default is measured anyway (the table's default is then a
+    trial the study can name), once, and nothing else past the budget."""
+    task, waiting, other, changed = _whole_study_then_another_default(tasks, store)
     measured_now = run_trials(store, changed, CostMeasurer(), Budget(trials=6), seed=0)
     values = [point_key(v) for v in _values(store.load(task.key_id))]
     assert measured_now == len(waiting) + 1 and values[-1] == point_key(other) and len(values) == 7 + len(waiting)
@@ -458,17 +464,7 @@ def test_todays_answers_are_measured_past_the_time_budget(tasks, store):
     ahead of them) still measures them, with those ahead, and nothing else: a golden refresh
     with 8 s a kernel once left the rules' answer of 14 studies unmeasured (down at 512 tokens:
     64 x 64 tiles 8 deep, 22% faster than the study's named best on an H100)."""
-    from emmy.search.study import conditional_space, params_of
-
-    task = tasks[0]
-    run_trials(store, task, CostMeasurer(), Budget(trials=6), seed=0)
-    study = store.load(task.key_id)
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    space = conditional_space(task)
-    seen = {point_key(v) for v in _values(study)} | {point_key(dict(t.system_attrs["fixed_params"])) for t in waiting}
-    other = next(p for p in reversed(space.neighbours(dict(task.default), 60))
-                 if point_key(p) not in seen and point_key(params_of(space, p)) not in seen)
-    changed = replace(task, default=other)
+    task, waiting, other, changed = _whole_study_then_another_default(tasks, store)
     ticks = iter(range(0, 100_000, 100))  # every check is past the 10 s budget
     done = run_trials(store, changed, CostMeasurer(), Budget(seconds=10), seed=0, clock=lambda: next(ticks))
     values = [point_key(v) for v in _values(store.load(task.key_id))]
