@@ -47,7 +47,7 @@ def promote(
             if record.card == COST_CARD:
                 missing.append(f"{name} at {t} tokens (only the cost measurer's record: not a measurement)")
                 continue
-            if rules_unmeasured(store, task, target):
+            if rules_unmeasured(store, task):
                 missing.append(f"{name} at {t} tokens (its study never measured the rules' answer, which deploy "
                                "mode runs without the entry: tune it again)")
                 continue
@@ -62,21 +62,19 @@ def promote(
     return list(entries.values()), missing
 
 
-def rules_unmeasured(store, task, target: str) -> bool:
+def rules_unmeasured(store, task) -> bool:
     """Whether the study of `task`'s key holds no measurement (a trial with a status) of the
-    hand-written rules' answer. A golden refresh whose time budget ended studies before that
-    answer came up once promoted a best 1.29x slower than it (down at 512 tokens, timed on an
-    H100)."""
-    from emmy.prior.choose import rules_anchor
-    from emmy.search.points import point_key
-    from emmy.targets import get_target
+    hand-written rules' answer (`emmy.search.todays.todays_points`). A golden refresh whose time
+    budget ended studies before that answer came up once promoted a best 1.29x slower than it
+    (down at 512 tokens, timed on an H100)."""
+    from emmy.search.study import measured, point_key
+    from emmy.search.todays import todays_points
 
-    rules = rules_anchor(task.info(), get_target(target), dict(task.space))
+    rules = dict(todays_points(task))["rules"]
     if not rules:
         return False
     want = point_key(rules)
-    trials = store.load(task.key.id).get_trials(deepcopy=False)
-    return not any("status" in t.user_attrs and point_key(t.user_attrs.get("values", {})) == want for t in trials)
+    return not any(point_key(t.user_attrs["values"]) == want for t in measured(store.load(task.key.id)))
 
 
 def merge(old: Sequence[Entry], new: Sequence[Entry]) -> list[Entry]:

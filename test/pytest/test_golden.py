@@ -204,9 +204,9 @@ def test_promote_needs_the_rules_answer_measured(tmp_path):
     elsewhere = replace(task, default=other)  # a default from a golden entry, say
     store = open_store(default_url(tmp_path))
     run_trials(store, elsewhere, CostMeasurer(), Budget(trials=1), seed=0)  # the default alone
-    assert rules_unmeasured(store, elsewhere, target)
+    assert rules_unmeasured(store, elsewhere)
     run_trials(store, elsewhere, CostMeasurer(), Budget(trials=1), seed=0)  # today's answers, past the budget
-    assert not rules_unmeasured(store, elsewhere, target)
+    assert not rules_unmeasured(store, elsewhere)
 
 
 def test_carry_over_adds_a_new_knob_at_its_off_value(tmp_path, example_tasks):
