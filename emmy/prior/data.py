@@ -53,6 +53,14 @@ class KeyData:
     space: Mapping[str, tuple]
     samples: list[Sample] = field(default_factory=list)
     ir: object = None  # the parsed module (the KernelInfo points into it)
+    date: str = ""  # the latest date of its measured trials (ISO 8601, UTC)
+
+    @property
+    def problem(self) -> tuple[str, str]:
+        """The tuning problem the key names across pipeline versions: its kernel and its shape
+        (the key's second part). A newer pipeline gives the same kernel on the same shape a
+        new structure, so a new key; both studies measured the same problem."""
+        return (self.samples[0].kernel if self.samples else "", self.key.split(":")[1] if ":" in self.key else self.key)
 
 
 def records_data(store_url: str | None = None, files: Sequence[str] = ()) -> list[tuple[str, dict]]:
@@ -128,6 +136,7 @@ def samples_of(data: Sequence[tuple[str, Mapping]], target: str,
                     continue
                 if s is not None:
                     kd.samples.append(s)
+                    kd.date = max(kd.date, str((t.get("user_attrs") or {}).get("date") or ""))
                     n += 1
             if stale:
                 skipped.append(f"{where}: {stale} trials whose values the current plan no longer builds")

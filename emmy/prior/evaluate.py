@@ -3,15 +3,18 @@
     rows = evaluate(keys, "sm_90a")      # keys: emmy.prior.data.samples_of(...)[0]; a Row per held-out key
     summary(rows)                        # {"geomean_regret": ..., "worst_regret": ..., "n": ..., "by": {...}}
 
-Two schemes: leave one shape out (each key in turn is held out; the prior is fitted on every
-other key, the same kernel on other shapes included) and leave one model out (each model group
-in turn, `model_groups`: the model a study recorded, every key of its kernels included, also
-those of studies that recorded none). For a held-out key with at least two measured candidates, the
-prior ranks those candidates; the regret is the measured time of its pick over the best measured
-time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's first-ranked, and
-`bounded`, what the prior tier would deploy (`emmy.prior.choose`: the rules' answer stands unless
-the predicted gain beats the margin; its tile first reshaped to fill the waves where the prior
-tier does that, `prior_tier_anchor`). Where the rules' answer was not measured (the tuner's first
+Two schemes: leave one shape out (each tuning problem in turn is held out, `KeyData.problem`: a
+kernel on a shape, with every study of it, those an older pipeline made under another key
+included; the prior is fitted on every other problem, the same kernel on other shapes included)
+and leave one model out (each model group in turn, `model_groups`: the model a study recorded,
+every key of its kernels included, also those of studies that recorded none). Each problem is
+judged once, on its newest study (`newest_studies`). For a judged key with at least two measured
+candidates, the prior ranks those candidates; the regret is the measured time of its pick over
+the best measured time (1.0: it picked the fastest). Two picks are shown: `top`, the prior's
+first-ranked among all of them, and `bounded`, what the prior tier would deploy
+(`emmy.prior.choose` over the measured candidates in the anchor's neighbourhood, `reachable`:
+the rules' answer stands unless the predicted gain beats the margin; its tile first reshaped to
+fill the waves where the prior tier does that, `prior_tier_anchor`). Where the rules' answer was not measured (the tuner's first
 trial came from a higher tier, golden or nearest records, or the answer's trial failed), a
 **proxy anchor** stands in for it: the measured candidate differing from it in the fewest knobs,
 those with the anchor's structural knobs (`fusion`: the same program) first (ties: the one
@@ -141,7 +144,7 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
         proxy = values_key(anchor) not in times
         if proxy:
             anchor = proxy_anchor(anchor, [v for v, _ in times.values()])
-        choice = choose(info, target, [v for v, _ in times.values()], anchor, prior)
+        choice = choose(info, target, reachable(kd, anchor, [v for v, _ in times.values()]), anchor, prior)
         bounded, picked = values_key(choice.values), choice.picked + ("~" if proxy else "")
     fusion = ""
     values = {k: v for k, (v, _) in times.items()}
@@ -150,6 +153,16 @@ def judge(kd: KeyData, prior: Prior, scheme: str) -> Row | None:
         fusion = f"best {values[best].get('fusion')}, pick {values[bounded].get('fusion')}"
     return Row(scheme, kd.key, kd.samples[0].kernel, kd.kind, len(times), best_s, times[top][1], times[bounded][1],
                picked, fusion)
+
+
+def reachable(kd: KeyData, anchor: Mapping, measured: Sequence[Mapping]) -> list[dict]:
+    """The measured candidates the prior tier could deploy from `anchor`: those in its legal
+    neighbourhood (`emmy.prior.choose.neighbourhood`: one knob changed, or two of the main
+    ones, never to a value the fit has no term for), the anchor itself left to `choose`."""
+    from emmy.prior.choose import neighbourhood
+
+    near = {values_key(c) for c in neighbourhood(kd.kernel.info, kd.kernel.target, kd.space, anchor)}
+    return [dict(v) for v in measured if values_key(v) in near]
 
 
 def prior_tier_anchor(kernel, space: Mapping[str, Sequence], prior: Prior) -> dict | None:
@@ -174,14 +187,15 @@ def reshaped_anchor(kernel, space: Mapping[str, Sequence], prior: Prior, rules: 
 
 def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sample]], Prior] | None = None,
              schemes: Sequence[str] = ("shape", "model")) -> list[Row]:
-    """Rows of every held-out key under each scheme (module docstring); `fitter` fits a Prior to
+    """Rows of every held-out problem under each scheme (module docstring); `fitter` fits a Prior to
     training samples (default: emmy.prior.fit.fit, the defaults when too few)."""
     if fitter is None:
         fitter = _default_fitter(target)
+    judged = set(newest_studies(keys))
     rows: list[Row] = []
     for scheme in schemes:
         models = model_groups(keys)
-        group_of = (lambda kd: kd.key) if scheme == "shape" else (lambda kd: models[kd.key])
+        group_of = (lambda kd: repr(kd.problem)) if scheme == "shape" else (lambda kd: models[kd.key])
         groups: dict[str, list[KeyData]] = {}
         for kd in keys.values():
             groups.setdefault(group_of(kd), []).append(kd)
@@ -189,10 +203,24 @@ def evaluate(keys: Mapping[str, KeyData], target: str, fitter: Callable[[list[Sa
             train = [s for kd in keys.values() if group_of(kd) != g for s in kd.samples]
             prior = fitter(train)
             for kd in groups[g]:
-                row = judge(kd, prior, scheme)
+                row = judge(kd, prior, scheme) if kd.key in judged else None
                 if row is not None:
                     rows.append(row)
     return rows
+
+
+def newest_studies(keys: Mapping[str, KeyData]) -> list[str]:
+    """Per tuning problem (`KeyData.problem`: a kernel on a shape), the key of its newest study (the latest
+    measured trial; ties: the key). An older study of the same problem measured the kernels of an
+    older pipeline: it is held out with the newest and stays in the fits of the other problems, but
+    is not judged again (one row per problem; its anchor, the rules' answer of today, was measured,
+    if anywhere, in the newest study)."""
+    newest: dict[tuple, KeyData] = {}
+    for kd in keys.values():
+        have = newest.get(kd.problem)
+        if have is None or (kd.date, kd.key) > (have.date, have.key):
+            newest[kd.problem] = kd
+    return sorted(kd.key for kd in newest.values())
 
 
 def model_groups(keys: Mapping[str, KeyData]) -> dict[str, str]:
@@ -218,6 +246,7 @@ def model_groups(keys: Mapping[str, KeyData]) -> dict[str, str]:
     unrecorded = {s.structure for kd in keys.values() for s in kd.samples if s.model == s.structure}
     for kd in keys.values():
         find(("key", kd.key))
+        union(("key", kd.key), ("problem", kd.problem))  # a problem's studies of every pipeline version go together
         for s in kd.samples:
             union(("key", kd.key), ("model", s.model))
             if s.structure in unrecorded:
@@ -256,4 +285,4 @@ def summary(rows: Sequence[Row]) -> dict:
     return {"geomean_regret": geo, "worst_regret": worst, "n": n, "by": per}
 
 
-__all__ = ["Row", "evaluate", "judge", "knob_distance", "prior_tier_anchor", "reshaped_anchor", "measured_times", "model_groups", "proxy_anchor", "summarize", "summary", "values_key"]
+__all__ = ["Row", "evaluate", "judge", "knob_distance", "prior_tier_anchor", "reachable", "reshaped_anchor", "measured_times", "model_groups", "newest_studies", "proxy_anchor", "summarize", "summary", "values_key"]

@@ -36,7 +36,10 @@ target's hardware table (`emmy.targets`), none fitted:
                      once, two floats per row; one launch for all the parts that share it)
     ticket_bytes     the partial sums one block reads back alone after the others finished
                      (combine = last_block: a tile's split_k - 1 other parts; stream-K: the
-                     parts of the blocks sharing a tile): serial, at one SM's share of L2
+                     parts of the blocks sharing a tile): serial, at one SM's share of L2;
+    tickets          1 where such a block exists: its fence, its ticket and its wait for the
+                     other parts' flags, in series after the k loop (H100, 2026-12-06: the
+                     wait alone about 2 us for the down projection at 512 tokens)
     recompute_bytes  what fusion recomputes: a fused row statistic re-read for every column of
                      output tiles (the norm of x recomputed per output tile), and
     recompute_flops  its arithmetic (FMA units), and `recompute_chain`: the elements of its rows
@@ -83,7 +86,7 @@ NAMES = (
     "recompute_bytes", "launches", "spill_bytes", "reg_overflow", "single_slice", "multi_slice",
     "blocks", "threads", "smem_bytes", "tile_area", "tensor", "quant", "warps_resident", "serial_steps",
     "recompute_flops", "rounds", "softmax_steps", "inflight_bytes", "recompute_rows", "ticket_bytes",
-    "idle_rounds", "thread_ops", "warp_ops", "stats_bytes", "recompute_chain", "prologue_loads",
+    "tickets", "idle_rounds", "thread_ops", "warp_ops", "stats_bytes", "recompute_chain", "prologue_loads",
 )
 
 Features = dict[str, float]
@@ -191,7 +194,7 @@ class Kernel:
 SUMMED = ("flops", "unique_bytes", "reread_bytes", "workspace_bytes", "recompute_bytes", "recompute_flops",
           "blocks", "spill_bytes", "warp_ops")
 MOST = ("threads", "smem_bytes", "tile_area", "steps", "unstaged", "reg_overflow", "single_slice",
-        "multi_slice", "ticket_bytes", "recompute_rows", "tensor", "inflight_bytes", "stats_bytes")
+        "multi_slice", "ticket_bytes", "tickets", "recompute_rows", "tensor", "inflight_bytes", "stats_bytes")
 PER_ROUND = ("serial_steps", "idle_rounds", "thread_ops", "softmax_steps", "recompute_chain", "prologue_loads")
 
 
@@ -407,11 +410,13 @@ def _contraction(f: Features, info: KernelInfo, plan, target: Target, a_reads_pr
     tile_bytes = bm * bn * nc * 4.0  # one fp32 partial tile
     if plan.last_block and split > 1:  # a tile's last block reads the other parts back alone
         f["ticket_bytes"] = (split - 1) * tile_bytes
+        f["tickets"] = 1.0
     if plan.stream_k:  # tiles shared by blocks: their partial sums written and read (about two parts)
         tiles, _, _, most, whole = plan.stream_k_plan
         workspace += 2.0 * 2 * (tiles - whole) * tile_bytes
         if tiles > whole:  # ... the finishing block waits for and reads the others' parts
             f["ticket_bytes"] = (most - 1) * tile_bytes
+            f["tickets"] = 1.0
     if plan.stats_kernel:  # the statistics pass reads the rows once (one pass for all parts)
         f["stats_bytes"] = B * M * K * elt + 2.0 * B * M * 4
     f["workspace_bytes"] = workspace

@@ -28,7 +28,7 @@ overlap, not perfectly), times what keeps the units from their peak, plus its la
                * unstaged) * (1 + single_slice_cost * single_slice)
                * (1 + multi_slice_cost * multi_slice) * (1 + spill_cost * spill_bytes / 1024)
                * (1 + reg_cost * reg_overflow / 64) + rounds * round_s + idle_rounds * idle_round_s
-               + ticket_bytes / (l2_bandwidth / sms * ticket_eff)
+               + ticket_bytes / (l2_bandwidth / sms * ticket_eff) + tickets * ticket_s
                + prologue_loads * prologue_load_s + recompute_chain * recompute_op_s
                (a fused kernel's row statistics: the pass before its k loop, whose loads each warp
                waits for one by one, or the fold each consumer thread runs between its MMAs; the
@@ -82,6 +82,7 @@ DEFAULTS: dict[str, float] = {
     "recompute_row_s": 2e-8,  # one computed row of fused attention, on the critical path
     "recompute_op_s": 4e-9,  # one element of a fused row statistic a consumer thread folds between its MMAs
     "ticket_eff": 1.0,  # share of one SM's part of the L2 bandwidth a last block's read-back reaches
+    "ticket_s": 1.5e-6,  # a last block's fence, ticket and wait for the other parts' flags, in series
     "idle_round_s": 1e-6,  # a round of reduction blocks with every thread idle: barriers over them all
     "mem_latency_s": 6e-7,  # a DRAM load's latency under load (Little's law: bytes in flight per SM)
     "thread_op_s": 2e-9,  # one operation a reduction's thread runs after its others (a dependent instruction's latency)
@@ -123,8 +124,10 @@ def predict(f: Mapping, coeffs: Mapping[str, float]) -> float | np.ndarray:
     kernel = kernel * (1.0 + c["unstaged_cost"] * f["unstaged"])
     kernel = kernel * (1.0 + c["single_slice_cost"] * f["single_slice"]) * (1.0 + c["multi_slice_cost"] * f["multi_slice"])
     kernel = kernel * (1.0 + c["spill_cost"] * f["spill_bytes"] / 1024.0) * (1.0 + c["reg_cost"] * f["reg_overflow"] / 64.0)
-    # a tile's last block adds the other parts alone, after the rest (at one SM's share of L2)
-    kernel = kernel + f["rounds"] * c["round_s"] + f["idle_rounds"] * c["idle_round_s"] + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"])
+    # a tile's last block waits for the other parts' flags, then adds them alone, after the rest
+    # (at one SM's share of L2)
+    kernel = kernel + f["rounds"] * c["round_s"] + f["idle_rounds"] * c["idle_round_s"] \
+        + f["ticket_bytes"] * f["sms"] / (f["l2_bandwidth"] * c["ticket_eff"]) + f["tickets"] * c["ticket_s"]
     # a fused kernel's row statistics: the pass before the k loop (nothing overlaps its loads,
     # waited for one by one) or the fold each consumer thread runs between its MMAs
     kernel = kernel + f["prologue_loads"] * c["prologue_load_s"] + f["recompute_chain"] * c["recompute_op_s"]

@@ -15,7 +15,9 @@ from emmy.diagnostics import EmmyError
 from emmy.driver import CompileOptions, compile_model
 from emmy.prior.choose import choose, neighbourhood, prior_decision
 from emmy.prior.data import KeyData, Sample
-from emmy.prior.evaluate import evaluate, judge, measured_times, model_groups, summarize, summary
+from emmy.prior.evaluate import (
+    evaluate, judge, measured_times, model_groups, newest_studies, reachable, summarize, summary,
+)
 from emmy.prior.features import Kernel, features
 from emmy.prior.fit import fit, fit_coeffs, residuals, robust_spread, within_key
 from emmy.prior.model import DEFAULTS, predict, rank, with_target
@@ -122,6 +124,16 @@ def test_split_k_adds_workspace_and_a_combine_launch(info):
     assert f["workspace_bytes"] == 2 * 2 * 512 * 4096 * 4  # fp32 parts written and read back
     assert f["launches"] == 2 and f["steps"] == 8
     assert f["flops"] == 2 * 512 * 4096 * 1024
+
+
+def test_a_last_block_waits_for_its_tickets(info):
+    """combine = last_block: the last block of a tile reads the other parts back alone and, before
+    that, waits for their flags (a fixed cost, `ticket_s`); a combine kernel has neither."""
+    last = features(info, _values(info, split_k=2, combine="last_block"), TARGET)
+    kernel = features(info, _values(info, split_k=2), TARGET)
+    assert (last["tickets"], kernel["tickets"]) == (1, 0) and kernel["ticket_bytes"] == 0
+    f = with_target(last, TARGET)
+    assert predict(f, {**DEFAULTS, "ticket_s": 1e-5}) - predict(f, {**DEFAULTS, "ticket_s": 1e-6}) == pytest.approx(9e-6)
 
 
 def test_a_persistent_block_runs_its_share_of_the_tiles_one_after_another(info):
@@ -388,6 +400,41 @@ def test_leave_one_model_out_holds_out_the_models_unrecorded_studies_too(info):
 
     evaluate(keys, "sm_90a", fitter=fitter, schemes=("model",))
     assert seen == [["c", "d", "e"], ["a", "b", "d", "e"], ["a", "b", "c", "e"], ["a", "b", "c", "d"]]
+
+
+def test_a_problems_older_studies_are_held_out_with_it_and_judged_once(info):
+    """Keys s1:p and s2:p are one problem (the kernel on shape p) measured under two pipelines,
+    s2 the newer; s1:q another problem. Holding out p holds out both studies, and p is judged
+    once, on s2."""
+    kernel, space = Kernel(info, TARGET), knob_space_for(info, TARGET)
+    keys = {}
+    for name, date in (("s1:p:sm_90a:v1", "2026-12-02T10:00:00Z"), ("s2:p:sm_90a:v1", "2026-12-06T10:00:00Z"),
+                       ("s1:q:sm_90a:v1", "2026-12-02T11:00:00Z")):
+        kd = keys[name] = KeyData(name, "contraction", kernel, space, date=date)
+        for v, t in ((_values(info), 1e-5), (_values(info, block_n=64), 2e-5)):
+            kd.samples.append(Sample(name, name[:2], "m", "contraction", "linear", v, t, {}))
+    assert keys["s1:p:sm_90a:v1"].problem == keys["s2:p:sm_90a:v1"].problem == ("linear", "p")
+    assert newest_studies(keys) == ["s1:q:sm_90a:v1", "s2:p:sm_90a:v1"]
+    seen = []
+
+    def fitter(train):
+        seen.append(sorted({s.key for s in train}))
+        return Prior("sm_90a")
+
+    rows = evaluate(keys, "sm_90a", fitter=fitter, schemes=("shape",))
+    assert sorted(r.key for r in rows) == ["s1:q:sm_90a:v1", "s2:p:sm_90a:v1"]
+    assert sorted(seen) == [["s1:p:sm_90a:v1", "s2:p:sm_90a:v1"], ["s1:q:sm_90a:v1"]]
+
+
+def test_the_bounded_pick_is_among_what_the_prior_tier_could_deploy(info):
+    """The prior tier ranks the anchor's neighbourhood (one knob changed, or two of the main
+    ones), never a schedule three knobs away: `evaluate` judges the same choice."""
+    kernel, space = Kernel(info, TARGET), knob_space_for(info, TARGET)
+    anchor = _values(info)
+    near = _values(info, block_n=64)
+    far = _values(info, block_n=64, block_m=256, stages=3, group_m=2)
+    kd = KeyData("k", "contraction", kernel, space)
+    assert reachable(kd, anchor, [anchor, near, far]) == [near]
 
 
 # -- the prior file ------------------------------------------------------------------------------
