@@ -158,9 +158,13 @@ def _show(path: Path | None, target: str) -> int:
 
 def _evaluate(args, target: str, keys) -> int:
     from emmy.cli.table import format_table
-    from emmy.prior.evaluate import evaluate, summary
+    from emmy.prior.evaluate import evaluate, newest_studies, summary
 
     rows = evaluate(keys, target)
+    older = len(keys) - len(newest_studies(keys))
+    if older:
+        print(f"{older} older {'study' if older == 1 else 'studies'} of a kernel on a shape that a newer study "
+              f"(another pipeline's key) also measured: held out beside it, not judged again")
     body = [(r.scheme, r.kernel, r.key[:12], r.kind, str(r.candidates), f"{r.best_s * 1e6:.2f}",
              f"{r.top_regret:.3f}", f"{r.regret:.3f}", r.picked, r.fusion or "-") for r in rows]
     print(format_table(("held out", "kernel", "key", "kind", "measured", "best us", "top regret", "regret", "pick",

@@ -116,6 +116,27 @@ def test_evaluate_prints_a_table_and_a_json_last_line(export, capsys):
     assert "leave one shape out" in out and "leave one model out" in out
 
 
+def test_evaluate_judges_a_problem_once_and_says_so(export, tmp_path, capsys):
+    """Two studies of the one kernel on the one shape under two keys (another structure, as a
+    newer pipeline gives): one problem, judged once on the newer study."""
+    data = json.loads(export.read_text())
+    studies = []
+    for study, name in zip(data["studies"][:2], ("aaaa:p:sm_90a:v1", "bbbb:p:sm_90a:v1")):
+        study = json.loads(json.dumps(study))
+        study["name"] = study["attrs"]["emmy.key"]["id"] = name
+        for i, t in enumerate(study["trials"]):
+            t["user_attrs"]["date"] = f"2026-12-0{2 if name[0] == 'a' else 6}T10:00:{i % 60:02d}Z"
+        studies.append(study)
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps({**data, "studies": studies}))
+    code, out, _ = _run(["prior", "evaluate", "--records", str(path), "--json"], capsys)
+    assert code == 0
+    assert "1 older study of a kernel on a shape that a newer study (another pipeline's key) also measured" in out
+    assert json.loads(out.strip().splitlines()[-1])["n"] == 1
+    table = out.split("held out  ", 1)[1]  # a row shows a key's first 12 characters
+    assert "bbbb:p:sm_90" in table and "aaaa:p:sm_90" not in table
+
+
 def test_model_and_tokens_rebuild_kernels_the_records_do_not_keep(export, tmp_path, capsys):
     old = export.parent / "old.json"
     out_path = tmp_path / "prior.json"
