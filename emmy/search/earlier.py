@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from emmy.records.store import KERNEL_ATTR, KEY_ATTR, Store
-from emmy.search.points import point_key
+from emmy.search.points import params_of, point_key
 from emmy.tuning.knobs import in_space
 
 # How many earlier points a new study starts with.
@@ -29,8 +29,6 @@ def earlier_bests(store: Store, task, space, skip=frozenset()) -> list[dict]:
     """The `EARLIER` fastest points (module docstring), fastest first by the times the earlier
     studies measured; [] where the store has no other study of the task's kernel at its shape
     and target. `skip`: point keys already among the first trials."""
-    from emmy.search.study import params_of
-
     domains = dict(task.space)
     found: list[tuple[float, int, tuple, dict]] = []
     for n, (values, time_s) in enumerate(_measured(store, _others(store, task))):

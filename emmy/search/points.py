@@ -64,8 +64,6 @@ def nearest(space, point: Mapping[str, object], fixed: Mapping[str, object], avo
     return best[0]
 
 
-__all__ = ["NEAREST_VISITS", "nearest", "point_key"]
-
 
 def conditional_space(task):
     """The task's ConditionalSpace over its legal points (knobs in `knob_order`: `workers`
@@ -107,3 +105,6 @@ class _Recorder:
         value = self.point[knob]
         self.params[name] = value
         return value
+
+
+__all__ = ["NEAREST_VISITS", "conditional_space", "nearest", "params_of", "point_key"]

@@ -153,3 +153,7 @@ def requeue_unmeasured(study) -> list[int]:
         study.enqueue_trial(dict(fixed), user_attrs=attrs or None)
         again.append(t.number)
     return again
+
+
+__all__ = ["RETRIES_ATTR", "TODAYS", "enqueue_todays_answers", "holds_todays", "requeue_unmeasured", "stretched",
+           "todays_points", "todays_waiting", "waiting"]
