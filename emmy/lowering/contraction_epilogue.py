@@ -5,9 +5,9 @@ scalar code after the contractions on the accumulators, staged through shared me
 16-byte stores (`staged_epilogue`, or with `result_staged_epilogue` the bf16 results, or the bf16
 parts computed from the accumulators alone where the stores read a tensor), or
 straight from the fragments; split_k's parts written to a workspace and added by the last block
-(`last_block_epilogue`) or by `<name>_combine` (`build_combine`). A warp-specialized block's
-consumers start the rows of the tensors the epilogue reads a whole tile of (a residual) on their
-way into L2 a few k-steps before the end of the tile's k loop (`prefetch_epilogue_reads`). Where the plan's `qk` says so
+(`last_block_epilogue`) or by `<name>_combine` (`build_combine`). A warp-specialized producer
+prefetches into L2 the rows of the tensors the epilogue reads a whole tile of (a residual) once
+it has staged its tile's k-steps (`prefetch_epilogue_reads`). Where the plan's `qk` says so
 (an attention's fusion = epilogue), the staged bf16 results of Q's and K's heads are rewritten on
 the way out by the attention's own Q/K code (`qk_stores`).
 """
@@ -31,10 +31,6 @@ def _source_loads(body, name: str, source) -> list:
     """The loads of the attention's rows (`source`) in the tree of its operand `name`."""
     p = body.q if name == "q" else body.k
     return [ld for ld in qk_epilogue.tree_loads(p) if ld.tensor is source]
-
-
-# k-steps before the end of a tile's k loop at which its consumers prefetch the epilogue's rows
-EPILOGUE_PREFETCH_STEPS = 2
 
 
 class EpilogueMixin:
@@ -268,11 +264,10 @@ class EpilogueMixin:
 
     def prefetch_epilogue_reads(self, kb: KB, em: BodyEmitter, m0, n0, batch, first, step: int) -> None:
         """Rows first, first + step, ... of the tile at (m0, n0) of each `epilogue_reads()` tensor
-        into L2 (emmy::prefetch_l2, one bulk prefetch per row, the rows spread over the tile's
-        consumer threads), where a producer warpgroup stages the k-steps and the block itself
-        runs the epilogue (no split of k, no stream-K). The consumers call it at k-step
-        kt1 - EPILOGUE_PREFETCH_STEPS, their wgmmas in flight, so that the epilogue's loads wait
-        on L2 instead of memory."""
+        into L2 (emmy::prefetch_l2, one bulk prefetch per row), where the block's producer
+        warpgroup stages the k-steps and the block itself runs the epilogue (no split of k, no
+        stream-K): called once the producer has issued the tile's last k-step, `stages` steps
+        before the consumers finish, so the epilogue's loads wait on L2 instead of memory."""
         g = self.g
         if not g.producer or g.split > 1 or g.stream_k:
             return

@@ -23,7 +23,6 @@ from emmy.lowering.common import (
     PERSISTENT_BARRIER,
     TURN_BARRIER,
 )
-from emmy.lowering.contraction_epilogue import EPILOGUE_PREFETCH_STEPS
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
 from emmy.lowering.staging import AStatistics, InPlaceA, Leaf, Stager, direct_source
@@ -215,6 +214,7 @@ class WarpSpecializedMixin:
                         slot = kb.rem(j, S)
                         kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
                         self.tma_issue(kb, kt, slot, m0, n0, full(slot), sa, sbs, a_elems)
+                    self.prefetch_epilogue_reads(kb, em, m0, n0, batch, 0, 1)
 
             def produce(m0, n0, batch, part, kt0, kt1, base, later, more, run=None):
                 stat = stat_at(m0, batch)
@@ -244,6 +244,7 @@ class WarpSpecializedMixin:
                         stager.copy_registers(cur, nxt)
                     kb.call("emmy::fence_proxy_async")
                     kb.call("emmy::mbar_arrive", [full(slot)])
+                self.prefetch_epilogue_reads(kb, em, m0, n0, batch, ptid, 128)
                 if rs is not None:
                     if later is not None:  # the consumers are done reading rs for the last tile
                         with kb.if_(later):
@@ -292,8 +293,6 @@ class WarpSpecializedMixin:
                         kb.call("emmy::fence_proxy_async")  # the copies landed through the generic proxy
                     during = (lambda: reader.step(sa, slot, a_elems, kt)) if reader is not None else None
                     self.compute(kb, tid, sa, sbs, slot, a_elems, b_elems, accs, wgmma_pending=1, during=during)
-                    with kb.if_(kb.cmp("eq", kt, kb.max(kt0, kb.sub(kt1, EPILOGUE_PREFETCH_STEPS)))):
-                        self.prefetch_epilogue_reads(kb, em, m0, n0, batch, tid, g.tile_threads)
                     with kb.if_(kb.cmp("sgt", i, 0)):
                         release(kb.rem(kb.add(j, S - 1), S))
                 if w is not None:  # its turn is over: the next tile's warpgroup may wait on the slots
