@@ -170,7 +170,7 @@ def _approx(op: Operation) -> bool:
 
 
 # device-library calls that only read through some pointer arguments (by position)
-_READ_ONLY_ARGS = {"emmy::cp_async16": (1,), "emmy::prefetch_l2": (0,)}
+_READ_ONLY_ARGS = {"emmy::cp_async16": (1,)}
 
 
 class _Names:

@@ -5,9 +5,7 @@ scalar code after the contractions on the accumulators, staged through shared me
 16-byte stores (`staged_epilogue`, or with `result_staged_epilogue` the bf16 results, or the bf16
 parts computed from the accumulators alone where the stores read a tensor), or
 straight from the fragments; split_k's parts written to a workspace and added by the last block
-(`last_block_epilogue`) or by `<name>_combine` (`build_combine`). A warp-specialized producer
-prefetches into L2 the rows of the tensors the epilogue reads a whole tile of (a residual) once
-it has staged its tile's k-steps (`prefetch_epilogue_reads`). Where the plan's `qk` says so
+(`last_block_epilogue`) or by `<name>_combine` (`build_combine`). Where the plan's `qk` says so
 (an attention's fusion = epilogue), the staged bf16 results of Q's and K's heads are rewritten on
 the way out by the attention's own Q/K code (`qk_stores`).
 """
@@ -18,7 +16,6 @@ from __future__ import annotations
 from xdsl.dialects.builtin import IndexType, VectorType, bf16, f32
 
 from emmy.dialects import kernel as K
-from emmy.dialects.loop import AxisOp, LoadOp
 from emmy.lowering.common import EPILOGUE_BARRIER, decompose
 from emmy.lowering.kb import KB
 from emmy.lowering.scalar import BodyEmitter
@@ -240,48 +237,6 @@ class EpilogueMixin:
         else:
             self.fragment_epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr)
             return False
-
-    def epilogue_reads(self) -> list[LoadOp]:
-        """The tensors the epilogue reads a tile of (a residual): loads outside the contraction
-        whose last index is the one n axis itself (whole rows of the tile are contiguous), whose
-        other indices do not depend on it, and which depend on the rows; rows of 16-byte
-        multiples (n % 8 == 0). Their rows are what `prefetch_epilogue_reads` fetches."""
-        if len(self.n_axes) != 1 or self.ext[self.n_axes[0]] % 8:
-            return []
-        n = self.n_axes[0]
-        dom = BodyEmitter(None, self.op, {}, []).dom  # analysis only
-        out = []
-        for ld in self.op.regions[0].block.ops:
-            if not isinstance(ld, LoadOp) or not ld.indices:
-                continue
-            last = ld.indices[-1].owner
-            if not (isinstance(last, AxisOp) and last.axis_name == n):
-                continue
-            if any(n in dom(i) for i in ld.indices[:-1]) or not set(self.m_axes) & dom(ld.result):
-                continue
-            out.append(ld)
-        return out
-
-    def prefetch_epilogue_reads(self, kb: KB, em: BodyEmitter, m0, n0, batch, first, step: int) -> None:
-        """Rows first, first + step, ... of the tile at (m0, n0) of each `epilogue_reads()` tensor
-        into L2 (emmy::prefetch_l2, one bulk prefetch per row), where the block's producer
-        warpgroup stages the k-steps and the block itself runs the epilogue (no split of k, no
-        stream-K): called once the producer has issued the tile's last k-step, `stages` steps
-        before the consumers finish, so the epilogue's loads wait on L2 instead of memory."""
-        g = self.g
-        if not g.producer or g.split > 1 or g.stream_k:
-            return
-        for ld in self.epilogue_reads():
-            elt = K.element_bytes(ld.tensor.type.element_type)
-            cols = g.bn if self.N % g.bn == 0 else kb.min(g.bn, kb.sub(self.N, n0))
-            size = kb.mul(cols, elt)
-            with kb.for_(first, g.bm, step, name="r") as r:
-                row = kb.add(m0, r)
-                inside = self.inside(kb, row, self.M, g.bm)
-                with kb.if_(inside if inside is not None else kb.true()):
-                    coords = self._row_coords(kb, row, batch)
-                    coords.update(self._col_coords(kb, n0))
-                    kb.call("emmy::prefetch_l2", [em.scope(coords).address(ld), size])
 
     def last_block_epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync) -> None:
         """split_k with `combine = last_block` (emmy_core.cuh, split_ticket ...): thread 0 takes

@@ -214,7 +214,6 @@ class WarpSpecializedMixin:
                         slot = kb.rem(j, S)
                         kb.call("emmy::mbar_wait", [empty(slot), kb.xor(kb.rem(kb.div(j, S), 2), 1)])
                         self.tma_issue(kb, kt, slot, m0, n0, full(slot), sa, sbs, a_elems)
-                    self.prefetch_epilogue_reads(kb, em, m0, n0, batch, 0, 1)
 
             def produce(m0, n0, batch, part, kt0, kt1, base, later, more, run=None):
                 stat = stat_at(m0, batch)
@@ -244,7 +243,6 @@ class WarpSpecializedMixin:
                         stager.copy_registers(cur, nxt)
                     kb.call("emmy::fence_proxy_async")
                     kb.call("emmy::mbar_arrive", [full(slot)])
-                self.prefetch_epilogue_reads(kb, em, m0, n0, batch, ptid, 128)
                 if rs is not None:
                     if later is not None:  # the consumers are done reading rs for the last tile
                         with kb.if_(later):

@@ -257,16 +257,6 @@ class Scope:
         idx = [self.value(i) for i in op.indices]
         return [kb.load(ptr, self._offset(t, idx, j), elt, self.mask) for j in range(n)]
 
-    def address(self, op: LoadOp) -> SSAValue:
-        """A pointer to the element a load reads at this scope's axes (lane 0)."""
-        t = op.tensor.type
-        assert isinstance(t, TensorType)
-        ptr = self.em.ptrs.get(op.tensor)
-        if ptr is None:
-            raise EmmyError(f"codegen: no pointer for the loaded tensor {op.tensor}")
-        l0 = self.lane0()
-        return self.kb.ptr_add(ptr, self._offset(t, [l0.value(i) for i in op.indices], 0))
-
     def _reduce_serial(self, op: ReduceOp) -> list[SSAValue]:
         """A loop.reduce as nested kernel.for loops over its axes (one thread does it all)."""
         kb = self.kb

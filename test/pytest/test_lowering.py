@@ -346,36 +346,6 @@ def test_staged_epilogue_stages_results_or_accumulators():
     assert str(shared["sC"].result.type.element_type) == "f32"
 
 
-def _root_ptr(v):
-    while isinstance(v.owner, K.PtrAddOp):
-        v = v.owner.ptr
-    return v
-
-
-@pytest.mark.parametrize("copy", ["cp_async", "tma"])
-def test_producer_prefetches_the_epilogues_residual_rows_into_l2(copy):
-    """workers=wgmma_ws: once the producer has staged a tile's k-steps it starts the rows of the
-    residual the epilogue reads on their way into L2, one bulk prefetch per row inside the
-    output (40 rows in 64-row tiles, 72 columns in 64-wide ones: the last tile's rows are 8
-    columns); with split_k the combine kernel reads the residual and nothing is prefetched."""
-    g = kernel_funcs(lower(heads_matmul_residual(target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64, warps=4,
-                                                 stages=3, block_k=64, copy=copy), "convert-tile-to-kernel"))
-    f = g["o_proj_residual"]
-    (call,) = [op for op in f.walk() if isinstance(op, K.CallOp) and op.callee.data == "emmy::prefetch_l2"]
-    assert _root_ptr(call.operands[0]) is f.body.block.args[0]  # the residual
-    loop, guard = call.parent_op(), None
-    while not (isinstance(loop, K.ForOp) and loop.body.block.args[0].name_hint == "r"):
-        guard = guard or (loop if isinstance(loop, K.IfOp) else None)
-        loop = loop.parent_op()
-    assert guard is not None  # rows past the 40th are not fetched
-    src = cuda_source(lower(heads_matmul_residual(target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64, warps=4,
-                                                  stages=3, block_k=64, copy=copy)))
-    assert re.search(r"o_proj_residual\(const __nv_bfloat16\* __restrict__ r0_0,", src)  # still read-only
-    split = kernel_funcs(lower(heads_matmul_residual(target="sm_90a", workers="wgmma_ws", block_m=64, block_n=64, warps=4,
-                                                     stages=3, block_k=64, copy=copy, split_k=2), "convert-tile-to-kernel"))
-    assert not any("emmy::prefetch_l2" in callees(k) for k in split.values())
-
-
 @pytest.mark.parametrize("target,knobs,compute", CONTRACTION_CASES)
 def test_contraction_workers(target, knobs, compute):
     module = lower(rmsnorm_matmul(M=72, N=80, K=192, target=target, **knobs), "convert-tile-to-kernel")

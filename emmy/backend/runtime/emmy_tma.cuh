@@ -31,16 +31,6 @@ __device__ __forceinline__ void tma_prefetch(const CUtensorMap& map) {
 #endif
 }
 
-// Start loading `bytes` (a multiple of 16) from global memory at `p` (16-byte aligned) into
-// the L2 cache, without waiting and without a destination: a warp-specialized producer's
-// prefetch of the rows its tile's epilogue will read (a residual), issued once its k loop is
-// staged, so the epilogue's loads find them in L2 instead of waiting on memory.
-__device__ __forceinline__ void prefetch_l2(const void* p, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // Copy the box at element column `col`, row `row` of the map's view into `smem` (aligned to the
 // swizzle's repeat, 1024 bytes for 128-byte rows); its bytes complete a transaction on `bar`.
 __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap& map, int col, int row, long long* bar) {
