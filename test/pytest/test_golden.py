@@ -145,6 +145,9 @@ def test_cli_check_exit_codes(tmp_path, example_tasks):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "duplicate" in proc.stderr and "1 problem(s)" in proc.stderr
     assert_user_error(emmy("golden", "check", str(tmp_path / "missing")), "no such golden folder")
+    (tmp_path / "empty" / TARGET).mkdir(parents=True)
+    empty = emmy("golden", "check", str(tmp_path / "empty"), cwd=ROOT)
+    assert empty.returncode == 0 and "nothing to check: no golden files" in empty.stdout
     assert_user_error(emmy("golden", "frobnicate"), "unknown action 'frobnicate'", "check, promote")
     assert_user_error(emmy("golden", "promote"), "emmy golden promote: give the MODEL that was tuned")
     assert_user_error(emmy("golden", "promote", EXAMPLE, env={"EMMY_HOME": str(tmp_path / "home")}), "give --tokens")
