@@ -68,8 +68,9 @@ class Entry:
     @property
     def target(self) -> str:
         """The target named in the key id (`<structure>:<shape>:<target>:v<version>`)."""
-        parts = self.key.split(":")
-        return parts[2] if len(parts) == 4 else ""
+        from emmy.schedule.key import key_id_part
+
+        return key_id_part(self.key, "target")
 
     def kernel_key(self):
         """The entry's key as an `emmy.schedule.key.KernelKey` (for its structure id and extents)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from emmy.diagnostics import EmmyError, first_line
 from emmy.records.store import KERNEL_ATTR, MODEL_ATTR, MODULE_ATTR
+from emmy.schedule.key import key_id_part
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class KeyData:
         """The tuning problem the key names across pipeline versions: its kernel and its shape
         (the key's second part). A newer pipeline gives the same kernel on the same shape a
         new structure, so a new key; both studies measured the same problem."""
-        return (self.samples[0].kernel if self.samples else "", self.key.split(":")[1] if ":" in self.key else self.key)
+        return (self.samples[0].kernel if self.samples else "", key_id_part(self.key, "shape") or self.key)
 
 
 def records_data(store_url: str | None = None, files: Sequence[str] = ()) -> list[tuple[str, dict]]:

@@ -91,6 +91,13 @@ class KernelKey:
         return self.id
 
 
+def key_id_part(key_id: str, part: str) -> str:
+    """One part of a key id as `KernelKey.id` writes it: "structure", "shape" (its digest),
+    "target" or "version"; "" where the id does not have those four parts."""
+    parts = key_id.split(":")
+    return parts[("structure", "shape", "target", "version").index(part)] if len(parts) == 4 else ""
+
+
 def kernel_key(kernel: KernelOp, target: Target) -> KernelKey:
     """The key of `kernel` (a `tile.kernel`, knobs decided or not) on `target`."""
     structure = hashlib.sha256(canonical_structure(kernel).encode()).hexdigest()
@@ -155,4 +162,4 @@ def _op_text(op: Operation) -> str:
     return op.name
 
 
-__all__ = ["SPACE_VERSION", "KernelKey", "canonical_structure", "describe", "kernel_key", "shape_of"]
+__all__ = ["SPACE_VERSION", "KernelKey", "canonical_structure", "describe", "kernel_key", "key_id_part", "shape_of"]
