@@ -8,7 +8,9 @@ bound. Everything else is the forward phase (no attribute).
 
 A forward-phase launch may also carry the unit attribute `emmy.overlap`: it is launched with
 programmatic dependent launch and may start while the launch before it finishes (its kernel
-waits for that one before touching global memory; see `kernel-overlap-launches`).
+waits for that one before touching what that one touches; see `kernel-overlap-launches`). The
+device-library calls that say so: DEPENDENCY_WAIT (wait for the launch before, and so for every
+launch before it) and ALLOW_DEPENDENTS (the next launch may start).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from xdsl.ir import Operation
 PHASE = "emmy.phase"
 PREPARE = "prepare"
 OVERLAP = "emmy.overlap"
+DEPENDENCY_WAIT = "emmy::grid_dependency_wait"
+ALLOW_DEPENDENTS = "emmy::allow_dependents"
 
 
 def is_prepare(op: Operation) -> bool:
@@ -40,4 +44,4 @@ def mark_overlapped(op: Operation) -> None:
     op.attributes[OVERLAP] = UnitAttr()
 
 
-__all__ = ["OVERLAP", "PHASE", "PREPARE", "is_overlapped", "is_prepare", "mark_overlapped", "mark_prepare"]
+__all__ = ["ALLOW_DEPENDENTS", "DEPENDENCY_WAIT", "OVERLAP", "PHASE", "PREPARE", "is_overlapped", "is_prepare", "mark_overlapped", "mark_prepare"]
