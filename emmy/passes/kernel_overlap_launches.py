@@ -33,7 +33,8 @@ Everywhere else the wait moves first.
 
 A launched-early kernel of one wave or less (no more blocks than the target has SMs) whose
 shared memory would let two of its blocks share an SM (`smem` at most half an SM's) gets `smem`
-raised to half an SM's: one block per SM. Launched early, all
+raised to half an SM's: one block per SM (unless the launch after it waits late: that one's
+blocks are to run beside it). Launched early, all
 its blocks are placed at once on the SMs the earlier kernel has left, two to an SM where they
 fit, and the SMs freed later stay idle. On the H200 the Qwen3 layer at 1024 tokens, with the
 o and down projections in 128 x 64 tiles of 96 KiB (128 blocks): 114.4 us overlapped against
@@ -207,12 +208,15 @@ class KernelOverlapLaunchesPass(ModulePass):
                 late[name] = late.get(name, True) and holds
 
         for chain in chains:
-            for before, launch in zip(chain, chain[1:]):
+            for i, launch in enumerate(chain[1:], 1):
                 mark_overlapped(launch)
                 name = launch.callee.root_reference.data
                 if not late.get(name):
                     _wait_first(kernel(launch))
-                _one_block_per_sm(kernel(launch), target)
+                # (not where the next launch waits late: its blocks need room beside these)
+                after = chain[i + 1].callee.root_reference.data if i + 1 < len(chain) else None
+                if not late.get(after):
+                    _one_block_per_sm(kernel(launch), target)
         # who lets the next launch start: right after its own wait where the next waits late
         # (its k loop then runs beside this kernel), else at its end
         for chain in chains:

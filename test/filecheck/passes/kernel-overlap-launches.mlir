@@ -122,7 +122,9 @@ builtin.module attributes {emmy.target = "sm_90a"} {
 // which @proj writes, before its wait: it waits first. @proj3 reads the input before its wait,
 // but the launch before it (@late, late itself) may start before @stats2 has finished, which
 // writes %t that @proj3 reads early: it waits first. @clobber writes %x, which @stats3 reads,
-// before its wait: it waits first.
+// before its wait: it waits first. A one-wave kernel launched early keeps its shared memory
+// where the launch after it waits late (@stats2: that one's blocks are to run beside it), else
+// takes half an SM's (@stats3).
 builtin.module attributes {emmy.target = "sm_90a"} {
   kernel.func @stats(%x: !kernel.ptr<bf16>, %s: !kernel.ptr<f32>) grid [4, 1, 1] block [128, 1, 1] smem 0 {
     %t = kernel.thread_id x
@@ -233,7 +235,7 @@ builtin.module attributes {emmy.target = "sm_90a"} {
 // CHECK-NEXT:    kernel.store
 // CHECK-NEXT:    kernel.call "emmy::allow_dependents"() : () -> ()
 // CHECK-NEXT:  }
-// CHECK:       kernel.func @stats2(
+// CHECK:       kernel.func @stats2({{.*}}) grid [4, 1, 1] block [128, 1, 1] smem 0 {
 // CHECK-NEXT:    kernel.call "emmy::grid_dependency_wait"() : () -> ()
 // CHECK-NEXT:    kernel.call "emmy::allow_dependents"() : () -> ()
 // CHECK-NEXT:    kernel.thread_id x
@@ -248,7 +250,7 @@ builtin.module attributes {emmy.target = "sm_90a"} {
 // CHECK-NEXT:    kernel.thread_id x
 // CHECK-NEXT:    kernel.load
 // CHECK-NEXT:    kernel.load
-// CHECK:       kernel.func @stats3(
+// CHECK:       kernel.func @stats3({{.*}}) grid [4, 1, 1] block [128, 1, 1] smem 116736 {
 // CHECK-NEXT:    kernel.call "emmy::grid_dependency_wait"() : () -> ()
 // CHECK-NEXT:    kernel.thread_id x
 // CHECK:         kernel.call "emmy::allow_dependents"() : () -> ()
