@@ -17,7 +17,7 @@ The facts are per parameter of a `kernel.func` (its index), read from the IR:
   tensor map from one derives it from every parameter it may come from: all of them where the
   pointer passes through a region (loop-carried values, branch results) or enters one as a block
   argument.
-- an access comes *before the wait* unless a `DEPENDENCY_WAIT` call precedes it in its own block
+- an access comes *before the wait* unless a `DEPENDENCY_WAIT` (or `DEPENDENCY_WAIT_ONCE`) call precedes it in its own block
   or in a block that encloses it (structured control flow: such a call has run on every path to
   the access). An access inside a lambda counts where the lambda is defined.
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from xdsl.ir import Block, SSAValue
 
 from emmy.dialects import kernel as K
-from emmy.phase import DEPENDENCY_WAIT
+from emmy.phase import WAITS
 
 
 @dataclass
@@ -52,7 +52,8 @@ def _is_memory(t) -> bool:
 
 
 def is_wait(op) -> bool:
-    return isinstance(op, K.CallOp) and op.callee.data == DEPENDENCY_WAIT
+    """A dependency wait: once it returns, the thread has waited (DEPENDENCY_WAIT_ONCE too)."""
+    return isinstance(op, K.CallOp) and op.callee.data in WAITS
 
 
 def _accessed(op, sources) -> tuple[frozenset[int], frozenset[int]]:

@@ -93,7 +93,7 @@ from emmy.lowering.reduction import reduce_rows
 from emmy.lowering.scalar import BodyEmitter
 from emmy.lowering.staging import Stager, direct_source, same_expr
 from emmy.lowering.tma import MapOperand
-from emmy.phase import DEPENDENCY_WAIT
+from emmy.phase import DEPENDENCY_WAIT, DEPENDENCY_WAIT_ONCE
 from emmy.schedule.contraction import ContractionPlan
 from emmy.schedule.reduction import largest_divisor_pow2
 from emmy.lowering.contraction_compute import ComputeMixin
@@ -411,15 +411,22 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
                 return self.preload_stats(kb, tid, stat)
             return stat
 
+        late = g.producer and rs is None and stats_ptr is not None and not self.info.a_reads_prologue
+        # a persistent block's threads wait once, in their first tile (a flag of their own)
+        waited = kb.local(i32, 1, "waited") if late and g.persistent else None
+        if waited is not None:
+            kb.store(kb.const(0, i32), waited, 0)
+
         def consumer_stat_at(m0, batch, tid=tid):
             """wgmma_ws consumers: (stat, ready). Where the row statistics come from a
             statistics kernel (launched just before this one) and only the epilogue reads them,
             `ready`, called in the tile's last k-step, waits for the launch before this one
-            (DEPENDENCY_WAIT) and then issues the loads of this thread's rows' statistics: the k
-            loop, which reads nothing that kernel writes, runs beside it (kernel-overlap-launches
-            keeps the wait there only where that holds, else it waits first). Else (stat, None),
-            as early_stat_at gives it."""
-            if rs is not None or stats_ptr is None or self.info.a_reads_prologue:
+            (DEPENDENCY_WAIT; with persistent blocks DEPENDENCY_WAIT_ONCE, in the thread's first
+            tile only) and then issues the loads of this thread's rows' statistics: the k loop,
+            which reads nothing that kernel writes, runs beside it (kernel-overlap-launches keeps
+            the wait there only where that holds, else it waits first). Else (stat, None), as
+            early_stat_at gives it."""
+            if not late:
                 return early_stat_at(m0, batch, tid), None
             stat = stat_at(m0, batch)
             if ws_ptr is None and self.info.epilogue_reads_prologue and g.wgmma:
@@ -428,7 +435,10 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
                 early, fill = stat, (lambda: None)
 
             def ready():
-                kb.call(DEPENDENCY_WAIT)
+                if waited is None:
+                    kb.call(DEPENDENCY_WAIT)
+                else:
+                    kb.call(DEPENDENCY_WAIT_ONCE, [waited])
                 fill()
 
             return early, ready
