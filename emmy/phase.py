@@ -8,10 +8,7 @@ bound. Everything else is the forward phase (no attribute).
 
 A forward-phase launch may also carry the unit attribute `emmy.overlap`: it is launched with
 programmatic dependent launch and may start while the launch before it finishes (its kernel
-waits for that one before touching what that one touches; see `kernel-overlap-launches`). The
-device-library calls that say so: DEPENDENCY_WAIT (wait for the launch before, and so for every
-launch before it; DEPENDENCY_WAIT_ONCE: only where the thread has not waited yet, by a flag of
-its own) and ALLOW_DEPENDENTS (the next launch may start).
+waits for that one before touching global memory; see `kernel-overlap-launches`).
 """
 
 from __future__ import annotations
@@ -22,10 +19,6 @@ from xdsl.ir import Operation
 PHASE = "emmy.phase"
 PREPARE = "prepare"
 OVERLAP = "emmy.overlap"
-DEPENDENCY_WAIT = "emmy::grid_dependency_wait"
-DEPENDENCY_WAIT_ONCE = "emmy::grid_dependency_wait_once"  # (flag): the first call of the thread waits
-WAITS = (DEPENDENCY_WAIT, DEPENDENCY_WAIT_ONCE)
-ALLOW_DEPENDENTS = "emmy::allow_dependents"
 
 
 def is_prepare(op: Operation) -> bool:
@@ -47,4 +40,4 @@ def mark_overlapped(op: Operation) -> None:
     op.attributes[OVERLAP] = UnitAttr()
 
 
-__all__ = ["ALLOW_DEPENDENTS", "DEPENDENCY_WAIT", "DEPENDENCY_WAIT_ONCE", "OVERLAP", "WAITS", "PHASE", "PREPARE", "is_overlapped", "is_prepare", "mark_overlapped", "mark_prepare"]
+__all__ = ["OVERLAP", "PHASE", "PREPARE", "is_overlapped", "is_prepare", "mark_overlapped", "mark_prepare"]

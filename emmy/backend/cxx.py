@@ -169,6 +169,10 @@ def _approx(op: Operation) -> bool:
     return isinstance(flags, arith.FastMathFlagsAttr) and arith.FastMathFlag.APPROX_FUNC in flags.data
 
 
+# device-library calls that only read through some pointer arguments (by position)
+_READ_ONLY_ARGS = {"emmy::cp_async16": (1,)}
+
+
 class _Names:
     def __init__(self) -> None:
         self.names: dict[SSAValue, str] = {}
@@ -209,7 +213,7 @@ class KernelEmitter:
             if isinstance(op, K.StoreOp):
                 written.add(self._root(op.ptr))
             elif isinstance(op, (K.CallOp, K.InvokeOp, K.LambdaOp)):
-                read_only = K.read_only_args(op.callee.data) if isinstance(op, K.CallOp) else ()
+                read_only = _READ_ONLY_ARGS.get(op.callee.data, ()) if isinstance(op, K.CallOp) else ()
                 for i, a in enumerate(op.operands):
                     if isinstance(a.type, K.PtrType) and i not in read_only:
                         written.add(self._root(a))

@@ -64,7 +64,7 @@ from __future__ import annotations
 from xdsl.dialects.builtin import BFloat16Type, VectorType  # noqa: F401 (tests spell K.VectorType)
 from xdsl.ir import Dialect
 
-from emmy.dialects.kernel_control import READ_ONLY_CALL_ARGS, CallOp, ForOp, IfOp, InvokeOp, LambdaOp, YieldOp, read_only_args
+from emmy.dialects.kernel_control import CallOp, ForOp, IfOp, InvokeOp, LambdaOp, YieldOp
 from emmy.dialects.kernel_device import (
     BarrierOp,
     BlockIdOp,
@@ -98,8 +98,6 @@ from emmy.dialects.kernel_types import (
 )
 
 __all__ = [
-    "READ_ONLY_CALL_ARGS",
-    "read_only_args",
     "DIMS",
     "MAX_CLUSTER_BLOCKS",
     "MAX_DYNAMIC_SMEM",

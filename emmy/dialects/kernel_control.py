@@ -308,27 +308,6 @@ class IfOp(IRDLOperation):
 # ---------------------------------------------------------------------------------------------
 
 
-# Device-library calls that only read through some of their pointer or tensor-map arguments (by
-# position; the callee's name without template arguments): cp.async's and the tensor-map copies'
-# sources, a tensor map's prefetch, the L2-coherent loads. Any other pointer or tensor map a call
-# takes may be written (convert-kernel-to-cuda's `const` parameters, the hazards of
-# kernel-overlap-launches).
-READ_ONLY_CALL_ARGS: dict[str, tuple[int, ...]] = {
-    "emmy::cp_async16": (1,),
-    "emmy::tma_load_2d": (1,),
-    "emmy::tma_load_2d_multicast": (1,),
-    "emmy::tma_load_3d": (1,),
-    "emmy::tma_prefetch": (0,),
-    "emmy::load_cg": (0,),
-    "emmy::load_cg1": (0,),
-}
-
-
-def read_only_args(callee: str) -> tuple[int, ...]:
-    """The argument positions through which the device-library call `callee` only reads."""
-    return READ_ONLY_CALL_ARGS.get(callee.split("<", 1)[0], ())
-
-
 @irdl_op_definition
 class CallOp(IRDLOperation):
     """Call a building block of Emmy's device library (`emmy/backend/runtime/*.cuh`).

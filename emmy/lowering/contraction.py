@@ -93,7 +93,6 @@ from emmy.lowering.reduction import reduce_rows
 from emmy.lowering.scalar import BodyEmitter
 from emmy.lowering.staging import Stager, direct_source, same_expr
 from emmy.lowering.tma import MapOperand
-from emmy.phase import DEPENDENCY_WAIT, DEPENDENCY_WAIT_ONCE
 from emmy.schedule.contraction import ContractionPlan
 from emmy.schedule.reduction import largest_divisor_pow2
 from emmy.lowering.contraction_compute import ComputeMixin
@@ -411,38 +410,6 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
                 return self.preload_stats(kb, tid, stat)
             return stat
 
-        late = g.producer and rs is None and stats_ptr is not None and not self.info.a_reads_prologue
-        # a persistent block's threads wait once, in their first tile (a flag of their own)
-        waited = kb.local(i32, 1, "waited") if late and g.persistent else None
-        if waited is not None:
-            kb.store(kb.const(0, i32), waited, 0)
-
-        def consumer_stat_at(m0, batch, tid=tid):
-            """wgmma_ws consumers: (stat, ready). Where the row statistics come from a
-            statistics kernel (launched just before this one) and only the epilogue reads them,
-            `ready`, called in the tile's last k-step, waits for the launch before this one
-            (DEPENDENCY_WAIT; with persistent blocks DEPENDENCY_WAIT_ONCE, in the thread's first
-            tile only) and then issues the loads of this thread's rows' statistics: the k loop,
-            which reads nothing that kernel writes, runs beside it (kernel-overlap-launches keeps
-            the wait there only where that holds, else it waits first). Else (stat, None), as
-            early_stat_at gives it."""
-            if not late:
-                return early_stat_at(m0, batch, tid), None
-            stat = stat_at(m0, batch)
-            if ws_ptr is None and self.info.epilogue_reads_prologue and g.wgmma:
-                early, fill = self.preload_stats(kb, tid, stat, later=True)
-            else:
-                early, fill = stat, (lambda: None)
-
-            def ready():
-                if waited is None:
-                    kb.call(DEPENDENCY_WAIT)
-                else:
-                    kb.call(DEPENDENCY_WAIT_ONCE, [waited])
-                fill()
-
-            return early, ready
-
         # wgmma_ws with a computed A side: the row statistics are summed from the tiles loaded
         # anyway (by the producer, or by the consumers transforming A in place), instead of a
         # pass over the block's rows before the k loop
@@ -461,7 +428,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
             bars = kb.shared(i64, 2 * g.stages, layout.bars_offset, 8, "bars")
             self.specialized_loop(
                 kb, em, tid, None, stat_at, sa, sbs, bars, accs, a_elems, g.b_stride, ws_ptr,
-                rs if producer_stats else None, inplace, a_loads, stats_leaf, consumer_stat_at,
+                rs if producer_stats else None, inplace, a_loads, stats_leaf, early_stat_at,
             )
             return kb.finish()
         m_tile, n_tile = self.grid_tile(kb)
@@ -498,7 +465,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
             bars = kb.shared(i64, 2 * g.stages, layout.bars_offset, 8, "bars")
             self.specialized_loop(
                 kb, em, tid, (m0, n0, batch, part, kt0, kt1), stat_at, sa, sbs, bars, accs, a_elems, g.b_stride,
-                ws_ptr, rs if producer_stats else None, inplace, a_loads, stats_leaf, consumer_stat_at,
+                ws_ptr, rs if producer_stats else None, inplace, a_loads, stats_leaf, early_stat_at,
             )
             return kb.finish()
         stager = Stager(self, kb, em, tid, m0, n0, batch, stat, raw_bufs)

@@ -33,25 +33,21 @@ class ComputeMixin:
             return {}
         return {r.result: [stat(p, r_local)] for p, r in enumerate(self.prologue)}
 
-    def preload_stats(self, kb: KB, tid, stat, later: bool = False):
-        """Load into registers the row statistics of the rows this thread's wgmma fragments hold
-        (2 per 64-row slice: fragment rows g and g + 8 of its warp), and return a stat(p,
-        r_local) that reads them back for the epilogue, whose r_local is one of those rows (see
-        fragments(); the index folds to a constant once its loops are unrolled). The loads are
-        issued now, or with `later` by the returned second value, a callable that emits them
-        where it is called (the registers are declared here)."""
+    def preload_stats(self, kb: KB, tid, stat):
+        """Load now, into registers, the row statistics of the rows this thread's wgmma
+        fragments hold (2 per 64-row slice: fragment rows g and g + 8 of its warp), and return a
+        stat(p, r_local) that reads them back for the epilogue, whose r_local is one of those rows
+        (see fragments(); the index folds to a constant once its loops are unrolled)."""
         g = self.g
         per = 2 * g.mi
         pre = kb.local(f32, len(self.prologue) * per, "row_stats")
-
-        def fill():
-            gq = kb.div(kb.rem(tid, 32), 4)
-            base_row = self.wgmma_base_row(kb, tid)
-            for p in range(len(self.prologue)):
-                with kb.for_(0, g.mi, 1, unroll=0, name="mi") as mi:
-                    with kb.for_(0, 2, 1, unroll=0, name="h") as h:
-                        r_local = fragment_row(kb, base_row, gq, mi, 64, h)
-                        kb.store(stat(p, r_local), pre, kb.add(p * per, kb.add(kb.mul(mi, 2), h)))
+        gq = kb.div(kb.rem(tid, 32), 4)
+        base_row = self.wgmma_base_row(kb, tid)
+        for p in range(len(self.prologue)):
+            with kb.for_(0, g.mi, 1, unroll=0, name="mi") as mi:
+                with kb.for_(0, 2, 1, unroll=0, name="h") as h:
+                    r_local = fragment_row(kb, base_row, gq, mi, 64, h)
+                    kb.store(stat(p, r_local), pre, kb.add(p * per, kb.add(kb.mul(mi, 2), h)))
 
         def early(p: int, r_local) -> SSAValue:
             slot = self._fragment_slots.get(r_local)
@@ -59,9 +55,6 @@ class ComputeMixin:
                 return stat(p, r_local)
             return kb.load(pre, kb.add(p * per, slot))
 
-        if later:
-            return early, fill
-        fill()
         return early
 
     def accumulators(self, kb: KB) -> list:

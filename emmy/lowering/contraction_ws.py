@@ -262,9 +262,7 @@ class WarpSpecializedMixin:
             def consume(m0, n0, batch, part, kt0, kt1, base, later, more, run=None, tid=tid, w=None):
                 """One tile; `w`: epilogue = pingpong, the warpgroup whose tile it is (`tid`
                 then counts within it)."""
-                stat, ready = consumer_stat_at(m0, batch, tid) if consumer_stat_at else (stat_at(m0, batch), None)
-                # in the last k-step where every block has one (no split k, no stream-k shares)
-                in_loop = ready is not None and g.split == 1 and not g.stream_k
+                stat = consumer_stat_at(m0, batch, tid) if consumer_stat_at else stat_at(m0, batch)
                 if g.persistent:
                     zero = kb.fconst(0.0)
                     with kb.for_(0, g.acc_per_thread, 1, unroll=0, name="i") as i:
@@ -286,9 +284,6 @@ class WarpSpecializedMixin:
                     i = kb.sub(kt, kt0)
                     j = kb.add(base, i)
                     slot = kb.rem(j, S)
-                    if in_loop:  # the statistics, loaded while the last k-step multiplies
-                        with kb.if_(kb.cmp("eq", kt, kb.sub(kt1, 1))):
-                            ready()
                     kb.call("emmy::mbar_wait", [full(slot), kb.rem(kb.div(j, S), 2)])
                     if transform is not None:
                         transform.step(sa, slot, a_elems, kt)
@@ -301,8 +296,6 @@ class WarpSpecializedMixin:
                 if w is not None:  # its turn is over: the next tile's warpgroup may wait on the slots
                     with kb.if_(more):
                         kb.call(f"emmy::named_barrier_arrive<{consumers}>", [kb.idx(TURN_BARRIER + 1 - w)])
-                if ready is not None and not in_loop:
-                    ready()
                 kb.call("emmy::wgmma::wait<0>")
                 if g.persistent:  # the tile's last slot
                     release(kb.rem(kb.add(base, kb.sub(kb.sub(kt1, kt0), 1)), S))

@@ -1172,32 +1172,6 @@ def test_overlapped_launches_in_the_plan_and_host_code(target):
             assert body.rstrip().removesuffix("}").rstrip().endswith("emmy::allow_dependents();")
 
 
-@pytest.mark.parametrize("schedule", ["grid", "persistent"])
-def test_product_waits_for_its_statistics_kernel_in_its_last_k_step(schedule):
-    """kernel-overlap-launches keeps the late wait of a warp-specialized product whose epilogue
-    alone reads the row statistics of the kernel launched before it: that kernel lets it start
-    first thing, and the product's consumers wait for it in their last k-step, just before
-    loading the statistics, so the k loop (x, the norm weight and w only) runs beside it. A
-    persistent block's threads wait in their first tile only (a flag each)."""
-    text = rmsnorm_matmul(M=512, N=256, K=512, factored=True, fusion="split", workers="wgmma_ws", block_m=128,
-                          block_n=64, stages=4, warps=8, schedule=schedule)
-    passes = LOWER.replace("convert-kernel-to-cuda", "kernel-overlap-launches,convert-kernel-to-cuda")
-    plan = launch_plan(lower(text, passes))
-    assert [(la.kernel, la.overlap) for la in plan.launches] == [("rms_norm_qkv_proj_stats", False), ("rms_norm_qkv_proj", True)]
-    kernels = {k.name: k.source for k in plan.kernels}
-    stats = kernels["rms_norm_qkv_proj_stats"]
-    stats = stats[stats.index("{") + 1:].lstrip()
-    assert stats.startswith("emmy::allow_dependents();") and stats.count("allow_dependents") == 1
-    product = kernels["rms_norm_qkv_proj"]
-    call = "emmy::grid_dependency_wait_once(" if schedule == "persistent" else "emmy::grid_dependency_wait();"
-    assert product.count("emmy::grid_dependency_wait") == 1 and product.count(call) == 1
-    wait = product.index(call)
-    stats_arg = re.search(r"const float\* __restrict__ (stats_\d+)", product).group(1)
-    # after the producer's k loop and inside the consumers', before the one load of the statistics
-    assert product.index("for (int kt_") < product.rindex("for (int kt_") < wait < product.index(f"{stats_arg}[")
-    assert product.count(f"{stats_arg}[") == 1
-
-
 def test_launch_plan_errors():
     module = lower(silu_mul(), "convert-tile-to-kernel")
     with pytest.raises(EmmyError, match="no cuda.module"):

@@ -171,15 +171,6 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
-// grid_dependency_wait() where this thread has not waited yet: `waited` is the thread's own flag
-// (0 at first). A persistent block's consumers call it in each tile; only the first tile waits.
-__device__ __forceinline__ void grid_dependency_wait_once(int* waited) {
-  if (!*waited) {
-    grid_dependency_wait();
-    *waited = 1;
-  }
-}
-
 __device__ __forceinline__ void allow_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
