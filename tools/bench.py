@@ -62,7 +62,7 @@ from emmy.measure.layer import (  # noqa: E402  (a layer's build, check and timi
     reference,
     results_error,
 )
-from emmy.measure.timing import replayable, time_fn, time_replays  # noqa: E402  (the tuner times alike)
+from emmy.measure.timing import kernel_times, replayable, time_fn, time_replays  # noqa: E402  (the tuner times alike)
 from bench_projections import (  # noqa: E402  (--cases projections; a row's contender parts)
     build_projections,
     contender_parts,
@@ -88,28 +88,6 @@ def measure_ceilings() -> dict:
     t = time_fn(lambda: x @ y, graph=False, reps=10)
     rate = 2 * m**3 / t
     return {"bandwidth_Bps": bandwidth, "bf16_flops": rate}
-
-
-def kernel_times(replay, reps: int = 20) -> dict[str, float]:
-    """Mean device microseconds per call of every kernel a replay launches (torch.profiler,
-    CUPTI). `replay`: a captured graph's replay (emmy.measure.timing.replayable), so the kernels
-    run back to back exactly as when the layer is timed, not paced by the host's launches."""
-    from torch.profiler import ProfilerActivity, profile
-
-    replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            replay()
-        torch.cuda.synchronize()
-    out = {}
-    for e in prof.key_averages():
-        t = getattr(e, "device_time_total", None)
-        if t is None:
-            t = getattr(e, "cuda_time_total", 0.0)
-        if t > 0 and not e.key.startswith(("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "Memcpy", "Memset")):
-            out[e.key] = round(t / reps, 2)
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, builds, profile=False,
@@ -252,7 +230,8 @@ def main() -> None:
     ap.add_argument("--target", default="sm_90a")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true", help="also print the time of each of Emmy's kernels (launched without overlap, "
-                    "so each time is the kernel's own) and of torch.compile's, in the captured layer's replay")
+                    "so each time is the kernel's own) and of torch.compile's, in the captured layer's replay; with "
+                    "--cases projections, every contender's time inside its kernels, launch gaps left out")
     ap.add_argument("--knob", action="append", default=[], metavar="KERNEL.KNOB=VALUE",
                     help="pin a schedule knob of Emmy's kernels, as emmy compile --knob (repeatable)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=KERNEL.KNOB=VALUE[,...]",
@@ -319,7 +298,8 @@ def main() -> None:
     proj_shown = [c for c in shown if c.startswith("emmy") or c in ("cublas", "compile", "max-autotune", "eager")]
     for name, make in _projection_cases(args):
         with hold():
-            for row in time_projections(name, make(), args.target, cache, builds, contenders, args.tolerance):
+            for row in time_projections(name, make(), args.target, cache, builds, contenders, args.tolerance,
+                                        profile=args.profile):
                 projection_rows.append(row)
                 print(format_projection_row(row, proj_shown), flush=True)
         write_json(args.json, ceilings, rows, projection_rows)

@@ -38,7 +38,11 @@ no call finds its data in L2, captured in a CUDA graph and timed in the same rou
 
 Correctness first: every contender's result is compared with the job in float32 on the same
 inputs (relative error of the norm); one over `tolerance` is reported with its error and never
-timed. Times: median seconds per call and spread ((p90 - p10) / median) over the rounds.
+timed. Times: median seconds per call and spread ((p90 - p10) / median) over the rounds. With
+`profile` (`--profile`), each contender's replay is also profiled (`emmy.measure.timing.
+kernel_times`): the device time inside its kernels per call, without the gaps between one
+launch and the next. That is the figure a profile of a model compares kernel by kernel; the
+replay's time is what back-to-back calls of the job cost where nothing overlaps their launches.
 """
 
 from __future__ import annotations
@@ -397,13 +401,15 @@ def error_of(out, ref) -> float:
 
 def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object], object]],
                     contenders: Sequence[str], target: str, cache, tolerance: float, reps: int = 50,
-                    inner: int = 10) -> dict:
+                    inner: int = 10, profile: bool = False) -> dict:
     """One projection's row: every contender checked, then the right ones timed in the same rounds.
-    `emmys`: each Emmy contender's (decided knobs, launch plan) of this kernel (`lower_emmys`)."""
+    `emmys`: each Emmy contender's (decided knobs, launch plan) of this kernel (`lower_emmys`).
+    With `profile`, each timed contender's kernels too (`<key>_kernels_us`: device microseconds
+    per call of each kernel; `<key>_busy_s`: their sum, the call's time without launch gaps)."""
     import torch
 
     from emmy.measure.gpu import load
-    from emmy.measure.timing import sample_replays, summarize, warm_up
+    from emmy.measure.timing import kernel_times, sample_replays, summarize, warm_up
 
     row = {"kernel": p.kernel, "m": p.m, "n": p.n, "k": p.k, "products": p.products, "job": p.job,
            "flops": p.flops, "allowed_err": tolerance}
@@ -452,6 +458,9 @@ def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object
             warm_up(runs)
             for key, samples in sample_replays(runs, reps, inner, calls=calls).items():
                 row[f"{key}_s"], row[f"{key}_spread"] = summarize(samples)
+            for key in runs if profile else ():
+                row[f"{key}_kernels_us"] = kernel_times(runs[key], calls=calls[key])
+                row[f"{key}_busy_s"] = sum(row[f"{key}_kernels_us"].values()) / 1e6
     del keep
     return row
 
@@ -473,16 +482,17 @@ def _checked(key, call, n, first, want, tolerance, row, runs, calls) -> None:
 
 
 def time_projections(name: str, traced, target: str, cache, builds: Mapping[str, EmmyBuild],
-                     contenders: Sequence[str], tolerance: float = 1e-2) -> list[dict]:
+                     contenders: Sequence[str], tolerance: float = 1e-2, profile: bool = False) -> list[dict]:
     """A row per projection of the layer, named `name`: the kernels as the first Emmy build (or,
-    with none, Emmy's default compile) finds them; each build lowers its own decided knobs."""
+    with none, Emmy's default compile) finds them; each build lowers its own decided knobs.
+    `profile`: each contender's kernels too (time_projection)."""
     found = {key: {p.kernel: p for p in compiled_projections(traced, target, build)} for key, build in builds.items()}
     listing = next(iter(found.values())) if found else {p.kernel: p for p in compiled_projections(traced, target)}
     lowered = lower_emmys(found, target, cache)
     rows = []
     for kernel, p in listing.items():
         mine = {key: plans[kernel] for key, plans in lowered.items() if kernel in plans}
-        rows.append({"case": name, **time_projection(p, mine, contenders, target, cache, tolerance)})
+        rows.append({"case": name, **time_projection(p, mine, contenders, target, cache, tolerance, profile=profile)})
     return rows
 
 
@@ -527,7 +537,8 @@ def contender_parts(row: Mapping, contenders: Sequence[str]) -> list[str]:
     parts = []
     for c in contenders:
         if f"{c}_s" in row:
-            parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e})")
+            busy = f", kernels {row[f'{c}_busy_s'] * 1e6:.1f} us" if f"{c}_busy_s" in row else ""
+            parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e}{busy})")
         elif f"{c}_error" in row:
             parts.append(f"{c} FAILED: {row[f'{c}_error'][:200]}")
     return parts
@@ -543,21 +554,33 @@ def format_projection_row(row: Mapping, contenders: Sequence[str]) -> str:
 
 def format_projection_table(rows: Sequence[Mapping], contenders: Sequence[str]) -> str:
     """Per (size, kernel): M N K, each contender's time (us) and TFLOP/s, each Emmy over cuBLAS and
-    over torch.compile (the fused job)."""
+    over torch.compile (the fused job). Where the rows were profiled, each contender's time in
+    its kernels (`kernels us`, launch gaps left out) and the same ratios of those."""
     emmys = [c for c in contenders if c.startswith("emmy")]
     others = [c for c in contenders if c in ("cublas", "compile")]
+    busy = any(f"{c}_busy_s" in r for r in rows for c in contenders)
+    ratios = [(e, o) for e in emmys for o in others]
     head = (["case", "kernel", "M", "N", "K", "job"] + [f"{c} us" for c in contenders]
-            + [f"{c} TFLOP/s" for c in contenders] + [f"{e}/{o}" for e in emmys for o in others])
+            + [f"{c} TFLOP/s" for c in contenders] + [f"{e}/{o}" for e, o in ratios])
+    if busy:
+        head += [f"{c} kernels us" for c in contenders] + [f"{e}/{o} kernels" for e, o in ratios]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         n = f"{r['n']}x{r['products']}" if r["products"] > 1 else str(r["n"])
         cells = [r["case"], r["kernel"], str(r["m"]), n, str(r["k"]), r["job"]]
         cells += [f"{r[f'{c}_s'] * 1e6:.1f}" if f"{c}_s" in r else "fail" for c in contenders]
         cells += [f"{r['flops'] / r[f'{c}_s'] / 1e12:.0f}" if f"{c}_s" in r else "-" for c in contenders]
-        cells += [f"{r[f'{e}_s'] / r[f'{o}_s']:.2f}" if f"{e}_s" in r and f"{o}_s" in r else "-"
-                  for e in emmys for o in others]
+        cells += [_ratio(r, e, o, "s") for e, o in ratios]
+        if busy:
+            cells += [f"{r[f'{c}_busy_s'] * 1e6:.1f}" if f"{c}_busy_s" in r else "-" for c in contenders]
+            cells += [_ratio(r, e, o, "busy_s") for e, o in ratios]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ratio(row: Mapping, a: str, b: str, field: str) -> str:
+    x, y = row.get(f"{a}_{field}"), row.get(f"{b}_{field}")
+    return f"{x / y:.2f}" if x is not None and y else "-"
 
 
 def build_projections(traced, target: str, builds: Mapping[str, EmmyBuild]) -> list[tuple[str, object]]:

@@ -6,6 +6,7 @@
     median, spread = summarize(samples["a"])   # spread: (p90 - p10) / median
     time_replays({"a": run_a}) == {"a": median of a's samples}
     copies = rotation_count(working_set, l2_bytes())   # input sets to rotate through
+    kernel_times(run, calls=copies)            # {kernel: device us per call} (torch.profiler)
 
 Each repetition records CUDA events around `inner` replays of every function in turn, the order
 rotating from one repetition to the next, so that a card slowing as it warms (clocks under its
@@ -14,7 +15,12 @@ again finds them in L2 and looks faster than it runs in a model: the measurer ro
 enough copies of its inputs and outputs (`rotation_count`) that each call's data has left L2
 since its last use.
 
-The pure helpers (summarize, percentile, rotation_count) need no GPU.
+Where the events time a call from its first launch to its last kernel's end (gaps between
+launches included), `kernel_times` adds up what the device spent inside each kernel (CUPTI's
+start and end of every kernel, through torch.profiler): the figure a profile shows, launch
+gaps left out.
+
+The pure helpers (summarize, percentile, rotation_count, per_call_times) need no GPU.
 """
 
 from __future__ import annotations
@@ -158,7 +164,41 @@ def time_fn(fn: Callable[[], object], graph: bool = True, reps: int = 50, inner:
     return time_replays({"fn": replayable(fn, graph)}, reps=reps, inner=inner)["fn"]
 
 
+LAUNCH_EVENTS = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "Memcpy", "Memset")
+
+
+def per_call_times(totals: Sequence[tuple[str, float]], replays: int, calls: int = 1) -> dict[str, float]:
+    """Device microseconds per call of each kernel, longest first, from (name, total device us
+    over `replays` replays of `calls` calls each) pairs; launch and copy events are left out."""
+    out: dict[str, float] = {}
+    for name, total in totals:
+        if total > 0 and not name.startswith(LAUNCH_EVENTS):
+            out[name] = out.get(name, 0.0) + total / (replays * calls)
+    return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+def kernel_times(replay: Callable[[], object], reps: int = 20, calls: int = 1) -> dict[str, float]:
+    """Mean device microseconds per call of every kernel a replay launches (torch.profiler,
+    CUPTI). `replay`: a captured graph's replay (replayable), so the kernels run back to back as
+    when timed, not paced by the host's launches; `calls`: how many calls one replay makes (a
+    graph over several input copies), to divide by."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            replay()
+        torch.cuda.synchronize()
+    totals = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        totals.append((e.key, t if t is not None else getattr(e, "cuda_time_total", 0.0)))
+    return per_call_times(totals, reps, calls)
+
+
 __all__ = [
-    "Captured", "DEFAULT_L2_BYTES", "MAX_COPIES", "l2_bytes", "percentile", "replayable", "rotation_count",
-    "sample_replays", "summarize", "time_fn", "time_replays", "warm_up",
+    "Captured", "DEFAULT_L2_BYTES", "LAUNCH_EVENTS", "MAX_COPIES", "kernel_times", "l2_bytes", "per_call_times",
+    "percentile", "replayable", "rotation_count", "sample_replays", "summarize", "time_fn", "time_replays", "warm_up",
 ]

@@ -207,3 +207,18 @@ def test_the_projections_case_on_a_gpu(tmp_path):
     assert [r["kernel"] for r in rows] == ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu",
                                            "down_proj_residual"]
     assert all(f"{c}_s" in r for r in rows for c in ("emmy", "cublas", "compile")), rows
+
+
+def test_the_projection_table_with_kernel_times():
+    row = {"case": "T=512", "kernel": "o_proj_residual", "m": 512, "n": 1024, "k": 2048, "products": 1,
+           "job": "linear -> residual", "flops": 2 * 512 * 1024 * 2048, "emmy_s": 8e-6, "emmy_err": 2e-3,
+           "emmy_busy_s": 7e-6, "emmy_kernels_us": {"o_proj_residual": 7.0},
+           "cublas_s": 7.5e-6, "cublas_err": 2e-3, "cublas_busy_s": 7e-6}
+    table = bp.format_projection_table([row], ["emmy", "cublas"])
+    head, _, line = table.splitlines()
+    assert head.endswith("| emmy/cublas | emmy kernels us | cublas kernels us | emmy/cublas kernels |")
+    assert line.endswith("| 1.07 | 7.0 | 7.0 | 1.00 |")
+    assert "kernels 7.0 us" in bp.format_projection_row(row, ["emmy", "cublas"])
+    # without a profile the table has no kernel columns
+    plain = {k: v for k, v in row.items() if "busy" not in k and "kernels" not in k}
+    assert "kernels" not in bp.format_projection_table([plain], ["emmy", "cublas"])

@@ -17,7 +17,7 @@ from emmy.measure import Measurement
 from emmy.measure.builds import BuildJob, Builder, build_candidate, build_source
 from emmy.measure.candidate import lower_candidate, pin_spec
 from emmy.measure.isolate import isolate, kernel_names
-from emmy.measure.timing import percentile, rotation_count, summarize
+from emmy.measure.timing import per_call_times, percentile, rotation_count, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_nvcc = pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
@@ -308,6 +308,14 @@ def test_percentile_and_summarize():
     assert (median, spread) == (1.0, 0.0)
     median, spread = summarize([1.0, 2.0, 3.0, 4.0, 5.0])
     assert median == 3.0 and spread == pytest.approx((4.6 - 1.4) / 3.0)
+
+
+def test_per_call_times():
+    # 20 replays of a graph making 4 calls: totals divided by 80, launch and copy events left out
+    totals = [("stats", 160.0), ("product", 800.0), ("cudaGraphLaunch", 50.0), ("Memset (Device)", 8.0),
+              ("idle", 0.0)]
+    assert per_call_times(totals, replays=20, calls=4) == {"product": 10.0, "stats": 2.0}
+    assert list(per_call_times([("a", 1.0), ("b", 3.0)], replays=1)) == ["b", "a"]  # longest first
 
 
 def test_rotation_count():
