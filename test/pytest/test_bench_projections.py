@@ -171,7 +171,8 @@ def test_the_projections_case_takes_a_factory_model(tmp_path):
 @pytest.mark.gpu
 def test_projections_on_a_gpu(tmp_path):
     """One small run: every projection checked and timed against cuBLAS and torch.compile of its
-    fused job (what is asserted: each contender was right and got a time, not how fast)."""
+    fused job (what is asserted: each contender was right and got a time and its kernels' times, not how
+    fast)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
@@ -179,14 +180,17 @@ def test_projections_on_a_gpu(tmp_path):
 
     cache = Path(os.environ["EMMY_HOME"]) if os.environ.get("EMMY_HOME") else tmp_path
     contenders = ["emmy", "cublas", "compile", "eager"]
-    rows = bp.time_projections("T=128", _traced(128), "sm_90a", cache, {"emmy": EmmyBuild()}, contenders)
+    rows = bp.time_projections("T=128", _traced(128), "sm_90a", cache, {"emmy": EmmyBuild()}, contenders,
+                               profile=True)
     assert [r["kernel"] for r in rows] == ["rms_norm_qkv_proj", "o_proj_residual", "rms_norm_gate_up_proj_silu",
                                            "down_proj_residual"]
     for r in rows:
         for c in contenders:
             assert f"{c}_error" not in r, (r["kernel"], c, r.get(f"{c}_error"))
             assert r[f"{c}_err"] <= r["allowed_err"] and r[f"{c}_s"] > 0 and f"{c}_spread" in r
-    assert "emmy/cublas" in bp.format_projection_table(rows, contenders)
+            assert r[f"{c}_kernels_us"] and r[f"{c}_busy_s"] == pytest.approx(sum(r[f"{c}_kernels_us"].values()) / 1e6)
+        assert r["kernel"] in " ".join(r["emmy_kernels_us"])  # Emmy's product among its kernels
+    assert "emmy/cublas kernels" in bp.format_projection_table(rows, contenders)
 
 
 @pytest.mark.gpu
