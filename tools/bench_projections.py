@@ -459,8 +459,15 @@ def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object
             for key, samples in sample_replays(runs, reps, inner, calls=calls).items():
                 row[f"{key}_s"], row[f"{key}_spread"] = summarize(samples)
             for key in runs if profile else ():
-                row[f"{key}_kernels_us"] = kernel_times(runs[key], calls=calls[key])
-                row[f"{key}_busy_s"] = sum(row[f"{key}_kernels_us"].values()) / 1e6
+                try:  # the times above stand whatever the profiler does
+                    kernels = kernel_times(runs[key], calls=calls[key])
+                except Exception as e:
+                    row[f"{key}_profile_error"] = _why(e)
+                    continue
+                if not kernels:
+                    row[f"{key}_profile_error"] = "the profiler recorded no kernel"
+                    continue
+                row[f"{key}_kernels_us"], row[f"{key}_busy_s"] = kernels, sum(kernels.values()) / 1e6
     del keep
     return row
 
