@@ -544,7 +544,8 @@ def contender_parts(row: Mapping, contenders: Sequence[str]) -> list[str]:
     parts = []
     for c in contenders:
         if f"{c}_s" in row:
-            busy = f", kernels {row[f'{c}_busy_s'] * 1e6:.1f} us" if f"{c}_busy_s" in row else ""
+            busy = (f", kernels {row[f'{c}_busy_s'] * 1e6:.1f} us" if f"{c}_busy_s" in row
+                    else f", no profile: {row[f'{c}_profile_error'][:120]}" if f"{c}_profile_error" in row else "")
             parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e}{busy})")
         elif f"{c}_error" in row:
             parts.append(f"{c} FAILED: {row[f'{c}_error'][:200]}")

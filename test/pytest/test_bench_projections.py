@@ -223,6 +223,11 @@ def test_the_projection_table_with_kernel_times():
     assert head.endswith("| emmy/cublas | emmy kernels us | cublas kernels us | emmy/cublas kernels |")
     assert line.endswith("| 1.07 | 7.0 | 7.0 | 1.00 |")
     assert "kernels 7.0 us" in bp.format_projection_row(row, ["emmy", "cublas"])
+    failed = {**row, "cublas_profile_error": "RuntimeError: CUPTI unavailable"}
+    del failed["cublas_busy_s"]
+    assert "cublas      7.5 us (err 2.0e-03, no profile: RuntimeError: CUPTI unavailable)" in bp.format_projection_row(
+        failed, ["emmy", "cublas"])
+    assert bp.format_projection_table([failed], ["emmy", "cublas"]).splitlines()[2].endswith("| 7.0 | - | - |")
     # without a profile the table has no kernel columns
     plain = {k: v for k, v in row.items() if "busy" not in k and "kernels" not in k}
     assert "kernels" not in bp.format_projection_table([plain], ["emmy", "cublas"])
