@@ -68,6 +68,7 @@ from bench_projections import (  # noqa: E402  (--cases projections; a row's con
     contender_parts,
     format_projection_row,
     format_projection_table,
+    ratio_cell,
     time_projections,
 )
 
@@ -446,8 +447,7 @@ def format_attention_table(rows, contenders) -> str:
         cells = [r["case"]]
         cells += [f"{r[f'{c}_s'] * 1e6:.1f}" if f"{c}_s" in r else "fail" for c in contenders]
         cells += [f"{r['flops'] / r[f'{c}_s'] / 1e12:.0f}" if f"{c}_s" in r else "-" for c in contenders]
-        cells += [f"{r[f'{e}_s'] / r[f'{o}_s']:.2f}" if f"{e}_s" in r and f"{o}_s" in r else "-"
-                  for e in emmys for o in sdpas]
+        cells += [ratio_cell(r, e, o) for e in emmys for o in sdpas]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -603,7 +603,7 @@ def format_table(rows, contenders) -> str:
             err = f" ({r[f'{c}_err']:.1e})" if f"{c}_err" in r else ""
             cells.append(f"{r[f'{c}_s'] * 1e6:.1f}{err}" if f"{c}_s" in r else f"fail{err}")
         for e, other in ratios:
-            cells.append(f"{r[f'{e}_s'] / r[f'{other}_s']:.2f}" if f"{e}_s" in r and f"{other}_s" in r else "-")
+            cells.append(ratio_cell(r, e, other))
         cells.extend(f"{r[f'{e}_s'] / r['floor_s']:.2f}" if f"{e}_s" in r else "-" for e in emmys)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

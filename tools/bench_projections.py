@@ -544,12 +544,19 @@ def contender_parts(row: Mapping, contenders: Sequence[str]) -> list[str]:
     parts = []
     for c in contenders:
         if f"{c}_s" in row:
-            busy = (f", kernels {row[f'{c}_busy_s'] * 1e6:.1f} us" if f"{c}_busy_s" in row
-                    else f", no profile: {row[f'{c}_profile_error'][:120]}" if f"{c}_profile_error" in row else "")
-            parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e}{busy})")
+            parts.append(f"{c} {row[f'{c}_s'] * 1e6:8.1f} us (err {row[f'{c}_err']:.1e}{_profile_part(row, c)})")
         elif f"{c}_error" in row:
             parts.append(f"{c} FAILED: {row[f'{c}_error'][:200]}")
     return parts
+
+
+def _profile_part(row: Mapping, c: str) -> str:
+    """What a contender's line adds from its profile: its time in its kernels, or why there is none."""
+    if f"{c}_busy_s" in row:
+        return f", kernels {row[f'{c}_busy_s'] * 1e6:.1f} us"
+    if f"{c}_profile_error" in row:
+        return f", no profile: {row[f'{c}_profile_error'][:120]}"
+    return ""
 
 
 def format_projection_row(row: Mapping, contenders: Sequence[str]) -> str:
@@ -578,15 +585,16 @@ def format_projection_table(rows: Sequence[Mapping], contenders: Sequence[str]) 
         cells = [r["case"], r["kernel"], str(r["m"]), n, str(r["k"]), r["job"]]
         cells += [f"{r[f'{c}_s'] * 1e6:.1f}" if f"{c}_s" in r else "fail" for c in contenders]
         cells += [f"{r['flops'] / r[f'{c}_s'] / 1e12:.0f}" if f"{c}_s" in r else "-" for c in contenders]
-        cells += [_ratio(r, e, o, "s") for e, o in ratios]
+        cells += [ratio_cell(r, e, o) for e, o in ratios]
         if busy:
             cells += [f"{r[f'{c}_busy_s'] * 1e6:.1f}" if f"{c}_busy_s" in r else "-" for c in contenders]
-            cells += [_ratio(r, e, o, "busy_s") for e, o in ratios]
+            cells += [ratio_cell(r, e, o, "busy_s") for e, o in ratios]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _ratio(row: Mapping, a: str, b: str, field: str) -> str:
+def ratio_cell(row: Mapping, a: str, b: str, field: str = "s") -> str:
+    """A table cell: contender `a`'s `field` (a time) over `b`'s, or "-" where either is missing."""
     x, y = row.get(f"{a}_{field}"), row.get(f"{b}_{field}")
     return f"{x / y:.2f}" if x is not None and y else "-"
 
@@ -605,4 +613,5 @@ def build_projections(traced, target: str, builds: Mapping[str, EmmyBuild]) -> l
 
 __all__ = ["TORCH_CONTENDERS", "Projection", "a_matrix", "as_matrix", "build_projections", "compiled_projections",
            "format_projection_row", "format_projection_table", "job_function", "job_inputs", "lower_emmys",
-           "projections", "random_values", "read_projection", "reference", "time_projection", "time_projections"]
+           "projections", "random_values", "ratio_cell", "read_projection", "reference", "time_projection",
+           "time_projections"]
