@@ -68,6 +68,7 @@ from bench_projections import (  # noqa: E402  (--cases projections; a row's con
     contender_parts,
     format_projection_row,
     format_projection_table,
+    profiled,
     ratio_cell,
     time_projections,
 )
@@ -127,12 +128,26 @@ def run_case(name, traced, flops, bytes_, ceilings, target, cache, contenders, b
             # each kernel on its own: no launch overlaps the one before it (with overlapping
             # launches a kernel's time would include waiting for its predecessor's tail); the
             # layer captured and replayed as when timed, so the kernels run back to back
-            serial = replayable(lambda: fns[key](overlap=False))
-            row[f"{key}_kernels_us"] = kernel_times(serial)
-            row[f"{key}_serial_s"] = time_fn(serial, graph=False)
+            _profile(row, key, lambda: replayable(lambda: fns[key](overlap=False)), serial=True)
         if profile and "compile" in timed:
-            row["compile_kernels_us"] = kernel_times(timed["compile"])
+            _profile(row, "compile", lambda: timed["compile"])
     return row
+
+
+def _profile(row, key, replay, serial=False) -> None:
+    """`<key>_kernels_us` of one contender's replay (`replay()` makes it); with `serial` also
+    `<key>_serial_s`, that replay's time (launched without overlap). A failed profile leaves
+    `<key>_profile_error` (`profiled`)."""
+    def run():
+        r = replay()
+        kernels = kernel_times(r)
+        if serial:
+            row[f"{key}_serial_s"] = time_fn(r, graph=False)
+        return kernels
+
+    kernels = profiled(row, key, run)
+    if kernels:
+        row[f"{key}_kernels_us"] = kernels
 
 
 def _first(x):
@@ -287,6 +302,8 @@ def main() -> None:
         print(format_row(row, shown), flush=True)
         for who in [c for c in shown if c.startswith("emmy")] + ["compile"]:
             kernels = row.get(f"{who}_kernels_us", {})
+            if f"{who}_profile_error" in row:
+                print(f"  {who}: no profile: {row[f'{who}_profile_error'][:200]}", flush=True)
             if kernels:
                 serial = (f", {row[f'{who}_serial_s'] * 1e6:.1f} us replayed without overlapping launches"
                           if f"{who}_serial_s" in row else "")

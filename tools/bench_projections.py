@@ -420,7 +420,7 @@ def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object
         values = random_values(p)
         ref = reference(p, values)
     except Exception as e:  # (an argument that is no floating-point tensor)
-        row["error"] = f"no inputs: {_why(e)}"
+        row["error"] = f"no inputs: {error_line(e)}"
         return row
     out_bytes = p.m * p.n * p.products * 2
     runs, calls, keep = {}, {}, []
@@ -442,7 +442,7 @@ def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object
 
                 _checked(key, call, len(loaded.bindings), first, ref, tolerance, row, runs, calls)
             except Exception as e:  # reported, the others timed
-                row[f"{key}_error"] = _why(e)
+                row[f"{key}_error"] = error_line(e)
         torch._dynamo.reset()  # each projection's jobs compiled afresh (dynamo's cache limit per code object)
         for who in (c for c in contenders if c in TORCH_CONTENDERS):
             try:
@@ -453,26 +453,34 @@ def time_projection(p: Projection, emmys: Mapping[str, tuple[Mapping[str, object
                 call, n, first = _rotated(fn, inputs, out_bytes)
                 _checked(who, call, n, first, want, tolerance, row, runs, calls)
             except Exception as e:
-                row[f"{who}_error"] = _why(e)
+                row[f"{who}_error"] = error_line(e)
         if runs:
             warm_up(runs)
             for key, samples in sample_replays(runs, reps, inner, calls=calls).items():
                 row[f"{key}_s"], row[f"{key}_spread"] = summarize(samples)
             for key in runs if profile else ():
-                try:  # the times above stand whatever the profiler does
-                    kernels = kernel_times(runs[key], calls=calls[key])
-                except Exception as e:
-                    row[f"{key}_profile_error"] = _why(e)
-                    continue
-                if not kernels:
-                    row[f"{key}_profile_error"] = "the profiler recorded no kernel"
-                    continue
-                row[f"{key}_kernels_us"], row[f"{key}_busy_s"] = kernels, sum(kernels.values()) / 1e6
+                kernels = profiled(row, key, lambda: kernel_times(runs[key], calls=calls[key]))
+                if kernels:
+                    row[f"{key}_kernels_us"], row[f"{key}_busy_s"] = kernels, sum(kernels.values()) / 1e6
     del keep
     return row
 
 
-def _why(e: Exception) -> str:
+def profiled(row: dict, key: str, profile: Callable[[], dict]) -> dict | None:
+    """`profile()`'s kernel times, or None with `<key>_profile_error` in the row where the profiler
+    fails or records no kernel: the times already measured stand whatever the profiler does."""
+    try:
+        kernels = profile()
+    except Exception as e:
+        row[f"{key}_profile_error"] = error_line(e)
+        return None
+    if not kernels:
+        row[f"{key}_profile_error"] = "the profiler recorded no kernel"
+        return None
+    return kernels
+
+
+def error_line(e: Exception) -> str:
     """An exception on one line (a message's hint joined to it), for a row."""
     return " ".join(f"{type(e).__name__}: {e}".split())[:500]
 

@@ -231,3 +231,18 @@ def test_the_projection_table_with_kernel_times():
     # without a profile the table has no kernel columns
     plain = {k: v for k, v in row.items() if "busy" not in k and "kernels" not in k}
     assert "kernels" not in bp.format_projection_table([plain], ["emmy", "cublas"])
+
+
+def test_a_failed_profile_is_recorded_and_the_times_stand():
+    row = {"emmy_s": 8e-6}
+
+    def broken():
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\n  while starting the profiler")
+
+    assert bp.profiled(row, "emmy", broken) is None
+    assert row == {"emmy_s": 8e-6, "emmy_profile_error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED while starting "
+                                                         "the profiler"}
+    assert bp.profiled(row, "compile", dict) is None
+    assert row["compile_profile_error"] == "the profiler recorded no kernel"
+    assert bp.profiled(row, "cublas", lambda: {"nvjet": 7.0}) == {"nvjet": 7.0}
+    assert "cublas_profile_error" not in row
