@@ -621,5 +621,5 @@ def build_projections(traced, target: str, builds: Mapping[str, EmmyBuild]) -> l
 
 __all__ = ["TORCH_CONTENDERS", "Projection", "a_matrix", "as_matrix", "build_projections", "compiled_projections",
            "format_projection_row", "format_projection_table", "job_function", "job_inputs", "lower_emmys",
-           "projections", "random_values", "ratio_cell", "read_projection", "reference", "time_projection",
+           "profiled", "projections", "random_values", "ratio_cell", "read_projection", "reference", "time_projection",
            "time_projections"]

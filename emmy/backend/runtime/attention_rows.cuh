@@ -91,6 +91,29 @@ __host__ __device__ constexpr int largest_divisor_upto() {
   return u;
 }
 
+// The values of U rows of a computed producer (kElem, kRowSum) for one warp: each row's
+// statistic (kRowSum: the lanes' partial sums, added across the warp), then its elements, lane
+// `lane` holding columns lane, lane + 32, ... in v[u]. The rows' loads are issued together, phase
+// by phase (see EMMY_ATTENTION_ROW_UNROLL at the top of attention.cuh).
+template <int D, int U, class F>
+__device__ __forceinline__ void produce_rows(const F& f, const int (&rows)[U], int lane,
+                                             float (&v)[U][(D + 31) / 32]) {
+  float stat[U];
+  if constexpr (F::kStat) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) stat[u] = f.partial(rows[u], lane);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; ++u) stat[u] += __shfl_xor_sync(0xffffffffu, stat[u], o);
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u) stat[u] = 0.f;
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) f.template fill<D>(rows[u], lane, stat[u], v[u]);
+}
+
 // Stage rows [row0, row0 + ROWS) of a producer into a [ROWS][LD] tile; rows at or past `limit`
 // are zero (so 0 * garbage never reaches the accumulators).
 template <class C, int ROWS, class F>
@@ -134,23 +157,10 @@ __device__ __forceinline__ void stage_rows(const F& f, __nv_bfloat16* tile, int 
         continue;
       }
       int rows[U];
-      float stat[U];
       float v[U][N];
 #pragma unroll
       for (int u = 0; u < U; ++u) rows[u] = min(row0 + r0 + u * C::WARPS, limit - 1);
-      if constexpr (F::kStat) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) stat[u] = f.partial(rows[u], lane);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-          for (int u = 0; u < U; ++u) stat[u] += __shfl_xor_sync(0xffffffffu, stat[u], o);
-      } else {
-#pragma unroll
-        for (int u = 0; u < U; ++u) stat[u] = 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) f.template fill<D>(rows[u], lane, stat[u], v[u]);
+      produce_rows<D>(f, rows, lane, v);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int r = r0 + u * C::WARPS;
@@ -198,29 +208,15 @@ __device__ __forceinline__ void materialize(const A& a, const B& b, __nv_bfloat1
                                             int limit) {
   static_assert(MODE != kDirect, "a kDirect producer needs no materializing");
   const auto f = detail::make_rows<MODE, RED>(a, b);
-  using F = decltype(f);
   constexpr int N = (D + 31) / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = row0 + warp * U;  // this warp's rows: r0 .. r0 + U - 1
   if (r0 >= limit) return;
   int rows[U];
-  float stat[U];
   float v[U][N];
 #pragma unroll
   for (int u = 0; u < U; ++u) rows[u] = min(r0 + u, limit - 1);
-  if constexpr (F::kStat) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) stat[u] = f.partial(rows[u], lane);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int u = 0; u < U; ++u) stat[u] += __shfl_xor_sync(0xffffffffu, stat[u], o);
-  } else {
-#pragma unroll
-    for (int u = 0; u < U; ++u) stat[u] = 0.f;
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) f.template fill<D>(rows[u], lane, stat[u], v[u]);
+  detail::produce_rows<D>(f, rows, lane, v);
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     if (r0 + u < limit) {
