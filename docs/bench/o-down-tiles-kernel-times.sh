@@ -2,8 +2,10 @@
 #   bash docs/bench/o-down-tiles-kernel-times.sh      (about 4 minutes; logs come back in $OUT/pack.tgz)
 # 1. every projection of the Qwen3 layer at 512, 3000 and 4096 tokens with --profile: the time inside the kernels
 #    beside the replay's (is Emmy's 512-token gap to cuBLAS between launches, as Nsight Compute suggested?);
-# 2. cuBLAS's tile for o and down at 3000 and 4096 tokens (128 x 192, two consumer warpgroups), never timed with
-#    the current code (the o study's one 128 x 192 trial is from 2026-12-02, an older pipeline), under Emmy's
+# 2. cuBLAS's tile for o and down at 3000 and 4096 tokens. Its kernel (nvjet_sm90_tst_128x192_64x5_2x1) is named
+#    in cuBLAS's column-major terms: 128 output features by 192 tokens, 128 blocks at 3000 tokens, which in Emmy's
+#    terms is block_m = 192 (tokens, three 64-row warpgroup slices, warps = 12) by block_n = 128, 5 deep (t192m,
+#    and persistent: t192mp). Also Emmy's 128 x 192 (the transposed tile: 144 blocks at 3000 tokens) under its
 #    schedules: grid 5 deep, persistent, persistent in pingpong, pairs of blocks.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
@@ -16,6 +18,8 @@ t() { local s=""; for k in $O $D; do for x in "$@"; do s="$s,$k.$x"; done; done;
 step proj 150 python3 tools/bench.py --target sm_90a --cases projections --layer-sizes 512,3000,4096 \
   --contenders emmy,cublas,compile --profile --json /tmp/logs/proj.json
 step tiles 200 python3 tools/bench.py --target sm_90a --cases projections --layer-sizes 3000,4096 --contenders emmy,cublas --profile \
+  --variant "t192m=$(t block_m=192 block_n=128 warps=12 split_k=1 stages=5)" \
+  --variant "t192mp=$(t block_m=192 block_n=128 warps=12 split_k=1 schedule=persistent)" \
   --variant "t192=$(t block_m=128 block_n=192 warps=8 split_k=1 stages=5)" \
   --variant "t192p=$(t block_m=128 block_n=192 warps=8 split_k=1 schedule=persistent)" \
   --variant "t192pp=$(t block_m=128 block_n=192 warps=8 split_k=1 schedule=persistent epilogue=pingpong)" \
