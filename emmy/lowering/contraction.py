@@ -406,7 +406,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
             loop) where the fragment layout allows and the epilogue reads them (not into the
             split-k workspace): the epilogue then does not start with a round trip to memory."""
             stat = stat_at(m0, batch)
-            if rs is None and stats_ptr is not None and ws_ptr is None and self.info.epilogue_reads_prologue and g.wgmma:
+            if rs is None and stats_ptr is not None and ws_ptr is None and self.info.epilogue_reads_prologue and g.wgmma and not g.cols:
                 return self.preload_stats(kb, tid, stat)
             return stat
 

@@ -10,6 +10,7 @@ the epilogues walk (`fragments`).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 
 from xdsl.dialects.builtin import f32
 from xdsl.ir import SSAValue
@@ -35,7 +36,8 @@ class ComputeMixin:
 
     def preload_stats(self, kb: KB, tid, stat):
         """Load now, into registers, the row statistics of the rows this thread's wgmma
-        fragments hold (2 per 64-row slice: fragment rows g and g + 8 of its warp), and return a
+        fragments hold (2 per 64-row slice: fragment rows g and g + 8 of its warp; not with
+        slices = cols, whose fragments hold every row), and return a
         stat(p, r_local) that reads them back for the epilogue, whose r_local is one of those rows
         (see fragments(); the index folds to a constant once its loops are unrolled)."""
         g = self.g
@@ -101,7 +103,18 @@ class ComputeMixin:
         g = self.g
         a_stage = kb.ptr_add(sa, kb.mul(slot, a_elems))
         b_stages = [kb.ptr_add(sb, kb.mul(slot, b_elems)) for sb in sbs]
-        if g.wgmma:
+        if g.wgmma and g.cols:  # slices = cols: B's 64-row slices as the wgmma's A, the A tile as its B
+            wgi = kb.div(tid, 128)
+            for mi in range(g.mi):
+                col0 = kb.mul(kb.add(kb.mul(wgi, g.mi), mi), 64)
+                for b_stage, acc in zip(b_stages, accs):
+                    b_ptr = kb.ptr_add(b_stage, kb.mul(col0, g.slab))
+                    acc_ptr = kb.ptr_add(acc, mi * g.bm // 2)
+                    kb.call(f"emmy::wgmma::tile<{g.bm}, {g.bk}, {g.bn}, {g.bm}>", [b_ptr, a_stage, acc_ptr])
+            if during is not None:
+                during()
+            kb.call(f"emmy::wgmma::wait<{wgmma_pending * g.mi * len(accs)}>")
+        elif g.wgmma:
             wgi = kb.div(tid, 128)
             n_wg = g.bn
             for mi in range(g.mi):
@@ -142,17 +155,43 @@ class ComputeMixin:
     # -- accumulator fragments: (row in tile, col in tile, acc index, lanes) --------------------------
     def wgmma_base_row(self, kb: KB, tid) -> SSAValue:
         """The first tile row of this thread's warp in its warpgroup's wgmma fragments (each
-        warpgroup owns mi slices of 64 rows, each warp 16 rows of a slice)."""
+        warpgroup owns mi slices of 64 rows, each warp 16 rows of a slice; with slices = cols,
+        the first tile column)."""
         warp_in = kb.rem(kb.div(tid, 32), 4)
         wgi = kb.div(tid, 128)
         return kb.add(kb.mul(kb.mul(wgi, self.g.mi), 64), kb.mul(warp_in, 16))
 
+    def _transposed_fragments(self, kb: KB, tid, body, cols: tuple[int, int] | None) -> None:
+        """fragments() with slices = cols: the wgmma's rows are the tile's columns (64 * mi of them
+        per warpgroup) and its columns the tile's rows (all block_m), so each accumulator is one
+        column of its own: body(row_local, col_local, acc_index, 1) for each, the two of a pair on
+        consecutive rows. `cols` = (lo, hi): a thread's columns are known only at run time, so the
+        calls outside them are skipped by a branch."""
+        g = self.g
+        lane = kb.rem(tid, 32)
+        gq, tq = kb.div(lane, 4), kb.rem(lane, 4)
+        nt = g.bm // 8
+        base_col = self.wgmma_base_row(kb, tid)  # the wgmma's row of the warp: a tile column
+        with kb.for_(0, g.mi, 1, unroll=0, name="mi") as mi:
+            with kb.for_(0, 2, 1, unroll=0, name="h") as h:
+                col = fragment_row(kb, base_col, gq, mi, 64, h)
+                inside = None if cols is None else kb.and_(kb.cmp("sge", col, cols[0]), kb.lt(col, cols[1]))
+                with kb.if_(inside) if inside is not None else nullcontext():
+                    with kb.for_(0, nt, 1, unroll=0, name="ni") as ni:
+                        for j in range(2):
+                            row = kb.add(kb.add(kb.mul(ni, 8), kb.mul(tq, 2)), j)
+                            idx = kb.add(kb.add(kb.mul(kb.add(kb.mul(mi, nt), ni), 4), kb.mul(h, 2)), j)
+                            body(row, col, idx, 1)
+
     def fragments(self, kb: KB, tid, body, cols: tuple[int, int] | None = None) -> None:
         """Call body(row_local, col_local, acc_index, lanes) for every accumulator group of this
         thread (lanes consecutive columns at acc_index, acc_index + 1, ...), inside unrolled loops;
-        with wgmma, `cols` = (lo, hi) keeps the tile's columns lo <= c < hi (multiples of 8)."""
+        with wgmma, `cols` = (lo, hi) keeps the tile's columns lo <= c < hi (multiples of 8). With
+        slices = cols each group is one column (`_transposed_fragments`)."""
         g = self.g
-        if g.wgmma or g.workers == "mma_sync":
+        if g.wgmma and g.cols:
+            self._transposed_fragments(kb, tid, body, cols)
+        elif g.wgmma or g.workers == "mma_sync":
             lane = kb.rem(tid, 32)
             gq = kb.div(lane, 4)
             tq = kb.rem(lane, 4)

@@ -30,6 +30,12 @@ def _source_loads(body, name: str, source) -> list:
     return [ld for ld in qk_epilogue.tree_loads(p) if ld.tensor is source]
 
 
+def _packed(kb: KB, vals: list, elem):
+    """One value to store: `vals` as a vector, or the one value itself (slices = cols gives
+    fragments of one column)."""
+    return vals[0] if len(vals) == 1 else kb.pack(vals, VectorType(elem, [len(vals)]))
+
+
 class EpilogueMixin:
     """Methods of ContractionBuilder (see the module docstring)."""
 
@@ -56,9 +62,9 @@ class EpilogueMixin:
 
             def put(r_local, c_local, idx, lanes, c0=c0):
                 for c, acc in enumerate(accs):
-                    pair = kb.pack([kb.load(acc, kb.add(idx, j)) for j in range(lanes)], VectorType(f32, [lanes]))
+                    vals = [kb.load(acc, kb.add(idx, j)) for j in range(lanes)]
                     at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
-                    kb.store(pair, tiles, kb.add(at, c * per_acc))
+                    kb.store(_packed(kb, vals, f32), tiles, kb.add(at, c * per_acc))
 
             self.fragments(kb, tid, put, None if width == g.bn else (c0, c0 + width))
             sync()
@@ -98,7 +104,7 @@ class EpilogueMixin:
             at = kb.add(kb.mul(r_local, pitch), kb.sub(c_local, c0))
             for k, value in enumerate(values):
                 vals = [kb.to_type(v, bf16) for v in scope.value(value)]
-                kb.store(kb.pack(vals, VectorType(bf16, [lanes])), tiles, kb.add(at, k * per))
+                kb.store(_packed(kb, vals, bf16), tiles, kb.add(at, k * per))
 
         self.fragments(kb, tid, put, None if width == self.g.bn else (c0, c0 + width))
 

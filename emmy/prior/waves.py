@@ -78,8 +78,11 @@ UNFITTED_BLOCK_M: frozenset[int] = frozenset({192})
 # tier's neighbourhood leaves them out unless its anchor has them, and a reshape never moves a
 # tile there: reshaping the Qwen3 o projection's borrowed tile to 64 x 160 at 1100 tokens,
 # predicted 17.68 us against 21.03, ran 17.6 us on an H100 against 15.5 for the 128 x 96 it
-# replaced (docs/bench/h100-n160-deploy-2026-12-06c.log).
-UNFITTED_VALUES: frozenset[tuple[str, object]] = frozenset({("epilogue", "pingpong"), ("block_q", 192), ("block_n", 160)})
+# replaced (docs/bench/h100-n160-deploy-2026-12-06c.log). Nor, for now, warpgroups slicing the
+# columns (slices = cols): no record measured one when it was fitted.
+UNFITTED_VALUES: frozenset[tuple[str, object]] = frozenset(
+    {("epilogue", "pingpong"), ("block_q", 192), ("block_n", 160), ("slices", "cols")}
+)
 _UNFITTED_WIDTHS = frozenset(v for k, v in UNFITTED_VALUES if k == "block_n")  # for `shapes`
 
 

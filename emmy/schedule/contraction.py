@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from emmy.diagnostics import EmmyError
 from emmy.schedule.contraction_smem import SmemFacts, SmemLayout, SmemShape, operand_bytes, smem_layout
 from emmy.targets import Target
-from emmy.tuning.knobs import FEATURE_OFF, WGMMA_WORKERS, KnobValue, stream_k_blocks, stream_k_runs, stream_k_whole
+from emmy.tuning.knobs import FEATURE_OFF, SLICES, WGMMA_WORKERS, KnobValue, stream_k_blocks, stream_k_runs, stream_k_whole
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -203,7 +203,8 @@ class ContractionPlan:
     wn: int = 1
     # wgmma
     groups: int = 1
-    mi: int = 1
+    mi: int = 1  # 64-row slices per warpgroup: of block_m, or with `cols` of block_n
+    cols: bool = False  # slices = cols: the warpgroups slice block_n; wgmma N = block_m, accumulators transposed
     producer: bool = False  # wgmma_ws: one more warpgroup only stages operands
     persistent: bool = False  # schedule = persistent or stream_k: one block per SM loops over the tiles
     stream_k: bool = False  # schedule = stream_k: whole tiles, then an equal run of the other tiles' k-steps per block
@@ -257,7 +258,7 @@ class ContractionPlan:
         side by side as one block_n * nc-row tile: one wgmma of N = nc * block_n per k16 reads
         the A slice once for all of them, into one accumulator array (a 64-row slice per
         warpgroup, one slab of k)."""
-        return self.wgmma and self.nc > 1 and self.mi == 1 and self.nc * self.bn <= 256 and self.bk <= 64
+        return self.wgmma and not self.cols and self.nc > 1 and self.mi == 1 and self.nc * self.bn <= 256 and self.bk <= 64
 
     @property
     def b_stride(self) -> int:
@@ -283,7 +284,7 @@ class ContractionPlan:
     @property
     def acc_per_thread(self) -> int:
         if self.wgmma:
-            return self.mi * self.bn // 2
+            return self.mi * (self.bm if self.cols else self.bn) // 2
         return self.bm * self.bn // self.threads
 
     # -- tiles and launches ------------------------------------------------------------------------
@@ -457,6 +458,21 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         raise EmmyError(f"{where}: block_k={bk} must be 16, 32 or a multiple of 64")
     if bm % 8 or bn % 8:
         raise EmmyError(f"{where}: block_m={bm} and block_n={bn} must be multiples of 8")
+    slices = str(v["slices"])
+    if slices not in SLICES:
+        raise EmmyError(f"{where}: unknown slices '{slices}'")
+    cols = g["cols"] = slices == "cols"
+    if cols:
+        if workers not in WGMMA_WORKERS:
+            raise EmmyError(f"{where}: slices=cols needs workers=wgmma or wgmma_ws (workers={workers})")
+        if info.prologue and g["fusion"] != "split":
+            raise EmmyError(f"{where}: slices=cols needs fusion=split (a warpgroup holds every row of the tile: "
+                            "no row statistics summed in the kernel)")
+        if epilogue != "together":
+            raise EmmyError(f"{where}: slices=cols needs epilogue=together (epilogue={epilogue})")
+        if info.raw_a_loads:
+            raise EmmyError(f"{where}: slices=cols needs an A side that is no rewrite of raw tiles (each warpgroup "
+                            "would read rows another one rewrites)")
     if workers in WGMMA_WORKERS:
         if not target.has("wgmma"):
             raise EmmyError(f"{where}: workers={workers} needs sm_90a (target is {target.name})")
@@ -465,11 +481,13 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
             raise EmmyError(f"{where}: wgmma needs whole warpgroups (warps={warps})")
         g["groups"] = warps // 4
         rows_split = 1 if pingpong else g["groups"]  # (pingpong: each warpgroup multiplies whole tiles)
-        if bm % (64 * rows_split):
-            raise EmmyError(f"{where}: wgmma: block_m={bm} must be a multiple of {64 * rows_split}")
-        g["mi"] = bm // (64 * rows_split)
-        if bn > 256:
-            raise EmmyError(f"{where}: wgmma: block_n={bn} is over 256")
+        sliced, n_side = ("block_n", "block_m") if cols else ("block_m", "block_n")
+        side, n = (bn, bm) if cols else (bm, bn)
+        if side % (64 * rows_split):
+            raise EmmyError(f"{where}: wgmma: {sliced}={side} must be a multiple of {64 * rows_split}")
+        g["mi"] = side // (64 * rows_split)
+        if n > 256:
+            raise EmmyError(f"{where}: wgmma: {n_side}={n} is over 256")
         if stages < 2:
             raise EmmyError(f"{where}: {workers} reads its operands from shared memory: stages must be at least 2")
     elif workers == "mma_sync":

@@ -80,7 +80,7 @@ if TYPE_CHECKING:
 # (8.5-8.9 s). Every order gives the same 8,867,628 points.
 PREFERRED_ORDER: tuple[str, ...] = (
     "workers", "siblings", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m", "copy",
-    "epilogue", "block_m", "block_n", "block_k", "warps", "stages",
+    "epilogue", "slices", "block_m", "block_n", "block_k", "warps", "stages",
 )
 
 

@@ -7,7 +7,7 @@ job, `emmy/tuning/legality.py`).
 
 | kind | knobs (in this order) |
 |---|---|
-| contraction | block_m, block_n, block_k, split_k, combine, split_tail, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
+| contraction | block_m, block_n, block_k, split_k, combine, split_tail, stages, workers, warps, schedule, copy, cluster, group_m, epilogue, slices, vector, siblings (only with sibling contractions stored apart), fusion (only with a prologue reduction) |
 | attention | block_q, block_kv, workers (mma_sync; wgmma, wgmma_ws on sm_90a), stages, warps, copy, schedule (persistent on sm_90a), fusion (Q and K inside the flash kernel, by a prologue kernel, or in the projection's epilogue) |
 | reduction | rows_per_block, threads, vector |
 | elementwise | threads, vector, items |
@@ -92,6 +92,17 @@ Meanings (what the kernel stage does with each value):
   warpgroup holds all block_m x block_n accumulators, with 232 registers a thread that the
   producer hands over; each has its own staged tile in shared memory; the warpgroups also take
   turns at the k loop, so they wait on the slots in the order the producer fills them).
+- `slices`: which side of the tile the `wgmma` warpgroups cut into their 64-row slices (a
+  wgmma's M is 64, its N up to 256). `rows`: block_m, each warpgroup multiplying 64 * mi rows
+  of A by all block_n columns of B (wgmma N = block_n). `cols`: block_n, each warpgroup
+  multiplying 64 * mi columns of B (as the wgmma's A operand) by all block_m rows of A (as its
+  B operand, N = block_m), so its accumulators hold the tile transposed: cuBLAS's orientation
+  for a narrow output: a 192 x 128 tile in two warpgroups, each 64 columns by 192 rows, reads
+  2 x (64 + 192) operand rows from shared memory per k16 step, three 64-row slices 3 x (64 +
+  128). Needs wgmma
+  workers, block_n a multiple of 64 per warpgroup, block_m at most 256, the epilogue
+  `together`, and no row statistics summed in the kernel (fusion = split): a warpgroup holds
+  every row of the tile.
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `siblings`: where outputs over the same axes come from different contractions of one input
   (k and v of the running example): each tile holds a column share of every one of them
@@ -137,6 +148,8 @@ COPIES: tuple[str, ...] = ("cp_async", "tma")
 EPILOGUES: tuple[str, ...] = ("together", "staggered", "pingpong")
 COMBINES: tuple[str, ...] = ("kernel", "last_block")
 SIBLINGS: tuple[str, ...] = ("paired", "apart")
+# slices: the warpgroups' 64-row wgmma slices along block_m (A's rows) or block_n (B's rows)
+SLICES: tuple[str, ...] = ("rows", "cols")
 GROUP_M: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
 # The full spaces, before the target filters them.
@@ -156,6 +169,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "cluster": (1, 2),
         "group_m": GROUP_M,
         "epilogue": EPILOGUES,
+        "slices": SLICES,
         "vector": (1, 2, 4, 8),
         "siblings": SIBLINGS,
         "fusion": FUSION,
@@ -205,6 +219,7 @@ FEATURE_OFF: dict[str, KnobValue] = {
     "copy": "cp_async",
     "cluster": 1,
     "epilogue": "together",
+    "slices": "rows",
     "siblings": "paired",
     "fusion": "fused",
 }
@@ -249,6 +264,7 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
     ("cluster", 2): "wgmma",
     ("epilogue", "staggered"): "wgmma",
     ("epilogue", "pingpong"): "wgmma",
+    ("slices", "cols"): "wgmma",
 }
 
 

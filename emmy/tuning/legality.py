@@ -16,7 +16,8 @@ Limits checked (contraction): threads per block; shared memory (the staged opera
 other knobs are open, then the plan's whole layout: emmy/schedule/contraction_smem.py);
 accumulator registers per thread; outputs per thread; the `mma.sync` warp tiling (16x8x16 per
 warp); the `wgmma` shape (block_m a multiple of 64 per warpgroup, warps a multiple of 4,
-block_n a multiple of 8 up to 256, operands staged in shared memory); vector width (at most 16
+block_n a multiple of 8 up to 256, operands staged in shared memory; with slices = cols the
+two the other way round); vector width (at most 16
 bytes, dividing the contiguous extent and block_k); split_k (dividing the k-steps; `combine =
 last_block` only with split_k > 1); schedule
 (`persistent` and `stream_k` only with `wgmma_ws`, split_k = 1, and no pass over the rows'
@@ -24,7 +25,9 @@ statistics before the k loop (`KernelInfo.ws_row_stats`); `stream_k` also withou
 groups or a staggered epilogue, and with whole-row statistics from a kernel of their own);
 epilogue (`staggered` and `pingpong`: persistent, two consumer warpgroups; `staggered` with bf16
 results and no row statistics from the producer; `pingpong` without statistics in the kernel or
-an A side rewritten in place); copy
+an A side rewritten in place); slices (`cols`: wgmma workers, block_n the sliced side and block_m
+the wgmma's N, the epilogue `together`, no statistics in the kernel, no A side rewritten in
+place); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
 of row tiles); group_m (a multiple of cluster, at most the row tiles rounded up to a power of
 two); split_tail (a partial wave behind a full one, split_k = 1, schedule = grid, no clusters
@@ -270,25 +273,29 @@ def _c_workers(info, v, t, reasons):
     elif w in WGMMA_WORKERS:
         if v.has("warps") and v["warps"] % 4:
             reasons.append(f"{w}: warps={v['warps']} is not a multiple of 4 (whole warpgroups)")
-        if v.has("block_m") and v["block_m"] % 64:
-            reasons.append(f"{w}: block_m={v['block_m']} is not a multiple of 64")
+        # the side cut into 64-row slices (block_m; block_n with slices = cols, where block_m is
+        # the wgmma's N); a kernel without the `slices` knob slices block_m
+        sliced, wide = ("block_n", "block_m") if _cols(v) else ("block_m", "block_n")
+        slices = f" (slices={v['slices']})" if v.has("slices") else ""
+        if v.has(sliced) and v[sliced] % 64:
+            reasons.append(f"{w}: {sliced}={v[sliced]} is not a multiple of 64{slices}")
         # (with epilogue = pingpong each warpgroup multiplies whole tiles: any multiple of 64;
         # checked once the epilogue is known, so that no completion of a legal one is cut off)
-        if v.has("block_m", "warps", "epilogue") and v["warps"] % 4 == 0 and v["block_m"] % 64 == 0 and not _pingpong(v):
+        if v.has(sliced, "warps", "epilogue") and v["warps"] % 4 == 0 and v[sliced] % 64 == 0 and not _pingpong(v):
             groups = v["warps"] // 4
-            if v["block_m"] % (64 * groups):
+            if v[sliced] % (64 * groups):
                 reasons.append(
-                    f"{w}: block_m={v['block_m']} does not give each of the {groups} "
-                    f"warpgroups 64-row slices (block_m must be a multiple of {64 * groups})"
+                    f"{w}: {sliced}={v[sliced]} does not give each of the {groups} "
+                    f"warpgroups 64-row slices ({sliced} must be a multiple of {64 * groups}){slices}"
                 )
-        if v.has("block_n"):
-            bn = v["block_n"]
-            if bn % 8 or bn > 256:
-                reasons.append(f"{w}: block_n={bn} must be a multiple of 8 and at most 256")
+        if v.has(wide):
+            n = v[wide]
+            if n % 8 or n > 256:
+                reasons.append(f"{w}: {wide}={n} (the wgmma's N) must be a multiple of 8 and at most 256{slices}")
             nc = info.n_contractions
-            per_slice = nc * bn // 2  # a thread's accumulators for one 64-row slice, any warps
+            per_slice = nc * n // 2  # a thread's accumulators for one 64-row slice, any warps
             if per_slice > MAX_ACC_PER_THREAD:
-                what = f"{nc} x block_n={bn}" if nc > 1 else f"block_n={bn}"
+                what = f"{nc} x {wide}={n}" if nc > 1 else f"{wide}={n}"
                 reasons.append(
                     f"{w}: {what} needs {per_slice} fp32 accumulators per thread for each 64-row "
                     f"slice, over the {MAX_ACC_PER_THREAD} a thread can hold"
@@ -368,6 +375,26 @@ def _c_copy(info, v, t, reasons):
 
 def _pingpong(v) -> bool:
     return v.has("epilogue") and v["epilogue"] == "pingpong"
+
+
+def _cols(v) -> bool:
+    return v.has("slices") and v["slices"] == "cols"
+
+
+def _c_slices(info, v, t, reasons):
+    """slices = cols: wgmma warpgroups, each holding every row of the tile (so a whole-tile
+    epilogue, no row statistics summed in the kernel, no A side rewritten in place by the
+    warpgroup of its rows)."""
+    if not _cols(v):
+        return
+    if v.has("workers") and v["workers"] not in WGMMA_WORKERS:
+        reasons.append(f"slices=cols cuts the wgmma warpgroups' slices along block_n: it needs workers=wgmma or wgmma_ws (workers={v['workers']})")
+    if v.has("epilogue") and v["epilogue"] != "together":
+        reasons.append(f"slices=cols: each warpgroup holds every row of the tile, so they store it together: it needs epilogue=together (epilogue={v['epilogue']})")
+    if info.prologue and v.has("fusion") and v["fusion"] != "split":
+        reasons.append("slices=cols: each warpgroup holds every row of the tile, none sums a row's statistics alone: it needs fusion=split")
+    if info.raw_a_loads:
+        reasons.append("slices=cols: the A side is computed from raw tiles, rewritten by the warpgroup holding their rows, which slices=cols does not have")
 
 
 def _c_epilogue(info, v, t, reasons):
@@ -667,7 +694,7 @@ Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 
 _RULES: dict[str, tuple[Rule, ...]] = {
     "contraction": (
-        _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue,
+        _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue, _c_slices,
         _c_split, _c_split_tail, _c_combine, _c_vector,
     ),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy, _a_schedule, _a_fusion),

@@ -374,6 +374,16 @@ def _c_copy(knob, info, target, chosen, memo) -> Prefs:
     return [("tma", why), cp]
 
 
+def _c_slices(knob, info, target, chosen, memo) -> Prefs:
+    # Not measured yet on a GPU: the rules keep the 64-row slices along block_m that every
+    # measurement so far used; slices = cols (cuBLAS's orientation for narrow outputs) is
+    # reached by tuning or a pin.
+    rows = ("rows", "each wgmma warpgroup multiplies 64-row slices of block_m by the whole block_n")
+    if str(chosen.get("workers")) not in WGMMA_WORKERS:
+        return [("rows", "no wgmma warpgroups to slice")]
+    return [rows, ("cols", "each wgmma warpgroup multiplies 64-column slices of block_n by the whole block_m")]
+
+
 def _c_cluster(knob, info, target, chosen, memo) -> Prefs:
     # Measured on the H200 (tools/bench.py, same run): pairs multicasting their B slices were
     # slower than lone blocks, the running example's projection 60.4 against 56.2 us at M=4096
@@ -600,6 +610,7 @@ PREFS = dispatch({
     "cluster": _c_cluster,
     "group_m": _c_group_m,
     "epilogue": _c_epilogue,
+    "slices": _c_slices,
     "vector": _c_vector,
     "siblings": _c_siblings,
     "fusion": _c_fusion,

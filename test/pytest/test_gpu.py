@@ -179,6 +179,35 @@ def wants_sm90a(pins) -> bool:
     return any("wgmma" in p for p in pins)
 
 
+def _both(kernels, *knobs):
+    """Pins of each knob for each of `kernels`."""
+    return tuple(f"{k}.{x}" for k in kernels for x in knobs)
+
+
+_OD = ("o_proj_residual", "down_proj_residual")
+_NORMED = ("rms_norm_qkv_proj", "rms_norm_gate_up_proj_silu")
+# slices = cols: the wgmma warpgroups slice block_n, and block_m is the wgmma's N, the accumulators
+# the tile transposed. cuBLAS's tile for the o and down projections at 3000 tokens (192 tokens by
+# 128 columns, two warpgroups, rows past M); persistent blocks; split k (a combine kernel, the last
+# block); q/k/v and gate/up (two B tiles) with the statistics kernel; few rows (wgmma N = 16, 32);
+# the one-warpgroup wgmma without a producer.
+SLICES_COLS_CASES = [
+    (3000, _both(_OD, "slices=cols", "workers=wgmma_ws", "copy=tma", "block_m=192", "block_n=128", "warps=8",
+                 "stages=5", "split_k=1", "schedule=grid")),
+    (1100, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=128", "block_n=128", "warps=8",
+                 "split_k=1", "schedule=persistent")),
+    (512, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=64", "block_n=64", "warps=4", "split_k=2")),
+    (512, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=64", "block_n=128", "warps=8", "split_k=2",
+                "combine=last_block")),
+    (300, _both(_NORMED, "slices=cols", "fusion=split", "workers=wgmma_ws", "block_m=128", "block_n=128",
+                "warps=8", "split_k=1", "schedule=grid")),
+    (33, _both(_NORMED + _OD, "slices=cols", "workers=wgmma_ws", "block_m=32", "block_n=64", "warps=4",
+               "split_k=1") + _both(_NORMED, "fusion=split")),
+    (7, _both(_NORMED + _OD, "slices=cols", "workers=wgmma", "block_m=16", "block_n=64", "warps=4", "stages=3",
+              "split_k=1") + _both(_NORMED, "fusion=split")),
+]
+
+
 def _needs(pins, target: str) -> None:
     if wants_sm90a(pins) and target != "sm_90a":
         pytest.skip("wgmma needs sm_90a")
@@ -211,6 +240,18 @@ def test_layer_attention_tma_matches_pytorch(tokens, pins, tmp_path):
     if target != "sm_90a":
         pytest.skip("tensor-map attention needs wgmma (sm_90a)")
     opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target=target, pins=pins)
+    report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
+    assert report.rel_error <= 1e-2, report.rel_error
+
+
+@pytest.mark.parametrize("tokens,pins", SLICES_COLS_CASES, ids=lambda c: ",".join(c) if isinstance(c, tuple) else str(c))
+def test_layer_slices_cols_matches_pytorch(tokens, pins, tmp_path):
+    from emmy.backend.run import run_on_gpu
+    from emmy.driver import CompileOptions
+
+    if _target() != "sm_90a":
+        pytest.skip("slices=cols needs wgmma (sm_90a)")
+    opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target="sm_90a", pins=pins)
     report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.rel_error <= 1e-2, report.rel_error
 
