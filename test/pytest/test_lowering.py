@@ -29,14 +29,14 @@ LOWER = "convert-tile-to-kernel,convert-kernel-to-cuda"
 
 def _knobs(values: dict) -> str:
     domains = {
-        "block_m": "[16, 32, 64, 128, 256]", "block_n": "[16, 32, 64, 96, 112, 128, 160, 192, 256]",
+        "block_m": "[16, 32, 64, 128, 192, 256]", "block_n": "[16, 32, 64, 96, 112, 128, 160, 192, 256]",
         "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5, 6, 8, 12, 16]",
-        "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 16]",
+        "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 12, 16]",
         "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
         "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent", "stream_k"]',
         "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered", "pingpong"]',
         "combine": '["kernel", "last_block"]', "group_m": "[1, 2, 4, 8, 16, 32]",
-        "split_tail": "[1, 2, 3, 4, 8]",
+        "split_tail": "[1, 2, 3, 4, 8]", "slices": '["rows", "cols"]',
     }
     parts = []
     for k, v in values.items():
@@ -576,6 +576,43 @@ def test_pingpong_epilogue_errors():
     with pytest.raises(EmmyError, match="schedule=stream_k needs cluster=1, group_m=1 and epilogue=together"):
         lower(gate_up(M=4096, N=512, K=256, workers="wgmma_ws", block_m=128, block_n=64, warps=8, stages=4,
                       schedule="stream_k", epilogue="pingpong"), "convert-tile-to-kernel")
+
+
+def test_slices_cols_swaps_the_wgmma_operands():
+    """slices=cols: each warpgroup multiplies its 64 columns of B (the wgmma's A operand, from
+    the B tile's rows 64 * w on) by the whole A tile (its B operand: N = block_m), and holds the
+    tile transposed: its fragments go to the staged tile one element at a time, rows of a pair
+    one apart, then out by rows as with slices=rows."""
+    knobs = dict(S=3000, H=16, D=128, N=1024, target="sm_90a", workers="wgmma_ws", block_m=192, block_n=128,
+                 block_k=64, warps=8, stages=5, copy="tma")
+    cols = cuda_source(lower(heads_matmul_residual(**knobs, slices="cols")))
+    rows = cuda_source(lower(heads_matmul_residual(**dict(knobs, warps=12), slices="rows")))
+    assert re.findall(r"emmy::wgmma::tile<([\d, ]+)>", cols) == ["192, 64, 128, 192"]
+    assert re.findall(r"emmy::wgmma::tile<([\d, ]+)>", rows) == ["128, 64, 192, 128"]
+    assert "float acc_" in cols and re.search(r"float acc_\d+\[96\]", cols)  # 64 x 192 / 128 threads
+    assert re.search(r"float acc_\d+\[64\]", rows)
+    # one bf16 at a time into the staged tile, then 16-byte rows out (the residual added)
+    assert re.search(r"sC_\d+\[v_\d+\] = \w+;", cols)
+    assert "Vec<__nv_bfloat16, 2>" not in cols.split("sC_")[1].split("named_barrier")[0]
+    assert cols.count("*reinterpret_cast<emmy::Vec<__nv_bfloat16, 8>*>(") == rows.count("*reinterpret_cast<emmy::Vec<__nv_bfloat16, 8>*>(")
+
+
+def test_slices_cols_errors():
+    with pytest.raises(EmmyError, match="slices=cols needs workers=wgmma or wgmma_ws"):
+        lower(heads_matmul_residual(target="sm_90a", workers="mma_sync", slices="cols"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="slices=cols needs fusion=split"):
+        lower(rmsnorm_matmul(M=4096, workers="wgmma_ws", block_m=128, warps=8, stages=4, slices="cols"),
+              "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match=r"wgmma: block_n=64 must be a multiple of 128"):
+        lower(heads_matmul_residual(S=512, N=256, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=64,
+                                    warps=8, stages=4, slices="cols"), "convert-tile-to-kernel")
+    with pytest.raises(EmmyError, match="slices=cols needs epilogue=together"):
+        lower(heads_matmul_residual(S=4096, N=512, target="sm_90a", workers="wgmma_ws", block_m=128, block_n=128,
+                                    warps=8, stages=4, schedule="persistent", epilogue="staggered", slices="cols"),
+              "convert-tile-to-kernel")
+    # (a value outside the domain is refused when the IR is read)
+    with pytest.raises(EmmyError, match='knob \'slices\': the chosen value "diagonal" is not in the domain'):
+        lower(heads_matmul_residual(target="sm_90a", workers="wgmma_ws", slices="diagonal"), "convert-tile-to-kernel")
 
 
 def test_staggered_epilogue_errors():
