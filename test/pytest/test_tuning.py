@@ -771,6 +771,36 @@ def test_pingpong_epilogue_legality():
     assert check(info, dict(ok, workers="mma_sync"), SM90)[-1] == "epilogue=pingpong is not in its domain on sm_90: [together]"
 
 
+def test_slices_cols_legality():
+    """slices=cols: block_n is cut into the warpgroups' 64-row slices and block_m is the wgmma's N
+    (so 16 or 32 rows are legal); a whole-tile epilogue, no statistics summed in the kernel, no
+    A side rewritten in place; wgmma only (sm_90a)."""
+    info = info_of(L.matmul(3000, 1024, 2048, target="sm_90a"))
+    ok = dict(GOOD, workers="wgmma_ws", copy="tma", schedule="grid", cluster=1, epilogue="together", slices="cols",
+              block_m=192, block_n=128, warps=8, stages=5)
+    assert check(info, ok, SM90A) == []
+    assert check(info, dict(ok, block_m=32, block_n=64, warps=4), SM90A) == []
+    assert check(info, dict(ok, slices="rows", block_m=32, block_n=64, warps=4), SM90A) == [
+        "wgmma_ws: block_m=32 is not a multiple of 64 (slices=rows)"
+    ]
+    assert check(info, dict(ok, block_n=64), SM90A) == [
+        "wgmma_ws: block_n=64 does not give each of the 2 warpgroups 64-row slices (block_n must be a multiple of 128) (slices=cols)"
+    ]
+    assert check(info, dict(ok, schedule="persistent", epilogue="staggered"), SM90A)[-1] == (
+        "slices=cols: each warpgroup holds every row of the tile, so they store it together: it needs epilogue=together "
+        "(epilogue=staggered)"
+    )
+    assert check(info, dict(ok, workers="mma_sync", copy="cp_async"), SM90A)[-1] == (
+        "slices=cols cuts the wgmma warpgroups' slices along block_n: it needs workers=wgmma or wgmma_ws (workers=mma_sync)"
+    )
+    norm = info_of(L.rmsnorm_matmul(4096, 4096, 1024, target="sm_90a"))
+    assert check(norm, dict(ok, fusion="fused"), SM90A)[-2:] == [
+        "slices=cols: each warpgroup holds every row of the tile, none sums a row's statistics alone: it needs fusion=split",
+        "slices=cols: the A side is computed from raw tiles, rewritten by the warpgroup holding their rows, which slices=cols does not have",
+    ]
+    assert "slices=cols is not in its domain on sm_90: [rows]" in check(info, dict(ok, workers="mma_sync", copy="cp_async"), SM90)
+
+
 def test_staggered_epilogue_legality():
     info = info_of(L.matmul(4096, 4096, 1024, target="sm_90a"))
     ok = dict(GOOD, workers="wgmma_ws", schedule="persistent", copy="tma", cluster=1, epilogue="staggered")
