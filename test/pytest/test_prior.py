@@ -43,7 +43,7 @@ def make(tokens: int = 512):
 
 SENSIBLE = {"block_m": 128, "block_n": 128, "block_k": 64, "split_k": 1, "combine": "kernel", "split_tail": 1,
             "stages": 4, "workers": "wgmma_ws", "warps": 8, "schedule": "grid", "copy": "tma", "cluster": 1,
-            "group_m": 1, "epilogue": "together", "vector": 8, "fusion": "fused"}
+            "group_m": 1, "epilogue": "together", "slices": "rows", "vector": 8, "fusion": "fused"}
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,8 @@ SMALL = {
     "block_m": (64, 128), "block_n": (256,), "block_k": (64,), "split_k": (1, 2), "combine": ("kernel", "last_block"),
     "split_tail": (1, 2), "stages": (1, 4), "workers": ("thread", "mma_sync", "wgmma", "wgmma_ws"), "warps": (4, 8),
     "schedule": ("grid", "persistent", "stream_k"), "copy": ("cp_async", "tma"), "cluster": (1, 2), "group_m": (1, 2),
-    "epilogue": ("together", "staggered", "pingpong"), "vector": (8,), "fusion": ("fused", "split"),
+    "epilogue": ("together", "staggered", "pingpong"), "slices": ("rows", "cols"), "vector": (8,),
+    "fusion": ("fused", "split"),
 }
 
 
@@ -65,6 +66,22 @@ def test_small_contraction_space_equals_brute_force(contraction):
     # every kind of rule is met on the way: values legal on their own but not together
     assert {p["schedule"] for p in points} == {"grid", "persistent", "stream_k"}
     assert {p["split_tail"] for p in points} == {1, 2} and {p["cluster"] for p in points} == {1, 2}
+    # (A is computed from raw tiles here, rewritten in place by the warpgroup of its rows: never cols)
+    assert {p["slices"] for p in points} == {"rows"}
+
+
+def test_small_plain_contraction_space_equals_brute_force():
+    """slices = cols where A is a plain copy: block_n is then the side cut into slices, which the
+    builder's order (slices before the tiles) must not cut off."""
+    info = info_of(L.matmul(3000, 1024, 2048, target="sm_90a"))
+    small = {k: v for k, v in SMALL.items() if k != "fusion"}
+    small.update(block_m=(32, 64, 128), block_n=(64, 128, 256), split_tail=(1,), group_m=(1,))
+    assert set(small) == set(knob_space_for(info, SM90A))
+    expected = brute_force(info, small, SM90A)
+    points = legal_points(info, small, SM90A)
+    assert canonical(points) == canonical(expected)
+    cols = [p for p in points if p["slices"] == "cols"]
+    assert cols and {p["block_m"] for p in cols} == {32, 64, 128} and {p["workers"] for p in cols} == {"wgmma", "wgmma_ws"}
 
 
 @pytest.mark.parametrize(

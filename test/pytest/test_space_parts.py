@@ -26,7 +26,8 @@ SM90A = get_target("sm_90a")
 SMALL = {
     "block_m": (64, 256), "block_n": (64, 96, 128), "block_k": (64,), "split_k": (1,), "combine": ("kernel",),
     "split_tail": (1,), "stages": (2, 4), "workers": ("wgmma", "mma_sync"), "warps": (4,), "schedule": ("grid",),
-    "copy": ("cp_async",), "cluster": (1,), "group_m": (1,), "epilogue": ("together",), "vector": (8,),
+    "copy": ("cp_async",), "cluster": (1,), "group_m": (1,), "epilogue": ("together",), "slices": ("rows", "cols"),
+    "vector": (8,),
     "siblings": ("paired", "apart"), "fusion": ("fused", "split"),
 }
 

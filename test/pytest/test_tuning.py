@@ -68,7 +68,7 @@ def test_unknown_target_lists_valid_names():
 def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction") == (
         "block_m", "block_n", "block_k", "split_k", "combine", "split_tail", "stages", "workers", "warps", "schedule",
-        "copy", "cluster", "group_m", "epilogue", "vector",
+        "copy", "cluster", "group_m", "epilogue", "slices", "vector",
     )
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("contraction", fusion=True, siblings=True)[-2:] == ("siblings", "fusion")
@@ -89,6 +89,8 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_space("contraction", SM80)["cluster"] == (1,)
     assert knob_space("contraction", SM90A)["epilogue"] == ("together", "staggered", "pingpong")
     assert knob_space("contraction", SM90)["epilogue"] == ("together",)
+    assert knob_space("contraction", SM90A)["slices"] == ("rows", "cols")  # cols: wgmma only
+    assert knob_space("contraction", SM90)["slices"] == ("rows",)
     assert knob_space("attention", SM90A)["copy"] == ("cp_async", "tma")
     assert knob_space("attention", SM90)["copy"] == ("cp_async",)
     with pytest.raises(EmmyError, match="unknown kernel kind 'conv'"):
