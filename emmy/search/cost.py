@@ -7,7 +7,9 @@ and tested on any machine (`emmy tune --measurer cost`).
     # Measurement(status="ok", time_s=1.3e-05, spread=0.01, error=0.0, facts={...})
 
 The same candidate always costs the same. About one candidate in `fail_every` (chosen by a hash
-of its values) is a deterministic `build_failed`, so failed trials go through the loop too.
+of its values) is a deterministic `build_failed`, so failed trials go through the loop too. The
+hash leaves out feature knobs at their off value (`knobs.FEATURE_OFF`): a knob added to a space
+builds, at that value, the program its kernels built before, which keeps its cost.
 `delay_s` sleeps per candidate, standing in for a build and a timing (tests that kill a worker
 mid-run need a run that lasts). It implements `emmy.measure.Measurer`; it measures nothing, and
 its times mean nothing beyond ranking candidates by their predicted facts.
@@ -22,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from emmy.measure import Measurement
+from emmy.tuning.knobs import FEATURE_OFF
 
 BASE_S = 1e-5
 # The card its records name: what marks them as not measured (the evidence hierarchy never uses
@@ -57,7 +60,8 @@ class CostMeasurer:
     def _cost(self, values: Mapping[str, int | str], facts: dict) -> Measurement:
         numbers = {k: float(v) for k, v in sorted(facts.items())
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-        digest = hashlib.sha256(repr(sorted(values.items())).encode()).digest()
+        named = sorted((k, v) for k, v in values.items() if k not in FEATURE_OFF or FEATURE_OFF[k] != v)
+        digest = hashlib.sha256(repr(named).encode()).digest()
         jitter = int.from_bytes(digest[:4], "big") / 2**32  # [0, 1), fixed per candidate
         if int.from_bytes(digest[4:8], "big") % self.fail_every == 0:
             return Measurement("build_failed", reason="cost measurer: this candidate fails by construction",
