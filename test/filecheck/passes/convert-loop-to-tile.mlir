@@ -18,6 +18,7 @@
 // CHECK-NEXT:   cluster = #tile.knob<"cluster", [1, 2]>,
 // CHECK-NEXT:   group_m = #tile.knob<"group_m", [1, 2, 4, 8, 16, 32]>,
 // CHECK-NEXT:   epilogue = #tile.knob<"epilogue", ["together", "staggered", "pingpong"]>,
+// CHECK-NEXT:   slices = #tile.knob<"slices", ["rows", "cols"]>,
 // CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8]>,
 // CHECK-NEXT:   fusion = #tile.knob<"fusion", ["fused", "split"]>
 // CHECK-NEXT: } ins(%x, %nw, %w : tensor<7x32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>) -> tensor<7x64xbf16> attributes {emmy.fused_from = ["rms_norm", "linear_qkv_proj"], emmy.fusion = "fused"} {
@@ -91,6 +92,7 @@ func.func @f(%x: tensor<7x32xbf16>, %nw: tensor<32xbf16>, %w: tensor<64x32xbf16>
 // CHECK-NEXT:   cluster = #tile.knob<"cluster", [1]>,
 // CHECK-NEXT:   group_m = #tile.knob<"group_m", [1, 2, 4, 8, 16, 32]>,
 // CHECK-NEXT:   epilogue = #tile.knob<"epilogue", ["together"]>,
+// CHECK-NEXT:   slices = #tile.knob<"slices", ["rows"]>,
 // CHECK-NEXT:   vector = #tile.knob<"vector", [1, 2, 4, 8]>
 // CHECK-NEXT: } ins(%x, %w : tensor<33x64xbf16>, tensor<48x64xbf16>) -> tensor<33x48xbf16> {
 builtin.module attributes {emmy.target = "sm_80"} {
