@@ -371,3 +371,52 @@ builtin.module attributes {emmy.target = "sm_90a"} {
 // CHECK-NOT:       emmy::cp_async
 // CHECK:           kernel.call "emmy::wgmma::tile<128, 64, 128, 128>"
 // CHECK:         kernel.launch @proj(%x, %w, %out, %x, %w) : tensor<200x200xbf16>, tensor<128x200xbf16>, tensor<200x128xbf16>, tensor<200x200xbf16>, tensor<128x200xbf16>
+
+// -----
+// slices = cols: the warpgroups slice block_n (64 columns each, from the B tile's row 64 * warpgroup),
+// the A tile is the wgmma's B operand (N = block_m = 32), and the transposed fragments go to the
+// staged tile one bf16 at a time before 16-byte stores by rows.
+builtin.module attributes {emmy.target = "sm_90a"} {
+  func.func @f(%x: tensor<32x64xbf16> {emmy.name = "x", emmy.role = "input"}, %w: tensor<128x64xbf16> {emmy.name = "w", emmy.role = "param"}) -> tensor<32x128xbf16> {
+    %y = tile.kernel @proj kind "contraction" axes [m = 32, n = 128, k = 64]
+        knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = 32, "pinned", "test">, block_n = #tile.knob<"block_n", [16, 32, 64, 128, 256] = 128, "pinned", "test">, block_k = #tile.knob<"block_k", [16, 32, 64, 128] = 64, "pinned", "test">, split_k = #tile.knob<"split_k", [1, 2] = 1, "pinned", "test">, stages = #tile.knob<"stages", [1, 2, 3, 4] = 2, "pinned", "test">, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma"] = "wgmma", "pinned", "test">, warps = #tile.knob<"warps", [1, 2, 4, 8] = 8, "pinned", "test">, slices = #tile.knob<"slices", ["rows", "cols"] = "cols", "pinned", "test">, vector = #tile.knob<"vector", [1, 2, 4, 8] = 8, "pinned", "test">}
+        ins(%x, %w : tensor<32x64xbf16>, tensor<128x64xbf16>) -> tensor<32x128xbf16> {
+    ^bb0(%xa: tensor<32x64xbf16>, %wa: tensor<128x64xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %acc = loop.reduce sum ["k"] : f32 {
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<32x64xbf16> -> bf16
+        %b = loop.load %wa[%n, %k] : tensor<128x64xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %af, %bf : f32
+        loop.yield %p : f32
+      }
+      %r = arith.truncf %acc : f32 to bf16
+      loop.store %r, 0 [%m, %n] : bf16
+      loop.yield
+    }
+    func.return %y : tensor<32x128xbf16>
+  }
+}
+
+// CHECK-LABEL: kernel.func @proj(%xa: !kernel.ptr<bf16>, %wa: !kernel.ptr<bf16>, %y: !kernel.ptr<bf16>) grid [1, 1, 1] block [256, 1, 1]
+// CHECK:         %sA = kernel.shared [4096] offset 0 align 1024 : !kernel.ptr<bf16, shared>
+// CHECK-NEXT:    %sB = kernel.shared [16384] offset 8192 align 1024 : !kernel.ptr<bf16, shared>
+// CHECK:         %acc = kernel.local [16] : !kernel.ptr<f32, local>
+// CHECK:           %[[SLOT:.*]] = arith.remui %kt, %c2 : index
+// CHECK-NEXT:      %[[AOFF:.*]] = arith.muli %[[SLOT]], %c2048 : index
+// CHECK-NEXT:      %[[A:.*]] = kernel.ptr_add %sA, %[[AOFF]] : !kernel.ptr<bf16, shared>
+// CHECK-NEXT:      %[[BOFF:.*]] = arith.muli %[[SLOT]], %c8192 : index
+// CHECK-NEXT:      %[[B:.*]] = kernel.ptr_add %sB, %[[BOFF]] : !kernel.ptr<bf16, shared>
+// CHECK-NEXT:      %[[WG:.*]] = arith.divui %tid, %c128 : index
+// CHECK-NEXT:      %[[C0:.*]] = arith.muli %[[WG]], %c64 : index
+// CHECK-NEXT:      %[[OFF:.*]] = arith.muli %[[C0]], %c64 : index
+// CHECK-NEXT:      %[[SLICE:.*]] = kernel.ptr_add %[[B]], %[[OFF]] : !kernel.ptr<bf16, shared>
+// CHECK-NEXT:      kernel.call "emmy::wgmma::tile<32, 64, 128, 32>"(%[[SLICE]], %[[A]], %acc)
+// CHECK:         %sC = kernel.shared [4352] offset 0 align 16 : !kernel.ptr<bf16, shared>
+// CHECK:           kernel.store %r, %sC[%{{.*}}] : bf16, !kernel.ptr<bf16, shared>
+// CHECK:           kernel.store %r_1, %sC[%{{.*}}] : bf16, !kernel.ptr<bf16, shared>
+// CHECK:         %{{.*}} = kernel.load %sC[%{{.*}}] : !kernel.ptr<bf16, shared> -> vector<8xbf16>
+// CHECK:         kernel.store %{{.*}}, %y[%{{.*}}] : vector<8xbf16>, !kernel.ptr<bf16>
