@@ -282,7 +282,7 @@ def test_a_rerun_over_the_same_bests_recalls_the_check(home, capsys, monkeypatch
 
 def test_tune_line_goes_with_the_progress(home, capsys):
     argv = [a for a in TUNE if a != "--quiet"]
-    assert run([*argv, "--layer", "0", "--trials", "2"]) == 0
+    assert run([*argv, "--layer", "0", "--trials", "3"]) == 0
     err = capsys.readouterr().err
     assert "layer 0 at 16 tokens: tuned " in err and ", untuned " in err
 
@@ -314,7 +314,7 @@ def test_a_set_not_timed_is_a_note_and_no_record(home, capsys, monkeypatch):
                 for label in sets}
 
     monkeypatch.setattr(layer_check.CostLayerTimer, "time", wrong)
-    assert run([*TUNE, "--trials", "2", "--layer", "0"]) == 0
+    assert run([*TUNE, "--trials", "3", "--layer", "0"]) == 0
     captured = capsys.readouterr()
     assert ("note: layer 0 at 16 tokens not checked: the chosen set was not timed: relative error 5.00e-01 over "
             "the allowed 1.0e-02: not timed") in captured.err
@@ -331,7 +331,7 @@ def test_a_layer_that_fails_to_time_is_an_error_not_a_traceback(home, capsys, mo
         raise RuntimeError("CUDA out of memory. Tried to allocate 16.00 GiB")
 
     monkeypatch.setattr(layer_check.CostLayerTimer, "time", oom)
-    assert run([*TUNE, "--trials", "2", "--layer", "0"]) == 1
+    assert run([*TUNE, "--trials", "3", "--layer", "0"]) == 1
     captured = capsys.readouterr()
     assert ("note: layer 0 at 16 tokens not checked: timing it failed: RuntimeError: CUDA out of memory. "
             "Tried to allocate 16.00 GiB") in captured.err
