@@ -188,7 +188,7 @@ _OD = ("o_proj_residual", "down_proj_residual")
 _NORMED = ("rms_norm_qkv_proj", "rms_norm_gate_up_proj_silu")
 # slices = cols: the wgmma warpgroups slice block_n, and block_m is the wgmma's N, the accumulators
 # the tile transposed. cuBLAS's tile for the o and down projections at 3000 tokens (192 tokens by
-# 128 columns, two warpgroups, rows past M); persistent blocks; split k (a combine kernel, the last
+# 128 columns, two warpgroups, rows past M); persistent blocks; pairs of blocks; split k (a combine kernel, the last
 # block); q/k/v and gate/up (two B tiles) with the statistics kernel; few rows (wgmma N = 16, 32);
 # the one-warpgroup wgmma without a producer.
 SLICES_COLS_CASES = [
@@ -196,6 +196,9 @@ SLICES_COLS_CASES = [
                  "stages=5", "split_k=1", "schedule=grid")),
     (1100, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=128", "block_n=128", "warps=8",
                  "split_k=1", "schedule=persistent")),
+    # pairs of blocks along the rows multicasting halves of the B tile (whose slices the warpgroups read)
+    (3000, _both(_OD, "slices=cols", "workers=wgmma_ws", "copy=tma", "block_m=192", "block_n=128", "warps=8",
+                 "stages=5", "split_k=1", "schedule=grid", "cluster=2", "group_m=2")),
     (512, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=64", "block_n=64", "warps=4", "split_k=2")),
     (512, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=64", "block_n=128", "warps=8", "split_k=2",
                 "combine=last_block")),
