@@ -96,13 +96,12 @@ Meanings (what the kernel stage does with each value):
   wgmma's M is 64, its N up to 256). `rows`: block_m, each warpgroup multiplying 64 * mi rows
   of A by all block_n columns of B (wgmma N = block_n). `cols`: block_n, each warpgroup
   multiplying 64 * mi columns of B (as the wgmma's A operand) by all block_m rows of A (as its
-  B operand, N = block_m), so its accumulators hold the tile transposed: cuBLAS's orientation
-  for a narrow output: a 192 x 128 tile in two warpgroups, each 64 columns by 192 rows, reads
-  2 x (64 + 192) operand rows from shared memory per k16 step, three 64-row slices 3 x (64 +
-  128). Needs wgmma
-  workers, block_n a multiple of 64 per warpgroup, block_m at most 256, the epilogue
-  `together`, and no row statistics summed in the kernel (fusion = split): a warpgroup holds
-  every row of the tile.
+  B operand, N = block_m), so its accumulators hold the tile transposed. That is cuBLAS's
+  orientation for a narrow output: a 192 x 128 tile in two warpgroups, each 64 columns by 192
+  rows, reads 2 x (64 + 192) operand rows from shared memory per k16 step, where three 64-row
+  slices read 3 x (64 + 128). Needs wgmma workers, block_n a multiple of 64 per warpgroup,
+  block_m at most 256, the epilogue `together`, no row statistics summed in the kernel
+  (fusion = split) and no A side rewritten in place: a warpgroup holds every row of the tile.
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `siblings`: where outputs over the same axes come from different contractions of one input
   (k and v of the running example): each tile holds a column share of every one of them
