@@ -103,30 +103,25 @@ class ComputeMixin:
         g = self.g
         a_stage = kb.ptr_add(sa, kb.mul(slot, a_elems))
         b_stages = [kb.ptr_add(sb, kb.mul(slot, b_elems)) for sb in sbs]
-        if g.wgmma and g.cols:  # slices = cols: B's 64-row slices as the wgmma's A, the A tile as its B
+        if g.wgmma:
             wgi = kb.div(tid, 128)
-            for mi in range(g.mi):
-                col0 = kb.mul(kb.add(kb.mul(wgi, g.mi), mi), 64)
-                for b_stage, acc in zip(b_stages, accs):
-                    b_ptr = kb.ptr_add(b_stage, kb.mul(col0, g.slab))
-                    acc_ptr = kb.ptr_add(acc, mi * g.bm // 2)
-                    kb.call(f"emmy::wgmma::tile<{g.bm}, {g.bk}, {g.bn}, {g.bm}>", [b_ptr, a_stage, acc_ptr])
-            if during is not None:
-                during()
-            kb.call(f"emmy::wgmma::wait<{wgmma_pending * g.mi * len(accs)}>")
-        elif g.wgmma:
-            wgi = kb.div(tid, 128)
-            n_wg = g.bn
+            # the warpgroup's 64-row slices: of the A tile, or with slices = cols of each B tile,
+            # which then goes first (the wgmma's A) and the A tile second (its B: N = block_m)
+            n_wg = g.bm if g.cols else g.bn
             for mi in range(g.mi):
                 row0 = kb.mul(kb.add(kb.mul(wgi, g.mi), mi), 64)
-                a_ptr = kb.ptr_add(a_stage, kb.mul(row0, g.slab))
+                a_ptr = None if g.cols else kb.ptr_add(a_stage, kb.mul(row0, g.slab))
                 if g.joint:  # one wgmma over the nc tiles side by side
                     n = g.nc * n_wg
                     kb.call(f"emmy::wgmma::tile<{n}, {g.bk}, {g.bm}, {n}>", [a_ptr, b_stages[0], accs[0]])
                     continue
-                for c, (b_stage, acc) in enumerate(zip(b_stages, accs)):
+                for b_stage, acc in zip(b_stages, accs):
+                    if g.cols:
+                        operands, rows = [kb.ptr_add(b_stage, kb.mul(row0, g.slab)), a_stage], (g.bn, g.bm)
+                    else:
+                        operands, rows = [a_ptr, b_stage], (g.bm, g.bn)
                     acc_ptr = kb.ptr_add(acc, mi * n_wg // 2)
-                    kb.call(f"emmy::wgmma::tile<{n_wg}, {g.bk}, {g.bm}, {g.bn}>", [a_ptr, b_stage, acc_ptr])
+                    kb.call(f"emmy::wgmma::tile<{n_wg}, {g.bk}, {rows[0]}, {rows[1]}>", [*operands, acc_ptr])
             if during is not None:
                 during()
             # each tile() commits one group: a k-step is mi * nc groups (mi with joint), and
