@@ -29,7 +29,8 @@ sharing their A side: gate and up) for one batch index and one `split_k` part of
    operand tiles that are plain 2-D views of a tensor (emmy/lowering/tma.py) are copied by one
    producer thread, one tensor-map copy per tile and 64-element slab, the bytes counted on the
    slot's `full` barrier; with `cluster = 2` block pairs along m each copy half of their common
-   B tile and multicast it to both. A computed A side that
+   B tile and multicast it to both (with `slices = cols`, pairs along n, their common A tile).
+   A computed A side that
    reads one block_m-row tensor (RMSNorm's `w * x`) is copied raw into the A slot and rewritten
    in place by each consumer warpgroup (`InPlaceA`); otherwise the producer loads it a k-step
    ahead into registers and stores it computed. Either way the row statistics are summed from
@@ -341,13 +342,16 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
         grid = g.grid
         if grid[1] > 65535 or grid[2] > 65535:
             raise EmmyError(f"tile.kernel @{self.info.name}: grid {grid} is too large")
-        if grid[1] % g.cluster:
-            raise EmmyError(
-                f"tile.kernel @{self.info.name}: cluster={g.cluster}: the {grid[1]} row tiles do not pair up"
-            )
+        # pairs along n (slices = cols) of a grid are neighbours along x; persistent pairs, and pairs
+        # along m, along y (a persistent block's rank in y picks its tile of the pair's)
+        along_x = g.pairs_along == "n" and not g.persistent
+        paired = -(-self.N // g.bn) if g.pairs_along == "n" else -(-self.M // g.bm)
+        if paired % g.cluster:
+            what = "column" if g.pairs_along == "n" else "row"
+            raise EmmyError(f"tile.kernel @{self.info.name}: cluster={g.cluster}: the {paired} {what} tiles do not pair up")
         kb = KB.new_func(
             self.name, arg_types, grid, (g.threads, 1, 1), smem, self.g.min_blocks(smem), arg_names=arg_names,
-            cluster=(1, g.cluster, 1) if g.cluster > 1 else None,
+            cluster=((g.cluster, 1, 1) if along_x else (1, g.cluster, 1)) if g.cluster > 1 else None,
         )
         args = kb.func.body.block.args
         block = self.op.regions[0].block

@@ -32,6 +32,13 @@ class TileOrderMixin:
             nb = -(-self.N // g.bn)
             t = kb.add(bx, self.tile_range[0])
             return kb.div(t, nb), kb.rem(t, nb)
+        if g.pairs_along == "n":  # the pairs are neighbours along x, one row of tiles
+            if g.group_m == 1:
+                return by, bx
+            nb, mb, c = -(-self.N // g.bn), -(-self.M // g.bm), g.cluster
+            unit = kb.add(kb.mul(by, nb // c), kb.div(bx, c))  # the pair's place in launch order
+            m_tile, n_pair = grouped_tile(kb, unit, mb, nb // c, g.group_m)
+            return m_tile, kb.add(kb.mul(n_pair, c), kb.rem(bx, c))
         if g.group_m == g.cluster:
             return by, bx
         nb, mb, c = -(-self.N // g.bn), -(-self.M // g.bm), g.cluster
@@ -65,7 +72,9 @@ class TileOrderMixin:
         w, n = turn
         first = bid if w == 0 else kb.add(bid, w * blocks)
         with kb.for_(first, tiles, n * blocks, name="t") as t:
-            if g.group_m > 1:
+            if g.pairs_along == "n":
+                m0, n0, batch = self.pair_origin(kb, t)
+            elif g.group_m > 1:
                 units = nb * mb // c
                 m_tile, n_tile = grouped_tile(kb, kb.rem(t, units), mb // c, nb, g.group_m // c)
                 if c > 1:
@@ -80,6 +89,20 @@ class TileOrderMixin:
             later = kb.cmp("sgt", t, bid)
             more = kb.lt(kb.add(t, blocks), tiles)
             body(m0, n0, batch, 0, 0, steps, base, later, more)
+
+    def pair_origin(self, kb: KB, t) -> tuple[SSAValue, SSAValue, SSAValue | int]:
+        """(m0, n0, batch) of this block's tile of pair t (pairs along n, schedule = persistent):
+        the pairs of column tiles in the plain order along n or in groups of group_m row tiles
+        (grouped_tile over pairs), the block's rank in its cluster (blockIdx.y) picking its
+        column of the pair."""
+        g = self.g
+        nb, mb, c = -(-self.N // g.bn), -(-self.M // g.bm), g.cluster
+        units = nb * mb // c
+        m_tile, n_pair = grouped_tile(kb, kb.rem(t, units), mb, nb // c, g.group_m)
+        n0 = kb.mul(kb.add(kb.mul(n_pair, c), kb.block_id("y")), g.bn)
+        m0 = kb.mul(m_tile, g.bm)
+        n0.name_hint, m0.name_hint = "n0", "m0"
+        return m0, n0, kb.div(t, units) if self.b_axes else 0
 
     def tile_origin(self, kb: KB, t) -> tuple[SSAValue, SSAValue, SSAValue | int]:
         """(m0, n0, batch) of tile t of the order along n (batch after batch, row after row)."""

@@ -54,8 +54,10 @@ class WarpSpecializedMixin:
         if a_load is None and self.cs[0].a_value is not None:
             src = direct_source(em, self.cs[0].a_value, kset, k)
             a_load = src.load if isinstance(src, Leaf) else None
+        # the shared tile's box is this block's share of it (pairs along m share B, along n A)
+        a_box, b_box = (g.bm // g.cluster, g.bn) if g.pairs_along == "n" else (g.bm, g.bn // g.cluster)
         if a_load is not None:
-            view = tensor_view(a_load, m_axis, k, self.ext, g.bm, g.slab, planes=True)
+            view = tensor_view(a_load, m_axis, k, self.ext, a_box, g.slab, planes=True)
             if view is not None:
                 out.append(MapOperand("a", 0, a_load, view, a_load.tensor.index))
         for c, contraction in enumerate(self.cs):
@@ -63,7 +65,7 @@ class WarpSpecializedMixin:
                 continue
             src = direct_source(em, contraction.b_value, kset, k)
             if isinstance(src, Leaf):
-                view = tensor_view(src.load, n_axis, k, self.ext, g.bn // g.cluster, g.slab)
+                view = tensor_view(src.load, n_axis, k, self.ext, b_box, g.slab)
                 if view is not None:
                     out.append(MapOperand("b", c, src.load, view, src.load.tensor.index))
         return out
@@ -73,30 +75,35 @@ class WarpSpecializedMixin:
         slot's `full` barrier, then issue them (one per operand tile and 64-element slab)."""
         g = self.g
         maps = self.tma_operands()
-        # the slot's bytes, whoever copies them (with clusters the peers multicast B slices)
+        # the slot's bytes, whoever copies them (with clusters the peers multicast slices of the shared tile)
         nbytes = sum((g.bm if m.side == "a" else g.bn) * g.bk * 2 for m in maps)
         kb.call("emmy::mbar_arrive_expect_tx", [bar, kb.idx(nbytes)])
         rank = kb.call("emmy::cluster_rank", [], IndexType()) if g.cluster > 1 else None
+        shared = "a" if g.pairs_along == "n" else "b"  # the side whose tile the pair shares
         for m, map_arg in zip(maps, self.map_args):
             if m.side == "a":
                 base, rows, row0 = kb.ptr_add(sa, kb.mul(slot, a_elems)), g.bm, m0
             else:
                 base, rows, row0 = kb.ptr_add(sbs[m.index], kb.mul(slot, g.b_stride)), g.bn, n0
             part = None
-            if m.side == "b" and rank is not None:  # this block's slice of the shared B tile
-                part = g.bn // g.cluster
+            if m.side == shared and rank is not None:  # this block's slice of the shared tile
+                part = rows // g.cluster
                 row0 = kb.add(row0, kb.mul(rank, part))
                 base = kb.ptr_add(base, kb.mul(rank, part * g.slab))
+            mask = kb.idx((1 << g.cluster) - 1) if part is not None else None
             for s_ in range(g.bk // g.slab):
                 col = kb.add(kb.mul(kt, g.bk), s_ * g.slab)
                 dst = kb.ptr_add(base, s_ * rows * g.slab)
                 if m.view.planes.data > 1:  # (the A side only: a column within its plane)
                     width = m.view.cols.data
-                    kb.call("emmy::tma_load_3d", [dst, map_arg, kb.rem(col, width), row0, kb.div(col, width), bar])
+                    at = [dst, map_arg, kb.rem(col, width), row0, kb.div(col, width), bar]
+                    if part is None:
+                        kb.call("emmy::tma_load_3d", at)
+                    else:
+                        kb.call("emmy::tma_load_3d_multicast", [*at, mask])
                 elif part is None:
                     kb.call("emmy::tma_load_2d", [dst, map_arg, col, row0, bar])
                 else:
-                    mask = kb.idx((1 << g.cluster) - 1)
                     kb.call("emmy::tma_load_2d_multicast", [dst, map_arg, col, row0, bar, mask])
 
     def inplace_a_leaf(self, a_loads: list | None) -> LoadOp | None:
@@ -171,7 +178,7 @@ class WarpSpecializedMixin:
         tma_only = len(maps) == 1 + len(self.cs)
         arrivals = (0 if tma_only else 2 * 128) + (1 if maps else 0)
         # a slot is free once every consumer warp (with clusters: of every block of the
-        # cluster, whose B slices it also receives) has released it, one arrival a warp
+        # cluster, whose slices of the shared tile it also receives) has released it, one arrival a warp
         releases = g.cluster * g.tile_threads // 32
         if g.pingpong and (rs is not None or inplace is not None or stats_leaf is not None):
             raise EmmyError(

@@ -209,7 +209,7 @@ class ContractionPlan:
     persistent: bool = False  # schedule = persistent or stream_k: one block per SM loops over the tiles
     stream_k: bool = False  # schedule = stream_k: whole tiles, then an equal run of the other tiles' k-steps per block
     tma: bool = False  # copy = tma: the producer copies plain operand tiles with tensor maps
-    cluster: int = 1  # blocks per cluster along m, sharing (multicasting) their B tiles
+    cluster: int = 1  # blocks per cluster, sharing (multicasting) one operand tile (see pairs_along)
     group_m: int = 1  # tile order: groups of group_m row tiles, down a group's rows first (1: along n)
     tail: int = 1  # split_tail: the tiles past the last full wave, split along k into this many parts
     staggered: bool = False  # epilogue = staggered: each consumer warpgroup stores its own rows, in turn
@@ -251,6 +251,14 @@ class ContractionPlan:
     @property
     def wgmma(self) -> bool:
         return self.workers in WGMMA_WORKERS
+
+    @property
+    def pairs_along(self) -> str:
+        """The side a cluster's blocks line up along: "m" (blocks with the same columns, sharing
+        their B tile), or with slices = cols "n" (blocks with the same rows, sharing their A tile).
+        Either way the pair shares the tile each warpgroup multiplies whole, the wgmma's B operand
+        (cuBLAS's `2x1` pairs of its 128 x 192 tiles for a narrow output)."""
+        return "n" if self.cols and self.cluster > 1 else "m"
 
     @property
     def joint(self) -> bool:
@@ -530,11 +538,13 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         raise EmmyError(f"{where}: split_tail={tail} needs split_k=1, schedule=grid, cluster=1 and no batch axes")
     if tail > 1 and info.prologue and g["fusion"] != "split":
         raise EmmyError(f"{where}: split_tail={tail} needs fusion=split (row statistics for the tail's parts)")
+    # pairs along m stack row tiles; pairs along n (slices = cols) sit in one row of tiles
+    row_pairs = cluster if not cols else 1
     # without a group_m knob: the plain order of the clusters (knobs.FEATURE_OFF)
-    group_m = g["group_m"] = int(values["group_m"]) if "group_m" in values else cluster
+    group_m = g["group_m"] = int(values["group_m"]) if "group_m" in values else row_pairs
     if tail > 1 and group_m > 1:
         raise EmmyError(f"{where}: split_tail={tail} needs group_m=1")
-    if group_m % cluster:
+    if group_m % row_pairs:
         raise EmmyError(f"{where}: group_m={group_m} is not a multiple of cluster={cluster}")
     if epilogue in ("staggered", "pingpong"):
         if not g.get("persistent") or g.get("groups") != 2 or not g.get("producer"):  # (stream_k: below)

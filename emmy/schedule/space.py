@@ -81,8 +81,8 @@ if TYPE_CHECKING:
 # `workers` first, about 220,000 (8.5-8.9 s). With them, 0.3-0.4 s of CPU a kernel for the
 # 15,241,136 points of the four (5,180,636 for q/k/v), 2,073,156 of them with slices = cols.
 PREFERRED_ORDER: tuple[str, ...] = (
-    "workers", "siblings", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m", "copy",
-    "epilogue", "slices", "block_m", "block_n", "block_k", "warps", "stages",
+    "workers", "slices", "siblings", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m",
+    "copy", "epilogue", "block_m", "block_n", "block_k", "warps", "stages",
 )
 
 

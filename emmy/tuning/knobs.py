@@ -73,15 +73,19 @@ Meanings (what the kernel stage does with each value):
   output head by head, read as tokens x (heads * head dim) by the o projection) gets a
   three-dimensional map (emmy/lowering/tma.py). Operands the tensor maps cannot describe (a
   computed A side, concatenated weights) stay on cp.async.
-- `cluster`: blocks per thread block cluster along the m side (1: no clusters; 2: pairs of
-  blocks with the same columns, each copying half of the shared B tile and multicasting it to
-  both, which halves the B traffic out of L2; `copy = tma`, sm_90+; with `schedule =
-  persistent` each pair of blocks loops over pairs of row tiles with the same columns).
+- `cluster`: blocks per thread block cluster (1: no clusters; 2: pairs of blocks sharing the
+  operand tile that each wgmma warpgroup multiplies whole, each copying half of it and
+  multicasting it to both, which halves that tile's traffic out of L2; `copy = tma`, sm_90+).
+  With `slices = rows` the pair has the same columns (neighbours along m) and shares B; with
+  `slices = cols` the same rows (neighbours along n) and shares A, as cuBLAS's `2x1` pairs of
+  128 x 192 tiles do for Qwen3's narrow o and down products. With `schedule = persistent`
+  each pair of blocks loops over pairs of tiles.
 - `group_m`: the order in which tiles are handed to blocks (launch order with `grid`, the loop
   order with `persistent`): along n first, one row of tiles after the other (`1`), or in groups
   of that many row tiles, going down a group's rows before moving to its next column (Triton's
   GROUP_M). The tiles running at once then share a few columns of B instead of reading all of
-  it, which matters once B is too large for L2. A multiple of `cluster`.
+  it, which matters once B is too large for L2. A multiple of `cluster` where the pairs stack
+  row tiles (`slices = rows`); pairs along n take whole pairs in any group.
 - `epilogue`: how the two consumer warpgroups of a persistent `wgmma_ws` block share the
   tiles: both multiply each tile and store it together, each storing any of its rows between
   barriers of both (`together`); both multiply each tile, then each stores its own rows,
@@ -209,7 +213,8 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
 # Knobs that switch a feature on, and the value that leaves it off. A kernel whose knob set lacks
 # one of them (hand-written IR; `fusion` without a prologue, `siblings` without siblings) runs
 # with the feature off: its plan (emmy/schedule/) reads this value, nothing else defaults.
-# (Without `group_m` the tiles go in the plain order of their clusters: group_m = cluster.)
+# (Without `group_m` the tiles go in the plain order of their clusters: group_m = cluster, or 1
+# with pairs along n.)
 FEATURE_OFF: dict[str, KnobValue] = {
     "split_k": 1,
     "combine": "kernel",

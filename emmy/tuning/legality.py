@@ -29,8 +29,8 @@ an A side rewritten in place); slices (`cols`: wgmma workers, block_n the sliced
 the wgmma's N, the epilogue `together`, no statistics in the kernel, no A side rewritten in
 place); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
-of row tiles); group_m (a multiple of cluster, at most the row tiles rounded up to a power of
-two); split_tail (a partial wave behind a full one, split_k = 1, schedule = grid, no clusters
+of row tiles, or with slices = cols of column tiles); group_m (a multiple of a cluster of row
+tiles, at most the row tiles rounded up to a power of two); split_tail (a partial wave behind a full one, split_k = 1, schedule = grid, no clusters
 or groups, fusion = split, dividing the k-steps). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
@@ -436,17 +436,21 @@ def _c_cluster(info, v, t, reasons):
     c = v["cluster"]
     if v.has("copy") and v["copy"] != "tma":
         reasons.append(f"cluster={c} multicasts tensor-map copies: it needs copy=tma (copy={v['copy']})")
-    if v.has("block_m"):
-        tiles = ceil(info.M / v["block_m"])
+    # pairs along m (blocks with the same columns, sharing B), or with slices = cols along n
+    # (blocks with the same rows, sharing A)
+    side, what = ("block_n", "column") if _cols(v) else ("block_m", "row")
+    if v.has(side):
+        tiles = ceil((info.N if _cols(v) else info.M) / v[side])
         if tiles % c:
-            reasons.append(f"cluster={c}: the {tiles} row tiles of block_m={v['block_m']} do not pair up")
+            reasons.append(f"cluster={c}: the {tiles} {what} tiles of {side}={v[side]} do not pair up")
 
 
 def _c_group_m(info, v, t, reasons):
     if not v.has("group_m"):
         return
     g = v["group_m"]
-    if v.has("cluster") and g % v["cluster"]:
+    # (pairs along n sit in one row of tiles: any group of rows takes whole pairs)
+    if v.has("cluster") and not _cols(v) and g % v["cluster"]:
         reasons.append(f"group_m={g} is not a multiple of cluster={v['cluster']}")
     if v.has("block_m") and g > 1:
         tiles = ceil(info.M / v["block_m"])

@@ -392,7 +392,8 @@ def _c_cluster(knob, info, target, chosen, memo) -> Prefs:
     if chosen.get("copy") != "tma":
         return [(1, "no thread block clusters")]
     one = (1, "no thread block clusters (H200: faster than pairs multicasting B)")
-    two = (2, "pairs of blocks along m share each B tile (multicast tensor-map copies)")
+    two = (2, "pairs of blocks along n share each A tile (multicast tensor-map copies)" if chosen.get("slices") == "cols"
+           else "pairs of blocks along m share each B tile (multicast tensor-map copies)")
     if _pingpong_block(info, target, chosen):
         return [(1, "no thread block clusters: pingpong's warpgroups each take tiles of their own"), two]
     if _pairs_pay(info, chosen):

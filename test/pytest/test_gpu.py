@@ -196,9 +196,12 @@ SLICES_COLS_CASES = [
                  "stages=5", "split_k=1", "schedule=grid")),
     (1100, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=128", "block_n=128", "warps=8",
                  "split_k=1", "schedule=persistent")),
-    # pairs of blocks along the rows multicasting halves of the B tile (whose slices the warpgroups read)
+    # pairs of blocks along n multicasting halves of the A tile (cuBLAS's 2x1 pairs), in the plain
+    # order and, persistent, in groups of row tiles (o's A in planes, down's plain)
     (3000, _both(_OD, "slices=cols", "workers=wgmma_ws", "copy=tma", "block_m=192", "block_n=128", "warps=8",
-                 "stages=5", "split_k=1", "schedule=grid", "cluster=2", "group_m=2")),
+                 "stages=5", "split_k=1", "schedule=grid", "cluster=2", "group_m=1")),
+    (1100, _both(_OD, "slices=cols", "workers=wgmma_ws", "copy=tma", "block_m=128", "block_n=128", "warps=8",
+                 "split_k=1", "schedule=persistent", "cluster=2", "group_m=4")),
     (512, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=64", "block_n=64", "warps=4", "split_k=2")),
     (512, _both(_OD, "slices=cols", "workers=wgmma_ws", "block_m=64", "block_n=128", "warps=8", "split_k=2",
                 "combine=last_block")),

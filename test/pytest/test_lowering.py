@@ -694,6 +694,30 @@ def test_cluster_pairs_multicast_their_b_slices():
     assert "__cluster_dims__(1, 2, 1)" in source
 
 
+def test_cluster_pairs_along_n_multicast_their_a_slices():
+    """slices=cols with cluster=2 (cuBLAS's 2x1 pairs of 128 x 192 tiles): the pair shares the
+    tile each warpgroup multiplies whole, A, so blocks pair up along n (cluster [2, 1, 1], the
+    grid's neighbours along x); each copies its half of A's rows (a box of block_m / 2 rows of the
+    [1, H, S, D] map, multicast) and its whole B tile. In a persistent block's loop the rank in
+    the cluster (blockIdx.y) picks its column of the pair."""
+    knobs = dict(S=3000, H=16, D=128, N=1024, target="sm_90a", workers="wgmma_ws", block_m=192, block_n=128,
+                 block_k=64, warps=8, stages=5, copy="tma", slices="cols", cluster=2)
+    f = kernel_funcs(lower(heads_matmul_residual(**knobs), "convert-tile-to-kernel"))["o_proj_residual"]
+    assert f.cluster_dims == (2, 1, 1) and f.grid_dims == (8, 16, 1)
+    maps = [t for t in f.arg_types if isinstance(t, K.TensorMapType)]
+    assert [t.box_rows.data for t in maps] == [96, 128]  # A in halves, B whole
+    calls = callees(f)
+    assert calls.count("emmy::tma_load_3d_multicast") == 1 and calls.count("emmy::tma_load_2d") == 1
+    assert "emmy::tma_load_3d" not in calls and "emmy::tma_load_2d_multicast" not in calls
+    assert "emmy::cluster_arrive<2>" in calls and _init_counts(f)[1::2] == [2 * 8] * 5
+    assert "__cluster_dims__(2, 1, 1)" in launch_plan(lower(heads_matmul_residual(**knobs))).source
+    # persistent: clusters of two along y, whatever the side they pair along
+    f = kernel_funcs(lower(heads_matmul_residual(**knobs, schedule="persistent", group_m=4), "convert-tile-to-kernel"))
+    assert f["o_proj_residual"].cluster_dims == (1, 2, 1) and f["o_proj_residual"].grid_dims == (64, 2, 1)  # 128 tiles in 64 pairs
+    with pytest.raises(EmmyError, match="the 5 column tiles do not pair up"):
+        lower(heads_matmul_residual(**dict(knobs, N=640)), "convert-tile-to-kernel")
+
+
 def _tile_origin_ops(f) -> list[str]:
     """The arith ops between the block ids and the first loop: how a block finds its tile."""
     names = []

@@ -75,13 +75,20 @@ def test_small_plain_contraction_space_equals_brute_force():
     builder's order (slices before the tiles) must not cut off."""
     info = info_of(L.matmul(3000, 1024, 2048, target="sm_90a"))
     small = {k: v for k, v in SMALL.items() if k != "fusion"}
-    small.update(block_m=(32, 64, 128), block_n=(64, 128, 256), split_tail=(1,), group_m=(1,))
+    small.update(block_m=(32, 64, 128), block_n=(64, 128, 256), split_tail=(1,))
     assert set(small) == set(knob_space_for(info, SM90A))
     expected = brute_force(info, small, SM90A)
     points = legal_points(info, small, SM90A)
     assert canonical(points) == canonical(expected)
     cols = [p for p in points if p["slices"] == "cols"]
     assert cols and {p["block_m"] for p in cols} == {32, 64, 128} and {p["workers"] for p in cols} == {"wgmma", "wgmma_ws"}
+    # pairs along n with cols (any group of row tiles), along m with rows (groups of whole pairs);
+    # 3000 rows make 47 tiles of 64 (no pairs along m; 32 is no multiple of a 64-row slice) and
+    # 1024 columns 16, 8 or 4 tiles (pairs along n)
+    pairs = {(p["slices"], p["group_m"]) for p in points if p["cluster"] == 2}
+    assert pairs == {("cols", 1), ("cols", 2), ("rows", 2)}
+    assert {p["block_m"] for p in points if p["cluster"] == 2 and p["slices"] == "rows"} == {128}
+    assert {p["block_m"] for p in points if p["cluster"] == 2 and p["slices"] == "cols"} == {32, 64, 128}
 
 
 @pytest.mark.parametrize(
@@ -142,12 +149,15 @@ def test_options_and_counts(contraction):
     points = legal_points(contraction, SMALL, SM90A)
     assert points.options({}) == ("thread", "mma_sync", "wgmma", "wgmma_ws")
     assert points.count({}) == len(points)
-    # schedule = persistent needs wgmma_ws
-    assert points.options({"workers": "wgmma_ws"}) == ("grid", "persistent", "stream_k")
-    assert points.options({"workers": "mma_sync"}) == ("grid",)
+    # slices = cols needs an A side that is no rewrite of raw tiles (here the norm's); schedule =
+    # persistent needs wgmma_ws
+    assert points.options({"workers": "wgmma_ws"}) == ("rows",)
+    assert points.options({"workers": "mma_sync"}) == ("rows",)
+    assert points.options({"workers": "wgmma_ws", "slices": "rows"}) == ("grid", "persistent", "stream_k")
+    assert points.options({"workers": "mma_sync", "slices": "rows"}) == ("grid",)
     by_workers = sum(points.count({"workers": w}) for w in points.options({}))
     assert by_workers == len(points)
-    with pytest.raises(EmmyError, match=r"a prefix assigns the first knobs in order \(workers, schedule, .*\), got block_m"):
+    with pytest.raises(EmmyError, match=r"a prefix assigns the first knobs in order \(workers, slices, schedule, .*\), got block_m"):
         points.options({"block_m": 64})
 
 

@@ -618,6 +618,12 @@ def test_cluster_legality():
     odd = info_of(L.matmul(300, 4096, 1024))
     assert check(odd, pair, SM90A) == ["cluster=2: the 3 row tiles of block_m=128 do not pair up"]
     assert check(info, dict(GOOD, workers="mma_sync", cluster=2), SM80) == ["cluster=2 is not in its domain on sm_80: [1]"]
+    # slices = cols: pairs along n, sharing A; any group of row tiles
+    cols = dict(pair, slices="cols", block_m=192, block_n=128, warps=8, group_m=1)
+    assert check(odd, cols, SM90A) == []  # 2 row tiles of 192, 32 column tiles
+    narrow = info_of(L.matmul(300, 640, 1024))
+    assert check(narrow, cols, SM90A) == ["cluster=2: the 5 column tiles of block_n=128 do not pair up"]
+    assert check(info, dict(pair, group_m=1), SM90A) == ["group_m=1 is not a multiple of cluster=2"]
 
 
 def matmul_residual(M, N, K):

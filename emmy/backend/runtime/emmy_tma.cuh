@@ -59,9 +59,10 @@ __device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap& map, 
 
 // ---------------------------------------------------------------------------------------------
 // Thread block clusters (sm_90+): blocks of one cluster run together and reach each other's
-// shared memory. A pair of blocks sharing a B tile each copy half of it and multicast the half
-// to both (tma_load_2d_multicast); a slot is free again once the consumers of both blocks have
-// released it (cluster_arrive on every block's `empty` barrier).
+// shared memory. A pair of blocks sharing an operand tile (B for pairs along m, A for pairs along
+// n) each copy half of it and multicast the half to both (tma_load_*_multicast); a slot is free
+// again once the consumers of both blocks have released it (cluster_arrive on every block's
+// `empty` barrier).
 // ---------------------------------------------------------------------------------------------
 
 // This block's rank in its cluster.
@@ -122,6 +123,21 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem, const CUtensor
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(s),
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(col), "r"(row), "r"(b), "h"(m)
+      : "memory");
+#endif
+}
+
+// tma_load_3d (a box of a map in planes) into every block of the cluster in `mask`, as
+// tma_load_2d_multicast (pairs along n share the A tile, which the o projection reads in planes).
+__device__ __forceinline__ void tma_load_3d_multicast(void* smem, const CUtensorMap& map, int col, int row,
+                                                      int plane, long long* bar, int mask) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  const uint16_t m = static_cast<uint16_t>(mask);
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(s),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(col), "r"(row), "r"(plane), "r"(b), "h"(m)
       : "memory");
 #endif
 }

@@ -420,3 +420,45 @@ builtin.module attributes {emmy.target = "sm_90a"} {
 // CHECK:           kernel.store %r_1, %sC[%{{.*}}] : bf16, !kernel.ptr<bf16, shared>
 // CHECK:         %{{.*}} = kernel.load %sC[%{{.*}}] : !kernel.ptr<bf16, shared> -> vector<8xbf16>
 // CHECK:         kernel.store %{{.*}}, %y[%{{.*}}] : vector<8xbf16>, !kernel.ptr<bf16>
+
+// -----
+// slices = cols with cluster = 2: the pair lines up along n (cluster [2, 1, 1]) and shares the A tile
+// (the wgmma's B operand here): each block copies its half of A's rows (a box of block_m / 2 rows at
+// m0 + rank * 32, into rows rank * 32 on of the slot) and multicasts it to both (mask 3); B whole.
+builtin.module attributes {emmy.target = "sm_90a"} {
+  func.func @f(%x: tensor<64x64xbf16> {emmy.name = "x", emmy.role = "input"}, %w: tensor<256x64xbf16> {emmy.name = "w", emmy.role = "param"}) -> tensor<64x256xbf16> {
+    %y = tile.kernel @proj kind "contraction" axes [m = 64, n = 256, k = 64]
+        knobs {block_m = #tile.knob<"block_m", [16, 32, 64, 128, 256] = 64, "pinned", "test">, block_n = #tile.knob<"block_n", [16, 32, 64, 128, 256] = 128, "pinned", "test">, block_k = #tile.knob<"block_k", [16, 32, 64, 128] = 64, "pinned", "test">, split_k = #tile.knob<"split_k", [1, 2] = 1, "pinned", "test">, stages = #tile.knob<"stages", [1, 2, 3, 4] = 2, "pinned", "test">, workers = #tile.knob<"workers", ["thread", "mma_sync", "wgmma", "wgmma_ws"] = "wgmma_ws", "pinned", "test">, warps = #tile.knob<"warps", [1, 2, 4, 8] = 8, "pinned", "test">, copy = #tile.knob<"copy", ["cp_async", "tma"] = "tma", "pinned", "test">, cluster = #tile.knob<"cluster", [1, 2] = 2, "pinned", "test">, slices = #tile.knob<"slices", ["rows", "cols"] = "cols", "pinned", "test">, vector = #tile.knob<"vector", [1, 2, 4, 8] = 8, "pinned", "test">}
+        ins(%x, %w : tensor<64x64xbf16>, tensor<256x64xbf16>) -> tensor<64x256xbf16> {
+    ^bb0(%xa: tensor<64x64xbf16>, %wa: tensor<256x64xbf16>):
+      %m = loop.axis "m" : index
+      %n = loop.axis "n" : index
+      %acc = loop.reduce sum ["k"] : f32 {
+        %k = loop.axis "k" : index
+        %a = loop.load %xa[%m, %k] : tensor<64x64xbf16> -> bf16
+        %b = loop.load %wa[%n, %k] : tensor<256x64xbf16> -> bf16
+        %af = arith.extf %a : bf16 to f32
+        %bf = arith.extf %b : bf16 to f32
+        %p = arith.mulf %af, %bf : f32
+        loop.yield %p : f32
+      }
+      %r = arith.truncf %acc : f32 to bf16
+      loop.store %r, 0 [%m, %n] : bf16
+      loop.yield
+    }
+    func.return %y : tensor<64x256xbf16>
+  }
+}
+
+// CHECK-LABEL: kernel.func @proj(%xa: !kernel.ptr<bf16>, %wa: !kernel.ptr<bf16>, %y: !kernel.ptr<bf16>, %tma_a: !kernel.tensor_map<bf16, rows 64, cols 64, stride 64, offset 0, box 32 x 64>, %tma_b: !kernel.tensor_map<bf16, rows 256, cols 64, stride 64, offset 0, box 128 x 64>) grid [2, 1, 1] block [384, 1, 1] smem {{[0-9]+}} min_blocks 1 cluster [2, 1, 1]
+// CHECK:         kernel.call "emmy::mbar_init"(%{{.*}}, %c16) : (!kernel.ptr<i64, shared>, index) -> ()
+// CHECK:         kernel.call "emmy::cluster_sync"() : () -> ()
+// CHECK:           kernel.call "emmy::mbar_arrive_expect_tx"(%[[BAR:.*]], %c24576) : (!kernel.ptr<i64, shared>, index) -> ()
+// CHECK-NEXT:      %[[RANK:.*]] = kernel.call "emmy::cluster_rank"() : () -> index
+// CHECK:           %[[HALF:.*]] = arith.muli %[[RANK]], %c32 : index
+// CHECK-NEXT:      %[[ROW:.*]] = arith.addi %m0, %[[HALF]] : index
+// CHECK-NEXT:      %[[SKIP:.*]] = arith.muli %[[RANK]], %c2048 : index
+// CHECK-NEXT:      %[[DST:.*]] = kernel.ptr_add %{{.*}}, %[[SKIP]] : !kernel.ptr<bf16, shared>
+// CHECK:           kernel.call "emmy::tma_load_2d_multicast"(%[[DST]], %tma_a, %{{.*}}, %[[ROW]], %[[BAR]], %c3)
+// CHECK:           kernel.call "emmy::tma_load_2d"(%{{.*}}, %tma_b, %{{.*}}, %n0, %[[BAR]])
+// CHECK:           kernel.call "emmy::cluster_arrive<2>"
