@@ -74,12 +74,16 @@ if TYPE_CHECKING:
 # The order knobs are chosen in, where a kernel has them: first the ones that pick how the kernel
 # works (`workers` first: it decides which of the other rules apply), then the tile sizes; any
 # other knob after these, in the space's order (`siblings` picks a kernel's parts, whose rules
-# apply from there on: see part_rules; `slices` comes before the tiles because it says which of
-# block_m and block_n is cut into 64-row slices). Measured on the Qwen3 layer's four contractions
-# (sm_90a, 512 tokens), when the space was smaller: this order built their legal spaces
-# visiting 35,523 prefixes (0.7 s of CPU for the four); the space's own order, with or without
-# `workers` first, about 220,000 (8.5-8.9 s). With them, 0.3-0.4 s of CPU a kernel for the
-# 15,241,136 points of the four (5,180,636 for q/k/v), 2,073,156 of them with slices = cols.
+# apply from there on: see part_rules; `slices` comes right after `workers` because it says which
+# of block_m and block_n is cut into 64-row slices, and which side a cluster's pair of blocks
+# shares, which the rules of `cluster` and `group_m` read). Measured on the Qwen3 layer's four
+# contractions (sm_90a, 512 tokens), when the space was smaller: this order built their legal
+# spaces visiting 35,523 prefixes (0.7 s of CPU for the four); the space's own order, with or
+# without `workers` first, about 220,000 (8.5-8.9 s). Today (tools/legal_space_size.py):
+# 15,384,400 points for the four (5,218,844 for q/k/v), 2,216,420 of them with slices = cols,
+# 0.5-0.6 s of CPU a kernel. (In the order before, slices after group_m, the builder cut off
+# 32,048 legal q/k/v points: pairs along n in groups of one row tile, which group_m's rule
+# refused while it took the pairs to lie along m.)
 PREFERRED_ORDER: tuple[str, ...] = (
     "workers", "slices", "siblings", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m",
     "copy", "epilogue", "block_m", "block_n", "block_k", "warps", "stages",

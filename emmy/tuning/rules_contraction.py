@@ -414,7 +414,8 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     at 512 tokens and 1538 against 1565 at 4096; the layers 450.1/448.7 and 3250.9/3261.6 us,
     Llama-3.2-1B's 145.9/148.6 and 1056.5/1060.0: a few percent on the one kernel, within
     noise on the layer."""
-    c = int(chosen.get("cluster", 1))
+    # row tiles per cluster: pairs along m stack two; pairs along n (slices = cols) sit in one row
+    c = int(chosen.get("cluster", 1)) if chosen.get("slices") != "cols" else 1
     bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
     mb, (n, nc) = ceil(info.M / bm), info.gemm_n_nc
     nb = ceil(n / bn)
