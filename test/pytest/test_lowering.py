@@ -718,6 +718,53 @@ def test_cluster_pairs_along_n_multicast_their_a_slices():
         lower(heads_matmul_residual(**dict(knobs, N=640)), "convert-tile-to-kernel")
 
 
+def _grid_origins(f) -> dict[tuple[int, int], tuple[int, int]]:
+    """(m0, n0) of every block (blockIdx.x, blockIdx.y) of a schedule = grid kernel: the index
+    arithmetic before its first loop, evaluated."""
+    fold = {"arith.addi": int.__add__, "arith.subi": int.__sub__, "arith.muli": int.__mul__,
+            "arith.divui": int.__floordiv__, "arith.remui": int.__mod__, "arith.minsi": min, "arith.maxsi": max}
+    gx, gy, _ = f.grid_dims
+    out = {}
+    for bx in range(gx):
+        for by in range(gy):
+            env, found = {}, {}
+            for op in f.body.block.ops:
+                if op.name == "arith.constant" and hasattr(op.value, "value"):
+                    env[op.result] = op.value.value.data
+                elif op.name == "kernel.block_id":
+                    env[op.results[0]] = {"#kernel<dim x>": bx, "#kernel<dim y>": by}[str(op.properties["dim"])]
+                elif op.name in fold:
+                    env[op.result] = fold[op.name](env[op.operands[0]], env[op.operands[1]])
+                    if op.result.name_hint in ("m0", "n0"):
+                        found[op.result.name_hint] = env[op.result]
+                elif op.name.startswith(("scf.", "kernel.for", "kernel.if")):
+                    break
+            out[bx, by] = (found["m0"], found["n0"])
+    return out
+
+
+def test_pairs_along_n_cover_every_tile_once():
+    """Pairs along n (slices = cols, cluster = 2): the two blocks of a cluster (neighbours along
+    x) take neighbouring column tiles of one row tile, in the plain order and in groups of row
+    tiles; every tile once. (Pairs along m: neighbours along y, one column tile.)"""
+    knobs = dict(S=1000, H=16, D=128, N=1024, target="sm_90a", workers="wgmma_ws", block_m=192, block_n=128,
+                 block_k=64, warps=8, stages=5, copy="tma", slices="cols", cluster=2)
+    every = {(m * 192, n * 128) for m in range(6) for n in range(8)}
+    for group in (1, 2, 4):
+        f = kernel_funcs(lower(heads_matmul_residual(**knobs, group_m=group), "convert-tile-to-kernel"))["o_proj_residual"]
+        origins = _grid_origins(f)
+        assert sorted(origins.values()) == sorted(every), group
+        for (bx, by), (m0, n0) in origins.items():
+            mate = origins[bx ^ 1, by]
+            assert mate[0] == m0 and abs(mate[1] - n0) == 128 and min(mate[1], n0) % 256 == 0
+    rows = kernel_funcs(lower(heads_matmul_residual(**dict(knobs, slices="rows", warps=12), group_m=4),
+                              "convert-tile-to-kernel"))["o_proj_residual"]
+    origins = _grid_origins(rows)
+    assert sorted(origins.values()) == sorted(every)
+    assert all(origins[bx, by ^ 1][1] == n0 and abs(origins[bx, by ^ 1][0] - m0) == 192
+               for (bx, by), (m0, n0) in origins.items())
+
+
 def _tile_origin_ops(f) -> list[str]:
     """The arith ops between the block ids and the first loop: how a block finds its tile."""
     names = []
