@@ -67,6 +67,14 @@ CASES = {
         weighted_norm_matmul(M=200, N=256, K=1024, copy="tma", split_k=4, combine="last_block"),
         weighted_norm_matmul(M=1100, N=1024, K=1024, copy="tma", schedule="stream_k", fusion="split"),
         weighted_norm_matmul(M=300, N=200, K=512, schedule="stream_k", fusion="split"),
+        # slices = cols, alone and in pairs along n multicasting halves of A (in planes: 3-D maps)
+        heads_matmul_residual(S=300, H=4, D=128, N=256, target="sm_90a", workers="wgmma_ws", block_m=192,
+                              block_n=128, block_k=64, warps=8, stages=4, copy="tma", slices="cols"),
+        heads_matmul_residual(S=300, H=4, D=128, N=256, target="sm_90a", workers="wgmma_ws", block_m=192,
+                              block_n=128, block_k=64, warps=8, stages=4, copy="tma", slices="cols", cluster=2),
+        heads_matmul_residual(S=1000, H=4, D=128, N=512, target="sm_90a", workers="wgmma_ws", block_m=128,
+                              block_n=128, block_k=64, warps=8, stages=4, copy="tma", slices="cols", cluster=2,
+                              schedule="persistent", group_m=2),
     ],
 }
 
