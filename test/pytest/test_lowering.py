@@ -718,11 +718,18 @@ def test_cluster_pairs_along_n_multicast_their_a_slices():
         lower(heads_matmul_residual(**dict(knobs, N=640)), "convert-tile-to-kernel")
 
 
+# the index arithmetic of a kernel's tile order, evaluated on the CPU
+_FOLD = {"arith.addi": int.__add__, "arith.subi": int.__sub__, "arith.muli": int.__mul__,
+         "arith.divui": int.__floordiv__, "arith.remui": int.__mod__, "arith.minsi": min, "arith.maxsi": max}
+
+
+def _block_id(op, bx: int, by: int) -> int:
+    return {"#kernel<dim x>": bx, "#kernel<dim y>": by}[str(op.properties["dim"])]
+
+
 def _grid_origins(f) -> dict[tuple[int, int], tuple[int, int]]:
     """(m0, n0) of every block (blockIdx.x, blockIdx.y) of a schedule = grid kernel: the index
     arithmetic before its first loop, evaluated."""
-    fold = {"arith.addi": int.__add__, "arith.subi": int.__sub__, "arith.muli": int.__mul__,
-            "arith.divui": int.__floordiv__, "arith.remui": int.__mod__, "arith.minsi": min, "arith.maxsi": max}
     gx, gy, _ = f.grid_dims
     out = {}
     for bx in range(gx):
@@ -732,9 +739,9 @@ def _grid_origins(f) -> dict[tuple[int, int], tuple[int, int]]:
                 if op.name == "arith.constant" and hasattr(op.value, "value"):
                     env[op.result] = op.value.value.data
                 elif op.name == "kernel.block_id":
-                    env[op.results[0]] = {"#kernel<dim x>": bx, "#kernel<dim y>": by}[str(op.properties["dim"])]
-                elif op.name in fold:
-                    env[op.result] = fold[op.name](env[op.operands[0]], env[op.operands[1]])
+                    env[op.results[0]] = _block_id(op, bx, by)
+                elif op.name in _FOLD:
+                    env[op.result] = _FOLD[op.name](env[op.operands[0]], env[op.operands[1]])
                     if op.result.name_hint in ("m0", "n0"):
                         found[op.result.name_hint] = env[op.result]
                 elif op.name.startswith(("scf.", "kernel.for", "kernel.if")):
@@ -763,6 +770,56 @@ def test_pairs_along_n_cover_every_tile_once():
     assert sorted(origins.values()) == sorted(every)
     assert all(origins[bx, by ^ 1][1] == n0 and abs(origins[bx, by ^ 1][0] - m0) == 192
                for (bx, by), (m0, n0) in origins.items())
+
+
+def _persistent_origins(f) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(m0, n0) of the tiles each block (blockIdx.x, blockIdx.y) of a persistent kernel takes, in
+    order: the first tile loop (the producer's) run on the index arithmetic of its body."""
+    loop = next(op for op in f.walk() if op.name == "kernel.for")
+    gx, gy, _ = f.grid_dims
+    out = {}
+    for bx in range(gx):
+        for by in range(gy):
+            env = {}
+            for op in f.walk():
+                if op is loop:
+                    break
+                if op.name == "arith.constant" and hasattr(op.value, "value"):
+                    env[op.result] = op.value.value.data
+                elif op.name == "kernel.block_id":
+                    env[op.results[0]] = _block_id(op, bx, by)
+            lo, hi, step = (env[v] for v in loop.operands)
+            tiles = []
+            for t in range(lo, hi, step):
+                env[loop.regions[0].block.args[0]] = t
+                found = {}
+                for op in loop.regions[0].block.ops:
+                    if op.name == "kernel.block_id":
+                        env[op.results[0]] = _block_id(op, bx, by)
+                    elif op.name in _FOLD and all(o in env for o in op.operands):
+                        env[op.result] = _FOLD[op.name](env[op.operands[0]], env[op.operands[1]])
+                        if op.result.name_hint in ("m0", "n0"):
+                            found[op.result.name_hint] = env[op.result]
+                tiles.append((found["m0"], found["n0"]))
+            out[bx, by] = tiles
+    return out
+
+
+def test_persistent_pairs_along_n_take_every_tile_once():
+    """Persistent pairs along n: the cluster's two blocks (blockIdx.y 0 and 1) loop over the same
+    pairs, each taking its column of the pair; every tile once, in groups of row tiles or not."""
+    knobs = dict(S=3000, H=16, D=128, N=1024, target="sm_90a", workers="wgmma_ws", block_m=64, block_n=128,
+                 block_k=64, warps=8, stages=4, copy="tma", slices="cols", cluster=2, schedule="persistent")
+    every = sorted((m * 64, n * 128) for m in range(47) for n in range(8))  # 188 pairs, 2 to 3 a cluster
+    for group in (1, 4):
+        f = kernel_funcs(lower(heads_matmul_residual(**knobs, group_m=group), "convert-tile-to-kernel"))["o_proj_residual"]
+        assert f.grid_dims == (66, 2, 1)
+        origins = _persistent_origins(f)
+        assert sorted(t for tiles in origins.values() for t in tiles) == every, group
+        for (bx, by), tiles in origins.items():
+            mates = origins[bx, by ^ 1]
+            assert [m for m, _ in tiles] == [m for m, _ in mates]
+            assert all(abs(n - o) == 128 and min(n, o) % 256 == 0 for (_, n), (_, o) in zip(tiles, mates))
 
 
 def _tile_origin_ops(f) -> list[str]:
