@@ -31,7 +31,16 @@ from typing import TYPE_CHECKING
 from emmy.diagnostics import EmmyError
 from emmy.schedule.contraction_smem import SmemFacts, SmemLayout, SmemShape, operand_bytes, smem_layout
 from emmy.targets import Target
-from emmy.tuning.knobs import FEATURE_OFF, SLICES, WGMMA_WORKERS, KnobValue, stream_k_blocks, stream_k_runs, stream_k_whole
+from emmy.tuning.knobs import (
+    FEATURE_OFF,
+    SLICES,
+    WGMMA_WORKERS,
+    KnobValue,
+    cluster_rows,
+    stream_k_blocks,
+    stream_k_runs,
+    stream_k_whole,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -538,8 +547,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         raise EmmyError(f"{where}: split_tail={tail} needs split_k=1, schedule=grid, cluster=1 and no batch axes")
     if tail > 1 and info.prologue and g["fusion"] != "split":
         raise EmmyError(f"{where}: split_tail={tail} needs fusion=split (row statistics for the tail's parts)")
-    # pairs along m stack row tiles; pairs along n (slices = cols) sit in one row of tiles
-    row_pairs = cluster if not cols else 1
+    row_pairs = cluster_rows(cluster, slices)
     # without a group_m knob: the plain order of the clusters (knobs.FEATURE_OFF)
     group_m = g["group_m"] = int(values["group_m"]) if "group_m" in values else row_pairs
     if tail > 1 and group_m > 1:

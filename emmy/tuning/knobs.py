@@ -285,6 +285,13 @@ class Ints:
     min = staticmethod(min)
 
 
+def cluster_rows(cluster: int, slices: str) -> int:
+    """Row tiles one cluster of `cluster` blocks stacks (see `cluster`): all of them for pairs
+    along m (`slices = rows`, sharing B), one for pairs along n (`slices = cols`, sharing A). A
+    `group_m` order takes whole clusters in a multiple of it."""
+    return 1 if slices == "cols" else cluster
+
+
 def grouped_tile(ops, t, mb: int, nb: int, group: int):
     """(row tile, column tile) of the t-th tile of an mb x nb grid taken in groups of `group`
     row tiles: down the group's rows first, then its next column, then the next group (the

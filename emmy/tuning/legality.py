@@ -29,9 +29,10 @@ an A side rewritten in place); slices (`cols`: wgmma workers, block_n the sliced
 the wgmma's N, the epilogue `together`, no statistics in the kernel, no A side rewritten in
 place); copy
 (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
-of row tiles, or with slices = cols of column tiles); group_m (a multiple of a cluster of row
-tiles, at most the row tiles rounded up to a power of two); split_tail (a partial wave behind a full one, split_k = 1, schedule = grid, no clusters
-or groups, fusion = split, dividing the k-steps). `wgmma_ws`
+of row tiles, or with slices = cols of column tiles); group_m (a multiple of a cluster's row
+tiles, at most the row tiles rounded up to a power of two); split_tail (a partial wave behind a
+full one, split_k = 1, schedule = grid, no clusters or groups, fusion = split, dividing the
+k-steps); slices = cols refused for now (COLS_REFUSED). `wgmma_ws`
 has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
 reduction and elementwise kernels have the analogous rules below.
 """
@@ -61,7 +62,15 @@ from emmy.schedule.contraction import (
 )
 from emmy.schedule.contraction_smem import SmemFacts, most_bytes
 from emmy.targets import Target
-from emmy.tuning.knobs import WGMMA_WORKERS, KnobValue, knob_space_for, stream_k_blocks, stream_k_runs, stream_k_whole
+from emmy.tuning.knobs import (
+    WGMMA_WORKERS,
+    KnobValue,
+    cluster_rows,
+    knob_space_for,
+    stream_k_blocks,
+    stream_k_runs,
+    stream_k_whole,
+)
 
 if TYPE_CHECKING:
     from emmy.analysis.classify import KernelInfo
@@ -466,8 +475,7 @@ def _c_group_m(info, v, t, reasons):
     if not v.has("group_m"):
         return
     g = v["group_m"]
-    # (pairs along n sit in one row of tiles: any group of rows takes whole pairs)
-    if v.has("cluster") and not _cols(v) and g % v["cluster"]:
+    if v.has("cluster") and g % cluster_rows(v["cluster"], "cols" if _cols(v) else "rows"):
         reasons.append(f"group_m={g} is not a multiple of cluster={v['cluster']}")
     if v.has("block_m") and g > 1:
         tiles = ceil(info.M / v["block_m"])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from emmy.schedule.contraction import output_tiles, warp_grid
 from emmy.targets import MB, Target
-from emmy.tuning.knobs import GROUP_M, WGMMA_WORKERS, KnobValue, tile_at
+from emmy.tuning.knobs import GROUP_M, WGMMA_WORKERS, KnobValue, cluster_rows, tile_at
 from emmy.tuning.legality import check
 from emmy.tuning.rules_common import Prefs, closest_first, dispatch, divides_first, info_space, pow2_floor, vector_prefs
 from emmy.tuning.rules_ring import RING_GROUP_M, chosen_ring, deep_ring, k_steps, tile_outputs
@@ -414,8 +414,7 @@ def _c_group_m(knob, info, target, chosen, memo) -> Prefs:
     at 512 tokens and 1538 against 1565 at 4096; the layers 450.1/448.7 and 3250.9/3261.6 us,
     Llama-3.2-1B's 145.9/148.6 and 1056.5/1060.0: a few percent on the one kernel, within
     noise on the layer."""
-    # row tiles per cluster: pairs along m stack two; pairs along n (slices = cols) sit in one row
-    c = int(chosen.get("cluster", 1)) if chosen.get("slices") != "cols" else 1
+    c = cluster_rows(int(chosen.get("cluster", 1)), str(chosen.get("slices", "rows")))
     bm, bn = int(chosen.get("block_m", 128)), int(chosen.get("block_n", 128))
     mb, (n, nc) = ceil(info.M / bm), info.gemm_n_nc
     nb = ceil(n / bn)
