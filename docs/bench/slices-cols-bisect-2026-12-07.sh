@@ -7,7 +7,8 @@
 # 128 x 128 of two warpgroups over 32 k-steps (the failing shape), v2 the same over 16 k-steps of
 # 128, v3 one warpgroup, v4 a 64-token wgmma N, v5 cp.async copies, v6 k split in two, v7
 # persistent, v8 192 x 128 four stages deep, v9 64 x 64 of one warpgroup; then 192 x 128 and
-# 128 x 128 at 3072 and 1024 tokens (no partial tile).
+# 128 x 128 at 3072 and 1024 tokens (no partial tile). r1 is the control: the same 128 x 128 tile
+# with slices = rows (the same m64n128k16 wgmmas with the operands swapped).
 set -u
 T0=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
@@ -20,6 +21,7 @@ O=o_proj_residual; D=down_proj_residual
 t() { local s=""; for k in $O $D; do for x in "$@"; do s="$s,$k.$x"; done; done; echo "${s#,}"; }
 C="slices=cols workers=wgmma_ws schedule=grid split_k=1"
 step bisect-1100 90 python3 tools/bench.py --target sm_90a --cases projections --layer-sizes 1100 --contenders emmy --json /tmp/logs/b1100.json \
+  --variant "r1=$(t slices=rows workers=wgmma_ws schedule=grid split_k=1 block_m=128 block_n=128 warps=8 block_k=64 stages=4 copy=tma)" \
   --variant "v1=$(t $C block_m=128 block_n=128 warps=8 block_k=64 stages=4 copy=tma)" \
   --variant "v2=$(t $C block_m=128 block_n=128 warps=8 block_k=128 stages=3 copy=tma)" \
   --variant "v3=$(t $C block_m=128 block_n=64 warps=4 block_k=64 stages=6 copy=tma)" \

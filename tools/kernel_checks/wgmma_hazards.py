@@ -1,0 +1,127 @@
+"""Find instructions that touch a wgmma's accumulators before the wait that makes them valid, in
+the SASS of built kernels (cuobjdump, so on a machine with the CUDA toolkit's disassembler).
+
+    python3 tools/kernel_checks/wgmma_hazards.py CUBIN_OR_DIR [...]      # exit status 1 on a hazard
+
+A warpgroup MMA (`HGMMA`) writes its accumulator registers asynchronously: until a
+`WARPGROUP.DEPBAR.LE gsb0, 0x0` (PTX `wgmma.wait_group 0`) nothing else may read or write them,
+nor write the registers it takes A from. ptxas is meant to keep every such access after the wait;
+CUDA 13.0's ptxas did not in `slices = cols` epilogues (2026-12-07: two scalar bf16 conversions of
+neighbouring accumulators fused into one `F2FP.PACK_AB` and scheduled above the wait, so the last
+k-step's products were partly missing from the result). This reads each function's instructions
+in address order: an HGMMA adds its accumulators (and its A registers, for writes) to the pending
+set, the wait empties it, an unconditional branch or exit forgets it (what follows is reached from
+elsewhere); any other instruction that touches a pending accumulator, or writes a pending A
+register, is reported with its address. Loops are read once, in order: an access at the top of a
+loop body that races the previous iteration's group is not seen.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
+_REG = re.compile(r"(?<![A-Z])R(\d+)(?:\.(64|128))?\b")
+_HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.(F32|F16)")
+_STORES = ("ST", "STS", "STG", "STL", "RED", "SYNCS", "BAR", "BRA", "EXIT", "WARPSYNC")
+
+
+@dataclass(frozen=True)
+class Hazard:
+    function: str
+    address: str
+    text: str
+    registers: tuple[int, ...]
+
+    def __str__(self) -> str:
+        regs = ", ".join(f"R{r}" for r in self.registers)
+        return f"{self.function} +0x{self.address}: {self.text} (touches {regs}, an accumulator of a wgmma still in flight)"
+
+
+def _regs(operands: str, width_from: str) -> list[int]:
+    out = []
+    wide = 4 if ".128" in width_from else 2 if ".64" in width_from else 1
+    for m in _REG.finditer(operands):
+        r = int(m.group(1))
+        n = {"64": 2, "128": 4}.get(m.group(2) or "", wide)
+        out.extend(range(r, r + n))
+    return out
+
+
+def hazards(sass: str) -> list[Hazard]:
+    """Every access to an in-flight wgmma's registers in `sass` (cuobjdump -sass text)."""
+    found: list[Hazard] = []
+    function = "?"
+    acc: set[int] = set()
+    a_regs: set[int] = set()
+    for line in sass.splitlines():
+        f = _FUNCTION.match(line)
+        if f:
+            function, acc, a_regs = f.group(1), set(), set()
+            continue
+        m = _INSTR.search(line)
+        if not m:
+            continue
+        address, pred, opcode, operands = m.group(1), m.group(2), m.group(3), m.group(4)
+        if opcode.startswith("HGMMA"):
+            h = _HGMMA.match(opcode)
+            parts = [p.strip() for p in operands.split(",")]
+            dest = _REG.match(parts[0])
+            if h and dest:
+                count = int(h.group(1)) // (2 if h.group(2) == "F32" else 4)
+                acc |= set(range(int(dest.group(1)), int(dest.group(1)) + count))
+            if len(parts) > 1 and _REG.match(parts[1]):  # A from registers: four of them
+                a_regs |= set(range(int(_REG.match(parts[1]).group(1)), int(_REG.match(parts[1]).group(1)) + 4))
+            continue
+        if opcode.startswith("WARPGROUP.DEPBAR") and re.search(r"gsb0,\s*0x0\b", operands):
+            acc, a_regs = set(), set()
+            continue
+        if opcode.startswith("WARPGROUP"):
+            continue
+        if not pred and (opcode.startswith("BRA") or opcode == "EXIT"):
+            acc, a_regs = set(), set()
+            continue
+        touched = set(_regs(operands, opcode))
+        written: set[int] = set()
+        if not opcode.startswith(_STORES):
+            first = operands.split(",")[0]
+            written = set(_regs(first, opcode))
+        bad = (touched & acc) | (written & a_regs)
+        if bad:
+            found.append(Hazard(function, address, f"{opcode} {operands.strip()}", tuple(sorted(bad))))
+    return found
+
+
+def disassemble(cubin: Path) -> str:
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        raise SystemExit("cuobjdump is not on PATH (it comes with the CUDA toolkit)")
+    return subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def main(argv: list[str]) -> int:
+    files: list[Path] = []
+    for a in argv or ["."]:
+        p = Path(a)
+        files += sorted(p.rglob("*.cubin")) if p.is_dir() else [p]
+    bad = 0
+    for cubin in files:
+        text = disassemble(cubin)
+        if "HGMMA" not in text:
+            continue
+        found = hazards(text)
+        for h in found:
+            print(f"{cubin.name}: {h}")
+        bad += bool(found)
+    print(f"{len(files)} cubins read, {bad} with a wgmma hazard")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
