@@ -59,7 +59,8 @@ def gpu_cases(target: str) -> list[Case]:
     if target == "sm_90a":
         out += [Case("gpu", f"layer_attention_tma[{n},{','.join(p)}]", "layer", (QWEN, n, tuple(p), target))
                 for n, p in t.ATTENTION_TMA_CASES]
-        # (not t.SLICES_COLS_CASES: legality refuses slices = cols for now, and the test skips)
+        out += [Case("gpu", f"layer_slices_cols[{n},{','.join(p)}]", "layer", (QWEN, n, tuple(p), target))
+                for n, p in t.SLICES_COLS_CASES]
     examples = [(n, 1024, p) for n in t.EXAMPLE_TOKENS for p in t.EXAMPLE_PINS]
     examples += [(n, 1024, p) for n, p in t.PERSISTENT_CASES + t.LAST_BLOCK_EXAMPLE_CASES] + t.TMA_CASES
     out += [Case("gpu", f"running_example[{n},{h},{','.join(p)}]", "example", (n, h, tuple(p), target))

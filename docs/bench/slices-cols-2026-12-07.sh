@@ -1,6 +1,5 @@
 # Run on the device machine from the repository root (carry .whl; EMMY_HOME is a fresh kernel cache there;
-# legality refuses slices = cols since this ran (wrong results): lift the refusal in the tree first,
-# see slices-cols-bisect-2026-12-07.sh):
+# its first run gave wrong cols results, fixed by emmy::wgmma::settle: h100-slices-cols-settled-2026-12-07.log):
 #   DEADLINE=560 bash docs/bench/slices-cols-2026-12-07.sh   (logs come back in $OUT/pack.tgz)
 # slices=cols on the GPU: correctness (pairs of blocks along n included), then the o and down
 # projections against cuBLAS with cols tiles, alone and in pairs sharing A (cuBLAS's 2x1), q/k/v

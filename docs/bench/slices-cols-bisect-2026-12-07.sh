@@ -1,7 +1,7 @@
-# Run on the device machine from the repository root (carry .whl), with legality's refusal of
-# slices = cols lifted in the working tree (take `_c_slices_verified` out of `_RULES` in
-# emmy/tuning/legality.py; the bench's pins are checked by legality):
+# Run on the device machine from the repository root (carry .whl):
 #   DEADLINE=200 bash docs/bench/slices-cols-bisect-2026-12-07.sh   (logs come back in $OUT/pack.tgz)
+# (It ran while legality refused slices = cols, with the refusal lifted in the working tree; the
+# kernels it measured were wrong for want of emmy::wgmma::settle: h100-slices-cols-cause-2026-12-07.log.)
 # Which slices = cols o and down kernels are wrong: the bench checks each kernel against float32
 # before timing it and prints "FAILED: relative error ..." for a wrong one. At 1100 tokens: v1
 # 128 x 128 of two warpgroups over 32 k-steps (the failing shape), v2 the same over 16 k-steps of

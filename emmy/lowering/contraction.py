@@ -518,6 +518,7 @@ class ContractionBuilder(ComputeMixin, WarpSpecializedMixin, TileOrderMixin, Epi
                 self.compute(kb, tid, sa, sbs, 0, a_elems, g.b_stride, accs)
                 kb.barrier()
         kb.call("emmy::cp_async_wait<0>")
+        self.settle(kb, accs)
 
         self.epilogue(kb, em, tid, m0, n0, batch, part, accs, stat, ws_ptr, kb.barrier)
         return kb.finish()

@@ -147,6 +147,13 @@ class ComputeMixin:
                     [a_stage, b_stage, ty, tx, acc],
                 )
 
+    def settle(self, kb: KB, accs) -> None:
+        """After the k loop's last wgmma wait, before the epilogue reads the accumulators: each
+        written in place (emmy::wgmma::settle), so that ptxas cannot read one before the wait."""
+        if self.g.wgmma:
+            for acc in accs:
+                kb.call(f"emmy::wgmma::settle<{self.g.acc_per_thread}>", [acc])
+
     # -- accumulator fragments: (row in tile, col in tile, acc index, lanes) --------------------------
     def wgmma_base_row(self, kb: KB, tid) -> SSAValue:
         """The first tile row of this thread's warp in its warpgroup's wgmma fragments (each

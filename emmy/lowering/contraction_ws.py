@@ -304,6 +304,7 @@ class WarpSpecializedMixin:
                     with kb.if_(more):
                         kb.call(f"emmy::named_barrier_arrive<{consumers}>", [kb.idx(TURN_BARRIER + 1 - w)])
                 kb.call("emmy::wgmma::wait<0>")
+                self.settle(kb, accs)
                 if g.persistent:  # the tile's last slot
                     release(kb.rem(kb.add(base, kb.sub(kb.sub(kt1, kt0), 1)), S))
                 if rs is not None:  # the producer's row statistics

@@ -80,11 +80,10 @@ if TYPE_CHECKING:
 # contractions (sm_90a, 512 tokens), when the space was smaller: this order built their legal
 # spaces visiting 35,523 prefixes (0.7 s of CPU for the four); the space's own order, with or
 # without `workers` first, about 220,000 (8.5-8.9 s). Today (tools/legal_space_size.py):
-# 13,167,980 points for the four (4,638,340 for q/k/v), 0.3-0.4 s of CPU a kernel, with
-# slices = cols refused (legality.COLS_REFUSED); with it allowed, 15,384,400 (2,216,420 with
-# cols) in 0.5-0.6 s. (In the order before, slices after group_m, the builder cut off 32,048
-# of those q/k/v points: pairs along n in groups of one row tile, which group_m's rule refused
-# while it took the pairs to lie along m.)
+# 15,384,400 points for the four (5,218,844 for q/k/v), 2,216,420 of them with slices = cols,
+# 0.3-0.4 s of CPU a kernel. (In the order before, slices after group_m, the builder cut off
+# 32,048 legal q/k/v points: pairs along n in groups of one row tile, which group_m's rule
+# refused while it took the pairs to lie along m.)
 PREFERRED_ORDER: tuple[str, ...] = (
     "workers", "slices", "siblings", "schedule", "split_tail", "fusion", "split_k", "combine", "cluster", "group_m",
     "copy", "epilogue", "block_m", "block_n", "block_k", "warps", "stages",

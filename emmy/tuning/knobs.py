@@ -106,7 +106,6 @@ Meanings (what the kernel stage does with each value):
   slices read 3 x (64 + 128). Needs wgmma workers, block_n a multiple of 64 per warpgroup,
   block_m at most 256, the epilogue `together`, no row statistics summed in the kernel
   (fusion = split) and no A side rewritten in place: a warpgroup holds every row of the tile.
-  Refused by legality for now (`legality.COLS_REFUSED`: wrong results measured on the GPU).
 - `vector`: elements per global access (8 bf16 = 16 bytes).
 - `siblings`: where outputs over the same axes come from different contractions of one input
   (k and v of the running example): each tile holds a column share of every one of them

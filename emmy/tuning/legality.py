@@ -27,14 +27,12 @@ epilogue (`staggered` and `pingpong`: persistent, two consumer warpgroups; `stag
 results and no row statistics from the producer; `pingpong` without statistics in the kernel or
 an A side rewritten in place); slices (`cols`: wgmma workers, block_n the sliced side and block_m
 the wgmma's N, the epilogue `together`, no statistics in the kernel, no A side rewritten in
-place); copy
-(`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
+place); copy (`tma` only with `wgmma_ws`); cluster (pairs need `tma` copies and an even number
 of row tiles, or with slices = cols of column tiles); group_m (a multiple of a cluster's row
 tiles, at most the row tiles rounded up to a power of two); split_tail (a partial wave behind a
 full one, split_k = 1, schedule = grid, no clusters or groups, fusion = split, dividing the
-k-steps); slices = cols refused for now (COLS_REFUSED). `wgmma_ws`
-has the `wgmma` rules, and its producer warpgroup counts in the threads and registers. Attention,
-reduction and elementwise kernels have the analogous rules below.
+k-steps). `wgmma_ws` has the `wgmma` rules, and its producer warpgroup counts in the threads and
+registers. Attention, reduction and elementwise kernels have the analogous rules below.
 """
 
 from __future__ import annotations
@@ -406,23 +404,6 @@ def _c_slices(info, v, t, reasons):
         reasons.append("slices=cols: the A side is computed from raw tiles, rewritten by the warpgroup holding their rows, which slices=cols does not have")
 
 
-# slices = cols gave wrong results on the GPU (an H100, 2026-12-07, the thirty-sixth session of
-# docs/running-and-benchmarking.md): Qwen3's o and down projections in 192 x 128 and 128 x 128
-# tiles of two warpgroups over their whole k (32 and 48 k-steps), alone, in pairs, grid or
-# persistent, relative errors 0.13-0.16 against float32, where q/k/v and gate/up (16 k-steps), o
-# and down with k split in two, and one-warpgroup tiles were right. The cause is not found, so no
-# schedule may choose the value until it is (the lowering, its CPU tests and the GPU cases stay).
-COLS_REFUSED = (
-    "slices=cols: measured wrong on the GPU (o and down of two warpgroups over 32 or more k-steps; cause not "
-    "found yet), refused until fixed"
-)
-
-
-def _c_slices_verified(info, v, t, reasons):
-    if _cols(v):
-        reasons.append(COLS_REFUSED)
-
-
 def _c_epilogue(info, v, t, reasons):
     if not v.has("epilogue") or v["epilogue"] not in ("staggered", "pingpong"):
         return
@@ -724,7 +705,7 @@ Rule = Callable[["KernelInfo", _Values, Target, list[str]], None]
 _RULES: dict[str, tuple[Rule, ...]] = {
     "contraction": (
         _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue, _c_slices,
-        _c_split, _c_split_tail, _c_combine, _c_vector, _c_slices_verified,
+        _c_split, _c_split_tail, _c_combine, _c_vector,
     ),
     "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy, _a_schedule, _a_fusion),
     "reduction": (_r_threads, _r_vector),

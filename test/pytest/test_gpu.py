@@ -255,13 +255,8 @@ def test_layer_slices_cols_matches_pytorch(tokens, pins, tmp_path):
     from emmy.backend.run import run_on_gpu
     from emmy.driver import CompileOptions
 
-    from emmy.tuning.legality import COLS_REFUSED
-
     if _target() != "sm_90a":
         pytest.skip("slices=cols needs wgmma (sm_90a)")
-    # (the first four cases gave wrong results on an H100; legality refuses the value until the
-    # cause is found: test_tuning.py::test_slices_cols_pins_are_refused)
-    pytest.skip(COLS_REFUSED)
     opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target="sm_90a", pins=pins)
     report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.rel_error <= 1e-2, report.rel_error

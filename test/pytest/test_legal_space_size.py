@@ -21,8 +21,7 @@ def test_counts_the_layer_contractions(capsys):
     assert counts["total"][0] == sum(c[0] for name, c in counts.items() if name != "total")
     for name, c in counts.items():
         if name != "total":
-            # (slices = cols is refused for now: legality.COLS_REFUSED)
-            assert c[0] > 100_000 and c[1] == 0, (name, c)
+            assert 0 < c[1] < c[0], (name, c)  # some of each space, not all, slices the columns
 
 
 def test_no_cols_where_there_is_no_wgmma(capsys):

@@ -597,6 +597,28 @@ def test_slices_cols_swaps_the_wgmma_operands():
     assert cols.count("*reinterpret_cast<emmy::Vec<__nv_bfloat16, 8>*>(") == rows.count("*reinterpret_cast<emmy::Vec<__nv_bfloat16, 8>*>(")
 
 
+@pytest.mark.parametrize("workers,slices,schedule", [
+    ("wgmma_ws", "cols", "grid"), ("wgmma_ws", "cols", "persistent"), ("wgmma_ws", "rows", "grid"), ("wgmma", "rows", "grid"),
+])
+def test_accumulators_settle_after_the_last_wgmma_wait(workers, slices, schedule):
+    """Right after the k loop's last wgmma wait, before any read of them, every accumulator is
+    written in place (emmy::wgmma::settle): CUDA 13.0's ptxas scheduled reads of them above the
+    wait in slices = cols epilogues (tools/kernel_checks/wgmma_hazards.py)."""
+    warps = 12 if slices == "rows" and workers == "wgmma_ws" else 8
+    src = cuda_source(lower(heads_matmul_residual(
+        S=3000, H=16, D=128, N=1024, target="sm_90a", workers=workers, block_m=192, block_n=128, block_k=64,
+        warps=warps if workers == "wgmma_ws" else 4 * (192 // 64), stages=4, copy="tma" if workers == "wgmma_ws" else "cp_async",
+        slices=slices, schedule=schedule)))
+    acc, n = re.search(r"float (acc_\d+)\[(\d+)\];", src).groups()
+    settle = f"emmy::wgmma::settle<{n}>({acc});"
+    assert src.count(settle) == 1
+    before, after = src.split(settle)
+    assert before.rstrip().endswith(("emmy::wgmma::wait<0>();", "emmy::cp_async_wait<0>();"))
+    last_wait = before.rindex("emmy::wgmma::wait<")
+    assert f"{acc}[" not in before[last_wait:]  # nothing reads them between the wait and the settle
+    assert f"{acc}[" in after  # the epilogue reads them after
+
+
 def test_slices_cols_errors():
     with pytest.raises(EmmyError, match="slices=cols needs workers=wgmma or wgmma_ws"):
         lower(heads_matmul_residual(target="sm_90a", workers="mma_sync", slices="cols"), "convert-tile-to-kernel")

@@ -80,11 +80,15 @@ def test_small_plain_contraction_space_equals_brute_force():
     expected = brute_force(info, small, SM90A)
     points = legal_points(info, small, SM90A)
     assert canonical(points) == canonical(expected)
-    # slices = cols is refused for now (legality.COLS_REFUSED: wrong results measured on the GPU);
-    # pairs along m with rows, in groups of whole pairs: 3000 rows make 47 tiles of 64 (no pairs;
-    # 32 is no multiple of a 64-row slice), 24 of 128
-    assert {p["slices"] for p in points} == {"rows"}
-    assert {(p["group_m"], p["block_m"]) for p in points if p["cluster"] == 2} == {(2, 128)}
+    cols = [p for p in points if p["slices"] == "cols"]
+    assert cols and {p["block_m"] for p in cols} == {32, 64, 128} and {p["workers"] for p in cols} == {"wgmma", "wgmma_ws"}
+    # pairs along n with cols (any group of row tiles), along m with rows (groups of whole pairs);
+    # 3000 rows make 47 tiles of 64 (no pairs along m; 32 is no multiple of a 64-row slice) and
+    # 1024 columns 16, 8 or 4 tiles (pairs along n)
+    pairs = {(p["slices"], p["group_m"]) for p in points if p["cluster"] == 2}
+    assert pairs == {("cols", 1), ("cols", 2), ("rows", 2)}
+    assert {p["block_m"] for p in points if p["cluster"] == 2 and p["slices"] == "rows"} == {128}
+    assert {p["block_m"] for p in points if p["cluster"] == 2 and p["slices"] == "cols"} == {32, 64, 128}
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from emmy.ir_io import parse_module, parse_pipeline, run_passes
 from emmy.passes.decide_forks import DecideForksPass, decisions
 from emmy.tuning import rules, rules_attention, rules_contraction, rules_tiles
 from emmy.tuning.knobs import knob_names, knob_space, knob_space_for, tile_at
-from emmy.tuning.legality import COLS_REFUSED, check, warp_grid
+from emmy.tuning.legality import check, warp_grid
 from emmy.tuning.pins import Pins, parse_pins, pins_for
 from emmy.targets import TARGETS, get_target
 
@@ -618,12 +618,11 @@ def test_cluster_legality():
     odd = info_of(L.matmul(300, 4096, 1024))
     assert check(odd, pair, SM90A) == ["cluster=2: the 3 row tiles of block_m=128 do not pair up"]
     assert check(info, dict(GOOD, workers="mma_sync", cluster=2), SM80) == ["cluster=2 is not in its domain on sm_80: [1]"]
-    # slices = cols: pairs along n, sharing A; any group of row tiles (cols itself is refused for
-    # now: legality.COLS_REFUSED)
+    # slices = cols: pairs along n, sharing A; any group of row tiles
     cols = dict(pair, slices="cols", block_m=192, block_n=128, warps=8, group_m=1)
-    assert check(odd, cols, SM90A) == [COLS_REFUSED]  # 2 row tiles of 192, 32 column tiles
+    assert check(odd, cols, SM90A) == []  # 2 row tiles of 192, 32 column tiles
     narrow = info_of(L.matmul(300, 640, 1024))
-    assert check(narrow, cols, SM90A) == ["cluster=2: the 5 column tiles of block_n=128 do not pair up", COLS_REFUSED]
+    assert check(narrow, cols, SM90A) == ["cluster=2: the 5 column tiles of block_n=128 do not pair up"]
     assert check(info, dict(pair, group_m=1), SM90A) == ["group_m=1 is not a multiple of cluster=2"]
 
 
@@ -787,28 +786,25 @@ def test_slices_cols_legality():
     info = info_of(L.matmul(3000, 1024, 2048, target="sm_90a"))
     ok = dict(GOOD, workers="wgmma_ws", copy="tma", schedule="grid", cluster=1, epilogue="together", slices="cols",
               block_m=192, block_n=128, warps=8, stages=5)
-    # (every cols point is refused for now, after the rules of its own: COLS_REFUSED)
-    assert check(info, ok, SM90A) == [COLS_REFUSED]
-    assert check(info, dict(ok, block_m=32, block_n=64, warps=4), SM90A) == [COLS_REFUSED]
+    assert check(info, ok, SM90A) == []
+    assert check(info, dict(ok, block_m=32, block_n=64, warps=4), SM90A) == []
     assert check(info, dict(ok, slices="rows", block_m=32, block_n=64, warps=4), SM90A) == [
         "wgmma_ws: block_m=32 is not a multiple of 64 (slices=rows)"
     ]
     assert check(info, dict(ok, block_n=64), SM90A) == [
-        "wgmma_ws: block_n=64 does not give each of the 2 warpgroups 64-row slices (block_n must be a multiple of 128) (slices=cols)",
-        COLS_REFUSED,
+        "wgmma_ws: block_n=64 does not give each of the 2 warpgroups 64-row slices (block_n must be a multiple of 128) (slices=cols)"
     ]
-    assert check(info, dict(ok, schedule="persistent", epilogue="staggered"), SM90A)[-2] == (
+    assert check(info, dict(ok, schedule="persistent", epilogue="staggered"), SM90A)[-1] == (
         "slices=cols: each warpgroup holds every row of the tile, so they store it together: it needs epilogue=together "
         "(epilogue=staggered)"
     )
-    assert check(info, dict(ok, workers="mma_sync", copy="cp_async"), SM90A)[-2] == (
+    assert check(info, dict(ok, workers="mma_sync", copy="cp_async"), SM90A)[-1] == (
         "slices=cols cuts the wgmma warpgroups' slices along block_n: it needs workers=wgmma or wgmma_ws (workers=mma_sync)"
     )
     norm = info_of(L.rmsnorm_matmul(4096, 4096, 1024, target="sm_90a"))
-    assert check(norm, dict(ok, fusion="fused"), SM90A)[-3:] == [
+    assert check(norm, dict(ok, fusion="fused"), SM90A)[-2:] == [
         "slices=cols: each warpgroup holds every row of the tile, none sums a row's statistics alone: it needs fusion=split",
         "slices=cols: the A side is computed from raw tiles, rewritten by the warpgroup holding their rows, which slices=cols does not have",
-        COLS_REFUSED,
     ]
     assert "slices=cols is not in its domain on sm_90: [rows]" in check(info, dict(ok, workers="mma_sync", copy="cp_async"), SM90)
 
@@ -1338,16 +1334,3 @@ def test_tiles_160_wide_only_where_they_fill_the_waves_better():
     d = rules.decide(full, SM90A, knob_space_for(full, SM90A))
     assert (d["block_m"].value, d["block_n"].value) == (192, 96)
     assert 160 in knob_space_for(full, SM90A)["block_n"]  # in the space (the tuner's), not chosen
-
-
-def test_slices_cols_pins_are_refused():
-    """slices = cols gave wrong results on the GPU (legality.COLS_REFUSED): pinning it is refused
-    with that reason, on the GPU tests' own cases, so no compile reaches those kernels."""
-    from emmy.driver import CompileOptions, compile_model
-    from test_gpu import SLICES_COLS_CASES
-
-    for tokens, pins in SLICES_COLS_CASES[:2]:
-        opts = CompileOptions(model="Qwen/Qwen3-Embedding-0.6B", layer=0, tokens=tokens, target="sm_90a", pins=pins,
-                              stop_after="tile")
-        with pytest.raises(EmmyError, match="measured wrong on the GPU"):
-            compile_model(opts)

@@ -48,3 +48,16 @@ def test_an_unconditional_branch_forgets_the_pending_group():
     assert hazards(text) == []
     text = _sass("HGMMA.64x8x16.F32.BF16 R24, gdesc[UR4], R24, gsb0", "@P0 BRA 0x100", "STS.128 [R1], R22")
     assert [h.registers for h in hazards(text)] == [(24, 25)]  # R22..R25 stored
+
+
+def test_a_partial_wait_retires_the_older_groups_only():
+    text = _sass(
+        "HGMMA.64x8x16.F32.BF16 R24, gdesc[UR4], R24, gsb0",  # S = Q K^T
+        "HGMMA.64x8x16.F32.BF16 R40, R24, gdesc[UR6], R40, gsb0",  # O += P V, P in R24..R27
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1",
+        "FMUL R2, R25, R3",  # the older group (S) is done: a read of it is fine
+        "FADD R4, R41, R3",  # the newer (O) is not
+        "MOV R24, R3",  # nor may its A registers be overwritten
+    )
+    found = hazards(text)
+    assert [(h.address, h.registers) for h in found] == [("0140", (41,)), ("0150", (24,))]

@@ -4,16 +4,17 @@ the SASS of built kernels (cuobjdump, so on a machine with the CUDA toolkit's di
     python3 tools/kernel_checks/wgmma_hazards.py CUBIN_OR_DIR [...]      # exit status 1 on a hazard
 
 A warpgroup MMA (`HGMMA`) writes its accumulator registers asynchronously: until a
-`WARPGROUP.DEPBAR.LE gsb0, 0x0` (PTX `wgmma.wait_group 0`) nothing else may read or write them,
-nor write the registers it takes A from. ptxas is meant to keep every such access after the wait;
+`WARPGROUP.DEPBAR.LE gsb0, N` (PTX `wgmma.wait_group N`) leaves fewer than N groups newer than
+its own, nothing else may read or write them, nor write the registers it takes A from. ptxas is meant to keep every such access after the wait;
 CUDA 13.0's ptxas did not in `slices = cols` epilogues (2026-12-07: two scalar bf16 conversions of
 neighbouring accumulators fused into one `F2FP.PACK_AB` and scheduled above the wait, so the last
 k-step's products were partly missing from the result). This reads each function's instructions
-in address order: an HGMMA adds its accumulators (and its A registers, for writes) to the pending
-set, the wait empties it, an unconditional branch or exit forgets it (what follows is reached from
-elsewhere); any other instruction that touches a pending accumulator, or writes a pending A
-register, is reported with its address. Loops are read once, in order: an access at the top of a
-loop body that races the previous iteration's group is not seen.
+in address order: HGMMAs up to the one marked `gsb0` (the commit) form a group, pending with its
+accumulators (and its A registers, for writes) until a `DEPBAR.LE gsb0, N` leaves only the newest
+N groups; an unconditional branch or exit forgets them (what follows is reached from elsewhere);
+any other instruction that touches a pending accumulator, or writes a pending A register, is
+reported with its address. Loops are read once, in order: an access at the top of a loop body
+that races the previous iteration's group is not seen.
 """
 
 from __future__ import annotations
@@ -58,12 +59,13 @@ def hazards(sass: str) -> list[Hazard]:
     """Every access to an in-flight wgmma's registers in `sass` (cuobjdump -sass text)."""
     found: list[Hazard] = []
     function = "?"
-    acc: set[int] = set()
+    groups: list[tuple[set[int], set[int]]] = []  # committed, not yet waited: (accumulators, A registers)
+    acc: set[int] = set()  # the group being issued
     a_regs: set[int] = set()
     for line in sass.splitlines():
         f = _FUNCTION.match(line)
         if f:
-            function, acc, a_regs = f.group(1), set(), set()
+            function, groups, acc, a_regs = f.group(1), [], set(), set()
             continue
         m = _INSTR.search(line)
         if not m:
@@ -76,23 +78,31 @@ def hazards(sass: str) -> list[Hazard]:
             if h and dest:
                 count = int(h.group(1)) // (2 if h.group(2) == "F32" else 4)
                 acc |= set(range(int(dest.group(1)), int(dest.group(1)) + count))
-            if len(parts) > 1 and _REG.match(parts[1]):  # A from registers: four of them
-                a_regs |= set(range(int(_REG.match(parts[1]).group(1)), int(_REG.match(parts[1]).group(1)) + 4))
+            a = _REG.match(parts[1]) if len(parts) > 1 else None
+            if a:  # A from registers: four of them
+                a_regs |= set(range(int(a.group(1)), int(a.group(1)) + 4))
+            if "gsb0" in operands:  # the group's last wgmma (wgmma.commit_group)
+                groups.append((acc, a_regs))
+                acc, a_regs = set(), set()
             continue
-        if opcode.startswith("WARPGROUP.DEPBAR") and re.search(r"gsb0,\s*0x0\b", operands):
-            acc, a_regs = set(), set()
+        wait = re.search(r"gsb0,\s*0x([0-9a-f]+)", operands) if opcode.startswith("WARPGROUP.DEPBAR") else None
+        if wait:  # wgmma.wait_group N: all but the newest N groups are done
+            keep = int(wait.group(1), 16)
+            groups = groups[len(groups) - keep:] if keep else []
             continue
         if opcode.startswith("WARPGROUP"):
             continue
         if not pred and (opcode.startswith("BRA") or opcode == "EXIT"):
-            acc, a_regs = set(), set()
+            groups, acc, a_regs = [], set(), set()
             continue
+        pending_acc = acc.union(*(g[0] for g in groups))
+        pending_a = a_regs.union(*(g[1] for g in groups))
         touched = set(_regs(operands, opcode))
         written: set[int] = set()
         if not opcode.startswith(_STORES):
             first = operands.split(",")[0]
             written = set(_regs(first, opcode))
-        bad = (touched & acc) | (written & a_regs)
+        bad = (touched & pending_acc) | (written & pending_a)
         if bad:
             found.append(Hazard(function, address, f"{opcode} {operands.strip()}", tuple(sorted(bad))))
     return found

@@ -10,8 +10,8 @@
 //
 // Ordering: shared memory written by ordinary stores or cp.async must be followed by
 // emmy::fence_proxy_async() in each writing thread and a barrier before tile() reads it; tile()
-// issues the wgmmas and commits them as one group; wait<0>() before reading the accumulators or
-// overwriting the operands.
+// issues the wgmmas and commits them as one group; wait<0>() and settle() before reading the
+// accumulators, wait<0>() before overwriting the operands.
 #pragma once
 
 #include "emmy_core.cuh"
@@ -119,6 +119,20 @@ template <int PENDING>
 __device__ __forceinline__ void wait() {
 #if EMMY_HAS_WGMMA && defined(__CUDA_ARCH__)
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// After the last wait<0>() of a tile, before anything reads the accumulators: each is written in
+// place (+0.0 added: exact, but for a negative zero, which becomes +0). ptxas keeps a write of an
+// accumulator after the wait and every later read after that write; a plain read it has been seen
+// to schedule above the wait (CUDA 13.0: two bf16 conversions of neighbouring accumulators fused
+// into one F2FP.PACK_AB, the slices = cols epilogue; tools/kernel_checks/wgmma_hazards.py finds
+// such reads in a kernel's SASS).
+template <int R>
+__device__ __forceinline__ void settle(float* acc) {
+#if EMMY_HAS_WGMMA && defined(__CUDA_ARCH__)
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("add.f32 %0, %0, 0f00000000;\n" : "+f"(acc[i]));
 #endif
 }
 
