@@ -8,6 +8,7 @@ Qwen3 decoder layer and compiles it for the three targets (tens of seconds).
 from __future__ import annotations
 
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -110,6 +111,20 @@ def test_sass_has_tensor_core_instructions(built):
     assert "HGMMA" in text, "a wgmma kernel without HGMMA runs on a slower path"
     text = sass(built[("sm_80", 0)][1])
     assert "HMMA" in text and "HGMMA" not in text
+
+
+def test_no_accumulator_read_before_the_last_wgmma_wait(built):
+    """In the SASS of every sm_90a case (slices = cols among them, where CUDA 13.0's ptxas moved
+    the epilogue's reads above the wait before emmy::wgmma::settle), nothing touches a wgmma's
+    accumulators before the wait that retires its group (tools/kernel_checks/wgmma_hazards.py)."""
+    if cuobjdump_path() is None:
+        pytest.skip("cuobjdump is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "kernel_checks"))
+    from wgmma_hazards import hazards
+
+    for (arch, i), (_, path) in built.items():
+        if arch == "sm_90a":
+            assert hazards(sass(path)) == [], f"case {i}"
 
 
 def test_ptxas_report(tmp_path):

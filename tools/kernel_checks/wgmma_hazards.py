@@ -20,11 +20,12 @@ that races the previous iteration's group is not seen.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from emmy.backend.nvcc import sass  # noqa: E402
 
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
@@ -108,13 +109,6 @@ def hazards(sass: str) -> list[Hazard]:
     return found
 
 
-def disassemble(cubin: Path) -> str:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
-        raise SystemExit("cuobjdump is not on PATH (it comes with the CUDA toolkit)")
-    return subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-
-
 def main(argv: list[str]) -> int:
     files: list[Path] = []
     for a in argv or ["."]:
@@ -122,7 +116,9 @@ def main(argv: list[str]) -> int:
         files += sorted(p.rglob("*.cubin")) if p.is_dir() else [p]
     bad = 0
     for cubin in files:
-        text = disassemble(cubin)
+        text = sass(cubin)
+        if text is None:
+            raise SystemExit("cuobjdump is not on PATH or beside nvcc (it comes with the CUDA toolkit)")
         if "HGMMA" not in text:
             continue
         found = hazards(text)
