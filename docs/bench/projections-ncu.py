@@ -1,7 +1,8 @@
 """The o and down projections of the Qwen3 layer, each launched alone a few times, as Emmy's
-deploy answer, as a `slices = cols` 192 x 128 tile, and as the cuBLAS GEMM torch runs for the
-same product: the program docs/bench/projections-ncu.sh profiles with Nsight Compute, to see
-where Emmy's kernel spends the time cuBLAS's does not (issue 24). Run on the device machine from
+deploy answer, as a `slices = cols` 192 x 128 tile alone and in pairs along n (cuBLAS's 2x1,
+which should halve the copies of A out of L2 but measured slower), and as the cuBLAS GEMM torch
+runs for the same product: the program docs/bench/projections-ncu.sh profiles with Nsight
+Compute, to see where Emmy's kernel spends the time cuBLAS's does not (issue 24). Run on the device machine from
 the repository root with PYTHONPATH holding the carried wheels and the tree; T= tokens (3000)."""
 import os
 import sys
@@ -21,13 +22,14 @@ from emmy.measure.layer import EmmyBuild  # noqa: E402
 KERNELS = ("o_proj_residual", "down_proj_residual")
 COLS = tuple(f"{k}.{x}" for k in KERNELS for x in (
     "slices=cols workers=wgmma_ws copy=tma block_m=192 block_n=128 warps=8 stages=5 split_k=1 schedule=grid").split())
+PAIRS = (*COLS, *(f"{k}.{x}" for k in KERNELS for x in ("cluster=2", "group_m=1")))
 
 
 def main() -> None:
     tokens = int(os.environ.get("T", "3000"))
     cache = Path(os.environ.get("EMMY_HOME", "/tmp/emmy-home"))
     traced = projection_layer(tokens)
-    for label, build in (("deploy", EmmyBuild()), ("cols192", EmmyBuild(COLS))):
+    for label, build in (("deploy", EmmyBuild()), ("cols192", EmmyBuild(COLS)), ("cols192x2", EmmyBuild(PAIRS))):
         for p in compiled_projections(traced, "sm_90a", build):
             if p.kernel not in KERNELS:
                 continue

@@ -1,7 +1,7 @@
 # Run on the device machine (Firecracker: ncu reads the counters there) from the repository root,
 # carrying .whl:   bash docs/bench/projections-ncu.sh   (the report comes back in $OUT/ncu-T.txt)
 # Nsight Compute over docs/bench/projections-ncu.py: Emmy's o and down kernels at T tokens (deploy
-# answer and slices = cols 192 x 128) and cuBLAS's GEMM for the same products, the third launch of
+# answer, slices = cols 192 x 128 alone and in pairs) and cuBLAS's GEMM for the same products, the third launch of
 # each (the first two warm the caches), clocks left alone (METHOD.md).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
