@@ -31,7 +31,8 @@ _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
 _REG = re.compile(r"(?<![A-Z])R(\d+)(?:\.(64|128))?\b")
 _HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.(F32|F16)")
-_STORES = ("ST", "STS", "STG", "STL", "RED", "SYNCS", "BAR", "BRA", "EXIT", "WARPSYNC")
+# opcodes whose first operand is no register they write (a store's address, a barrier, a branch)
+_NO_DEST = ("ST", "STS", "STG", "STL", "RED", "SYNCS", "BAR", "BRA", "EXIT", "WARPSYNC")
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,14 @@ def _regs(operands: str, width_from: str) -> list[int]:
     return out
 
 
-def hazards(sass: str) -> list[Hazard]:
-    """Every access to an in-flight wgmma's registers in `sass` (cuobjdump -sass text)."""
+def hazards(text: str) -> list[Hazard]:
+    """Every access to an in-flight wgmma's registers in `text` (cuobjdump -sass output)."""
     found: list[Hazard] = []
     function = "?"
     groups: list[tuple[set[int], set[int]]] = []  # committed, not yet waited: (accumulators, A registers)
     acc: set[int] = set()  # the group being issued
     a_regs: set[int] = set()
-    for line in sass.splitlines():
+    for line in text.splitlines():
         f = _FUNCTION.match(line)
         if f:
             function, groups, acc, a_regs = f.group(1), [], set(), set()
@@ -89,7 +90,7 @@ def hazards(sass: str) -> list[Hazard]:
         wait = re.search(r"gsb0,\s*0x([0-9a-f]+)", operands) if opcode.startswith("WARPGROUP.DEPBAR") else None
         if wait:  # wgmma.wait_group N: all but the newest N groups are done
             keep = int(wait.group(1), 16)
-            groups = groups[len(groups) - keep:] if keep else []
+            groups = groups[-keep:] if keep else []
             continue
         if opcode.startswith("WARPGROUP"):
             continue
@@ -100,7 +101,7 @@ def hazards(sass: str) -> list[Hazard]:
         pending_a = a_regs.union(*(g[1] for g in groups))
         touched = set(_regs(operands, opcode))
         written: set[int] = set()
-        if not opcode.startswith(_STORES):
+        if not opcode.startswith(_NO_DEST):
             first = operands.split(",")[0]
             written = set(_regs(first, opcode))
         bad = (touched & pending_acc) | (written & pending_a)
