@@ -335,9 +335,16 @@ class KernelEmitter:
         else:
             expr = f"{ptr}[{idx}]"
             zero = c_float(0.0, t) if not isinstance(t, (IndexType, IntegerType)) else f"({c_type(t)})0"
-        if op.mask is not None:
+        if op.mask is not None and self._whole_buffer(op.ptr):  # no branch: emmy::load_or
+            expr = f"emmy::load_or<{c_type(t)}>({ptr}, {idx}, {n[op.mask]}, {zero})"
+        elif op.mask is not None:
             expr = f"({n[op.mask]} ? {expr} : {zero})"
         self.define(op.result, expr, "ld")
+
+    def _whole_buffer(self, ptr: SSAValue) -> bool:
+        """Whether `ptr` is the start of a whole buffer (a kernel argument or a shared-memory
+        allocation), so that its element 0 is always there to read in place of a masked one."""
+        return ptr in self.func.args or isinstance(ptr.owner, K.SharedOp)
 
     def _store(self, op: K.StoreOp) -> None:
         n = self.names
@@ -347,7 +354,9 @@ class KernelEmitter:
             stmt = f"*reinterpret_cast<{c_type(t)}*>({ptr} + {idx}) = {val};"
         else:
             stmt = f"{ptr}[{idx}] = {val};"
-        if op.mask is not None:
+        if op.mask is not None and op.ptr in self.func.args:  # global memory: emmy::store_if
+            stmt = f"emmy::store_if<{c_type(t)}>({ptr}, {idx}, {n[op.mask]}, {val});"
+        elif op.mask is not None:
             stmt = f"if ({n[op.mask]}) {stmt}"
         self.w(stmt)
 

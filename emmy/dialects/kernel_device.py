@@ -472,7 +472,9 @@ class LoadOp(IRDLOperation):
     """Read one element, or a vector of 2, 4 or 8 consecutive elements (at most 16 bytes, one
     access), at element index `index` of a pointer. A vector access needs `index` to be a
     multiple of its width and the pointer aligned to the vector's size. With `if %mask`, a false
-    mask yields zeros and does not touch memory.
+    mask yields zeros; memory outside the buffer is never read (from a whole buffer, a kernel
+    argument or a shared allocation, the CUDA reads its element 0 instead and drops it, so that
+    the load needs no branch).
 
     ```mlir
     %a = kernel.load %x[%i] : !kernel.ptr<bf16> -> bf16
@@ -511,7 +513,7 @@ class LoadOp(IRDLOperation):
 @irdl_op_definition
 class StoreOp(IRDLOperation):
     """Write one element or a vector (same rules as `kernel.load`); with `if %mask`, only when
-    the mask is true.
+    the mask is true (to a kernel argument, as one predicated store: no branch).
 
     ```mlir
     kernel.store %a, %y[%i] : bf16, !kernel.ptr<bf16>

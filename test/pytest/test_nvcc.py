@@ -7,6 +7,7 @@ Qwen3 decoder layer and compiles it for the three targets (tens of seconds).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -91,7 +92,7 @@ def _build(args):
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("nvcc")
     jobs = [(arch, i, text, tmp) for arch, texts in CASES.items() for i, text in enumerate(texts)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         results = list(pool.map(_build, jobs))
     return {(arch, i): (plan, path) for arch, i, plan, path in results}
 

@@ -61,3 +61,18 @@ def test_a_partial_wait_retires_the_older_groups_only():
     )
     found = hazards(text)
     assert [(h.address, h.registers) for h in found] == [("0140", (41,)), ("0150", (24,))]
+
+
+def test_an_address_register_is_as_wide_as_its_own_suffix_not_the_access():
+    """A 16-byte copy or load writes or reads four data registers, but its address is one register
+    (`[R21]`) or a written pair (`[R68.64]`): R21 next to an accumulator at R24 is no hazard
+    (lines of rms_norm_qkv_proj's SASS on an H100, 2026-12-07, that an earlier reading flagged)."""
+    text = _sass(
+        "HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], R24, gsb0",
+        "LDS.128 R20, [R21]",
+        "LDGSTS.E.BYPASS.128 [R23+0x6000], desc[UR60][R68.64]",
+        "LDS.128 R20, [R22]",  # writes R20..R23 only
+        "STS.128 [R1], R22",  # reads R22..R25: two accumulators
+        "LDG.E.64 R2, desc[UR4][R24.64]",  # an address in accumulators: read
+    )
+    assert [(h.address, h.registers) for h in hazards(text)] == [("0140", (24, 25)), ("0150", (24, 25))]

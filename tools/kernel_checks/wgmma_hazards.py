@@ -19,8 +19,10 @@ that races the previous iteration's group is not seen.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from emmy.backend.nvcc import sass  # noqa: E402
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
 _REG = re.compile(r"(?<![A-Z])R(\d+)(?:\.(64|128))?\b")
+_ADDRESS = re.compile(r"\[[^\]]*\]")
 _HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.(F32|F16)")
 # opcodes whose first operand is no register they write (a store's address, a barrier, a branch)
 _NO_DEST = ("ST", "STS", "STG", "STL", "RED", "SYNCS", "BAR", "BRA", "EXIT", "WARPSYNC")
@@ -48,12 +51,16 @@ class Hazard:
 
 
 def _regs(operands: str, width_from: str) -> list[int]:
+    """The registers `operands` name: a data operand as wide as the opcode's access (`.128`: four),
+    an address (inside brackets, `[R21+0x10]`, `[R68.64]`) only as wide as its own suffix."""
     out = []
     wide = 4 if ".128" in width_from else 2 if ".64" in width_from else 1
-    for m in _REG.finditer(operands):
-        r = int(m.group(1))
-        n = {"64": 2, "128": 4}.get(m.group(2) or "", wide)
-        out.extend(range(r, r + n))
+    data, addresses = _ADDRESS.sub(" ", operands), " ".join(_ADDRESS.findall(operands))
+    for part, default in ((data, wide), (addresses, 1)):
+        for m in _REG.finditer(part):
+            r = int(m.group(1))
+            n = {"64": 2, "128": 4}.get(m.group(2) or "", default)
+            out.extend(range(r, r + n))
     return out
 
 
@@ -116,8 +123,9 @@ def main(argv: list[str]) -> int:
         p = Path(a)
         files += sorted(p.rglob("*.cubin")) if p.is_dir() else [p]
     bad = 0
-    for cubin in files:
-        text = sass(cubin)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # cuobjdump, a process each
+        texts = list(pool.map(sass, files))
+    for cubin, text in zip(files, texts):
         if text is None:
             raise SystemExit("cuobjdump is not on PATH or beside nvcc (it comes with the CUDA toolkit)")
         if "HGMMA" not in text:

@@ -52,6 +52,49 @@ __device__ __forceinline__ V zero() {
   return u.v;
 }
 
+// base[i] read as a V where `ok`, else `otherwise`, without a branch: the load itself always
+// happens, at base[i] or at base[0] (the tensor's first element, always there), and the select
+// follows. A guarded load (`ok ? base[i] : 0`) becomes a branch around it, and ptxas keeps each
+// such load in its own block: the epilogue's masked residual loads then ran one after another,
+// each waiting out its own trip to memory (the o projection at 3000 tokens, Nsight Compute
+// 2026-12-07); unguarded, the unrolled loop's loads can all be in flight at once.
+template <class V, class E>
+__device__ __forceinline__ V load_or(const E* base, int i, bool ok, V otherwise) {
+  const V v = *reinterpret_cast<const V*>(base + (ok ? i : 0));
+  return ok ? v : otherwise;
+}
+
+// base[i] = v as a V where `ok`, as one predicated store (global memory: `base` is a kernel
+// argument) instead of a branch around it, so that a loop of guarded stores stays one block of
+// straight code and the loads of later iterations (load_or) can be issued before earlier stores.
+template <class V, class E>
+__device__ __forceinline__ void store_if(E* base, int i, bool ok, const V& v) {
+  static_assert(sizeof(V) == 2 || sizeof(V) % 4 == 0, "emmy::store_if stores 2, 4, 8 or 16 bytes");
+  E* const p = base + i;
+  if constexpr (sizeof(V) == 2) {
+    unsigned short w;
+    __builtin_memcpy(&w, &v, 2);
+    asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.b16 [%1], %2;\n}\n" ::"r"((int)ok), "l"(p), "h"(w)
+                 : "memory");
+  } else {
+    uint32_t w[sizeof(V) / 4];
+    __builtin_memcpy(w, &v, sizeof(V));
+    if constexpr (sizeof(V) == 4) {
+      asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.b32 [%1], %2;\n}\n" ::"r"((int)ok), "l"(p), "r"(w[0])
+                   : "memory");
+    } else if constexpr (sizeof(V) == 8) {
+      asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.v2.b32 [%1], {%2, %3};\n}\n" ::"r"((int)ok), "l"(p),
+                   "r"(w[0]), "r"(w[1])
+                   : "memory");
+    } else {
+      static_assert(sizeof(V) == 16, "emmy::store_if stores 2, 4, 8 or 16 bytes");
+      asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"((int)ok),
+                   "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                   : "memory");
+    }
+  }
+}
+
 // Round a pointer into shared memory up to a multiple of ALIGN bytes.
 template <int ALIGN>
 __device__ __forceinline__ unsigned char* align_smem(unsigned char* p) {

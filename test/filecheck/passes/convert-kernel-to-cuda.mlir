@@ -100,9 +100,44 @@ builtin.module {
 // CHECK-SAME:   acc_{{[0-9]+}} = a_{{[0-9]+}};
 // CHECK-SAME:   float m_{{[0-9]+}};\0A  if (c_{{[0-9]+}}) {\0A    m_{{[0-9]+}} = acc_{{[0-9]+}};\0A  } else {\0A    m_{{[0-9]+}} = z_{{[0-9]+}};\0A  }
 // CHECK-SAME:   auto sq_{{[0-9]+}} = [&](const float a_{{[0-9]+}}) -> float {
-// CHECK-SAME:   if (c_{{[0-9]+}}) o_1[t_{{[0-9]+}}] = r_{{[0-9]+}};
+// CHECK-SAME:   emmy::store_if<float>(o_1, t_{{[0-9]+}}, c_{{[0-9]+}}, r_{{[0-9]+}});
 // CHECK:      cuda.buffer @x : tensor<8xf32> input 0 "x"
 // CHECK-NEXT: cuda.buffer @o : tensor<32xf32> output 0
+
+// -----
+// Masked accesses without a branch: a masked load from a whole buffer (an argument, a shared
+// allocation) reads element 0 in place of a masked-off one and selects zero (emmy::load_or), and
+// a masked store to an argument is one predicated store (emmy::store_if), so an unrolled loop of
+// them is straight code whose loads can all be in flight at once. A pointer moved into a buffer
+// keeps the guarded load (its element 0 need not exist), a store to shared memory its `if`.
+builtin.module {
+  kernel.func @masked(%x: !kernel.ptr<bf16>, %o: !kernel.ptr<bf16>) grid [1, 1, 1] block [32, 1, 1] smem 64 {
+    %c8 = arith.constant 8 : index
+    %t = kernel.thread_id x
+    %ok = arith.cmpi ult, %t, %c8 : index
+    %s = kernel.shared [32] offset 0 align 16 : !kernel.ptr<bf16, shared>
+    %a = kernel.load %x[%t] if %ok : !kernel.ptr<bf16> -> bf16
+    %p = kernel.ptr_add %x, %c8 : !kernel.ptr<bf16>
+    %b = kernel.load %p[%t] if %ok : !kernel.ptr<bf16> -> bf16
+    kernel.store %a, %s[%t] if %ok : bf16, !kernel.ptr<bf16, shared>
+    %c = kernel.load %s[%t] if %ok : !kernel.ptr<bf16, shared> -> bf16
+    %d = arith.addf %b, %c : bf16
+    kernel.store %d, %o[%t] if %ok : bf16, !kernel.ptr<bf16>
+  }
+  func.func @f(%x: tensor<64xbf16>) -> tensor<32xbf16> {
+    %o = kernel.empty : tensor<32xbf16>
+    kernel.launch @masked(%x, %o) : tensor<64xbf16>, tensor<32xbf16>
+    func.return %o : tensor<32xbf16>
+  }
+}
+
+// CHECK:      cuda.kernel @masked(!cuda.ptr<bf16>, !cuda.ptr<bf16>)
+// CHECK-SAME:   const __nv_bfloat16 a_{{[0-9]+}} = emmy::load_or<__nv_bfloat16>(x_0, t_{{[0-9]+}}, ok_{{[0-9]+}}, __float2bfloat16_rn(0.0f));
+// CHECK-SAME:   const __nv_bfloat16* const p_{{[0-9]+}} = x_0 + c8_{{[0-9]+}};
+// CHECK-SAME:   const __nv_bfloat16 b_{{[0-9]+}} = (ok_{{[0-9]+}} ? p_{{[0-9]+}}[t_{{[0-9]+}}] : __float2bfloat16_rn(0.0f));
+// CHECK-SAME:   if (ok_{{[0-9]+}}) s_{{[0-9]+}}[t_{{[0-9]+}}] = a_{{[0-9]+}};
+// CHECK-SAME:   const __nv_bfloat16 c_{{[0-9]+}} = emmy::load_or<__nv_bfloat16>(s_{{[0-9]+}}, t_{{[0-9]+}}, ok_{{[0-9]+}}, __float2bfloat16_rn(0.0f));
+// CHECK-SAME:   emmy::store_if<__nv_bfloat16>(o_1, t_{{[0-9]+}}, ok_{{[0-9]+}}, d_{{[0-9]+}});
 
 // -----
 // A function returning one of its arguments cannot be a launch sequence.
