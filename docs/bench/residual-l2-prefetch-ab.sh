@@ -1,25 +1,29 @@
 # Run on the device machine from the repository root (carry .whl):
-#   bash docs/bench/residual-l2-prefetch-ab.sh        (about 5 minutes; logs in $OUT/pack.tgz)
-# The thirty-first session's residual prefetch (each consumer thread starts one of the tile's
-# residual rows on its way into L2 with a bulk prefetch: residual-l2-prefetch-2026-12-07.patch,
-# its commits 984599a and 0e32f20 brought onto this tree) against this tree, where the epilogue's
-# residual loads are now all in flight at once (emmy::load_or). Reverted then because the serial
-# loads gained little from L2; it may pay now that the epilogue waits once, on memory (6 MB at
-# 3000 tokens, about 2 us of the o projection's 1.06x of cuBLAS). B prefetches two k-steps
-# before the end of the k loop (as then), C eight (the rows have longer to arrive). The o and
-# down projections at 512, 3000 (one wave) and 4096 tokens (where B's prefetch cost 6-23%
-# before), A B C A B C, then the layer's GPU cases on the faster of B and C.
-. docs/bench/ab-tree.sh docs/bench/residual-l2-prefetch-2026-12-07.patch
-C=/tmp/c
-rm -rf $C && mkdir -p $C && cp -r emmy tools test lit.cfg.py pyproject.toml golden $C/
+#   bash docs/bench/residual-l2-prefetch-ab.sh        (about 7 minutes; logs in $OUT/pack.tgz)
+# The residual's L2 prefetch, on top of this tree's branch-free epilogue (its residual loads all
+# in flight at once, emmy::load_or), four trees each in its own process and kernel cache:
+#   A  this tree
+#   B  read-only-ldg-2026-12-07.patch: every load from an argument the kernel does not write goes
+#      through ld.global.nc explicitly (emmy::ldg, ldg_or). nvcc infers it from `const
+#      __restrict__` only while the pointer never reaches inline assembly, and the prefetch hands
+#      it to one: built on the CPU, the prefetching kernels lost .nc on the epilogue's loads (plain
+#      ld.global, which ptxas may not issue ahead of the stores) and fell from 91 to 74 registers
+#      at 3000 tokens; with ldg, 91 again. B alone should time as A.
+#   C  residual-l2-prefetch-2026-12-07.patch (B included): the thirty-first session's prefetch
+#      (commits 984599a, 0e32f20: each consumer thread starts one of the tile's residual rows on
+#      its way into L2 with a bulk prefetch), the k loop split in two around it instead of a branch
+#      in it, two k-steps before the end;
+#   D  the same eight k-steps before the end (6 MB of residual at 3000 tokens takes about 2 us to
+#      come from memory; two k-steps are about 1.3).
+# The projections alone at 512, 3000 (one wave) and 4096 tokens (where the old prefetch cost
+# 6-23%), A B C D twice, then the layer's GPU cases on C and D.
+. docs/bench/ab-tree.sh docs/bench/read-only-ldg-2026-12-07.patch
+tree() { rm -rf $1 && mkdir -p $1 && cp -r emmy tools test lit.cfg.py pyproject.toml golden $1/ && (cd $1 && git apply $2) > /tmp/logs/apply-$(basename $1).log 2>&1 || { echo "patch for $1 failed"; exit 1; }; }
 sed 's/^+EPILOGUE_PREFETCH_STEPS = 2$/+EPILOGUE_PREFETCH_STEPS = 8/' docs/bench/residual-l2-prefetch-2026-12-07.patch > /tmp/pf8.patch
-(cd $C && git apply /tmp/pf8.patch) > /tmp/logs/apply-c.log 2>&1 || { echo "patch C failed"; exit 1; }
+C=/tmp/c; D=/tmp/d
+tree $C $A/docs/bench/residual-l2-prefetch-2026-12-07.patch
+tree $D /tmp/pf8.patch
 PROJ="python3 tools/bench.py --target sm_90a --cases projections --layer-sizes 512,3000,4096 --contenders emmy,cublas --profile"
-step pf-a1 90 $A $PROJ
-step pf-b1 90 $B $PROJ
-step pf-c1 90 $C $PROJ
-step pf-a2 50 $A $PROJ
-step pf-b2 50 $B $PROJ
-step pf-c2 50 $C $PROJ
-step gpu-b 100 $B python3 -m pytest -q -p no:cacheprovider -m gpu test/pytest/test_gpu.py -k "layer_matches" -x
+for r in 1 2; do for t in $A $B $C $D; do step pf-$(basename $t)$r 80 $t $PROJ; done; done
 step gpu-c 100 $C python3 -m pytest -q -p no:cacheprovider -m gpu test/pytest/test_gpu.py -k "layer_matches" -x
+step gpu-d 100 $D python3 -m pytest -q -p no:cacheprovider -m gpu test/pytest/test_gpu.py -k "layer_matches" -x
