@@ -318,3 +318,57 @@ def test_generated_source_declares_nothing_it_does_not_use(model, tokens, pins, 
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "#177-D" not in done.stderr, done.stderr
+
+
+_MASKED = """
+builtin.module {
+  kernel.func @masked(%a: !kernel.ptr<i1>, %b: !kernel.ptr<i8>, %c: !kernel.ptr<f64>, %d: !kernel.ptr<bf16>,
+                      %e: !kernel.ptr<f32>, %o1: !kernel.ptr<i1>, %o8: !kernel.ptr<i8>, %o64: !kernel.ptr<f64>,
+                      %ob: !kernel.ptr<bf16>, %of: !kernel.ptr<f32>) grid [1, 1, 1] block [32, 1, 1] smem 0 {
+    %c4 = arith.constant 4 : index
+    %c8 = arith.constant 8 : index
+    %t = kernel.thread_id x
+    %ok = arith.cmpi ult, %t, %c4 : index
+    %i = arith.muli %t, %c8 : index
+    %j = arith.muli %t, %c4 : index
+    %va = kernel.load %a[%t] if %ok : !kernel.ptr<i1> -> i1
+    %vb = kernel.load %b[%t] if %ok : !kernel.ptr<i8> -> i8
+    %vc = kernel.load %c[%t] if %ok : !kernel.ptr<f64> -> f64
+    %vd = kernel.load %d[%i] if %ok : !kernel.ptr<bf16> -> vector<8xbf16>
+    %ve = kernel.load %e[%j] if %ok : !kernel.ptr<f32> -> vector<4xf32>
+    %vs = kernel.load %d[%t] if %ok : !kernel.ptr<bf16> -> bf16
+    %vf = kernel.load %e[%t] if %ok : !kernel.ptr<f32> -> f32
+    kernel.store %va, %o1[%t] if %ok : i1, !kernel.ptr<i1>
+    kernel.store %vb, %o8[%t] if %ok : i8, !kernel.ptr<i8>
+    kernel.store %vc, %o64[%t] if %ok : f64, !kernel.ptr<f64>
+    kernel.store %vd, %ob[%i] if %ok : vector<8xbf16>, !kernel.ptr<bf16>
+    kernel.store %ve, %of[%j] if %ok : vector<4xf32>, !kernel.ptr<f32>
+    kernel.store %vs, %ob[%t] if %ok : bf16, !kernel.ptr<bf16>
+    kernel.store %vf, %of[%t] if %ok : f32, !kernel.ptr<f32>
+  }
+  func.func @f(%a: tensor<32xi1>, %b: tensor<32xi8>, %c: tensor<32xf64>, %d: tensor<256xbf16>, %e: tensor<128xf32>)
+      -> (tensor<32xi1>, tensor<32xi8>, tensor<32xf64>, tensor<256xbf16>, tensor<128xf32>) {
+    %o1 = kernel.empty : tensor<32xi1>
+    %o8 = kernel.empty : tensor<32xi8>
+    %o64 = kernel.empty : tensor<32xf64>
+    %ob = kernel.empty : tensor<256xbf16>
+    %of = kernel.empty : tensor<128xf32>
+    kernel.launch @masked(%a, %b, %c, %d, %e, %o1, %o8, %o64, %ob, %of) : tensor<32xi1>, tensor<32xi8>, tensor<32xf64>,
+        tensor<256xbf16>, tensor<128xf32>, tensor<32xi1>, tensor<32xi8>, tensor<32xf64>, tensor<256xbf16>, tensor<128xf32>
+    func.return %o1, %o8, %o64, %ob, %of : tensor<32xi1>, tensor<32xi8>, tensor<32xf64>, tensor<256xbf16>, tensor<128xf32>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_masked_accesses_of_every_width_compile(tmp_path, arch):
+    """Masked loads and stores of 1 to 16 bytes (bool, i8, f64, bf16 and f32, scalar and vector)
+    as convert-kernel-to-cuda writes them (emmy::load_or, emmy::store_if: a predicated store for 2
+    to 16 bytes, the guarded store for one byte) build for both architectures."""
+    ctx = make_context()
+    module = parse_module(ctx, _MASKED, "masked.mlir")
+    run_passes(ctx, module, parse_pipeline("convert-kernel-to-cuda"))
+    source = launch_plan(module).source
+    assert source.count("emmy::store_if<") == 7 and source.count("emmy::load_or<") == 7
+    assert compile_source(source, arch, tmp_path).exists()

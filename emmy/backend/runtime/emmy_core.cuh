@@ -67,11 +67,13 @@ __device__ __forceinline__ V load_or(const E* base, int i, bool ok, V otherwise)
 // base[i] = v as a V where `ok`, as one predicated store (global memory: `base` is a kernel
 // argument) instead of a branch around it, so that a loop of guarded stores stays one block of
 // straight code and the loads of later iterations (load_or) can be issued before earlier stores.
+// Other sizes (a 1-byte bool or i8) keep the guarded store.
 template <class V, class E>
 __device__ __forceinline__ void store_if(E* base, int i, bool ok, const V& v) {
-  static_assert(sizeof(V) == 2 || sizeof(V) % 4 == 0, "emmy::store_if stores 2, 4, 8 or 16 bytes");
   E* const p = base + i;
-  if constexpr (sizeof(V) == 2) {
+  if constexpr (sizeof(V) != 2 && sizeof(V) != 4 && sizeof(V) != 8 && sizeof(V) != 16) {
+    if (ok) *reinterpret_cast<V*>(p) = v;
+  } else if constexpr (sizeof(V) == 2) {
     unsigned short w;
     __builtin_memcpy(&w, &v, 2);
     asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.b16 [%1], %2;\n}\n" ::"r"((int)ok), "l"(p), "h"(w)
@@ -87,7 +89,6 @@ __device__ __forceinline__ void store_if(E* base, int i, bool ok, const V& v) {
                    "r"(w[0]), "r"(w[1])
                    : "memory");
     } else {
-      static_assert(sizeof(V) == 16, "emmy::store_if stores 2, 4, 8 or 16 bytes");
       asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"((int)ok),
                    "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                    : "memory");
