@@ -3,6 +3,8 @@
     ncu --set full --import-source no -k 'regex:^o_proj_residual' -c 1 -o /tmp/r python3 ...
     ncu -i /tmp/r.ncu-rep --page source --csv --print-source sass > source.csv
     python3 docs/bench/ncu-stalls.py source.csv 0,2 25     # results 0 and 2, the top 25 instructions
+    python3 docs/bench/ncu-stalls.py source.csv 0 10 "DEPBAR.LE gsb0, 0x0"   # and the share from
+                                          # the last such instruction on (a wgmma kernel's epilogue)
 
 For each profiled result (in launch order): its stall samples by reason, then the instructions
 with the most samples, each with its execution count and main stall reasons (long_sb: waiting for
@@ -27,7 +29,7 @@ def results(path: str) -> list[dict]:
     return kern
 
 
-def main(path: str, which: str, top: int) -> None:
+def main(path: str, which: str, top: int, tail_from: str | None = None) -> None:
     kern = results(path)
     for idx in map(int, which.split(",")):
         k = kern[idx]
@@ -42,6 +44,12 @@ def main(path: str, which: str, top: int) -> None:
         n = sum(int(r[samples] or 0) for r in k["rows"])
         print(f"== result {idx}: {k['name']}, {len(k['rows'])} instructions, {n} samples")
         print("   " + ", ".join(f"{c[6:]}={v}" for c, v in tot.most_common(10)))
+        marks = [i for i, r in enumerate(k["rows"]) if tail_from and tail_from in r[1]]
+        if marks:
+            tail = k["rows"][marks[-1]:]
+            t = sum(int(r[samples] or 0) for r in tail)
+            lsb = sum(int(r[ix["stall_long_sb"]] or 0) for r in tail)
+            print(f"   from the last '{tail_from}' on: {t} samples ({100 * t / max(n, 1):.0f}%), {lsb} of them long_sb")
         for r in sorted(k["rows"], key=lambda r: -int(r[samples] or 0))[:top]:
             s = {c[6:]: int(r[ix[c]]) for c in stalls if r[ix[c]].isdigit() and r[ix[c]] != "0"}
             main4 = dict(sorted(s.items(), key=lambda x: -x[1])[:4])
@@ -49,4 +57,5 @@ def main(path: str, which: str, top: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "0", int(sys.argv[3]) if len(sys.argv) > 3 else 25)
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "0", int(sys.argv[3]) if len(sys.argv) > 3 else 25,
+         sys.argv[4] if len(sys.argv) > 4 else None)
