@@ -29,6 +29,11 @@ def results(path: str) -> list[dict]:
     return kern
 
 
+def _count(cell: str) -> int:
+    """A sample count of the CSV (empty or "-" where ncu has none)."""
+    return int(cell) if cell.isdigit() else 0
+
+
 def main(path: str, which: str, top: int, tail_from: str | None = None) -> None:
     kern = results(path)
     for idx in map(int, which.split(",")):
@@ -40,18 +45,18 @@ def main(path: str, which: str, top: int, tail_from: str | None = None) -> None:
         tot = collections.Counter()
         for r in k["rows"]:
             for c in stalls:
-                tot[c] += int(r[ix[c]] or 0) if r[ix[c]].isdigit() else 0
-        n = sum(int(r[samples] or 0) for r in k["rows"])
+                tot[c] += _count(r[ix[c]])
+        n = sum(_count(r[samples]) for r in k["rows"])
         print(f"== result {idx}: {k['name']}, {len(k['rows'])} instructions, {n} samples")
         print("   " + ", ".join(f"{c[6:]}={v}" for c, v in tot.most_common(10)))
         marks = [i for i, r in enumerate(k["rows"]) if tail_from and tail_from in r[1]]
         if marks:
             tail = k["rows"][marks[-1]:]
-            t = sum(int(r[samples] or 0) for r in tail)
-            lsb = sum(int(r[ix["stall_long_sb"]] or 0) for r in tail)
+            t = sum(_count(r[samples]) for r in tail)
+            lsb = sum(_count(r[ix["stall_long_sb"]]) for r in tail)
             print(f"   from the last '{tail_from}' on: {t} samples ({100 * t / max(n, 1):.0f}%), {lsb} of them long_sb")
-        for r in sorted(k["rows"], key=lambda r: -int(r[samples] or 0))[:top]:
-            s = {c[6:]: int(r[ix[c]]) for c in stalls if r[ix[c]].isdigit() and r[ix[c]] != "0"}
+        for r in sorted(k["rows"], key=lambda r: -_count(r[samples]))[:top]:
+            s = {c[6:]: _count(r[ix[c]]) for c in stalls if _count(r[ix[c]])}
             main4 = dict(sorted(s.items(), key=lambda x: -x[1])[:4])
             print(f"   {r[samples]:>6} {r[1].strip()[:70]:70} exec={r[ix['Instructions Executed']]} {main4}")
 
