@@ -24,7 +24,7 @@ from emmy.schedule.space import candidate_facts
 from emmy.targets import get_target
 from emmy.tuning.knobs import knob_space_for
 from emmy.tuning.legality import check
-from test_lowering import gate_up, kernel_funcs, lower, rmsnorm_matmul
+from tile_examples import gate_up, kernel_funcs, lower, rmsnorm_matmul
 from test_schedule_plan import PIN_SETS as EXAMPLE_PINS
 from test_schedule_plan import QKV as EXAMPLE_QKV
 from test_schedule_plan import kernels as example_kernels

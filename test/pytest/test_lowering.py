@@ -1,284 +1,23 @@
-"""Kernel builders (emmy/lowering), convert-tile-to-kernel, convert-kernel-to-cuda and the launch
-plan, on hand-written tile IR (no GPU, no nvcc: see test_nvcc.py for compiling the output)."""
+"""Kernel builders (emmy/lowering) and convert-tile-to-kernel on hand-written tile IR: contraction
+workers, pipelines, epilogues and their errors, elementwise and reduction kernels (no GPU, no
+nvcc: test_nvcc.py compiles the output; test_tile_order.py and test_launch_plan.py hold the
+tile order and the cuda stage)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import VectorType, bf16, f32
+from xdsl.dialects.builtin import VectorType
 
 import loop_examples as L
 from emmy.backend.plan import cuda_source, launch_plan
-from emmy.context import make_context
 from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
-from emmy.ir_io import parse_module, parse_pipeline, print_module, run_passes
-
-ROOT = Path(__file__).resolve().parents[2]
-LOWER = "convert-tile-to-kernel,convert-kernel-to-cuda"
-
-
-# ---------------------------------------------------------------------------------------------
-# Hand-written tile IR
-# ---------------------------------------------------------------------------------------------
-
-
-def _knobs(values: dict) -> str:
-    domains = {
-        "block_m": "[16, 32, 64, 128, 192, 256]", "block_n": "[16, 32, 64, 96, 112, 128, 160, 192, 256]",
-        "block_k": "[16, 32, 64, 128]", "split_k": "[1, 2, 3, 4, 8, 16]", "stages": "[1, 2, 3, 4, 5, 6, 8, 12, 16]",
-        "workers": '["thread", "mma_sync", "wgmma", "wgmma_ws"]', "warps": "[1, 2, 4, 8, 12, 16]",
-        "vector": "[1, 2, 4, 8]", "fusion": '["fused", "split"]', "threads": "[32, 64, 128, 256, 512, 1024]",
-        "rows_per_block": "[1, 2, 4, 8, 16]", "items": "[1, 2, 4, 8]", "schedule": '["grid", "persistent", "stream_k"]',
-        "copy": '["cp_async", "tma"]', "cluster": "[1, 2]", "epilogue": '["together", "staggered", "pingpong"]',
-        "combine": '["kernel", "last_block"]', "group_m": "[1, 2, 4, 8, 16, 32]",
-        "split_tail": "[1, 2, 3, 4, 8]", "slices": '["rows", "cols"]',
-    }
-    parts = []
-    for k, v in values.items():
-        val = f'"{v}"' if isinstance(v, str) else str(v)
-        parts.append(f'{k} = #tile.knob<"{k}", {domains[k]} = {val}, "pinned", "test">')
-    return "{" + ", ".join(parts) + "}"
-
-
-def rmsnorm_matmul(M=64, N=64, K=128, target="sm_90a", name="rms_norm_qkv_proj", factored=False, g_role="param", **knobs) -> str:
-    """RMSNorm (HF rounding points) fused into x @ w^T: a prologue row reduction, an A side
-    computed from x, the row statistic and the norm weight, B a plain weight load. With
-    `factored`, loop-fuse's form instead: A = g * x in f32 and the row scale rstd in the
-    epilogue."""
-    k = dict(block_m=64, block_n=64, block_k=64, split_k=1, stages=2, workers="mma_sync", warps=4, vector=8, fusion="fused")
-    k.update(knobs)
-    if factored:
-        a_side = """%gf = arith.extf %g : bf16 to f32
-        %a2f = arith.extf %a2 : bf16 to f32
-        %hf = arith.mulf %gf, %a2f : f32"""
-        out = """%y = arith.mulf %acc, %r : f32
-      %o = arith.truncf %y : f32 to bf16"""
-    else:
-        a_side = """%a2f = arith.extf %a2 : bf16 to f32
-        %xr = arith.mulf %a2f, %r : f32
-        %xrb = arith.truncf %xr : f32 to bf16
-        %h = arith.mulf %g, %xrb : bf16
-        %hf = arith.extf %h : bf16 to f32"""
-        out = "%o = arith.truncf %acc : f32 to bf16"
-    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
-  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %nw: tensor<{K}xbf16> {{emmy.name = "norm.weight", emmy.role = "{g_role}"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "proj.weight", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
-    %out = tile.kernel @{name} kind "contraction" axes [m = {M}, n = {N}, k = {K}] knobs {_knobs(k)}
-        ins(%x, %nw, %w : tensor<{M}x{K}xbf16>, tensor<{K}xbf16>, tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> attributes {{emmy.fusion = "fused"}} {{
-    ^bb0(%xa: tensor<{M}x{K}xbf16>, %nwa: tensor<{K}xbf16>, %wa: tensor<{N}x{K}xbf16>):
-      %m = loop.axis "m" : index
-      %n = loop.axis "n" : index
-      %ss = loop.reduce sum ["k"] : f32 {{
-        %k = loop.axis "k" : index
-        %a = loop.load %xa[%m, %k] : tensor<{M}x{K}xbf16> -> bf16
-        %af = arith.extf %a : bf16 to f32
-        %sq = arith.mulf %af, %af : f32
-        loop.yield %sq : f32
-      }}
-      %inv = arith.constant {1.0 / K:e} : f32
-      %eps = arith.constant 1.0e-06 : f32
-      %mean = arith.mulf %ss, %inv : f32
-      %v = arith.addf %mean, %eps : f32
-      %r = math.rsqrt %v : f32
-      %acc = loop.reduce sum ["k"] : f32 {{
-        %k2 = loop.axis "k" : index
-        %a2 = loop.load %xa[%m, %k2] : tensor<{M}x{K}xbf16> -> bf16
-        %g = loop.load %nwa[%k2] : tensor<{K}xbf16> -> bf16
-        %b = loop.load %wa[%n, %k2] : tensor<{N}x{K}xbf16> -> bf16
-        {a_side}
-        %bf = arith.extf %b : bf16 to f32
-        %p = arith.mulf %hf, %bf : f32
-        loop.yield %p : f32
-      }}
-      {out}
-      loop.store %o, 0 [%m, %n] : bf16
-      loop.yield
-    }}
-    func.return %out : tensor<{M}x{N}xbf16>
-  }}
-}}
-"""
-
-
-def gate_up(M=48, N=96, K=128, target="sm_90a", **knobs) -> str:
-    """SiLU(x @ wg^T) * (x @ wu^T) with gate and up rows of one concatenated weight: a dual
-    contraction sharing A, B rows n and n + N, the epilogue combining both."""
-    k = dict(block_m=64, block_n=32, block_k=32, split_k=1, stages=3, workers="mma_sync", warps=4, vector=8)
-    k.update(knobs)
-    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
-  func.func @f(%x: tensor<{M}x{K}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %w: tensor<{2 * N}x{K}xbf16> {{emmy.name = "gate_up.weight", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
-    %out = tile.kernel @gate_up_silu kind "contraction" axes [m = {M}, n = {N}, k = {K}] knobs {_knobs(k)}
-        ins(%x, %w : tensor<{M}x{K}xbf16>, tensor<{2 * N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> {{
-    ^bb0(%xa: tensor<{M}x{K}xbf16>, %wa: tensor<{2 * N}x{K}xbf16>):
-      %m = loop.axis "m" : index
-      %n = loop.axis "n" : index
-      %gate = loop.reduce sum ["k"] : f32 {{
-        %k = loop.axis "k" : index
-        %a = loop.load %xa[%m, %k] : tensor<{M}x{K}xbf16> -> bf16
-        %b = loop.load %wa[%n, %k] : tensor<{2 * N}x{K}xbf16> -> bf16
-        %af = arith.extf %a : bf16 to f32
-        %bf = arith.extf %b : bf16 to f32
-        %p = arith.mulf %af, %bf : f32
-        loop.yield %p : f32
-      }}
-      %up = loop.reduce sum ["k"] : f32 {{
-        %k2 = loop.axis "k" : index
-        %cN = arith.constant {N} : index
-        %n2 = arith.addi %n, %cN : index
-        %a2 = loop.load %xa[%m, %k2] : tensor<{M}x{K}xbf16> -> bf16
-        %b2 = loop.load %wa[%n2, %k2] : tensor<{2 * N}x{K}xbf16> -> bf16
-        %af2 = arith.extf %a2 : bf16 to f32
-        %bf2 = arith.extf %b2 : bf16 to f32
-        %p2 = arith.mulf %af2, %bf2 : f32
-        loop.yield %p2 : f32
-      }}
-      %ng = arith.negf %gate : f32
-      %e = math.exp %ng : f32
-      %one = arith.constant 1.0 : f32
-      %d = arith.addf %e, %one : f32
-      %s = arith.divf %gate, %d : f32
-      %y = arith.mulf %s, %up : f32
-      %o = arith.truncf %y : f32 to bf16
-      loop.store %o, 0 [%m, %n] : bf16
-      loop.yield
-    }}
-    func.return %out : tensor<{M}x{N}xbf16>
-  }}
-}}
-"""
-
-
-def heads_matmul_residual(S=40, H=4, D=64, N=72, target="sm_90", f32_add=False, **knobs) -> str:
-    """o_proj style: A read from a [1, H, S, D] tensor with k = h * D + d (div/rem by D), plus a
-    residual add in the epilogue: to the product rounded to bf16 (as PyTorch's bf16 linear then
-    add), or with `f32_add` to the f32 accumulator, rounded after."""
-    K = H * D
-    if f32_add:
-        add = """%rf = arith.extf %rv : bf16 to f32
-      %yf = arith.addf %acc, %rf : f32
-      %y = arith.truncf %yf : f32 to bf16"""
-    else:
-        add = """%t = arith.truncf %acc : f32 to bf16
-      %y = arith.addf %rv, %t : bf16"""
-    k = dict(block_m=32, block_n=32, block_k=32, split_k=1, stages=2, workers="mma_sync", warps=2, vector=8)
-    k.update(knobs)
-    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
-  func.func @f(%res: tensor<1x{S}x{N}xbf16> {{emmy.name = "residual", emmy.role = "input"}}, %w: tensor<{N}x{K}xbf16> {{emmy.name = "o.weight", emmy.role = "param"}}, %attn: tensor<1x{H}x{S}x{D}xbf16> {{emmy.name = "attn", emmy.role = "input"}}) -> tensor<1x{S}x{N}xbf16> {{
-    %out = tile.kernel @o_proj_residual kind "contraction" axes [m = {S}, n = {N}, k = {K}] knobs {_knobs(k)}
-        ins(%res, %w, %attn : tensor<1x{S}x{N}xbf16>, tensor<{N}x{K}xbf16>, tensor<1x{H}x{S}x{D}xbf16>) -> tensor<1x{S}x{N}xbf16> {{
-    ^bb0(%r0: tensor<1x{S}x{N}xbf16>, %w0: tensor<{N}x{K}xbf16>, %a0: tensor<1x{H}x{S}x{D}xbf16>):
-      %c0 = arith.constant 0 : index
-      %m = loop.axis "m" : index
-      %n = loop.axis "n" : index
-      %rv = loop.load %r0[%c0, %m, %n] : tensor<1x{S}x{N}xbf16> -> bf16
-      %cD = arith.constant {D} : index
-      %acc = loop.reduce sum ["k"] : f32 {{
-        %k = loop.axis "k" : index
-        %h = arith.divui %k, %cD : index
-        %d = arith.remui %k, %cD : index
-        %a = loop.load %a0[%c0, %h, %m, %d] : tensor<1x{H}x{S}x{D}xbf16> -> bf16
-        %b = loop.load %w0[%n, %k] : tensor<{N}x{K}xbf16> -> bf16
-        %af = arith.extf %a : bf16 to f32
-        %bf = arith.extf %b : bf16 to f32
-        %p = arith.mulf %af, %bf : f32
-        loop.yield %p : f32
-      }}
-      {add}
-      loop.store %y, 0 [%c0, %m, %n] : bf16
-      loop.yield
-    }}
-    func.return %out : tensor<1x{S}x{N}xbf16>
-  }}
-}}
-"""
-
-
-def silu_mul(M=7, N=3072, target="sm_90", **knobs) -> str:
-    k = dict(threads=128, vector=8, items=2)
-    k.update(knobs)
-    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
-  func.func @f(%g: tensor<{M}x{2 * N}xbf16> {{emmy.name = "g", emmy.role = "input"}}) -> tensor<{M}x{N}xbf16> {{
-    %y = tile.kernel @silu_mul kind "elementwise" axes [m = {M}, n = {N}] knobs {_knobs(k)}
-        ins(%g : tensor<{M}x{2 * N}xbf16>) -> tensor<{M}x{N}xbf16> {{
-    ^bb0(%ga: tensor<{M}x{2 * N}xbf16>):
-      %m = loop.axis "m" : index
-      %n = loop.axis "n" : index
-      %cN = arith.constant {N} : index
-      %n2 = arith.addi %n, %cN : index
-      %a = loop.load %ga[%m, %n] : tensor<{M}x{2 * N}xbf16> -> bf16
-      %b = loop.load %ga[%m, %n2] : tensor<{M}x{2 * N}xbf16> -> bf16
-      %af = arith.extf %a : bf16 to f32
-      %bf = arith.extf %b : bf16 to f32
-      %ng = arith.negf %af : f32
-      %e = math.exp %ng : f32
-      %one = arith.constant 1.0 : f32
-      %d = arith.addf %e, %one : f32
-      %s = arith.divf %af, %d : f32
-      %p = arith.mulf %s, %bf : f32
-      %r = arith.truncf %p : f32 to bf16
-      loop.store %r, 0 [%m, %n] : bf16
-      loop.yield
-    }}
-    func.return %y : tensor<{M}x{N}xbf16>
-  }}
-}}
-"""
-
-
-def rms_norm(M=7, N=1024, target="sm_90", **knobs) -> str:
-    k = dict(rows_per_block=2, threads=256, vector=8)
-    k.update(knobs)
-    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
-  func.func @f(%x: tensor<{M}x{N}xbf16> {{emmy.name = "x", emmy.role = "input"}}, %w: tensor<{N}xbf16> {{emmy.name = "w", emmy.role = "param"}}) -> tensor<{M}x{N}xbf16> {{
-    %y = tile.kernel @rms_norm kind "reduction" axes [m = {M}, n = {N}, k = {N}] knobs {_knobs(k)}
-        ins(%x, %w : tensor<{M}x{N}xbf16>, tensor<{N}xbf16>) -> tensor<{M}x{N}xbf16> {{
-    ^bb0(%xa: tensor<{M}x{N}xbf16>, %wa: tensor<{N}xbf16>):
-      %m = loop.axis "m" : index
-      %n = loop.axis "n" : index
-      %ss = loop.reduce sum ["k"] : f32 {{
-        %k = loop.axis "k" : index
-        %a = loop.load %xa[%m, %k] : tensor<{M}x{N}xbf16> -> bf16
-        %af = arith.extf %a : bf16 to f32
-        %sq = arith.mulf %af, %af : f32
-        loop.yield %sq : f32
-      }}
-      %inv = arith.constant {1.0 / N:e} : f32
-      %eps = arith.constant 1.0e-06 : f32
-      %ms = arith.mulf %ss, %inv : f32
-      %v = arith.addf %ms, %eps : f32
-      %r = math.rsqrt %v : f32
-      %xn = loop.load %xa[%m, %n] : tensor<{M}x{N}xbf16> -> bf16
-      %xf = arith.extf %xn : bf16 to f32
-      %h = arith.mulf %xf, %r : f32
-      %hb = arith.truncf %h : f32 to bf16
-      %wn = loop.load %wa[%n] : tensor<{N}xbf16> -> bf16
-      %o = arith.mulf %wn, %hb : bf16
-      loop.store %o, 0 [%m, %n] : bf16
-      loop.yield
-    }}
-    func.return %y : tensor<{M}x{N}xbf16>
-  }}
-}}
-"""
-
-
-def lower(text: str, passes: str = LOWER):
-    ctx = make_context()
-    module = parse_module(ctx, text, "test.mlir")
-    run_passes(ctx, module, parse_pipeline(passes))
-    return module
-
-
-def kernel_funcs(module) -> dict[str, K.KernelFuncOp]:
-    return {op.sym_name.data: op for op in module.body.block.ops if isinstance(op, K.KernelFuncOp)}
-
-
-def callees(func: K.KernelFuncOp) -> list[str]:
-    return [op.callee.data for op in func.walk() if isinstance(op, K.CallOp)]
+from emmy.ir_io import print_module
+from tile_examples import LOWER, callees, example_plan, example_trace, gate_up, heads_matmul_residual, kernel_funcs, lower, rms_norm, rmsnorm_matmul, silu_mul, weighted_norm_matmul
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,14 +173,6 @@ def test_warp_specialized_pipeline(stages):
     assert len(loops) == 2  # the producer's and the consumers'
     for loop in loops:
         assert not any(isinstance(op, K.BarrierOp) for op in loop.walk())
-
-
-def weighted_norm_matmul(M=200, N=256, K=1024, **knobs) -> str:
-    """The factored RMSNorm projection (A = g * x, rstd in the epilogue) with the norm weight g
-    an input, so loop-hoist-params leaves it in A; wgmma_ws 128x128 tiles."""
-    k = dict(block_m=128, block_n=128, stages=4, workers="wgmma_ws", warps=8)
-    k.update(knobs)
-    return rmsnorm_matmul(M, N, K, name="norm_proj", factored=True, g_role="input", **k)
 
 
 def test_producer_sums_the_statistics_of_an_a_side_computed_from_two_tensors():
@@ -740,230 +471,6 @@ def test_cluster_pairs_along_n_multicast_their_a_slices():
         lower(heads_matmul_residual(**dict(knobs, N=640)), "convert-tile-to-kernel")
 
 
-# the index arithmetic of a kernel's tile order, evaluated on the CPU
-_FOLD = {"arith.addi": int.__add__, "arith.subi": int.__sub__, "arith.muli": int.__mul__,
-         "arith.divui": int.__floordiv__, "arith.remui": int.__mod__, "arith.minsi": min, "arith.maxsi": max}
-
-
-def _block_id(op, bx: int, by: int) -> int:
-    return {"#kernel<dim x>": bx, "#kernel<dim y>": by}[str(op.properties["dim"])]
-
-
-def _grid_origins(f) -> dict[tuple[int, int], tuple[int, int]]:
-    """(m0, n0) of every block (blockIdx.x, blockIdx.y) of a schedule = grid kernel: the index
-    arithmetic before its first loop, evaluated."""
-    gx, gy, _ = f.grid_dims
-    out = {}
-    for bx in range(gx):
-        for by in range(gy):
-            env, found = {}, {}
-            for op in f.body.block.ops:
-                if op.name == "arith.constant" and hasattr(op.value, "value"):
-                    env[op.result] = op.value.value.data
-                elif op.name == "kernel.block_id":
-                    env[op.results[0]] = _block_id(op, bx, by)
-                elif op.name in _FOLD:
-                    env[op.result] = _FOLD[op.name](env[op.operands[0]], env[op.operands[1]])
-                    if op.result.name_hint in ("m0", "n0"):
-                        found[op.result.name_hint] = env[op.result]
-                elif op.name.startswith(("scf.", "kernel.for", "kernel.if")):
-                    break
-            out[bx, by] = (found["m0"], found["n0"])
-    return out
-
-
-def test_pairs_along_n_cover_every_tile_once():
-    """Pairs along n (slices = cols, cluster = 2): the two blocks of a cluster (neighbours along
-    x) take neighbouring column tiles of one row tile, in the plain order and in groups of row
-    tiles; every tile once. (Pairs along m: neighbours along y, one column tile.)"""
-    knobs = dict(S=1000, H=16, D=128, N=1024, target="sm_90a", workers="wgmma_ws", block_m=192, block_n=128,
-                 block_k=64, warps=8, stages=5, copy="tma", slices="cols", cluster=2)
-    every = {(m * 192, n * 128) for m in range(6) for n in range(8)}
-    for group in (1, 2, 4):
-        f = kernel_funcs(lower(heads_matmul_residual(**knobs, group_m=group), "convert-tile-to-kernel"))["o_proj_residual"]
-        origins = _grid_origins(f)
-        assert sorted(origins.values()) == sorted(every), group
-        for (bx, by), (m0, n0) in origins.items():
-            mate = origins[bx ^ 1, by]
-            assert mate[0] == m0 and abs(mate[1] - n0) == 128 and min(mate[1], n0) % 256 == 0
-    rows = kernel_funcs(lower(heads_matmul_residual(**dict(knobs, slices="rows", warps=12), group_m=4),
-                              "convert-tile-to-kernel"))["o_proj_residual"]
-    origins = _grid_origins(rows)
-    assert sorted(origins.values()) == sorted(every)
-    assert all(origins[bx, by ^ 1][1] == n0 and abs(origins[bx, by ^ 1][0] - m0) == 192
-               for (bx, by), (m0, n0) in origins.items())
-
-
-def _persistent_origins(f) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """(m0, n0) of the tiles each block (blockIdx.x, blockIdx.y) of a persistent kernel takes, in
-    order: the first tile loop (the producer's) run on the index arithmetic of its body."""
-    loop = next(op for op in f.walk() if op.name == "kernel.for")
-    gx, gy, _ = f.grid_dims
-    out = {}
-    for bx in range(gx):
-        for by in range(gy):
-            env = {}
-            for op in f.walk():
-                if op is loop:
-                    break
-                if op.name == "arith.constant" and hasattr(op.value, "value"):
-                    env[op.result] = op.value.value.data
-                elif op.name == "kernel.block_id":
-                    env[op.results[0]] = _block_id(op, bx, by)
-            lo, hi, step = (env[v] for v in loop.operands)
-            tiles = []
-            for t in range(lo, hi, step):
-                env[loop.regions[0].block.args[0]] = t
-                found = {}
-                for op in loop.regions[0].block.ops:
-                    if op.name == "kernel.block_id":
-                        env[op.results[0]] = _block_id(op, bx, by)
-                    elif op.name in _FOLD and all(o in env for o in op.operands):
-                        env[op.result] = _FOLD[op.name](env[op.operands[0]], env[op.operands[1]])
-                        if op.result.name_hint in ("m0", "n0"):
-                            found[op.result.name_hint] = env[op.result]
-                tiles.append((found["m0"], found["n0"]))
-            out[bx, by] = tiles
-    return out
-
-
-def test_persistent_pairs_along_n_take_every_tile_once():
-    """Persistent pairs along n: the cluster's two blocks (blockIdx.y 0 and 1) loop over the same
-    pairs, each taking its column of the pair; every tile once, in groups of row tiles or not."""
-    knobs = dict(S=3000, H=16, D=128, N=1024, target="sm_90a", workers="wgmma_ws", block_m=64, block_n=128,
-                 block_k=64, warps=8, stages=4, copy="tma", slices="cols", cluster=2, schedule="persistent")
-    every = sorted((m * 64, n * 128) for m in range(47) for n in range(8))  # 188 pairs, 2 to 3 a cluster
-    for group in (1, 4):
-        f = kernel_funcs(lower(heads_matmul_residual(**knobs, group_m=group), "convert-tile-to-kernel"))["o_proj_residual"]
-        assert f.grid_dims == (66, 2, 1)
-        origins = _persistent_origins(f)
-        assert sorted(t for tiles in origins.values() for t in tiles) == every, group
-        for (bx, by), tiles in origins.items():
-            mates = origins[bx, by ^ 1]
-            assert [m for m, _ in tiles] == [m for m, _ in mates]
-            assert all(abs(n - o) == 128 and min(n, o) % 256 == 0 for (_, n), (_, o) in zip(tiles, mates))
-
-
-def _tile_origin_ops(f) -> list[str]:
-    """The arith ops between the block ids and the first loop: how a block finds its tile."""
-    names = []
-    for op in f.body.block.ops:
-        if op.name in ("scf.for", "scf.if"):
-            break
-        if op.name.startswith("arith.") and op.name != "arith.constant":
-            names.append(op.name)
-    return names
-
-
-def test_group_m_orders_tiles_in_groups_of_rows():
-    """group_m beyond the cluster: the block's place in launch order (blockIdx.x along n first)
-    becomes the tile of the grouped order; with clusters the order runs over clusters and the
-    block's rank among them picks its row. group_m = cluster keeps blockIdx.y and blockIdx.x."""
-    plain = kernel_funcs(lower(weighted_norm_matmul(M=1000, N=512, copy="tma"), "convert-tile-to-kernel"))["norm_proj"]
-    grouped = kernel_funcs(lower(weighted_norm_matmul(M=1000, N=512, copy="tma", group_m=4), "convert-tile-to-kernel"))["norm_proj"]
-    assert plain.grid_dims == grouped.grid_dims == (4, 8, 1)
-    assert "arith.divui" not in _tile_origin_ops(plain)
-    # 8 row tiles in groups of 4: constant group size, no min
-    ops = _tile_origin_ops(grouped)
-    assert ops.count("arith.divui") >= 2 and ops.count("arith.remui") >= 1 and "arith.minsi" not in ops
-    # 6 row tiles in groups of 4: the last group has 2 rows
-    ragged = kernel_funcs(lower(weighted_norm_matmul(M=700, N=512, copy="tma", group_m=4), "convert-tile-to-kernel"))
-    assert "arith.minsi" in _tile_origin_ops(ragged["norm_proj"])
-    pairs = kernel_funcs(lower(weighted_norm_matmul(M=1000, N=512, copy="tma", cluster=2, group_m=8), "convert-tile-to-kernel"))
-    assert pairs["norm_proj"].cluster_dims == (1, 2, 1)
-    # persistent blocks: the same arithmetic on the loop's tile index
-    def persistent(**k):
-        (f,) = kernel_funcs(lower(weighted_norm_matmul(M=2000, N=512, K=256, schedule="persistent", **k),
-                                  "convert-tile-to-kernel")).values()
-        return [op.name for op in f.walk()]
-
-    # (one more division and remainder in each of the producer's and the consumers' loops)
-    along_n, in_groups = persistent(), persistent(group_m=8)
-    assert in_groups.count("arith.divui") == along_n.count("arith.divui") + 2
-    assert in_groups.count("arith.remui") == along_n.count("arith.remui") + 2
-
-
-def test_split_tail_is_a_second_launch_for_the_last_tiles():
-    """split_tail=4 on 16 x 9 = 144 tiles: the first 132 as one launch, a tile per block along
-    n; the last 12 as `<name>_tail`, 12 x 4 blocks, the last of each tile's four adding the
-    parts (its own workspace for 12 tiles, zeroed counters)."""
-    text = weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, split_tail=4, fusion="split")
-    module = lower(text, "convert-tile-to-kernel")
-    funcs = kernel_funcs(module)
-    assert list(funcs) == ["norm_proj_stats", "norm_proj", "norm_proj_tail"]  # one statistics kernel for both
-    assert funcs["norm_proj"].grid_dims == (132, 1, 1)
-    assert funcs["norm_proj_tail"].grid_dims == (12, 1, 4)
-    assert "emmy::split_ticket" in callees(funcs["norm_proj_tail"])
-    assert "emmy::split_ticket" not in callees(funcs["norm_proj"])
-    source = launch_plan(lower(text)).source
-    assert "norm_proj_tail<<<" in source or "norm_proj_tail" in source
-    with pytest.raises(EmmyError, match="split_tail=4: 72 tiles on 132 SMs leave no partial wave behind a full one"):
-        lower(weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=256, split_tail=4, fusion="split"), "convert-tile-to-kernel")
-    with pytest.raises(EmmyError, match="split_tail=2 needs split_k=1, schedule=grid, cluster=1 and no batch axes"):
-        lower(weighted_norm_matmul(M=1100, N=2048, K=1024, split_tail=2, split_k=2), "convert-tile-to-kernel")
-    with pytest.raises(EmmyError, match="split_tail=2 needs fusion=split"):
-        lower(weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, split_tail=2), "convert-tile-to-kernel")
-
-
-def test_stream_k_shares_tiles_among_one_block_per_sm():
-    """schedule=stream_k on 9 x 8 = 72 tiles of 128x128 with 16 k-steps: 1152 steps on 132
-    blocks (8 or 9 each), so every tile falls to two or three consecutive blocks. One launch of
-    132 blocks, zeroed counters (2 per tile), a workspace of two slots per block (the run's
-    first tile and its last), and the last block of a shared tile adding at most 3 parts."""
-    from emmy.tuning.knobs import stream_k_runs
-
-    runs = stream_k_runs(72, 16, 132)
-    assert [len(r) for r in runs[:4]] == [2, 3, 3, 3] and max(map(len, runs)) == 3
-    assert all(r[0][0] == 0 and r[-1][1] == 16 for r in runs)  # each tile's steps, in order
-    assert all(a[1] == b[0] for r in runs for a, b in zip(r, r[1:]))
-    assert stream_k_runs(2, 4, 132) == [[(i, i + 1) for i in range(4)]] * 2  # fewer steps than SMs
-    # 300 tiles: the first wave's 132 whole, one to a block; the other 168 tiles' 16 steps shared
-    # out (20 or 21 steps per block), at most two blocks to a tile
-    hybrid = stream_k_runs(300, 16, 132)
-    assert hybrid[:132] == [[(0, 16)]] * 132 and hybrid[132] == [(0, 16)] and hybrid[133] == [(0, 4), (4, 16)]
-    assert max(map(len, hybrid)) == 2 and sum(hi - lo for r in hybrid for lo, hi in r) == 300 * 16
-    text = weighted_norm_matmul(M=1100, N=1024, K=1024, copy="tma", schedule="stream_k", fusion="split")
-    module = lower(text, "convert-tile-to-kernel")
-    funcs = kernel_funcs(module)
-    assert list(funcs) == ["norm_proj_stats", "norm_proj"]
-    f = funcs["norm_proj"]
-    assert f.grid_dims == (132, 1, 1)
-    assert callees(f).count("emmy::split_ticket") == 1
-    empties = {op.result.name_hint: op.result.type for op in module.walk() if isinstance(op, K.EmptyOp) and op.zeroed}
-    assert [t.get_shape() for t in empties.values()] == [(144,)]
-    ws = [op.result.type.get_shape() for op in module.walk() if isinstance(op, K.EmptyOp) and not op.zeroed
-          and op.result.type.element_type == f32]
-    assert (264, 1, 128 * 128) in ws
-    # both roles loop over the block's tiles; the consumers' loads of up to 3 parts
-    loads = [op for op in f.walk() if isinstance(op, K.CallOp) and op.callee.data.startswith("emmy::load_cg")]
-    assert len(loads) == 3
-
-
-def test_stream_k_whole_waves_first():
-    """300 tiles of 128x128 over 16 k-steps: each block takes its whole tile of the first wave
-    (a loop from blockIdx.x below 132, stored as usual), then its run of the other 168 tiles'
-    steps; the tickets only in the second loop."""
-    text = weighted_norm_matmul(M=2400, N=2048, K=1024, copy="tma", schedule="stream_k", fusion="split")
-    f = kernel_funcs(lower(text, "convert-tile-to-kernel"))["norm_proj"]
-    assert f.grid_dims == (132, 1, 1)
-    loops = [op for op in f.walk() if isinstance(op, K.ForOp) and op.body.block.args[0].name_hint == "t"]
-    assert len(loops) == 4  # whole tiles, then runs: the producer's and the consumers'
-    tickets = [op for op in loops[3].walk() if isinstance(op, K.CallOp) and op.callee.data == "emmy::split_ticket"]
-    assert len(tickets) == 1
-    assert not any(isinstance(op, K.CallOp) and op.callee.data == "emmy::split_ticket" for op in loops[2].walk())
-
-
-def test_stream_k_errors():
-    with pytest.raises(EmmyError, match="schedule=stream_k needs workers=wgmma_ws"):
-        lower(rmsnorm_matmul(M=256, workers="wgmma", warps=4, schedule="stream_k", fusion="split"), "convert-tile-to-kernel")
-    with pytest.raises(EmmyError, match="schedule=stream_k needs split_k=1"):
-        lower(weighted_norm_matmul(schedule="stream_k", split_k=2, fusion="split"), "convert-tile-to-kernel")
-    with pytest.raises(EmmyError, match="schedule=stream_k needs fusion=split"):
-        lower(weighted_norm_matmul(schedule="stream_k"), "convert-tile-to-kernel")
-    with pytest.raises(EmmyError, match="schedule=stream_k needs cluster=1, group_m=1 and epilogue=together"):
-        lower(weighted_norm_matmul(M=1000, copy="tma", schedule="stream_k", fusion="split", group_m=4), "convert-tile-to-kernel")
-
-
 def test_cluster_errors():
     with pytest.raises(EmmyError, match="cluster=2 needs copy=tma"):
         lower(weighted_norm_matmul(M=500, cluster=2), "convert-tile-to-kernel")
@@ -989,7 +496,7 @@ def test_warp_specialized_sums_statistics_from_the_a_tiles():
     pins = ("*.workers=wgmma_ws", "*.block_m=128", "*.block_n=128", "*.warps=8", "*.split_k=1", "*.fusion=fused")
     opts = CompileOptions(model="example", layer=0, tokens=200, target="sm_90a", pins=pins,
                           stop_after="kernel")
-    module = compile_traced(_example_trace(200), opts).module
+    module = compile_traced(example_trace(200), opts).module
     funcs = kernel_funcs(module)
     forward = [n for n in funcs if not n.startswith("rms_norm_qkv_proj_weights")]
     assert forward == ["rms_norm_qkv_proj"]  # q, and k with v: two parts side by side, one launch
@@ -1004,35 +511,12 @@ def test_warp_specialized_sums_statistics_from_the_a_tiles():
     assert all(n.startswith("rms_norm_qkv_proj_weights") for n, ph in launches if ph)
 
 
-def _example_trace(tokens: int):
-    """The running example (tools/running_example.py) traced at `tokens` rows."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from running_example import make
-
-    from emmy.frontend.models import ModelSource
-    from emmy.frontend.trace import trace_layer
-
-    src = ModelSource(spec="running_example.py:make", kind="factory", model_id="example", factory=lambda: make(tokens))
-    return trace_layer(src, 0, tokens)
-
-
-def _example_plan(tokens: int, pins=()):
-    """The launch plan of the running example at `tokens` rows on sm_90a, with `pins`."""
-    from emmy.backend.plan import launch_plan
-    from emmy.driver import CompileOptions, compile_traced
-
-    opts = CompileOptions(model="example", layer=0, tokens=tokens, target="sm_90a", pins=tuple(pins))
-    return launch_plan(compile_traced(_example_trace(tokens), opts).module)
-
-
 def test_one_trace_compiles_again_with_other_pins():
     """compile_traced lowers a copy: the trace stays at the torch stage and compiles again (the
     benchmark's variants compile one trace several times)."""
     from emmy.driver import CompileOptions, compile_traced
 
-    traced = _example_trace(64)
+    traced = example_trace(64)
     before = print_module(traced.module)
     first = compile_traced(traced, CompileOptions(model="example", tokens=64, target="sm_90a"))
     second = compile_traced(traced, CompileOptions(model="example", tokens=64, target="sm_90a",
@@ -1055,7 +539,7 @@ def test_output_groups_share_one_statistics_kernel(schedule, siblings, forward):
     launched once, and the parts read its buffer: side by side in one launch, or (persistent
     blocks, each part filling the machine) one launch each."""
     pins = ("*.fusion=split", "*.workers=wgmma_ws", f"*.schedule={schedule}", f"*.siblings={siblings}")
-    plan = _example_plan(300, pins)
+    plan = example_plan(300, pins)
     names = [launch.kernel for launch in plan.forward_launches]
     assert names == forward
     # paired: k's and v's accumulators are the two halves of one array (columns side by side);
@@ -1072,7 +556,7 @@ def test_parts_are_built_with_the_decided_tiles(tokens):
     built with the decided tile (128x256 in k-steps of 64): the knob that chose the split
     (siblings) is not handed on to the parts, whose legality check would take it for one it
     does not know and shrink the tile."""
-    plan = _example_plan(tokens)
+    plan = example_plan(tokens)
     parts = [k for k in plan.kernels if re.fullmatch(r"rms_norm_qkv_proj_out[0-9_]+", k.name)]
     assert len(parts) == (3 if tokens == 32768 else 2)
     for part in parts:
@@ -1085,7 +569,7 @@ def test_statistics_kernel_rows_are_loaded_before_the_k_loop(workers, early):
     registers before the k loop, so the epilogue does not start with a round trip to memory
     (mma.sync fragments keep loading them in the epilogue)."""
     pins = ("*.fusion=split", f"*.workers={workers}", "*.split_k=1")
-    plan = _example_plan(300, pins)
+    plan = example_plan(300, pins)
     (main,) = [k for k in plan.kernels if k.name == "rms_norm_qkv_proj"]
     text = main.source[main.source.index("rms_norm_qkv_proj("):]
     stats_reads = [m.start() for m in re.finditer(r"= stats_\d+\[", text)]
@@ -1105,7 +589,7 @@ def test_statistics_kernel_rows_are_loaded_before_the_k_loop(workers, early):
 def test_split_k_parts_load_no_statistics():
     """split_k > 1: the parts write partial sums to the workspace and the combine kernel applies
     the statistics, so the parts load none ahead of their k loop."""
-    plan = _example_plan(64, ("*.workers=wgmma_ws", "*.split_k=2"))
+    plan = example_plan(64, ("*.workers=wgmma_ws", "*.split_k=2"))
     parts = [k for k in plan.kernels if k.name in ("rms_norm_qkv_proj_out0", "rms_norm_qkv_proj_out1_2")]
     assert len(parts) == 2
     for part in parts:
@@ -1118,7 +602,7 @@ def test_split_k_parts_load_no_statistics():
 def test_running_example_lowers_at_odd_sizes(tokens, pins):
     """The GPU tests' running-example configurations lower to CUDA on sm_90a (parts side by side
     in one launch, k and v sharing a block's columns where the workers allow it)."""
-    plan = _example_plan(tokens, pins)
+    plan = example_plan(tokens, pins)
     kernels = [l.kernel for l in plan.forward_launches]
     assert all(l.kernel.startswith("rms_norm_qkv_proj_weights") for l in plan.prepare_launches)
     # the folded weights stay contiguous along k: read 16 bytes at a time, never element-wise
@@ -1159,7 +643,7 @@ def test_split_k_last_block_combine(workers):
 def test_last_block_counters_of_every_part_are_zeroed(workers):
     """The running example's q and k/v parts (one launch each, merge_built) keep a counter
     buffer each, and both stay `zeroed` (garbage counters hand out wrong tickets)."""
-    plan = _example_plan(300, (f"*.workers={workers}", "*.split_k=2", "*.combine=last_block"))
+    plan = example_plan(300, (f"*.workers={workers}", "*.split_k=2", "*.combine=last_block"))
     counters = [b for b in plan.buffers if b.dtype == "i32"]
     assert len(counters) == 2 and {b.role for b in counters} == {"zeroed"}
     assert not any(k.name.endswith("_combine") for k in plan.kernels)
@@ -1291,239 +775,3 @@ def test_reduction_rows_per_block():
     assert "emmy::warp_sum<16>" in callees(kernel_funcs(module)["rms_norm"])
 
 
-# ---------------------------------------------------------------------------------------------
-# cuda stage and the launch plan
-# ---------------------------------------------------------------------------------------------
-
-
-def test_launch_plan_of_a_split_k_kernel():
-    module = lower(rmsnorm_matmul(K=512, split_k=2, workers="mma_sync", stages=4, block_m=64, block_n=64, block_k=64))
-    plan = launch_plan(module)
-    assert plan.name == "f" and plan.entry == "emmy_launch_f" and plan.target == "sm_90a"
-    roles = [(b.name, b.role, b.position, b.torch_name) for b in plan.buffers]
-    assert roles == [
-        ("x", "input", 0, "x"),
-        ("norm_weight", "param", 1, "norm.weight"),
-        ("proj_weight", "param", 2, "proj.weight"),
-        ("out", "output", 0, None),
-        ("rms_norm_qkv_proj_tmp", "temp", None, None),
-        ("rms_norm_qkv_proj_tmp_1", "temp", None, None),
-    ]
-    assert plan.buffer("rms_norm_qkv_proj_tmp_1").shape == (2, 1, 1, 64, 64)
-    assert plan.buffer("rms_norm_qkv_proj_tmp_1").nbytes == 2 * 64 * 64 * 4
-    assert [l.kernel for l in plan.launches] == ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine"]
-    main = plan.launches[1]
-    assert main.args == ("x", "norm_weight", "proj_weight", "rms_norm_qkv_proj_tmp", "rms_norm_qkv_proj_tmp_1")
-    assert main.grid == (1, 1, 2) and main.smem > 48 * 1024
-    src = plan.source
-    assert src.startswith("// Generated by Emmy")
-    assert '#include "emmy.cuh"' in src
-    for k in plan.kernels:
-        assert 'extern "C" __global__ void __launch_bounds__(' in k.source and f" {k.name}(" in k.source
-    host = src[src.index('extern "C" void emmy_launch_f('):]
-    assert "const __nv_bfloat16* x, const __nv_bfloat16* norm_weight, const __nv_bfloat16* proj_weight, __nv_bfloat16* out, float* rms_norm_qkv_proj_tmp, float* rms_norm_qkv_proj_tmp_1, cudaStream_t stream" in host
-    assert f"cudaFuncSetAttribute(rms_norm_qkv_proj, cudaFuncAttributeMaxDynamicSharedMemorySize, {main.smem});" in host
-    order = [host.index(f"{k}<<<") for k in ("rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine")]
-    assert order == sorted(order)
-
-
-@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
-def test_overlapped_launches_in_the_plan_and_host_code(target):
-    """kernel-overlap-launches: on sm_90+ the launches after the first are launched with
-    programmatic stream serialization (cudaLaunchKernelEx on the host), their kernels wait for
-    the kernel before them first, and each kernel with a successor lets it launch at its end."""
-    text = rmsnorm_matmul(K=512, target=target, split_k=2, workers="mma_sync", stages=4, block_m=64, block_n=64, block_k=64)
-    passes = LOWER.replace("convert-kernel-to-cuda", "kernel-overlap-launches,convert-kernel-to-cuda")
-    assert passes != LOWER
-    plan = launch_plan(lower(text, passes))
-    names = ["rms_norm_qkv_proj_stats", "rms_norm_qkv_proj", "rms_norm_qkv_proj_combine"]
-    assert [la.kernel for la in plan.launches] == names
-    host = plan.source[plan.source.index('extern "C" void emmy_launch_f('):]
-    kernels = {k.name: k.source for k in plan.kernels}
-    if target == "sm_80":
-        assert not any(la.overlap for la in plan.launches)
-        assert "cudaLaunchKernelEx" not in host and all(f"{n}<<<" in host for n in names)
-        assert not any("grid_dependency_wait" in s or "allow_dependents" in s for s in kernels.values())
-        return
-    assert [la.overlap for la in plan.launches] == [False, True, True]
-    assert "rms_norm_qkv_proj_stats<<<" in host
-    assert host.count("cudaLaunchKernelEx(&config, ") == 2
-    assert "emmy_overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;" in host
-    for name in names:
-        body = kernels[name][kernels[name].index("{"):]
-        waits, allows = "emmy::grid_dependency_wait();" in body, "emmy::allow_dependents();" in body
-        assert waits == (name != names[0]) and allows == (name != names[-1])
-        if waits:  # before anything else the kernel does
-            assert body.index("emmy::grid_dependency_wait();") < body.index("threadIdx")
-        if allows:  # the kernel's last statement
-            assert body.rstrip().removesuffix("}").rstrip().endswith("emmy::allow_dependents();")
-
-
-def test_launch_plan_errors():
-    module = lower(silu_mul(), "convert-tile-to-kernel")
-    with pytest.raises(EmmyError, match="no cuda.module"):
-        launch_plan(module)
-
-
-def test_cxx_constants_and_types():
-    from xdsl.dialects.builtin import BFloat16Type, Float32Type, Float64Type
-
-    from emmy.backend.cxx import c_float
-
-    assert c_float(1.0, Float32Type()) == "1.0f"
-    assert c_float(float("-inf"), Float32Type()) == "-INFINITY"
-    assert c_float(float("nan"), Float32Type()) == "NAN"
-    assert c_float(1e-6, Float32Type()) == "9.99999997e-07f" or c_float(1e-6, Float32Type()) == "1e-06f"
-    assert c_float(0.5, BFloat16Type()) == "__float2bfloat16_rn(0.5f)"
-    assert c_float(0.1, Float64Type()) == "0.1"
-
-
-def test_rounded_pairs_pack_with_one_conversion_each():
-    """A bf16 vector of f32 values rounded one by one is emitted as packed conversions, two
-    values per instruction (the staged epilogue's results, the folded weights); a vector of
-    anything else keeps its element list."""
-    from emmy.backend.cxx import emit_kernel
-    from emmy.lowering.kb import KB
-
-    kb = KB.new_func("pairs", [K.PtrType(bf16), K.PtrType(f32)], (1, 1, 1), (32, 1, 1), 0, arg_names=["out", "x"])
-    out, x = kb.func.body.block.args
-    vals = [kb.load(x, kb.idx(i)) for i in range(4)]
-    rounded = [kb.to_type(v, bf16) for v in vals]
-    kb.store(kb.pack(rounded, VectorType(bf16, [4])), out, kb.idx(0))
-    kb.store(kb.pack([rounded[0], rounded[0]], VectorType(bf16, [2])), out, kb.idx(8))
-    loaded = [kb.load(out, kb.idx(i)) for i in range(2)]
-    kb.store(kb.pack(loaded, VectorType(bf16, [2])), out, kb.idx(16))
-    text = emit_kernel(kb.finish())
-    assert re.search(r"= emmy::bf16_pairs\(ld_\d+, ld_\d+, ld_\d+, ld_\d+\);", text)
-    assert len(re.findall(r"emmy::bf16_pairs\(", text)) == 2
-    assert re.search(r"emmy::Vec<__nv_bfloat16, 2>\{\{ld_\d+, ld_\d+\}\}", text)
-
-
-def test_approximate_math_uses_fast_intrinsics():
-    """f32 exp and division marked fastmath<afn> (their results are rounded to bf16, see
-    convert-tensor-to-loop) use CUDA's fast intrinsics; unmarked ones and f64 stay exact."""
-    from xdsl.dialects import arith, math
-    from xdsl.dialects.builtin import f64
-
-    from emmy.backend.cxx import emit_kernel
-    from emmy.lowering.kb import KB
-
-    afn = arith.FastMathFlagsAttr([arith.FastMathFlag.APPROX_FUNC])
-    kb = KB.new_func("m", [K.PtrType(f32), K.PtrType(f64)], (1, 1, 1), (32, 1, 1), 0, arg_names=["x", "y"])
-    x, y = kb.func.body.block.args
-    a, d = kb.load(x, kb.idx(0)), kb.load(y, kb.idx(0))
-    outs = [
-        kb.insert(math.ExpOp(a, fastmath=afn)).results[0],
-        kb.insert(arith.DivfOp(a, a, flags=afn)).results[0],
-        kb.insert(math.ExpOp(a)).results[0],
-        kb.insert(arith.DivfOp(a, a)).results[0],
-    ]
-    for i, v in enumerate(outs):
-        kb.store(v, x, kb.idx(i + 1))
-    kb.store(kb.insert(arith.DivfOp(d, d, flags=afn)).results[0], y, kb.idx(1))
-    kb.store(kb.insert(math.ExpOp(d, fastmath=afn)).results[0], y, kb.idx(2))
-    text = emit_kernel(kb.finish())
-    assert re.search(r"= __expf\(ld_\d+\);", text)
-    assert re.search(r"= __fdividef\(ld_\d+, ld_\d+\);", text)
-    assert re.search(r"= expf\(ld_\d+\);", text)
-    assert re.search(r"float \w+ = ld_\d+ / ld_\d+;", text)
-    assert re.search(r"double \w+ = ld_\d+ / ld_\d+;", text)  # f64: exact
-    assert re.search(r"double \w+ = exp\(ld_\d+\);", text)
-
-
-def test_kernel_ir_round_trips():
-    module = lower(rmsnorm_matmul(workers="wgmma", stages=3), "convert-tile-to-kernel")
-    text = print_module(module)
-    ctx = make_context()
-    again = parse_module(ctx, text, "again.mlir")
-    assert print_module(again) == text
-    generic = print_module(module, generic=True)
-    assert print_module(parse_module(make_context(), generic, "generic.mlir")) == text
-
-
-def test_layer_pipeline_lowers():
-    """The whole Qwen3 layer through every pass, then the kernel passes: one output buffer and
-    at least five launches in the launch plan."""
-    text = (ROOT / "test/filecheck/inputs/torch-layer.mlir").read_text()
-    front = "convert-torch-to-tensor,tensor-merge-siblings,convert-tensor-to-loop,loop-fuse,convert-loop-to-tile,decide-forks"
-    ctx = make_context()
-    module = parse_module(ctx, text, "torch-layer.mlir")
-    run_passes(ctx, module, parse_pipeline(front))
-    run_passes(ctx, module, parse_pipeline(LOWER))
-    plan = launch_plan(module)
-    assert [b.role for b in plan.buffers].count("output") == 1
-    assert len(plan.launches) >= 5
-
-
-def test_prepare_phase_in_the_launch_plan_and_host_code():
-    """The folded norm weights are computed by prepare-phase launches: their buffers are
-    `prepared`, the plan keeps them apart from the forward launches, and the .cu has a second
-    host entry `emmy_prepare_<f>` that launches them (and only them)."""
-    plan = _example_plan(64)
-    prepared = [b.name for b in plan.buffers if b.role == "prepared"]
-    assert len(prepared) == 3  # q, k and v weights times the norm weight
-    assert [l.kernel for l in plan.forward_launches] == ["rms_norm_qkv_proj"]
-    assert len(plan.prepare_launches) == 3
-    for launch in plan.prepare_launches:  # parameters in, prepared buffers out
-        roles = {plan.buffer(a).role for a in launch.args if isinstance(a, str)}
-        assert roles <= {"param", "prepared"} and "prepared" in roles
-    assert plan.prepare_entry == f"emmy_prepare_{plan.name}"
-    src_text = plan.source
-    prep = src_text[src_text.index(f'extern "C" void {plan.prepare_entry}('):src_text.index(f'extern "C" void {plan.entry}(')]
-    fwd = src_text[src_text.index(f'extern "C" void {plan.entry}('):]
-    assert prep.count("<<<") == 3 and "rms_norm_qkv_proj_weights" in prep
-    assert fwd.count("<<<") == 1 and "rms_norm_qkv_proj_weights<<<" not in fwd
-
-
-def test_no_prepare_entry_without_prepare_launches():
-    plan = launch_plan(lower(silu_mul(), "convert-tile-to-kernel,convert-kernel-to-cuda"))
-    assert plan.prepare_launches == [] and plan.prepare_entry is None
-    assert "emmy_prepare_" not in plan.source
-
-
-def test_kernel_params_and_tensor_maps_on_the_host():
-    """The runtime passes cuLaunchKernel an array of pointers to each value (pointers, scalars,
-    128-byte tensor maps); without the CUDA driver library a tensor map is a clear error."""
-    import ctypes
-
-    from emmy.backend.plan import MapView
-    from emmy.backend.run import KernelParams, tensor_map
-
-    params = KernelParams([ctypes.c_void_p(0x1000), ctypes.c_int(7)])
-    slots = (ctypes.c_void_p * 2).from_address(params.address)
-    assert ctypes.c_void_p.from_address(slots[0]).value == 0x1000
-    assert ctypes.c_int.from_address(slots[1]).value == 7
-    assert KernelParams([]).address == 0
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        class FakeTensor:
-            def data_ptr(self):
-                return 0x10000
-
-        view = MapView(rows=64, cols=32, stride=32, offset=0, box_rows=64, box_cols=32)
-        with pytest.raises(EmmyError, match=r"tensor maps need the CUDA driver library \(libcuda.so.1\)"):
-            tensor_map(view, FakeTensor(), "argument #3 of k")
-
-
-def test_threads_past_a_computed_a_tile_read_inside_it():
-    """LayerNorm -> linear at 13 x 80: a 16 x 16 A tile is 32 chunks of 8 for 64 threads. The
-    threads past the tile skip their store, but they still read the raw rows and the row
-    statistics in shared memory: their row must stay inside the tile (it read past the dynamic
-    shared memory, an illegal address on the H200, before)."""
-    from emmy.driver import CompileOptions, compile_model
-
-    block = str(Path(__file__).resolve().parent / "models" / "mlp_block.py") + ":make"
-    module = compile_model(CompileOptions(model=block, layer=None, target="sm_90a", stop_after="kernel")).module
-    func = next(op for op in module.walk() if isinstance(op, K.KernelFuncOp) and op.sym_name.data == "layer_norm_fc1_gelu")
-    clamps = [op for op in func.walk() if isinstance(op, arith.MinSIOp) and isinstance(op.rhs.owner, arith.ConstantOp)
-              and op.rhs.owner.value.value.data == 15]
-    assert clamps, "no chunk row clamped to the tile's last row (15)"
-
-
-def test_a_kernel_is_never_named_after_a_function_the_source_sees():
-    """A loop named after its one op (`abs`) declared abs a second time with "C" linkage."""
-    from emmy.lowering.common import kernel_ident
-
-    assert kernel_ident("abs") == "abs_k" and kernel_ident("exp") == "exp_k"
-    assert kernel_ident("attention") == "attention" and kernel_ident("o_proj.residual") == "o_proj_residual"

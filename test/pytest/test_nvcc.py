@@ -21,7 +21,7 @@ from emmy.context import make_context
 from emmy.diagnostics import EmmyError
 from emmy.ir_io import parse_module, parse_pipeline, run_passes
 
-from test_lowering import (
+from tile_examples import (
     LOWER, gate_up, heads_matmul_residual, lower, rms_norm, rmsnorm_matmul, silu_mul, weighted_norm_matmul,
 )
 

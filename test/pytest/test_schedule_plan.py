@@ -64,7 +64,7 @@ def test_plan_launches_are_the_lowerings(pins):
 def test_split_tail_plans_a_head_and_a_tail():
     """split_tail = 4 on 1100 x 2048 (9 x 16 tiles, 132 SMs): the whole wave as one launch, the
     12 tiles behind it as `_tail` with k split 4 ways; the statistics kernel once for both."""
-    from test_lowering import weighted_norm_matmul
+    from tile_examples import weighted_norm_matmul
 
     text = weighted_norm_matmul(M=1100, N=2048, K=1024, block_n=128, split_tail=4, fusion="split")
     module = parse_module(make_context(), text, "test.mlir")
