@@ -222,21 +222,24 @@ def prepare_args(f: func.FuncOp, args: Sequence[np.ndarray]) -> list[np.ndarray]
     return out
 
 
-def make_interpreter(module: ModuleOp) -> Interpreter:
+def call_function(
+    module: ModuleOp, args: Sequence[np.ndarray], name: str | None, functions: InterpreterFunctions
+) -> list[np.ndarray]:
+    """Run the first func.func (or `name`) of `module` with `functions` implementing its ops.
+
+    Arguments are rounded to their declared dtypes first; results are contiguous numpy arrays
+    (float32 for bf16/f16/f32 values).
+    """
     interp = Interpreter(module)
     interp.register_implementations(FuncFunctions())
-    interp.register_implementations(TensorFunctions())
-    return interp
+    interp.register_implementations(functions)
+    f = find_function(module, name)
+    results = interp.call_op(f, tuple(prepare_args(f, args)))
+    return [np.ascontiguousarray(r) for r in results]
 
 
 def run_function(
     module: ModuleOp, args: Sequence[np.ndarray], name: str | None = None
 ) -> list[np.ndarray]:
-    """Run a tensor-stage function (the first func.func, or `name`) on numpy arguments.
-
-    Arguments are rounded to their declared dtypes first; results are contiguous numpy arrays
-    (float32 for bf16/f16/f32 values).
-    """
-    f = find_function(module, name)
-    results = make_interpreter(module).call_op(f, tuple(prepare_args(f, args)))
-    return [np.ascontiguousarray(r) for r in results]
+    """Run a tensor-stage function (the first func.func, or `name`) on numpy arguments."""
+    return call_function(module, args, name, TensorFunctions())

@@ -18,13 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.interpreter import Interpreter, InterpreterFunctions, impl, register_impls
-from xdsl.interpreters.func import FuncFunctions
+from xdsl.interpreter import InterpreterFunctions, impl, register_impls
 from xdsl.ir import Operation
 
 from emmy.dialects import torch as P
 from emmy.interp.numeric import element_dtype, erf, round_to
-from emmy.interp.tensor_stage import find_function, prepare_args
+from emmy.interp.tensor_stage import call_function
 
 
 def _out(op: Operation, value: np.ndarray) -> tuple[np.ndarray]:
@@ -264,21 +263,8 @@ class TorchFunctions(InterpreterFunctions):
         return (table[np.asarray(ids, dtype=np.int64)],)
 
 
-def make_interpreter(module: ModuleOp) -> Interpreter:
-    interp = Interpreter(module)
-    interp.register_implementations(FuncFunctions())
-    interp.register_implementations(TorchFunctions())
-    return interp
-
-
 def run_function(
     module: ModuleOp, args: Sequence[np.ndarray], name: str | None = None
 ) -> list[np.ndarray]:
-    """Run a torch-stage function (the first func.func, or `name`) on numpy arguments.
-
-    Arguments are rounded to their declared dtypes first; results are contiguous numpy arrays
-    (float32 for bf16/f16/f32 values).
-    """
-    f = find_function(module, name)
-    results = make_interpreter(module).call_op(f, tuple(prepare_args(f, args)))
-    return [np.ascontiguousarray(r) for r in results]
+    """Run a torch-stage function (the first func.func, or `name`) on numpy arguments."""
+    return call_function(module, args, name, TorchFunctions())
