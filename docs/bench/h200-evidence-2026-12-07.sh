@@ -11,5 +11,5 @@ pack() { (cd /tmp && tar czf /tmp/pack.tgz logs && cp /tmp/pack.tgz $OUT/pack.tg
 step() { local name=$1 limit=$2; shift 2; local left=$((${DEADLINE:-585} - $(date +%s) + T0)); [ $left -lt 30 ] && return; [ $limit -gt $left ] && limit=$left
   echo "== $name ($(date +%T), limit $limit)"; timeout $limit "$@" > /tmp/logs/$name.log 2>&1; echo "rc=$? wall=$(( $(date +%s) - T0 ))" >> /tmp/logs/$name.log; tail -n 3 /tmp/logs/$name.log; pack; }
 step attention-gpu 200 python3 -m pytest -q -p no:cacheprovider -n 6 -m gpu test/pytest/test_attention_gpu.py
-step layer 200 python3 tools/bench.py --target sm_90a --cases layer --layer-sizes 512,3000,4096 --contenders emmy,eager,compile --profile
-step attention 150 python3 tools/bench.py --target sm_90a --cases attention --attention-sizes 2048,4096,8192 --attention-heads 16/8,32/8
+step layer 200 python3 tools/bench.py --target sm_90a --cases layer --layer-sizes 32,512,3000,4096 --contenders emmy,eager,compile --profile
+step attention 240 python3 tools/bench.py --target sm_90a --cases attention --attention-sizes 256,1000,2048,3000,4096,8192,16384,32768 --attention-heads 16/8,32/8
