@@ -1,14 +1,15 @@
 """The rules for attention kernels (`emmy.tuning.rules`): the flash kernel's workers (the
 warp-specialized one from 1000 keys of head dim 65-128 on sm_90a, with three consumer warpgroups
-at head dim 64 from 4096 keys), its tiles, warps, stages,
-copies, schedule and where its computed Q and K come from.
+at head dim 64 from 4096 keys), its tiles, warps, stages, copies, schedule (persistent blocks from
+three waves of query blocks whose keys and values fit in L2) and where its computed Q and K come
+from.
 """
 
 from __future__ import annotations
 
 from math import ceil
 
-from emmy.schedule.attention import computed_operands
+from emmy.schedule.attention import computed_operands, stored_head_dim
 from emmy.tuning.rules_common import Prefs, closest_first, dispatch
 
 
@@ -45,6 +46,9 @@ WGMMA_ATTENTION_MIN_HEAD_DIM = 64
 WS3_ATTENTION_MIN_KEYS = 4096
 WS3_ATTENTION_MIN_WAVES = 3
 WS3_BLOCK_Q = 192
+
+# The persistent schedule from this many query blocks per SM (see _a_schedule).
+PERSISTENT_ATTENTION_MIN_WAVES = 3
 
 
 def _ws_attention(info, target) -> bool:
@@ -210,27 +214,36 @@ def _a_copy(knob, info, target, chosen, memo) -> Prefs:
 
 
 def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
-    # H200, causal, head dim 128, 1024-8192 tokens, 16 / 8 and 32 / 8 heads: the hardware's
-    # block scheduler hands the next (shorter) query block to whichever SM frees first, and
-    # persistent blocks taking theirs round-robin were 1-14% slower (16 / 8 at 4096 tokens:
-    # 158.5 us against 138.8; docs/bench/h200-attention-fold-persistent-2026-12-03e.log), in
-    # snaking rounds 1-22% (141.5 against 136.2, 512-32768 tokens;
-    # docs/bench/h200-attention-2026-12-03e.log); taking them from a tile counter as they free
-    # up, the next one's Q rows copied during the last, 0-8% slower at 1024-16384 tokens but for
-    # 32 / 8 at 2048 (69.7 against 70.8; h200-attention-persistent-counter-2026-12-03f.log)
-    # With its tile read through a shuffle (warp-uniform wgmma descriptors: 1133 SASS instructions
-    # a key block against 1200 before, the grid's 1104), persistent was 2-4% faster for 32 / 8 at
-    # 2048-4096 tokens, even at 8192, 2-4% slower from 16384 and 7% slower for 16 / 8 at 2048
-    # (two runs; h200-attention-persistent-uniform-2026-12-04.log, -2-): too narrow to move the rule
+    # Persistent blocks (wgmma_ws only) take the query blocks from a counter as they free up, the
+    # next one's Q rows copied during the last; the grid leaves the handing out to the hardware's
+    # block scheduler. Persistent first with two consumer warpgroups (the kernel measured so)
+    # where every SM gets PERSISTENT_ATTENTION_MIN_WAVES query blocks or more and the key and
+    # value rows of every head fit in L2 together (one L2 section): with fewer blocks there is
+    # little to overlap and the counter's order costs; where the rows do not fit, the grid's
+    # sections read them better. Causal, head dim 128, 2 stages, CUDA-graph replay, persistent
+    # against grid: H200 (h200-attention-persistent-uniform-2026-12-04.log, two runs) 2-4% faster
+    # for 32 / 8 heads at 2048-8192 tokens (4-16 waves), 7% slower for 16 / 8 at 2048 (2 waves)
+    # and 2-4% slower from 16384 (K and V 64 MiB); H100 (h100-attention-persistent-2026-12-07.log,
+    # two runs) 3-5% faster for 32 / 8 at 2048, 3000 and 4096, 1% at 8192, 1-2% for 16 / 8 at
+    # 3000 (3 waves), 4096 and 8192; slower for 16 / 8 at 1000 (1 wave, 3%) and 2048 (6%), for
+    # 32 / 8 at 1000 (2 waves, 10%), and 1% at 32768.
     grid = ("grid", "a block per query block and head: the block scheduler hands out the causal "
                     "query blocks, longest first, as SMs free up")
     if chosen.get("workers") != "wgmma_ws":
         return [("grid", "a block per query block and head")]
     bq = chosen.get("block_q", 128)
     tiles = info.batch * ceil(info.seq_q / bq)
-    why = (f"{tiles} query blocks on {min(tiles, target.sms)} blocks taking them from a counter as they free "
-           "up, the next one's Q rows copied during the last")
-    return [grid, ("persistent", why)]
+    waves = ceil(tiles / target.sms)
+    gqa = info.attention.gqa if info.attention is not None else None
+    kv_heads = info.batch // (gqa[1] if gqa else 1)
+    kv_bytes = kv_heads * 2 * info.seq_kv * stored_head_dim(info.head_dim, True) * 2
+    persistent = ("persistent", f"{tiles} query blocks ({waves} waves) on {min(tiles, target.sms)} blocks taking "
+                  "them from a counter as they free up, the next one's Q rows copied during the last")
+    two_consumers = chosen.get("warps") == 8  # what was measured (three: head dim 64, not timed persistent)
+    if two_consumers and waves >= PERSISTENT_ATTENTION_MIN_WAVES and kv_bytes <= target.l2_bytes:
+        why = persistent[1] + f"; K and V of every head ({kv_bytes / 2**20:.0f} MiB) fit in L2"
+        return [("persistent", why), grid]
+    return [grid, persistent]
 
 
 SPLIT_ATTENTION_MIN_KEYS = 32  # from here the attention's q/k rows come from a prologue kernel

@@ -40,6 +40,7 @@ WS3 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=19
        "attention.block_kv=128", "attention.stages=2")
 WS3_64 = WS3[:4] + ("attention.block_kv=64", "attention.stages=3")
 PERSISTENT = ("attention.schedule=persistent",)
+GRID = ("attention.schedule=grid",)
 ATTENTION_GPU_CASES = [
     # every length, Qwen3's heads (16 / 8, head dim 128), the rules' schedule
     *[(t, 16, 8, 128, ()) for t in (1, 7, 63, 65, 1000, 3000, 5000)],
@@ -74,7 +75,10 @@ ATTENTION_GPU_CASES = [
     # and head dims 48 and 112 (one slab read in part; two, the second read in part; under 64
     # the rules take mma.sync, so wgmma is pinned)
     (1000, 8, 8, 48, ("attention.workers=wgmma",)), (3000, 16, 8, 112, ()),
-    # blocks looping over the query blocks (schedule = persistent; the rules' grid above)
+    # blocks looping over the query blocks (schedule = persistent: pinned here; the rules' own
+    # choice above from three waves of query blocks whose keys fit in L2, e.g. 16 / 8 at 3000),
+    # and the grid pinned where the rules would loop
+    (3000, 16, 8, 128, WS2 + GRID), (5000, 32, 8, 128, WS2 + GRID),
     (300, 16, 8, 128, WS1 + PERSISTENT), (1000, 16, 8, 128, WS2 + PERSISTENT), (5000, 16, 8, 128, WS2 + PERSISTENT),
     (3000, 14, 2, 128, WS1 + PERSISTENT), (5000, 32, 8, 64, WS2 + PERSISTENT), (3000, 8, 8, 64, WS1 + PERSISTENT),
     (3000, 8, 2, 80, WS2 + PERSISTENT), (3000, 32, 8, 64, WS3_64 + PERSISTENT), (5000, 16, 8, 128, WS3_64 + PERSISTENT),

@@ -141,6 +141,29 @@ def test_rules_follow_the_shapes():
     assert r["vector"].value == 8 and r["threads"].value // r["rows_per_block"].value == 32
 
 
+@pytest.mark.parametrize("heads,tokens,schedule", [
+    (16, 1000, "grid"),         # 128 query blocks: one wave
+    (16, 2048, "grid"),         # 256: two waves
+    (32, 1000, "grid"),         # 256
+    (16, 3000, "persistent"),   # 384: three waves, K and V 12 MiB
+    (32, 2048, "persistent"),
+    (16, 8192, "persistent"),   # K and V 32 MiB
+    (16, 16384, "grid"),        # K and V 64 MiB: more than the L2
+])
+def test_rules_take_persistent_attention_blocks_from_three_waves_whose_keys_fit_in_l2(heads, tokens, schedule):
+    """Two consumer warpgroups (head dim 128): persistent blocks where every SM gets three query
+    blocks and all heads' K and V fit in L2 (h100-attention-persistent-2026-12-07.log), else the
+    grid; the reason says which."""
+    att = info_of(L.attention(1, heads, 8, tokens, 128))
+    d = rules.decide(att, SM90A, knob_space_for(att, SM90A))
+    assert (d["workers"].value, d["warps"].value, d["schedule"].value) == ("wgmma_ws", 8, schedule)
+    assert check(att, {k: c.value for k, c in d.items()}, SM90A) == []
+    if schedule == "persistent":
+        assert "waves)" in d["schedule"].reason and "fit in L2" in d["schedule"].reason
+    else:
+        assert "block scheduler" in d["schedule"].reason
+
+
 def test_attention_prologue_kernel_from_32_keys():
     """The rules compute the attention's q/k rows (Qwen3's normalized, rotated ones) in a
     prologue kernel from 32 keys on (H200: the layer at 32 tokens 41.1 -> 39.4 us); below,
