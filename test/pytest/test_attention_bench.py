@@ -93,14 +93,20 @@ def test_attention_table():
 def test_module_compiles_to_one_flash_kernel(tokens, pins, tma, workers):
     """The module at 3000 and 4096 tokens: one flash-attention kernel (q, k, v read in place as
     direct rows); by the rules the warp-specialized kernel (wgmma_ws: 2) with tensor-map K and V
-    in 128 x 128 tiles, at the ragged 3000 too, a block per query block; cp.async copies pinned,
-    the wgmma kernel (1), which can run them."""
+    in 128 x 128 tiles, at the ragged 3000 too, its blocks looping over the query blocks (384 and
+    512 of them: three waves and more, K and V in L2), the producer's loop then the consumers';
+    cp.async copies pinned, the wgmma kernel (1), which can run them, a block per query block."""
     traced, flops, _ = bench.attention_case(tokens, 16, 8)
     plan, _ = bench.emmy_plan(traced, "sm_90a", bench.EmmyBuild(pins))
-    (call,) = re.findall(r"emmy::attention::run(?:_ws)?<[^>]*>", plan.source)
-    # WGMMA, O staged (and with two consumers setmaxnreg's budgets)
-    assert call.startswith("emmy::attention::run<128, ") and re.search(rf", {workers}, 1(, \d+, \d+)?>$", call)
-    assert (", 3, 1024, 3, 1024, " in call) == tma  # K and V rows of 8 heads x 128 through tensor maps
+    calls = re.findall(r"emmy::attention::run(?:_ws)?<[^>]*>", plan.source)
+    if workers == 2:  # persistent: the roles' run_ws, setmaxnreg's budgets in ws_role
+        assert [c.rsplit(", ", 2)[-2] for c in calls] == ["0", "1"], calls
+        assert all(c.startswith("emmy::attention::run_ws<128, 128, 128, 8, 2, ") for c in calls)
+        assert len(re.findall(r"emmy::attention::ws_role<128, 128, 128, 8, 2, \d, \d+, \d+>", plan.source)) == 2
+    else:  # WGMMA, O staged, a block per query block
+        (call,) = calls
+        assert call.startswith("emmy::attention::run<128, ") and re.search(rf", {workers}, 1(, \d+, \d+)?>$", call)
+    assert all((", 3, 1024, 3, 1024, " in c) == tma for c in calls)  # K and V rows of 8 heads x 128 through tensor maps
     assert len(plan.kernels) == 1
     assert flops == bench.attention_flops(tokens, 16)
 

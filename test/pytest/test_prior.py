@@ -506,6 +506,6 @@ def test_attention_rereads_count_the_copied_slabs():
     info = classify(parse_kernel(attention_ir(T=3000, H=32, HKV=32, D=96, qwen=False, target="sm_90a")))
     tma = {k: c.value for k, c in decide(info, TARGET, knob_space_for(info, TARGET)).items()}
     assert (tma["workers"], tma["copy"]) == ("wgmma_ws", "tma") and not check(info, tma, TARGET)
-    cp = {**tma, "workers": "wgmma", "copy": "cp_async", "stages": 3}
+    cp = {**tma, "workers": "wgmma", "copy": "cp_async", "stages": 3, "schedule": "grid"}
     assert not check(info, cp, TARGET)
     assert features(info, tma, TARGET)["reread_bytes"] == pytest.approx(features(info, cp, TARGET)["reread_bytes"] * 128 / 96)
