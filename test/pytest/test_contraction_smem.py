@@ -25,9 +25,9 @@ from emmy.targets import get_target
 from emmy.tuning.knobs import knob_space_for
 from emmy.tuning.legality import check
 from tile_examples import gate_up, kernel_funcs, lower, rmsnorm_matmul
-from test_schedule_plan import PIN_SETS as EXAMPLE_PINS
-from test_schedule_plan import QKV as EXAMPLE_QKV
-from test_schedule_plan import kernels as example_kernels
+from example_kernels import PIN_SETS as EXAMPLE_PINS
+from example_kernels import QKV as EXAMPLE_QKV
+from example_kernels import kernels as example_kernels
 
 QWEN3 = "Qwen/Qwen3-Embedding-0.6B"
 SM90A, SM80, SM86 = get_target("sm_90a"), get_target("sm_80"), get_target("sm_86")

@@ -30,7 +30,7 @@ from emmy.tuning.deciders import Problem
 from emmy.tuning.knobs import knob_space_for
 from emmy.tuning.legality import check
 from test_prior_cli import FACTORY  # (one linear kernel: x[T, 512] @ W[1024, 512]^T)
-from test_schedule_plan import QKV, kernels
+from example_kernels import QKV, kernels
 
 TARGET = get_target("sm_90a")
 

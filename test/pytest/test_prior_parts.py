@@ -15,7 +15,7 @@ from emmy.prior.features import NAMES, Kernel, combine, features, io_bytes
 from emmy.schedule.plan import plan_kernel
 from emmy.targets import get_target
 from test_prior_bound import reduction  # noqa: F401  (the fixture: RMSNorm then a linear layer, one token)
-from test_schedule_plan import QKV, kernels
+from example_kernels import QKV, kernels
 
 SM90A = get_target("sm_90a")
 

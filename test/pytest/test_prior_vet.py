@@ -15,7 +15,7 @@ from emmy.targets import get_target
 from emmy.tuning.deciders import Problem
 from emmy.tuning.knobs import knob_space_for
 from emmy.tuning.legality import check
-from test_schedule_plan import QKV, kernels
+from example_kernels import QKV, kernels
 
 SM90A = get_target("sm_90a")
 

@@ -6,48 +6,19 @@ clear errors naming the kernel; a feature knob a kernel lacks reads as off."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 import pytest
 
 from emmy.analysis.classify import classify
 from emmy.context import make_context
 from emmy.diagnostics import EmmyError
 from emmy.dialects.tile import KernelOp, KnobAttr
-from emmy.driver import CompileOptions, compile_traced, trace
 from emmy.ir_io import parse_module
 from emmy.passes.convert_tile_to_kernel import build_kernel
 from emmy.schedule.plan import plan_for, plan_kernel
 from emmy.targets import get_target
+from example_kernels import PIN_SETS, QKV, kernels
 
-EXAMPLE = str(Path(__file__).resolve().parents[2] / "tools" / "running_example.py") + ":make"
-QKV = "rms_norm_qkv_proj"  # the running example's kernel: RMSNorm, then q (2048) and k, v (1024 each)
 SM90A = get_target("sm_90a")
-
-
-@cache
-def _traced(tokens: int):
-    return trace(CompileOptions(model=EXAMPLE, layer=None, tokens=tokens))
-
-
-def kernels(tokens: int = 300, target: str = "sm_90a", pins: tuple[str, ...] = ()) -> dict[str, KernelOp]:
-    options = CompileOptions(model=EXAMPLE, layer=None, tokens=tokens, target=target, pins=pins, stop_after="tile")
-    module = compile_traced(_traced(tokens), options).module
-    return {k.kernel_name: k for k in module.walk() if isinstance(k, KernelOp)}
-
-
-PIN_SETS = [
-    (),
-    ("fusion=split",),
-    ("split_k=2", "combine=kernel"),
-    ("split_k=2", "combine=last_block"),
-    ("split_k=2", "combine=last_block", "siblings=apart"),
-    ("workers=wgmma_ws", "schedule=persistent", "fusion=split"),
-    ("workers=wgmma_ws", "schedule=stream_k", "fusion=split"),
-    ("workers=wgmma_ws", "copy=tma", "fusion=split", "siblings=apart"),
-    ("workers=mma_sync", "warps=4", "block_m=64", "block_n=64", "stages=3"),
-]
 
 
 @pytest.mark.parametrize("pins", PIN_SETS, ids=lambda p: ";".join(p) or "rules")

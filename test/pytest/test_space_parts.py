@@ -16,7 +16,7 @@ from emmy.schedule.plan import part_problems
 from emmy.schedule.space import ConditionalSpace, legal_points, part_rules
 from emmy.targets import get_target
 from emmy.tuning.legality import check
-from test_schedule_plan import QKV, kernels
+from example_kernels import QKV, kernels
 
 SM90A = get_target("sm_90a")
 
