@@ -5,43 +5,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import assert_user_error, emmy, emmy_opt
+
 ROOT = Path(__file__).resolve().parents[2]
 INPUTS = ROOT / "test" / "filecheck" / "inputs"
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
-
-
-# The subprocesses' EMMY_HOME (traces, kernels, the local store): one of this test module's own,
-# never the developer's ~/.cache/emmy, whose records would reach the local tier.
-HOME = Path(tempfile.mkdtemp(prefix="emmy-test-cli-home-"))
-
-
-def emmy(*args, env=None, cwd=None):
-    import os
-
-    e = dict(os.environ)
-    e.pop("EMMY_DUMP_DIR", None)
-    e["EMMY_HOME"] = str(HOME)
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "emmy.cli.main", *args], capture_output=True, text=True,
-                          env=e, cwd=cwd)
-
-
-def emmy_opt(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "emmy.cli.opt", *args], capture_output=True, text=True,
-                          input=stdin)
-
-
-def assert_user_error(proc, *fragments):
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("error: "), proc.stderr
-    for f in fragments:
-        assert f in proc.stderr, (f, proc.stderr)
 
 
 # --- emmy-opt ---------------------------------------------------------------------------------

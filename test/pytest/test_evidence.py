@@ -156,7 +156,7 @@ def test_prior_alone_completes_and_is_bounded(task16):
 
 
 def test_cli_evidence_errors():
-    from test_cli import assert_user_error, emmy
+    from cli_helpers import assert_user_error, emmy
 
     assert_user_error(emmy("compile", "tools/running_example.py:make", "--evidence", "gold"),
                       "--evidence 'gold': unknown evidence tier 'gold'", "valid tiers: pinned")
@@ -165,7 +165,7 @@ def test_cli_evidence_errors():
 
 
 def test_a_broken_golden_file_is_named(tmp_path):
-    from test_cli import assert_user_error, emmy
+    from cli_helpers import assert_user_error, emmy
 
     bad = tmp_path / TARGET / "broken.json"
     bad.parent.mkdir()

@@ -16,7 +16,7 @@ from emmy.prior.store import load_prior, prior_path
 from emmy.prior.waves import SLACK, deeper_step, step_work, terms
 from emmy.tuning.deciders import Answer, Problem
 from emmy.tuning.legality import check
-from test_cli import emmy
+from cli_helpers import emmy
 from test_search_waves import MODEL, TARGET, _task
 
 GOLDEN_4096 = {"block_m": 128, "block_n": 256, "warps": 8}

@@ -137,7 +137,7 @@ def test_entry_fields_are_checked(tmp_path, example_tasks, changes, message):
 
 
 def test_cli_check_exit_codes(tmp_path, example_tasks):
-    from test_cli import assert_user_error, emmy
+    from cli_helpers import assert_user_error, emmy
 
     task = next(iter(example_tasks.values()))
     write(tmp_path, TARGET, [entry_for(task), entry_for(task)])
@@ -169,7 +169,7 @@ def test_cost_measurer_entries_are_not_golden(tmp_path, example_tasks):
 
 
 def test_promote_refuses_the_cost_measurers_records(tmp_path):
-    from test_cli import assert_user_error, emmy
+    from cli_helpers import assert_user_error, emmy
 
     env = {"EMMY_HOME": str(tmp_path / "home")}
     tuned = emmy("tune", EXAMPLE, "--tokens", "16", "--target", "sm_80", "--trials", "3", "--measurer", "cost",
