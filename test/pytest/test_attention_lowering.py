@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -26,257 +25,12 @@ from emmy.diagnostics import EmmyError
 from emmy.dialects import kernel as K
 from emmy.dialects.tile import KernelOp
 from emmy.targets import get_target
-from emmy.schedule.plan import plan_for
 from xdsl.parser import Parser
 
-
-def _build(op, info, knobs, target):
-    """The attention builder on the plan of `knobs` (decided values, possibly overridden)."""
-    return A.build(op, info, plan_for(info, knobs, target))
-
-
-ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = ROOT / "emmy" / "backend" / "runtime"
-
-# --------------------------------------------------------------------------------------------
-# Attention bodies
-# --------------------------------------------------------------------------------------------
-
-
-class _Body:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.n = 0
-
-    def v(self, text: str, hint: str = "v") -> str:
-        self.n += 1
-        name = f"%{hint}{self.n}x"
-        self.lines.append(f"{name} = {text}")
-        return name
-
-    def raw(self, text: str) -> None:
-        self.lines.append(text)
-
-
-def _knobs(block_q=64, block_kv=64, workers="mma_sync", stages=2, warps=4) -> str:
-    def k(name, dom, val):
-        vals = ", ".join(f'"{d}"' if isinstance(d, str) else str(d) for d in dom)
-        v = f'"{val}"' if isinstance(val, str) else str(val)
-        return f'{name} = #tile.knob<"{name}", [{vals}] = {v}, "pinned", "test">'
-
-    return "{" + ", ".join(
-        [
-            k("block_q", (16, 32, 64, 128), block_q),
-            k("block_kv", (16, 32, 64, 128), block_kv),
-            k("workers", ("thread", "mma_sync", "wgmma"), workers),
-            k("stages", (1, 2, 3), stages),
-            k("warps", (1, 2, 4, 8), warps),
-        ]
-    ) + "}"
-
-
-def attention_ir(
-    T: int = 64,
-    H: int = 4,
-    HKV: int = 2,
-    D: int = 128,
-    *,
-    qwen: bool = True,
-    causal: bool = True,
-    divide_in_pv: bool = True,
-    break_softmax: bool = False,
-    knobs: str | None = None,
-    target: str = "sm_90",
-    scale: float | None = None,
-    round_score: bool = False,
-    out_scale: float | None = None,
-) -> str:
-    """A module holding one attention tile.kernel.
-
-    scale: the score's factor (default 1 / sqrt(D)); round_score: the scaled score rounded to
-    bf16 and back (no longer exactly dot * scale in f32); out_scale: the normalized output
-    multiplied by it before it is rounded and stored.
-
-    qwen=True: inputs qkv [T, (H + 2 HKV) D], q_norm/k_norm weights [D], cos/sin [1, T, D];
-    Q/K = rope(rmsnorm(x)) as Qwen3 computes them (bf16 roundings), V plain; output [T, H D].
-    qwen=False: q [H, T, D], k/v [HKV, T, D], output [H, T, D].
-    """
-    scale = 1.0 / D**0.5 if scale is None else scale
-    G = H // HKV
-    W = (H + 2 * HKV) * D
-    b = _Body()
-    c = {}
-
-    def ci(n: int) -> str:
-        if n not in c:
-            c[n] = b.v(f"arith.constant {n} : index", "c")
-        return c[n]
-
-    for n in sorted({0, G, D, D // 2, H * D, (H + HKV) * D}):  # index constants, defined up front
-        ci(n)
-    h = b.v('loop.axis "h" : index', "h")
-    q = b.v('loop.axis "q" : index', "q")
-    e = b.v('loop.axis "e" : index', "e")
-    inv_d = b.v(f"arith.constant {1.0 / D:e} : f32", "cf")
-    eps = b.v("arith.constant 1.000000e-06 : f32", "cf")
-    cscale = b.v(f"arith.constant {scale:e} : f32", "cf")
-    ninf = b.v("arith.constant 0xFF800000 : f32", "cf")
-
-    def col(head: str, base: int, d: str) -> str:
-        hd = b.v(f"arith.muli {head}, {ci(D)} : index", "i")
-        x = b.v(f"arith.addi {hd}, {d} : index", "i")
-        return b.v(f"arith.addi {x}, {ci(base)} : index", "i") if base else x
-
-    def sumsq(head: str, base: int, row: str, axis: str) -> str:
-        b.raw(f"%ss{b.n + 1}x = loop.reduce sum [\"{axis}\"] : f32 {{")
-        name = f"%ss{b.n + 1}x"
-        b.n += 1
-        r = b.v(f'loop.axis "{axis}" : index', "r")
-        x = b.v(f"loop.load %X[{row}, {col(head, base, r)}] : tensor<{T}x{W}xbf16> -> bf16", "x")
-        xf = b.v(f"arith.extf {x} : bf16 to f32", "f")
-        sq = b.v(f"arith.mulf {xf}, {xf} : f32", "f")
-        b.raw(f"loop.yield {sq} : f32")
-        b.raw("}")
-        return name
-
-    def rope(head: str, base: int, row: str, d: str, ss: str, w: str) -> str:
-        ms = b.v(f"arith.mulf {ss}, {inv_d} : f32", "f")
-        ve = b.v(f"arith.addf {ms}, {eps} : f32", "f")
-        rs = b.v(f"math.rsqrt {ve} : f32", "f")
-
-        def norm(dd: str) -> str:
-            x = b.v(f"loop.load %X[{row}, {col(head, base, dd)}] : tensor<{T}x{W}xbf16> -> bf16", "x")
-            xf = b.v(f"arith.extf {x} : bf16 to f32", "f")
-            y = b.v(f"arith.mulf {xf}, {rs} : f32", "f")
-            yb = b.v(f"arith.truncf {y} : f32 to bf16", "b")
-            wv = b.v(f"loop.load {w}[{dd}] : tensor<{D}xbf16> -> bf16", "w")
-            return b.v(f"arith.mulf {wv}, {yb} : bf16", "b")
-
-        n = norm(d)
-        dp = b.v(f"arith.addi {d}, {ci(D // 2)} : index", "i")
-        pd = b.v(f"arith.remui {dp}, {ci(D)} : index", "i")
-        npart = norm(pd)
-        lt = b.v(f"arith.cmpi ult, {d}, {ci(D // 2)} : index", "p")
-        neg = b.v(f"arith.negf {npart} : bf16", "b")
-        rot = b.v(f"arith.select {lt}, {neg}, {npart} : bf16", "b")
-        cs = b.v(f"loop.load %COS[{ci(0)}, {row}, {d}] : tensor<1x{T}x{D}xbf16> -> bf16", "b")
-        sn = b.v(f"loop.load %SIN[{ci(0)}, {row}, {d}] : tensor<1x{T}x{D}xbf16> -> bf16", "b")
-        t1 = b.v(f"arith.mulf {n}, {cs} : bf16", "b")
-        t2 = b.v(f"arith.mulf {rot}, {sn} : bf16", "b")
-        return b.v(f"arith.addf {t1}, {t2} : bf16", "b")
-
-    hk = b.v(f"arith.divui {h}, {ci(G)} : index", "hk") if G > 1 else h
-    qss = sumsq(h, 0, q, "r") if qwen else None
-
-    def score(kv: str) -> str:
-        kss = sumsq(hk, H * D, kv, "r2") if qwen else None
-        b.raw(f"%dot{b.n + 1}x = loop.reduce sum [\"d\"] : f32 {{")
-        dot = f"%dot{b.n + 1}x"
-        b.n += 1
-        d = b.v('loop.axis "d" : index', "d")
-        if qwen:
-            qv = rope(h, 0, q, d, qss, "%QW")
-            kv_ = rope(hk, H * D, kv, d, kss, "%KW")
-        else:
-            qv = b.v(f"loop.load %Q[{h}, {q}, {d}] : tensor<{H}x{T}x{D}xbf16> -> bf16", "b")
-            kv_ = b.v(f"loop.load %K[{hk}, {kv}, {d}] : tensor<{HKV}x{T}x{D}xbf16> -> bf16", "b")
-        qf = b.v(f"arith.extf {qv} : bf16 to f32", "f")
-        kf = b.v(f"arith.extf {kv_} : bf16 to f32", "f")
-        pr = b.v(f"arith.mulf {qf}, {kf} : f32", "f")
-        b.raw(f"loop.yield {pr} : f32")
-        b.raw("}")
-        s = b.v(f"arith.mulf {dot}, {cscale} : f32", "s")
-        if round_score:
-            sb = b.v(f"arith.truncf {s} : f32 to bf16", "b")
-            s = b.v(f"arith.extf {sb} : bf16 to f32", "s")
-        if causal:
-            gt = b.v(f"arith.cmpi ugt, {kv}, {q} : index", "p")
-            s = b.v(f"arith.select {gt}, {ninf}, {s} : f32", "s")
-        return s
-
-    b.raw('%mx = loop.reduce max ["kv"] : f32 {')
-    kv = b.v('loop.axis "kv" : index', "kv")
-    b.raw(f"loop.yield {score(kv)} : f32")
-    b.raw("}")
-    b.raw('%sm = loop.reduce sum ["kv"] : f32 {')
-    kv = b.v('loop.axis "kv" : index', "kv")
-    s = score(kv)
-    sh = b.v(f"arith.subf {s}, %mx : f32", "f")
-    ex = b.v(f"math.exp {sh} : f32", "f")
-    b.raw(f"loop.yield {ex} : f32")
-    b.raw("}")
-    b.raw('%pv = loop.reduce sum ["kv"] : f32 {')
-    kv = b.v('loop.axis "kv" : index', "kv")
-    s = score(kv)
-    sh = b.v(f"arith.subf {s}, {'%sm' if break_softmax else '%mx'} : f32", "f")
-    ex = b.v(f"math.exp {sh} : f32", "f")
-    p = b.v(f"arith.divf {ex}, %sm : f32", "f") if divide_in_pv else ex
-    pb = b.v(f"arith.truncf {p} : f32 to bf16", "b")
-    pf = b.v(f"arith.extf {pb} : bf16 to f32", "f")
-    if qwen:
-        vv = b.v(f"loop.load %X[{kv}, {col(hk, (H + HKV) * D, e)}] : tensor<{T}x{W}xbf16> -> bf16", "b")
-    else:
-        vv = b.v(f"loop.load %V[{hk}, {kv}, {e}] : tensor<{HKV}x{T}x{D}xbf16> -> bf16", "b")
-    vf = b.v(f"arith.extf {vv} : bf16 to f32", "f")
-    pvv = b.v(f"arith.mulf {pf}, {vf} : f32", "f")
-    b.raw(f"loop.yield {pvv} : f32")
-    b.raw("}")
-    o = "%pv" if divide_in_pv else b.v("arith.divf %pv, %sm : f32", "f")
-    if out_scale is not None:
-        k = b.v(f"arith.constant {out_scale:e} : f32", "cf")
-        o = b.v(f"arith.mulf {o}, {k} : f32", "f")
-    ob = b.v(f"arith.truncf {o} : f32 to bf16", "b")
-    if qwen:
-        b.raw(f"loop.store {ob}, 0 [{q}, {col(h, 0, e)}] : bf16")
-        out_t = f"tensor<{T}x{H * D}xbf16>"
-        ins = (
-            f"ins(%x, %qw, %kw, %cos, %sin : tensor<{T}x{W}xbf16>, tensor<{D}xbf16>, tensor<{D}xbf16>, "
-            f"tensor<1x{T}x{D}xbf16>, tensor<1x{T}x{D}xbf16>)"
-        )
-        bb = (
-            f"^bb0(%X: tensor<{T}x{W}xbf16>, %QW: tensor<{D}xbf16>, %KW: tensor<{D}xbf16>, "
-            f"%COS: tensor<1x{T}x{D}xbf16>, %SIN: tensor<1x{T}x{D}xbf16>):"
-        )
-        fargs = (
-            f"%x: tensor<{T}x{W}xbf16>, %qw: tensor<{D}xbf16>, %kw: tensor<{D}xbf16>, "
-            f"%cos: tensor<1x{T}x{D}xbf16>, %sin: tensor<1x{T}x{D}xbf16>"
-        )
-        axes = f"[h = {H}, q = {T}, e = {D}, kv = {T}, d = {D}, r = {D}, r2 = {D}]"
-    else:
-        b.raw(f"loop.store {ob}, 0 [{h}, {q}, {e}] : bf16")
-        out_t = f"tensor<{H}x{T}x{D}xbf16>"
-        ins = f"ins(%q, %k, %v : tensor<{H}x{T}x{D}xbf16>, tensor<{HKV}x{T}x{D}xbf16>, tensor<{HKV}x{T}x{D}xbf16>)"
-        bb = f"^bb0(%Q: tensor<{H}x{T}x{D}xbf16>, %K: tensor<{HKV}x{T}x{D}xbf16>, %V: tensor<{HKV}x{T}x{D}xbf16>):"
-        fargs = f"%q: tensor<{H}x{T}x{D}xbf16>, %k: tensor<{HKV}x{T}x{D}xbf16>, %v: tensor<{HKV}x{T}x{D}xbf16>"
-        axes = f"[h = {H}, q = {T}, e = {D}, kv = {T}, d = {D}]"
-    b.raw("loop.yield")
-    body = "\n      ".join(b.lines)
-    return f"""builtin.module attributes {{emmy.target = "{target}"}} {{
-  func.func @f({fargs}) -> {out_t} {{
-    %o = tile.kernel @attention kind "attention" axes {axes}
-        knobs {knobs or _knobs()}
-        {ins} -> {out_t} {{
-      {bb}
-      {body}
-    }}
-    func.return %o : {out_t}
-  }}
-}}
-"""
-
-
-def parse_kernel(text: str) -> KernelOp:
-    module = Parser(make_context(), text).parse_module()
-    module.verify()
-    (op,) = [o for o in module.walk() if isinstance(o, KernelOp)]
-    return op
-
-
-def build_text(text: str, target: str = "sm_90"):
-    op = parse_kernel(text)
-    info = classify(op)
-    built = _build(op, info, op.knob_values(), get_target(target))
-    return op, info, built
+from attention_examples import (
+    ROOT, attention_ir, attention_knobs, build_attention, build_text, check_ptxas, cuda_source, needs_nvcc,
+    nvcc_compile, parse_kernel,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,7 +117,7 @@ def test_output_staged_only_when_it_stores_bf16_of_o(kw, staged):
     op, info, _ = build_text(attention_ir(T=64, **kw))
     assert staged_output(A.analyze(op, info)) is staged
     for workers, tail in (("wgmma", f", 1, {int(staged)}>"), ("mma_sync", ", 0>")):
-        _, _, built = build_text(attention_ir(knobs=_knobs(workers=workers), **kw), target="sm_90a")
+        _, _, built = build_text(attention_ir(knobs=attention_knobs(workers=workers), **kw), target="sm_90a")
         (call,) = [o for o in built.funcs[-1].walk() if isinstance(o, K.CallOp) and "attention::run" in o.callee.data]
         assert call.callee.data.endswith(tail)
 
@@ -387,7 +141,7 @@ def test_cuda_text():
 
 
 def test_knob_values_reach_the_template():
-    text = attention_ir(T=256, knobs=_knobs(block_q=128, block_kv=32, stages=3, warps=8))
+    text = attention_ir(T=256, knobs=attention_knobs(block_q=128, block_kv=32, stages=3, warps=8))
     _, _, built = build_text(text)
     (call,) = [o for o in built.funcs[0].walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith("emmy::attention::run<128, 128, 32, 8, 3,")
@@ -398,7 +152,7 @@ def test_knob_values_reach_the_template():
 def test_split_variant():
     op = parse_kernel(attention_ir(T=100))
     knobs = dict(op.knob_values(), fusion="split")
-    built = _build(op, classify(op), knobs, get_target("sm_90"))
+    built = build_attention(op, classify(op), knobs, get_target("sm_90"))
     prep, main = built.funcs
     for f in built.funcs:
         f.verify()
@@ -412,7 +166,7 @@ def test_split_variant():
     assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 0>"
     # plain attention has nothing to materialize: one kernel
     op = parse_kernel(attention_ir(qwen=False))
-    built = _build(op, classify(op), dict(op.knob_values(), fusion="split"), get_target("sm_90"))
+    built = build_attention(op, classify(op), dict(op.knob_values(), fusion="split"), get_target("sm_90"))
     assert len(built.funcs) == 1 and not built.temps
 
 
@@ -420,7 +174,7 @@ def test_wgmma_attention():
     """workers=wgmma (sm_90a): S = Q K^T on wgmma (the template's wgmma mode, before STAGED_OUT);
     the tiles' base is aligned to 1024 bytes for wgmma's swizzle, and the shared memory has room
     for it."""
-    _, _, built = build_text(attention_ir(knobs=_knobs(workers="wgmma")), target="sm_90a")
+    _, _, built = build_text(attention_ir(knobs=attention_knobs(workers="wgmma")), target="sm_90a")
     (func,) = built.funcs
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data == "emmy::attention::run<128, 64, 64, 4, 2, 2, 128, 2, 128, 0, 0, 1, 1>"
@@ -432,7 +186,7 @@ def test_wgmma_attention():
 
 def test_wgmma_attention_two_warpgroups():
     """block_q=128 with 8 warps: two warpgroups of 64 query rows share each K/V tile."""
-    _, _, built = build_text(attention_ir(T=256, knobs=_knobs(workers="wgmma", block_q=128, warps=8)), target="sm_90a")
+    _, _, built = build_text(attention_ir(T=256, knobs=attention_knobs(workers="wgmma", block_q=128, warps=8)), target="sm_90a")
     (func,) = built.funcs
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith("emmy::attention::run<128, 128, 64, 8, ")
@@ -440,7 +194,7 @@ def test_wgmma_attention_two_warpgroups():
 
 
 def test_wgmma_attention_needs_whole_warpgroups():
-    text = attention_ir(T=256, knobs=_knobs(workers="wgmma", block_q=128, warps=4))
+    text = attention_ir(T=256, knobs=attention_knobs(workers="wgmma", block_q=128, warps=4))
     with pytest.raises(EmmyError, match=re.escape("workers=wgmma needs a head dim up to 256, a warpgroup per 64 query rows")):
         build_text(text, target="sm_90a")
 
@@ -449,9 +203,9 @@ def test_wgmma_attention_needs_whole_warpgroups():
     "kw, message",
     [
         ({"break_softmax": True}, "P in the P x V sum"),
-        ({"knobs": _knobs(workers="thread")}, "workers=thread"),
-        ({"knobs": _knobs(block_q=16, warps=2)}, "block_q=16"),
-        ({"knobs": _knobs(block_kv=128, stages=3, block_q=128)}, None),  # legal
+        ({"knobs": attention_knobs(workers="thread")}, "workers=thread"),
+        ({"knobs": attention_knobs(block_q=16, warps=2)}, "block_q=16"),
+        ({"knobs": attention_knobs(block_kv=128, stages=3, block_q=128)}, None),  # legal
         # query blocks go on the grid's y dimension (heads on x, so the longest start first)
         ({"T": 64 * 65536 + 64}, "65537 query blocks of 64 exceed the grid's y limit of 65535"),
     ],
@@ -469,35 +223,6 @@ def test_errors(kw, message):
 # CUDA: nvcc for sm_80, sm_90, sm_90a
 # --------------------------------------------------------------------------------------------
 
-_ARCH = {
-    "sm_80": ["-arch=sm_80"],
-    "sm_90": ["-arch=sm_90"],
-    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"],
-}
-
-
-def cuda_source(built) -> str:
-    kernels = "\n".join(emit_kernel(f) for f in built.funcs)
-    return f'#include "emmy.cuh"\n\n{kernels}'
-
-
-def nvcc_compile(src: str, arch: str, tmp_path: Path) -> tuple[str, Path]:
-    cu = tmp_path / f"attn_{arch}.cu"
-    cu.write_text(src)
-    obj = tmp_path / f"attn_{arch}.o"
-    cmd = ["nvcc", "-c", "-O3", "-std=c++17", *_ARCH[arch], "-Xptxas", "-v", f"-I{RUNTIME}", str(cu), "-o", str(obj)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return r.stderr, obj
-
-
-def _check_ptxas(log: str) -> None:
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
-    assert spills and max(spills) == 0, log
-    assert "bytes stack frame" in log
-
-
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
 
 @needs_nvcc
@@ -509,9 +234,9 @@ def test_nvcc(arch, variant, tmp_path):
     knobs = dict(op.knob_values(), fusion="split" if variant.endswith("split") else "fused")
     if arch.endswith("-wgmma"):
         arch, knobs["workers"] = "sm_90a", "wgmma"
-    built = _build(op, classify(op), knobs, get_target(arch))
+    built = build_attention(op, classify(op), knobs, get_target(arch))
     log, obj = nvcc_compile(cuda_source(built), arch, tmp_path)
-    _check_ptxas(log)
+    check_ptxas(log)
     if shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True, text=True).stdout
         assert "HMMA" in sass  # P V (and Q K^T unless wgmma)
@@ -554,21 +279,21 @@ def test_layer_attention_compiles(tmp_path):
         # Qwen3: q/k RMSNorm (a row sum of squares) + rope on the fused qkv buffer, plain v rows
         assert (plan.q.mode, plan.k.mode, plan.v.mode) == (A.ROWSUM, A.ROWSUM, A.DIRECT)
         assert plan.causal and plan.causal_offset == 0 and plan.head_dim == 128
-        built = _build(op, info, op.knob_values(), get_target(target))
+        built = build_attention(op, info, op.knob_values(), get_target(target))
         src = cuda_source(built)
         for arch in ("sm_80", "sm_90", "sm_90a"):
             log, _ = nvcc_compile(src, arch, tmp_path)
-            _check_ptxas(log)
-        split = _build(op, info, dict(op.knob_values(), fusion="split"), get_target(target))
+            check_ptxas(log)
+        split = build_attention(op, info, dict(op.knob_values(), fusion="split"), get_target(target))
         assert [t.get_shape()[0] for t in split.temps] == [16 * plan.seq_q * 128, 8 * plan.seq_kv * 128]
         log, _ = nvcc_compile(cuda_source(split), "sm_90a", tmp_path)
-        _check_ptxas(log)
+        check_ptxas(log)
 
 
 def test_wgmma_attention_three_stages_is_the_pipelined_loop():
     """stages=3 on wgmma selects the software-pipelined main loop (emmy::attention::run picks
     flash_wgmma at compile time for WGMMA and STAGES >= 3); the shared memory holds 3 K/V stages."""
-    _, _, built = build_text(attention_ir(T=256, knobs=_knobs(workers="wgmma", stages=3)), target="sm_90a")
+    _, _, built = build_text(attention_ir(T=256, knobs=attention_knobs(workers="wgmma", stages=3)), target="sm_90a")
     (func,) = built.funcs
     (call,) = [o for o in func.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith("emmy::attention::run<128, 64, 64, 4, 3, ") and call.callee.data.endswith(", 1, 1>")
@@ -581,9 +306,9 @@ def test_wgmma_attention_three_stages_is_the_pipelined_loop():
 
 
 def _tma_build(fusion: str, T: int = 256):
-    op = parse_kernel(attention_ir(T=T, knobs=_knobs(workers="wgmma", stages=3)))
+    op = parse_kernel(attention_ir(T=T, knobs=attention_knobs(workers="wgmma", stages=3)))
     knobs = dict(op.knob_values(), copy="tma", fusion=fusion)
-    return op, _build(op, classify(op), knobs, get_target("sm_90a"))
+    return op, build_attention(op, classify(op), knobs, get_target("sm_90a"))
 
 
 def test_tma_attention_maps_direct_rows():
@@ -623,10 +348,10 @@ def test_tma_attention_maps_direct_rows():
     ],
 )
 def test_tma_attention_errors(T, knobs, message):
-    op = parse_kernel(attention_ir(T=T, knobs=_knobs(workers="wgmma", stages=3)))
+    op = parse_kernel(attention_ir(T=T, knobs=attention_knobs(workers="wgmma", stages=3)))
     values = {**op.knob_values(), "copy": "tma", **knobs}
     with pytest.raises(EmmyError, match=re.escape(message)):
-        _build(op, classify(op), values, get_target("sm_90a"))
+        build_attention(op, classify(op), values, get_target("sm_90a"))
 
 
 def test_tma_attention_at_ragged_lengths():
@@ -653,7 +378,7 @@ def constant(v):
 def test_tma_attention_compiles(fusion, T, tmp_path):
     _, built = _tma_build(fusion, T)
     log, obj = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
-    _check_ptxas(log)
+    check_ptxas(log)
     if shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True, text=True).stdout
         assert "UTMALDG" in sass and "HGMMA" in sass
@@ -667,16 +392,16 @@ def test_wgmma_attention_pads_the_head_dim(d, fusion, tmp_path):
     each row of Q, K and V takes the next multiple of 64 columns in shared memory, Q K^T contracts over the d real
     ones (d / 16 k-steps, the last slab read in part) and P V is a wgmma of n = d; it compiles
     for sm_90a without spills into those wgmma instructions."""
-    op = parse_kernel(attention_ir(T=100, D=d, knobs=_knobs(workers="wgmma", stages=3)))
+    op = parse_kernel(attention_ir(T=100, D=d, knobs=attention_knobs(workers="wgmma", stages=3)))
     knobs = dict(op.knob_values(), fusion=fusion)
-    built = _build(op, classify(op), knobs, get_target("sm_90a"))
+    built = build_attention(op, classify(op), knobs, get_target("sm_90a"))
     main = built.funcs[-1]
     (call,) = [o for o in main.walk() if isinstance(o, K.CallOp)]
     assert call.callee.data.startswith(f"emmy::attention::run<{d}, 64, 64, 4, 3, ")
     dp = -(-d // 64) * 64  # whole 64-column slabs
     assert main.smem_bytes == A.smem_bytes(d, 64, 64, 3, wgmma=True) == (64 * dp + 2 * 3 * 64 * dp) * 2 + 1024
     log, obj = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
-    _check_ptxas(log)
+    check_ptxas(log)
     if shutil.which("cuobjdump"):
         sass = subprocess.run(["cuobjdump", "-sass", str(obj)], capture_output=True, text=True).stdout
         assert "HGMMA.64x64x16" in sass  # Q K^T: 64 keys per block

@@ -30,7 +30,7 @@ from emmy.schedule.space import candidate_facts
 from emmy.targets import get_target
 from emmy.tuning.knobs import Ints
 
-from test_attention_lowering import _knobs, attention_ir, cuda_source, needs_nvcc, nvcc_compile, parse_kernel
+from attention_examples import attention_knobs, attention_ir, cuda_source, needs_nvcc, nvcc_compile, parse_kernel
 from test_tile_stage import random_args, tile_module
 
 SM90A = get_target("sm_90a")
@@ -54,7 +54,7 @@ def test_section_holds_the_key_value_heads_that_fit_in_l2(tokens, group, rows, s
 
 
 def _plan(l2_bytes: int, **over):
-    op = parse_kernel(attention_ir(T=130, H=8, HKV=2, D=64, qwen=False, knobs=_knobs(workers="wgmma", stages=3)))
+    op = parse_kernel(attention_ir(T=130, H=8, HKV=2, D=64, qwen=False, knobs=attention_knobs(workers="wgmma", stages=3)))
     info = classify(op)
     return op, info, plan_for(info, {**WS, **over}, dataclasses.replace(SM90A, l2_bytes=l2_bytes))
 

@@ -32,8 +32,8 @@ from emmy.targets import get_target
 from emmy.tuning.knobs import knob_space_for
 from emmy.tuning.legality import check
 
-from test_attention_lowering import (
-    _check_ptxas, _knobs, attention_ir, cuda_source, needs_nvcc, nvcc_compile, parse_kernel,
+from attention_examples import (
+    check_ptxas, attention_knobs, attention_ir, cuda_source, needs_nvcc, nvcc_compile, parse_kernel,
 )
 from test_tile_stage import random_args, tile_module
 
@@ -49,7 +49,7 @@ def _ws(block_q=128, **over):
 
 
 def _op(T=256, D=128, qwen=True):
-    op = parse_kernel(attention_ir(T=T, D=D, qwen=qwen, knobs=_knobs(workers="wgmma", stages=3)))
+    op = parse_kernel(attention_ir(T=T, D=D, qwen=qwen, knobs=attention_knobs(workers="wgmma", stages=3)))
     return op, classify(op)
 
 
@@ -374,7 +374,7 @@ def test_lowering_error_without_maps():
 def test_nvcc_no_spills(D, block_q, block_kv, stages, T, tmp_path):
     built = _ws_build(T, D, block_q=block_q, block_kv=block_kv, stages=stages)
     log, _ = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
-    _check_ptxas(log)
+    check_ptxas(log)
     main = re.search(r"Function properties for attention\n.*?\n.*?Used (\d+) registers", log, re.S)
     assert main is not None, log
 
@@ -478,4 +478,4 @@ def test_two_consumers_at_head_dim_256_spill():
 def test_nvcc_head_dim_256(block_q, block_kv, tmp_path):
     built = _ws_build(1000, 256, qwen=False, block_q=block_q, block_kv=block_kv)
     log, _ = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
-    _check_ptxas(log)
+    check_ptxas(log)

@@ -501,7 +501,7 @@ def test_attention_rereads_count_the_copied_slabs():
     """Tensor-map copies of K and V move whole 64-column slabs: at head dim 96 the re-read bytes
     count 128 columns a row; cp.async copies, the 96 real ones."""
     from emmy.analysis.classify import classify
-    from test_attention_lowering import attention_ir, parse_kernel
+    from attention_examples import attention_ir, parse_kernel
 
     info = classify(parse_kernel(attention_ir(T=3000, H=32, HKV=32, D=96, qwen=False, target="sm_90a")))
     tma = {k: c.value for k, c in decide(info, TARGET, knob_space_for(info, TARGET)).items()}

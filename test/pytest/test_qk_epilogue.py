@@ -32,7 +32,7 @@ from emmy.tuning.legality import check
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "test" / "pytest"))
-from test_attention_lowering import attention_ir, parse_kernel  # noqa: E402
+from attention_examples import attention_ir, parse_kernel  # noqa: E402
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 SM90A = get_target("sm_90a")

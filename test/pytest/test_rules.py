@@ -169,7 +169,7 @@ def test_attention_prologue_kernel_from_32_keys():
     prologue kernel from 32 keys on (H200: the layer at 32 tokens 41.1 -> 39.4 us); below,
     inside the flash kernel. With plain Q, K and V rows there is nothing to compute, and the
     reason says so."""
-    from test_attention_lowering import attention_ir, parse_kernel
+    from attention_examples import attention_ir, parse_kernel
 
     from emmy.analysis.classify import classify
     from emmy.tuning.rules_attention import SPLIT_ATTENTION_MIN_KEYS, _a_fusion
