@@ -59,6 +59,13 @@ def smem_bytes(head_dim: int, block_q: int, block_kv: int, stages: int, wgmma: b
     return tile_bytes(head_dim, block_q, block_kv, stages, wgmma, q_tiles) + (SMEM_ALIGN_WGMMA if wgmma else 0)
 
 
+def kv_head_bytes(seq_kv: int, head_dim: int, wgmma: bool, tma: bool) -> int:
+    """The key and value rows of one key-value head in bytes, as they are copied (whole 64-column
+    slabs with tensor-map copies: stored_head_dim)."""
+    copied = stored_head_dim(head_dim, wgmma) if tma else head_dim
+    return 2 * seq_kv * copied * 2
+
+
 def l2_section(kv_head_bytes: int, group: int, rows: int, l2_bytes: int) -> int:
     """How many batch x head rows the blocks take together (an L2 section: AttentionPlan.tile_at):
     as many key-value heads as fit in L2 together (`kv_head_bytes` each, K's and V's rows), a
@@ -179,10 +186,8 @@ class AttentionPlan:
 
     @property
     def kv_head_bytes(self) -> int:
-        """The key and value rows of one key-value head in bytes, as they are copied (whole
-        64-column slabs with tensor-map copies: stored_head_dim)."""
-        copied = stored_head_dim(self.head_dim, self.wgmma) if self.tma else self.head_dim
-        return 2 * self.seq_kv * copied * 2
+        """The key and value rows of one key-value head in bytes, as they are copied."""
+        return kv_head_bytes(self.seq_kv, self.head_dim, self.wgmma, self.tma)
 
     @property
     def section(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from emmy.schedule.attention import computed_operands, stored_head_dim
+from emmy.schedule.attention import computed_operands, kv_head_bytes
 from emmy.tuning.rules_common import Prefs, closest_first, dispatch
 
 
@@ -234,9 +234,9 @@ def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
     bq = chosen.get("block_q", 128)
     tiles = info.batch * ceil(info.seq_q / bq)
     waves = ceil(tiles / target.sms)
-    gqa = info.attention.gqa if info.attention is not None else None
+    gqa = info.attention.gqa
     kv_heads = info.batch // (gqa[1] if gqa else 1)
-    kv_bytes = kv_heads * 2 * info.seq_kv * stored_head_dim(info.head_dim, True) * 2
+    kv_bytes = kv_heads * kv_head_bytes(info.seq_kv, info.head_dim, wgmma=True, tma=chosen.get("copy") == "tma")
     persistent = ("persistent", f"{tiles} query blocks ({waves} waves) on {min(tiles, target.sms)} blocks taking "
                   "them from a counter as they free up, the next one's Q rows copied during the last")
     two_consumers = chosen.get("warps") == 8  # what was measured (three: head dim 64, not timed persistent)
