@@ -24,7 +24,9 @@ split that drops a part or an online-softmax rescaling error changes the numbers
   end (or inside P x V when the loop does so), then the epilogue on the block; with schedule =
   persistent the query blocks one head at a time in an order the launch's blocks may take them
   from the tile counter (`knobs.counter_order`), so an order that loses or repeats one fails the
-  write count. With fusion =
+  write count; with split_kv each query block's key blocks in the plan's parts
+  (`AttentionPlan.key_parts`), each part's online softmax on its own, then merged as the kernel's
+  last part does (maxes to their maximum, sums and outputs rescaled and added). With fusion =
   epilogue the projection's run rewrites the Q/K heads of its output tile by tile first
   (`emmy.interp.qk_epilogue`), and the attention reads them as rows.
 - reduction: blocks of rows_per_block rows; each top-level reduce accumulated in sweeps of
@@ -370,28 +372,10 @@ def _run_attention(k: _Kernel, plan: AttentionPlan) -> list[np.ndarray]:
     info = k.info
     att = info.attention
     assert att is not None
-    ext = info.axes
-    bkv = plan.block_kv
     mx, sm, pv = att.max_reduce, att.sum_reduce, att.pv.reduce
-    key = att.key_axis
     for block in _attention_blocks(info, plan):
-        m = l = acc = None
-        m_axes = l_axes = acc_axes = ()
-        for kr in _tiles(ext[key], bkv):
-            kb = {**block, key: kr}
-            s_max, m_axes = k.value(mx.result, kb)
-            m_new = s_max if m is None else np.maximum(m, s_max)
-            m_safe = np.where(np.isneginf(m_new), np.float32(0), m_new).astype(np.float32)
-            alpha = None if m is None else _rescale_factor(m, m_safe)
-            over = {mx.result: m_safe}
-            p_sum, l_axes = k.value(sm.result, kb, over)
-            l = p_sum if l is None else l * _expand(alpha, m_axes, l_axes) + p_sum
-            if att.pv_uses_sum:
-                over[sm.result] = np.ones_like(p_sum)
-            part, acc_axes = k.value(pv.result, kb, over)
-            acc = part if acc is None else acc * _expand(alpha, m_axes, acc_axes) + part
-            m = m_new
-        assert m is not None and l is not None and acc is not None
+        parts = [_online_softmax(k, block, keys) for keys in _key_parts(info, plan, block)]
+        m, l, acc, (m_axes, l_axes, acc_axes) = _merge_parts(parts)
         m_final = np.where(np.isneginf(m), np.float32(0), m).astype(np.float32)
         if att.pv_uses_sum:
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -399,6 +383,61 @@ def _run_attention(k: _Kernel, plan: AttentionPlan) -> list[np.ndarray]:
         over = {mx.result: m_final, sm.result: l, pv.result: acc.astype(np.float32)}
         k.store_block(block, over)
     return k.results()
+
+
+def _key_parts(info, plan: AttentionPlan, block: Ranges) -> list[list[tuple[int, int]]]:
+    """The key tiles (block_kv keys each) of every part of the query block `block` starts
+    (AttentionPlan.key_parts: split_kv's runs of consecutive key blocks; one part without a
+    split); the last part also takes the key blocks past the causal end, which the kernel skips
+    and which change nothing here (every score of them masked)."""
+    att = info.attention
+    tiles = list(_tiles(info.axes[att.key_axis], plan.block_kv))
+    ranges = plan.key_parts(block[att.query_axis][0] // plan.block_q)
+    return [tiles[j0:j1 if p < len(ranges) - 1 else len(tiles)] for p, (j0, j1) in enumerate(ranges)]
+
+
+def _online_softmax(k: _Kernel, block: Ranges, key_tiles: Sequence[tuple[int, int]]):
+    """One pass of the online softmax over `key_tiles`: (running max, running sum, unnormalized
+    output, their axes), the output divided by the sum only where the loop body does so inside
+    P x V (then the sum is taken as 1 there, as in the kernel)."""
+    att = k.info.attention
+    mx, sm, pv = att.max_reduce, att.sum_reduce, att.pv.reduce
+    m = l = acc = None
+    m_axes = l_axes = acc_axes = ()
+    for kr in key_tiles:
+        kb = {**block, att.key_axis: kr}
+        s_max, m_axes = k.value(mx.result, kb)
+        m_new = s_max if m is None else np.maximum(m, s_max)
+        m_safe = np.where(np.isneginf(m_new), np.float32(0), m_new).astype(np.float32)
+        alpha = None if m is None else _rescale_factor(m, m_safe)
+        over = {mx.result: m_safe}
+        p_sum, l_axes = k.value(sm.result, kb, over)
+        l = p_sum if l is None else l * _expand(alpha, m_axes, l_axes) + p_sum
+        if att.pv_uses_sum:
+            over[sm.result] = np.ones_like(p_sum)
+        part, acc_axes = k.value(pv.result, kb, over)
+        acc = part if acc is None else acc * _expand(alpha, m_axes, acc_axes) + part
+        m = m_new
+    assert m is not None and l is not None and acc is not None
+    return m, l, acc, (m_axes, l_axes, acc_axes)
+
+
+def _merge_parts(parts):
+    """split_kv's merge (merge_parts in attention_ws.cuh): the running maxes to their maximum,
+    each part's sum and output rescaled by exp(its max - that maximum) (0 for a part that saw no
+    key of a row) and added."""
+    if len(parts) == 1:
+        return parts[0]
+    m_axes, l_axes, acc_axes = parts[0][3]
+    m = np.maximum.reduce([p[0] for p in parts])
+    m_safe = np.where(np.isneginf(m), np.float32(0), m).astype(np.float32)
+    l = acc = None
+    for m_p, l_p, acc_p, _ in parts:
+        f = np.where(np.isneginf(m_p), np.float32(0), _rescale_factor(m_p, m_safe)).astype(np.float32)
+        l_add, acc_add = l_p * _expand(f, m_axes, l_axes), acc_p * _expand(f, m_axes, acc_axes)
+        l = l_add if l is None else l + l_add
+        acc = acc_add if acc is None else acc + acc_add
+    return m, l, acc, (m_axes, l_axes, acc_axes)
 
 
 def _rescale_factor(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:

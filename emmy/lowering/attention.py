@@ -46,7 +46,10 @@ section's, so its blocks find their K and V rows in L2. With
 second Q tile, and one more argument, the tile counter (a zeroed temp, TILE_COUNTER); each role
 passes `ws_tiles` a lambda `tile(t, ring, i)` holding its `run_ws` for query block t of the
 same order, and the consumers get `next_block(t)` and `next_q(t)`, t's query block and the
-row-0 pointer of its Q rows.
+row-0 pointer of its Q rows. With `split_kv` (wgmma_ws, grid): grid y holds query blocks x parts
+(a query block's parts side by side), and the main kernel takes two more arguments, the parts'
+workspace and their counts per query block (`workspaces`); each block runs its part of the key
+blocks, and the last part of a query block to finish merges the others and stores the output.
 
 Variants (the plan's `fusion`, the attention's fusion knob):
 - "fused": computed Q/K/V (rowsum/elem producers) are evaluated while staging, in the main
@@ -206,21 +209,37 @@ def build(kernel_op: Operation, info: KernelInfo, sched: AttentionPlan) -> Built
     func, map_refs = _flash_func(kernel_op, info, plan, sched)
     _, _, refs = io_args(kernel_op)
     built = Built(funcs=[func], launches=[Launch(func.sym_name.data, (*refs, *map_refs))], temps=[])
-    return _with_tile_counter(built, sched)
+    return _with_workspaces(built, sched)
 
 
 TILE_COUNTER = TensorType(i32, [2])  # schedule = persistent: the next tile, the blocks done
 
 
-def _with_tile_counter(built: Built, sched: AttentionPlan) -> Built:
-    """schedule = persistent: a zeroed temp of two counters (the next tile to take, the blocks
-    that took their last; the last block zeroes both) as the main kernel's last argument."""
-    if not sched.persistent:
-        return built
-    built.temps.append(TILE_COUNTER)
-    built.zeroed.add(len(built.temps) - 1)
-    main = built.launches[-1]
-    built.launches[-1] = Launch(main.kernel, (*main.args, Tmp(len(built.temps) - 1)))
+def workspaces(sched: AttentionPlan) -> list[tuple[str, TensorType, bool]]:
+    """(argument name, type, zeroed) of the temps the main kernel takes last: schedule =
+    persistent's tile counter (two ints: the next tile to take, the blocks that took their last;
+    the last block zeroes both); split_kv's workspace of the parts' partial results
+    (AttentionPlan.split_floats) and its count of finished parts per query block (the part that
+    merges zeroes its count)."""
+    if sched.persistent:
+        return [("tile_counter", TILE_COUNTER, True)]
+    if sched.split_kv > 1:
+        return [("split_ws", TensorType(f32, [sched.split_floats]), False),
+                ("split_counts", TensorType(i32, [sched.tiles]), True)]
+    return []
+
+
+def _with_workspaces(built: Built, sched: AttentionPlan) -> Built:
+    """The main kernel's workspaces (`workspaces`) as temps and its last arguments."""
+    refs = []
+    for _, ty, zeroed in workspaces(sched):
+        built.temps.append(ty)
+        if zeroed:
+            built.zeroed.add(len(built.temps) - 1)
+        refs.append(Tmp(len(built.temps) - 1))
+    if refs:
+        main = built.launches[-1]
+        built.launches[-1] = Launch(main.kernel, (*main.args, *refs))
     return built
 
 
@@ -246,9 +265,9 @@ def _flash_func(
         _check_ws_operands(plan, {t[0] for t in temps}, {m[0] for m in maps})
     types = types + [m[1] for m in maps]
     names = names + [f"tma_{m[0]}" for m in maps]
-    if sched.persistent:  # the tile counter (a zeroed temp: TILE_COUNTER)
-        types = types + [K.PtrType(i32)]
-        names = names + ["tile_counter"]
+    extra = workspaces(sched)  # the tile counter, or split_kv's workspace and counts
+    types = types + [K.PtrType(ty.element_type) for _, ty, _ in extra]
+    names = names + [n for n, _, _ in extra]
     smem = sched.smem_bytes
     kb = KB.new_func(
         kernel_ident(plan.name), types, grid=sched.grid, block=(sched.threads, 1, 1),
@@ -256,7 +275,7 @@ def _flash_func(
     )
     ptrs, outs = bind_pointers(kb, kernel_op)
     em = BodyEmitter(kb, kernel_op, ptrs, outs)
-    n_args = len(kb.func.body.block.args) - int(sched.persistent)
+    n_args = len(kb.func.body.block.args) - len(extra)
     temp_args = kb.func.body.block.args[n_args - len(maps) - len(temps):n_args - len(maps)]
     map_args = dict(zip((m[0] for m in maps), kb.func.body.block.args[n_args - len(maps):n_args]))
 
@@ -272,7 +291,8 @@ def _flash_func(
                     ring: SSAValue | None = None, after: Sequence[SSAValue] = ()) -> SSAValue | None:
         """The main loop's call for one query block of batch x head row `row` (its lambdas and
         operands bound to that row); with a `role`, run_ws's: `ring` before the shared memory,
-        `after` it (the loop's count, the next query block's and the next Q rows' lambdas)."""
+        `after` it (the loop's count, the next query block's and the next Q rows' lambdas; with
+        split_kv the part, the parts, the slot row and the workspaces)."""
         outer = decompose(kb, row, plan.batch_axes, axes) if plan.batch_axes else {}
         top = em.scope(outer)
         args = _operand_args(kb, em, top, plan, outer, axes, materialized, map_args)
@@ -295,13 +315,19 @@ def _flash_func(
         )
 
     if not sched.persistent:
-        # the longest (causal) query blocks of all heads start first (x, the head, varies fastest)
+        # the longest (causal) query blocks of all heads start first (x, the head, varies fastest);
+        # with split_kv the parts of a query block side by side along y
+        rank, after = kb.block_id("y"), []
+        if sched.split_kv > 1:
+            rank, part = kb.div(rank, sched.split_kv), kb.rem(rank, sched.split_kv)
+            slot_row = kb.add(bid_x, kb.mul(rank, sched.batch))
+            after = [part, kb.idx(sched.split_kv), slot_row, *kb.func.body.block.args[n_args:]]
         if sched.section >= sched.batch:
-            row, q_block = bid_x, kb.sub(n_qblocks - 1, kb.block_id("y"))
+            row, q_block = bid_x, kb.sub(n_qblocks - 1, rank)
         else:  # ... of the heads of an L2 section, section after section (AttentionPlan.tile_at)
-            row, q_block = sched.tile_at(kb, kb.add(bid_x, kb.mul(kb.block_id("y"), sched.batch)))
+            row, q_block = sched.tile_at(kb, kb.add(bid_x, kb.mul(rank, sched.batch)))
         q_block.name_hint = "q_block"
-        query_block(row, q_block)
+        query_block(row, q_block, after=after)
         return kb.finish(), [m[3] for m in maps]
 
     # schedule = persistent: each block takes query blocks t = 0, 1, ... of the grid's order (head
@@ -311,7 +337,7 @@ def _flash_func(
     # call to call. `next_block(t)` and `next_q(t)`: tile t's query block and the row-0 pointer
     # of its Q rows, which the consumers copy during the tile before.
     shape = f"{plan.head_dim}, {sched.block_q}, {sched.block_kv}, {sched.warps}, {sched.stages}"
-    counter = kb.func.body.block.args[-1]
+    counter = kb.func.body.block.args[n_args]
     kb.call(f"emmy::attention::ws_begin<{shape}>", [sbuf])
     next_block = _lambda(kb, [idx], ["t"], idx)
     with kb.at(next_block.body.block):
@@ -508,7 +534,7 @@ def _build_split(kernel_op: Operation, info: KernelInfo, plan: AttentionBody, sc
         ],
         temps=temps,
     )
-    return _with_tile_counter(built, sched)
+    return _with_workspaces(built, sched)
 
 
 __all__ = ["TILE_COUNTER", "AttentionBody", "AttentionPlan", "Producer", "analyze", "build", "run_callee", "smem_bytes"]

@@ -16,6 +16,7 @@ attention_body.kv_group finds the query heads that share key-value heads).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from emmy.schedule.attention_body import DIRECT, AttentionBody, analyze, kv_grou
 from emmy.schedule.attention_body import attention_error as _err
 from emmy.schedule.contraction import Decided, LaunchPlan
 from emmy.targets import Target
-from emmy.tuning.knobs import ATTENTION_FUSION, KnobValue, grouped_tile
+from emmy.tuning.knobs import ATTENTION_FUSION, Ints, KnobValue, grouped_tile
 
 SMEM_ALIGN_WGMMA = 1024  # wgmma's swizzled tiles are read through absolute address bits
 PREP_WARPS = 8  # warps of the split variant's prologue kernel
@@ -116,6 +117,9 @@ class AttentionPlan:
     # order from a counter as it frees up
     group: int = 1  # query heads per key-value head where the head is the fastest batch axis
     # (consecutive rows share K and V rows); 1 otherwise
+    split_kv: int = 1  # parts of a query block's key blocks, a block each (split_kv_illegal)
+    causal: bool = False  # key kv masked for query q past q + causal_offset: the key blocks a
+    causal_offset: int = 0  # query block visits end at its last row's last key (key_blocks)
 
     @property
     def warp_specialized(self) -> bool:
@@ -218,11 +222,66 @@ class AttentionPlan:
             return ops.sub(self.query_blocks - 1, ops.div(t, self.batch))
         return self.tile_at(ops, t)[1]
 
+    def key_blocks(self, q_block: int) -> int:
+        """Key blocks query block `q_block` visits: all of them, or with a causal mask up to the
+        last key its last query may see (key_blocks in attention.cuh)."""
+        n = -(-self.seq_kv // self.block_kv)
+        if self.causal:
+            last = min((q_block + 1) * self.block_q, self.seq_q) - 1 + self.causal_offset
+            n = min(n, 0 if last < 0 else last // self.block_kv + 1)
+        return n
+
+    def key_parts(self, q_block: int) -> list[tuple[int, int]]:
+        """The [first, end) key blocks of each part of query block `q_block` (split_kv): its
+        key_blocks cut into min(split_kv, key_blocks) runs of consecutive blocks, part p from
+        p * n // parts (key_parts in attention_ws.cuh); one part, maybe empty, without a split."""
+        n = self.key_blocks(q_block)
+        parts = max(1, min(self.split_kv, n))
+        return [(p * n // parts, (p + 1) * n // parts) for p in range(parts)]
+
+    def part_blocks(self) -> list[tuple[int, int]]:
+        """(key blocks, parts of its query block) of every block of the launch that runs a part,
+        in the order of the blocks' index (the order the block scheduler starts them): grid y
+        query rank by rank, a rank's parts side by side, x the batch x head rows. Blocks of a
+        part past a short query block's parts leave at once and are not listed. Without a
+        split, every query block as one part."""
+        out = []
+        for rank in range(self.query_blocks):
+            for part in range(self.split_kv):
+                for row in range(self.batch):
+                    _, q_block = self.tile_at(Ints, row + rank * self.batch)
+                    parts = self.key_parts(q_block)
+                    if part < len(parts):
+                        out.append((parts[part][1] - parts[part][0], len(parts)))
+        return out
+
+    def critical_path(self, slots: int) -> float:
+        """The launch's time in key blocks of one block, estimated: each block of part_blocks
+        costs its key blocks, BLOCK_COST (what it does once) and SPLIT_MERGE_COST per other part
+        of its query block, and starts on the first of `slots` block slots (SMs x blocks an SM
+        holds) to free up, in index order; the last to finish. Grid schedule only (what
+        split_kv's rule compares)."""
+        free = [0.0] * max(1, slots)
+        for blocks, parts in self.part_blocks():
+            start = heapq.heappop(free)
+            heapq.heappush(free, start + blocks + BLOCK_COST + SPLIT_MERGE_COST * (parts - 1))
+        return max(free)
+
+    @property
+    def split_floats(self) -> int:
+        """float32 values of the workspace split_kv's parts write: per query block and part,
+        per consumer thread its output fragments (head_dim / 2) and its two rows' running max and
+        sum (4), in the thread's own layout (split_workspace in attention_ws.cuh); 0 without."""
+        if self.split_kv <= 1:
+            return 0
+        return self.tiles * self.split_kv * 32 * self.warps * (self.head_dim // 2 + 4)
+
     @property
     def grid(self) -> tuple[int, int, int]:
         if self.persistent:  # a block per SM (at most a tile each), x only
             return (min(self.tiles, self.target.sms), 1, 1)
-        return (self.batch, self.query_blocks, 1)
+        # split_kv: the parts of a query block side by side along y (its longest first)
+        return (self.batch, self.query_blocks * self.split_kv, 1)
 
     @property
     def blocks(self) -> int:
@@ -322,6 +381,11 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     why = persistent_illegal(workers) if schedule == "persistent" else ""
     if why:
         raise _err(name, why)
+    split = int(v["split_kv"])
+    tiles = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis)) * -(-info.seq_q // bq)
+    why = split_kv_illegal(split, workers, schedule, tiles, target)
+    if why:
+        raise _err(name, why)
     batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
@@ -332,9 +396,10 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     computed = [r for _, r in _operand_rows(body)] if fusion == "split" else []
     if computed:  # a prologue kernel for the computed ones of Q, K and V
         prep = (-(-max(computed) // (PREP_WARPS * PREP_ROWS)), batch, len(computed))
+    causal, offset = (body.causal, body.causal_offset) if body is not None else (False, 0)
     return AttentionPlan(
         name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma,
-        schedule == "persistent", _kv_group(info, att, body),
+        schedule == "persistent", _kv_group(info, att, body), split, causal, offset,
     )
 
 
@@ -356,6 +421,39 @@ def persistent_illegal(workers: str) -> str:
     flash loops have no such loop."""
     if workers != "wgmma_ws":
         return f"schedule=persistent loops the warp-specialized kernel over query blocks: it needs workers=wgmma_ws, not {workers}"
+    return ""
+
+
+# critical_path's costs, in key blocks of one block (head dim 128, 128 x 128 tiles, two consumer
+# warpgroups, H100 CUDA-graph replay, 16 / 8 heads: 7.3 us for 2 key blocks at 256 tokens, 19.9 us
+# for 8 at 1000, about 2.1 us a key block and 3 us besides; docs/bench/h100-layer-attention-
+# 2026-12-07.log): what a block does once (its Q rows, the ring's fill, the output) and, with
+# split_kv, writing its part and merging each other part (a block's output rows in float32
+# through L2).
+BLOCK_COST = 1.5
+SPLIT_MERGE_COST = 0.25
+
+# split_kv: at most this many waves of parts on the target's SMs. Past them every SM has query
+# blocks of its own to run one after another, so parts only add their merge, and the workspace
+# (AttentionPlan.split_floats) grows with the launch.
+SPLIT_KV_MAX_WAVES = 4
+
+
+def split_kv_illegal(split_kv: int, workers: str, schedule: str, tiles: int, target: Target) -> str:
+    """Why the key blocks cannot be cut into `split_kv` parts (empty when they can; legality.py
+    asks the same): the parts are blocks of the warp-specialized kernel's grid (flash_ws in
+    attention_ws.cuh), which writes and merges them; `tiles`: the launch's query blocks."""
+    if split_kv < 1:
+        return f"split_kv={split_kv} must be at least 1"
+    if split_kv == 1:
+        return ""
+    if workers != "wgmma_ws" or schedule != "grid":
+        return (f"split_kv={split_kv} runs the parts of a query block as blocks of the warp-specialized kernel's "
+                f"grid: it needs workers=wgmma_ws and schedule=grid, not {workers} and {schedule}")
+    if tiles * split_kv > SPLIT_KV_MAX_WAVES * target.sms:
+        return (f"split_kv={split_kv}: {tiles} query blocks in {tiles * split_kv} parts are more than "
+                f"{SPLIT_KV_MAX_WAVES} waves of the {target.sms} SMs of {target.name}: every SM has query blocks "
+                "of its own already")
     return ""
 
 

@@ -118,6 +118,11 @@ Meanings (what the kernel stage does with each value):
   in the staged epilogue of the contraction that produces their rows (`epilogue`, where that
   contraction's tiles hold whole heads: `emmy.schedule.qk_epilogue`).
 - `block_q`, `block_kv`: attention tile along the query axis and the key step.
+- `split_kv`: attention's key blocks of one query block cut into up to this many parts of
+  consecutive blocks, each run by a block of its own that writes its part's unnormalized output
+  rows, running max and sum (float32) to a workspace; the part that finishes last merges the
+  others into its own and stores the output (flash-decoding's split of the keys, for launches
+  whose query blocks leave SMs idle or put one long causal block on the critical path).
 - `rows_per_block`: rows of a reduction one block handles; `threads`: threads per block.
 - `items`: elements (in vectors) each thread of an elementwise kernel handles.
 """
@@ -196,6 +201,9 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "copy": COPIES,
         # one block per query block, or a block per SM looping over them (wgmma_ws)
         "schedule": ("grid", "persistent"),
+        # parts of a query block's key blocks, each a block of its own (workers = wgmma_ws,
+        # schedule = grid), merged by the last to finish
+        "split_kv": (1, 2, 3, 4),
         "fusion": ATTENTION_FUSION,
     },
     "reduction": {
@@ -217,6 +225,7 @@ _SPACES: dict[str, dict[str, tuple[KnobValue, ...]]] = {
 # with pairs along n.)
 FEATURE_OFF: dict[str, KnobValue] = {
     "split_k": 1,
+    "split_kv": 1,
     "combine": "kernel",
     "split_tail": 1,
     "schedule": "grid",

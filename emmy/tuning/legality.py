@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from emmy.schedule.attention import smem_bytes as attention_smem_bytes, stored_head_dim
 from emmy.schedule import qk_epilogue
 from emmy.schedule.attention import persistent_illegal as attention_persistent_illegal
+from emmy.schedule.attention import split_kv_illegal as attention_split_kv_illegal
 from emmy.schedule.attention import ws_illegal as attention_ws_illegal
 from emmy.schedule.contraction import (
     MAX_ACC_PER_THREAD,
@@ -670,6 +671,18 @@ def _a_schedule(info, v, t, reasons):
             reasons.append(why)
 
 
+def _a_split_kv(info, v, t, reasons):
+    # the parts of a query block's key blocks: blocks of the warp-specialized kernel's grid, at
+    # most SPLIT_KV_MAX_WAVES waves of them (emmy.schedule.attention.split_kv_illegal)
+    if v.has("split_kv", "workers", "schedule", "block_q") and v["split_kv"] != 1:
+        att = info.attention
+        rows = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
+        tiles = rows * -(-info.seq_q // v["block_q"])
+        why = attention_split_kv_illegal(v["split_kv"], v["workers"], v["schedule"], tiles, t)
+        if why:
+            reasons.append(why)
+
+
 # --------------------------------------------------------------------------------------------
 # Reduction and elementwise
 # --------------------------------------------------------------------------------------------
@@ -707,7 +720,7 @@ _RULES: dict[str, tuple[Rule, ...]] = {
         _c_threads, _c_smem, _c_registers, _c_workers, _c_schedule, _c_copy, _c_cluster, _c_group_m, _c_epilogue, _c_slices,
         _c_split, _c_split_tail, _c_combine, _c_vector,
     ),
-    "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy, _a_schedule, _a_fusion),
+    "attention": (_a_threads, _a_smem, _a_registers, _a_workers, _a_copy, _a_schedule, _a_split_kv, _a_fusion),
     "reduction": (_r_threads, _r_vector),
     "elementwise": (_e_threads, _e_vector),
 }

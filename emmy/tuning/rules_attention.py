@@ -1,15 +1,17 @@
 """The rules for attention kernels (`emmy.tuning.rules`): the flash kernel's workers (the
 warp-specialized one from 1000 keys of head dim 65-128 on sm_90a, with three consumer warpgroups
 at head dim 64 from 4096 keys), its tiles, warps, stages, copies, schedule (persistent blocks from
-three waves of query blocks whose keys and values fit in L2) and where its computed Q and K come
-from.
+three waves of query blocks whose keys and values fit in L2), where its computed Q and K come
+from, and the parts its key blocks are cut into (where that shortens the launch's critical path).
 """
 
 from __future__ import annotations
 
 from math import ceil
 
+from emmy.diagnostics import EmmyError
 from emmy.schedule.attention import computed_operands, kv_head_bytes
+from emmy.schedule.attention import plan as attention_plan
 from emmy.tuning.rules_common import Prefs, closest_first, dispatch
 
 
@@ -246,6 +248,47 @@ def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
     return [grid, persistent]
 
 
+# A split of the key blocks (split_kv) only where it shortens critical_path by this share: the
+# estimate's costs are rough, and a split adds a workspace and the merge.
+SPLIT_KV_MIN_GAIN = 0.15
+
+
+def _a_split_kv(knob, info, target, chosen, memo) -> Prefs:
+    # Parts of a query block's key blocks run as blocks of their own and the last merges them
+    # (wgmma_ws, grid). Where the query blocks are fewer than the SMs, or one long causal query
+    # block is most of the launch's time, the parts spread its key blocks over idle SMs; where
+    # every SM already has query blocks the parts only add their merge. Ranked by the plan's
+    # estimate of the launch's critical path (AttentionPlan.critical_path: each block's key
+    # blocks and fixed cost, started on the first free SM in the grid's order).
+    whole = (1, "each query block's key blocks in one block")
+    if chosen.get("workers") != "wgmma_ws" or chosen.get("schedule") != "grid":
+        return [whole]
+    paths = {}
+    for split in (1, 2, 3, 4):
+        try:
+            p = attention_plan(info, {**chosen, "split_kv": split}, target)
+        except EmmyError:
+            continue
+        paths[split] = (p.critical_path(target.sms * occupancy(target, p.smem_bytes, p.threads)), p.tiles)
+    if 1 not in paths:
+        return [whole]
+    base, tiles = paths[1]
+    best = min(paths, key=lambda s: (paths[s][0], s))
+    if paths[best][0] > base * (1 - SPLIT_KV_MIN_GAIN):
+        why = (f"{tiles} query blocks: their key blocks in one block each, a critical path of {base:.1f} key blocks "
+               "(no split shortens it by " + f"{SPLIT_KV_MIN_GAIN:.0%})")
+        return [(1, why)] + [(s, f"{s} parts a query block") for s in sorted(paths) if s != 1]
+    why = (f"{tiles} query blocks, their key blocks in up to {best} parts merged by the last: a critical path of "
+           f"{paths[best][0]:.1f} key blocks against {base:.1f} whole")
+    return [(best, why), (1, whole[1])] + [(s, f"{s} parts a query block") for s in sorted(paths) if s not in (1, best)]
+
+
+def occupancy(target, smem: int, threads: int) -> int:
+    """Blocks of `smem` bytes and `threads` threads an SM holds at once (at least 1)."""
+    return max(1, min(target.max_blocks_per_sm, target.max_threads_per_sm // max(1, threads),
+                      target.smem_per_sm // max(1, smem)))
+
+
 SPLIT_ATTENTION_MIN_KEYS = 32  # from here the attention's q/k rows come from a prologue kernel
 
 
@@ -272,7 +315,7 @@ def _a_fusion(knob, info, target, chosen, memo) -> Prefs:
     ]
 
 
-ORDER = ("workers", "block_q", "block_kv", "warps", "stages", "copy", "schedule", "fusion")
+ORDER = ("workers", "block_q", "block_kv", "warps", "stages", "copy", "schedule", "fusion", "split_kv")
 PREFS = dispatch({
     "workers": _a_workers,
     "block_q": _a_block_q,
@@ -282,4 +325,5 @@ PREFS = dispatch({
     "copy": _a_copy,
     "schedule": _a_schedule,
     "fusion": _a_fusion,
+    "split_kv": _a_split_kv,
 })

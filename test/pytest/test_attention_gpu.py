@@ -41,6 +41,13 @@ WS3 = ("attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=19
 WS3_64 = WS3[:4] + ("attention.block_kv=64", "attention.stages=3")
 PERSISTENT = ("attention.schedule=persistent",)
 GRID = ("attention.schedule=grid",)
+
+
+def split(parts: int) -> tuple[str, ...]:
+    """A query block's key blocks in `parts` blocks, merged by the last (split_kv; grid only)."""
+    return ("attention.schedule=grid", f"attention.split_kv={parts}")
+
+
 ATTENTION_GPU_CASES = [
     # every length, Qwen3's heads (16 / 8, head dim 128), the rules' schedule
     *[(t, 16, 8, 128, ()) for t in (1, 7, 63, 65, 1000, 3000, 5000)],
@@ -85,6 +92,12 @@ ATTENTION_GPU_CASES = [
     # 16384 keys: the key and value rows of all heads exceed L2, so the blocks take the heads in
     # L2 sections (AttentionPlan.section: 8 of 16 rows, 16 of 32, 4 of 32 at head dim 96)
     (16384, 16, 8, 128, ()), (16384, 32, 8, 128, WS2 + PERSISTENT), (16384, 32, 32, 96, ()),
+    # a query block's key blocks in 2, 3 or 4 parts (split_kv), the last to finish merging the
+    # others: ragged lengths, one and two and three consumers, head dims 64, 96 and 128, query
+    # blocks with fewer key blocks than parts (65 tokens: one or two)
+    (65, 16, 8, 128, WS1 + split(2)), (300, 16, 8, 128, WS1 + split(3)), (1000, 16, 8, 128, WS2 + split(2)),
+    (1000, 16, 8, 128, WS2 + split(4)), (3000, 4, 4, 128, WS2 + split(4)), (1000, 8, 2, 96, WS2 + split(3)),
+    (1000, 14, 2, 64, WS3_64 + split(3)), (5000, 4, 1, 128, WS2 + split(2)),
 ]
 EPILOGUE = ("attention.fusion=epilogue",)
 # The flash kernel in the Qwen3 layer (q/k RMSNorm + rope computed while staging, by a prologue
@@ -99,6 +112,7 @@ LAYER_FLASH_CASES = [
     (63, ("attention.fusion=split", "attention.workers=wgmma_ws", "attention.copy=tma", "attention.block_q=64",
           "attention.warps=4", "attention.block_kv=32", "attention.stages=2")),
     (65, ("attention.fusion=split",) + WS1), (200, ("attention.fusion=split",) + WS2),
+    (512, ("attention.fusion=split",) + WS2 + split(2)), (1000, ("attention.fusion=split",) + WS2 + split(3)),
     (1000, ("attention.fusion=split",) + WS2), (3000, ("attention.fusion=split",) + WS1),
     (4096, ("attention.fusion=split",) + WS2[:-1] + ("attention.stages=3",)),
     # Q and K normalized and rotated in the q/k/v projection's epilogue (fusion = epilogue; block_n

@@ -293,8 +293,76 @@ def test_interpreter_does_not_depend_on_workers():
     args = random_args(shapes)
     tiles = "block_q=128;block_kv=64;warps=8;copy=tma;fusion=split"
     a = tile_stage.run_function(tile_module(text, f"workers=wgmma;stages=3;{tiles}"), args)
-    b = tile_stage.run_function(tile_module(text, f"workers=wgmma_ws;stages=2;{tiles}"), args)
+    b = tile_stage.run_function(tile_module(text, f"workers=wgmma_ws;stages=2;split_kv=1;{tiles}"), args)
     assert len(a) == len(b) == 1 and np.array_equal(a[0], b[0])
+
+
+def test_interpreter_follows_split_keys(monkeypatch):
+    """With split_kv the interpreter runs each part's online softmax on its own and merges them
+    as the kernel's last part does: the numbers of one part but for bf16 rounding steps where the
+    float32 sums ran in another order, and a merge that dropped a part is caught."""
+    text, shapes = L.attention(1, 4, 2, 330, 64, target="sm_90a")
+    args = random_args(shapes)
+    tiles = "workers=wgmma_ws;stages=2;block_q=64;block_kv=64;warps=4;copy=tma;fusion=split;schedule=grid"
+    (one,) = tile_stage.run_function(tile_module(text, f"{tiles};split_kv=1"), args)
+    for parts in (2, 3, 4):
+        (split,) = tile_stage.run_function(tile_module(text, f"{tiles};split_kv={parts}"), args)
+        np.testing.assert_allclose(split.astype(np.float32), one.astype(np.float32), rtol=2**-7, atol=2**-10)
+        assert np.count_nonzero(split != one) <= one.size // 1000
+    merge = tile_stage._merge_parts
+    monkeypatch.setattr(tile_stage, "_merge_parts", lambda parts: merge(parts[:1]))
+    (dropped,) = tile_stage.run_function(tile_module(text, f"{tiles};split_kv=2"), args)
+    assert np.count_nonzero(dropped != one) > one.size // 10
+
+
+def test_plan_of_split_keys():
+    """split_kv: grid y holds each query rank's parts side by side; a query block's key blocks
+    cut into min(split_kv, its key blocks) runs; the workspace holds a slot per query block and
+    part of every consumer thread's fragments, max and sum."""
+    op, info = _op(T=1000)
+    plan = plan_for(info, _ws(block_kv=128, split_kv=3, schedule="grid"), SM90A)
+    assert plan.grid == (plan.batch, 8 * 3, 1) and plan.causal and plan.causal_offset == 0
+    assert [plan.key_blocks(q) for q in range(8)] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert plan.key_parts(7) == [(0, 2), (2, 5), (5, 8)]
+    assert plan.key_parts(1) == [(0, 1), (1, 2)] and plan.key_parts(0) == [(0, 1)]
+    assert plan.split_floats == plan.tiles * 3 * 256 * (128 // 2 + 4)
+    # launch order: the longest query block's parts first, a part of every head before the next
+    assert plan.part_blocks()[: plan.batch] == [(2, 3)] * plan.batch
+    assert len(plan.part_blocks()) == plan.batch * sum(min(3, n) for n in range(1, 9))
+    whole = plan_for(info, _ws(block_kv=128, split_kv=1, schedule="grid"), SM90A)
+    assert plan.critical_path(SM90A.sms) < whole.critical_path(SM90A.sms) == 8 + 1.5
+    built = A.build(op, info, plan)
+    assert [str(t.element_type) for t in built.temps[-2:]] == ["f32", "i32"] and built.temps[-1].get_shape() == (plan.tiles,)
+    assert len(built.temps) - 1 in built.zeroed and len(built.temps) - 2 not in built.zeroed
+    src = cuda_source(built)
+    assert "float* __restrict__ split_ws" in src and "int* __restrict__ split_counts" in src
+
+
+def test_split_keys_legality():
+    """split_kv's parts are blocks of the warp-specialized kernel's grid, at most four waves."""
+    op, info = _op(T=1000)
+    assert check(info, _ws(block_kv=128, split_kv=2, schedule="grid"), SM90A) == []
+    assert check(info, _ws(block_kv=128, split_kv=2, schedule="persistent"), SM90A) == [
+        "split_kv=2 runs the parts of a query block as blocks of the warp-specialized kernel's grid: it needs "
+        "workers=wgmma_ws and schedule=grid, not wgmma_ws and persistent"
+    ]
+    big, info16k = _op(T=16384)
+    assert check(info16k, _ws(block_kv=128, split_kv=2, schedule="grid"), SM90A) == [
+        f"split_kv=2: {info16k.batch * 128} query blocks in {info16k.batch * 256} parts are more than 4 waves of "
+        "the 132 SMs of sm_90a: every SM has query blocks of its own already"
+    ]
+    with pytest.raises(EmmyError, match="needs workers=wgmma_ws and schedule=grid, not wgmma and grid"):
+        plan_for(info, {**_ws(block_q=64, split_kv=2), "workers": "wgmma", "stages": 3, "warps": 4}, SM90A)
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("T, D, block_q, block_kv, parts", [(1000, 128, 128, 128, 2), (3000, 64, 192, 64, 3)])
+def test_nvcc_split_keys(T, D, block_q, block_kv, parts, tmp_path):
+    """The parts' merge (merge_parts in attention_ws.cuh) builds without spills."""
+    built = _ws_build(T, D, block_q=block_q, block_kv=block_kv, split_kv=parts, schedule="grid")
+    log, _ = nvcc_compile(cuda_source(built), "sm_90a", tmp_path)
+    check_ptxas(log)
 
 
 def test_interpreter_follows_three_consumers():
@@ -319,7 +387,7 @@ def test_interpreter_follows_persistent_blocks(monkeypatch):
     text, shapes = L.attention(1, 4, 2, 130, 64, target="sm_90a")
     args = random_args(shapes)
     tiles = "workers=wgmma_ws;stages=2;block_q=64;block_kv=64;warps=4;copy=tma;fusion=split"
-    (grid,) = tile_stage.run_function(tile_module(text, f"{tiles};schedule=grid"), args)
+    (grid,) = tile_stage.run_function(tile_module(text, f"{tiles};schedule=grid;split_kv=1"), args)
     (persistent,) = tile_stage.run_function(tile_module(text, f"{tiles};schedule=persistent"), args)
     assert np.array_equal(grid, persistent)
     monkeypatch.setattr(tile_stage, "counter_order", lambda costs, blocks: [[t for t in range(len(costs)) if t != 5]])

@@ -33,7 +33,8 @@
 //
 //   emmy::attention::run<D, BQ, BKV, WARPS, STAGES, QMODE, QRED, KMODE, KRED, VMODE, VRED, WGMMA,
 //                        STAGED_OUT, REGS_P, REGS_C>(
-//       qa, qb, ka, kb, va, vb, score, free, fold, out, q_block, seq_q, seq_kv, causal, causal_offset, smem)
+//       qa, qb, ka, kb, va, vb, score, free, fold, out, q_block, seq_q, seq_kv, causal, causal_offset, smem
+//       [, part, parts, tile, split_ws, split_counts])
 //
 // Each producer (Q rows indexed by query, K and V rows by key; columns d < D) is two arguments
 // (a, b) whose meaning depends on its MODE:
@@ -73,7 +74,11 @@
 // (the tiles are stored in wgmma's swizzled layout, rows of whole 64-column slabs: Config::DP).
 // WGMMA == 2 (workers = wgmma_ws, sm_90a): warp-specialized (attention_ws.cuh): 128 more threads
 // (a producer warpgroup issuing the tensor-map copies of K and V; the WARPS = 4 or 8 warps
-// compute), kDirect Q, kTma K and V, STAGES >= 2; called by all 32 * WARPS + 128 threads.
+// compute), kDirect Q, kTma K and V, STAGES >= 2; called by all 32 * WARPS + 128 threads. Its
+// optional last arguments cut the query block's key blocks into `parts` (split_kv; SplitKv in
+// attention_ws.cuh): this block runs part `part`, `tile` its query block's slot row in the
+// workspace `split_ws` (AttentionPlan.split_floats floats), `split_counts` one zeroed int per
+// query block; the other main loops take the whole block (parts = 1).
 // With two or three consumers (WARPS = 8 or 12) REGS_P and REGS_C are the registers a thread of
 // the producer and of a consumer keeps after setmaxnreg (the plan's budgets); otherwise 0.
 //
@@ -510,14 +515,16 @@ template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, in
 __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                     const VA& va, const VB& vb, const SF& score, const FF& free_score,
                                     float fold, const OF& out, int q_block, int seq_q, int seq_kv, int causal,
-                                    int causal_offset, void* smem) {
+                                    int causal_offset, void* smem, int part = 0, int parts = 1, int tile = 0,
+                                    float* split_ws = nullptr, int* split_counts = nullptr) {
   using C = Config<D, BQ, BKV, WARPS, STAGES, WGMMA, STAGED_OUT>;
   const detail::FreeScore<FF> free{free_score, fold};
   const auto qf = detail::make_rows<QMODE, QRED>(qa, qb);
   const auto kf = detail::make_rows<KMODE, KRED>(ka, kb);
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
   if constexpr (WGMMA == 2) {
-    detail::flash_ws<C, REGS_P, REGS_C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+    detail::flash_ws<C, REGS_P, REGS_C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem,
+                                        detail::SplitKv{part, parts, parts, tile, split_ws, split_counts});
   } else if constexpr (C::kWgmma && STAGES >= 3) {
     detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   } else {

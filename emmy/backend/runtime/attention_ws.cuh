@@ -173,12 +173,14 @@ __device__ __forceinline__ void ws_registers() {
   }
 }
 
-// The producer's part of one query block: thread 0 copies its n_blocks key blocks, K_j then V_j.
-// `ring` counts the key blocks the block copied before this query block (schedule = persistent
-// goes on from one query block to the next): block j takes buffer (ring + j) % STAGES, and
-// waits for that buffer's last use to be released first.
+// The producer's part of one query block: thread 0 copies its n_blocks key blocks, K_j then V_j,
+// from key block j0 on (split_kv: the block's part of them). `ring` counts the key blocks the
+// block copied before this query block (schedule = persistent goes on from one query block to the
+// next): block j takes buffer (ring + j) % STAGES, and waits for that buffer's last use to be
+// released first.
 template <class C, class KF, class VF>
-__device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blocks, int seq_kv, int ring, void* smem) {
+__device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blocks, int seq_kv, int ring, void* smem,
+                                           int j0 = 0) {
   constexpr int BKV = C::BKV, STAGES = C::STAGES, DP = C::DP;
   if (threadIdx.x != 0) return;
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem) + C::kQElems;
@@ -186,7 +188,7 @@ __device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blo
   const WsRing<C> r(smem);
 #pragma unroll 1
   for (int j = 0; j < n_blocks; ++j) {
-    const int n = ring + j, buf = n % STAGES, k0 = key_start<BKV, true>(j, seq_kv);
+    const int n = ring + j, buf = n % STAGES, k0 = key_start<BKV, true>(j0 + j, seq_kv);
     if (n >= STAGES) emmy::mbar_wait(r.empty_k + buf, (n / STAGES - 1) & 1);
     emmy::mbar_arrive_expect_tx(r.full_k + buf, BKV * DP * 2);
     kf.template copy<DP, BKV>(sK + buf * C::kKVElems, k0, r.full_k + buf);
@@ -194,6 +196,85 @@ __device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blo
     emmy::mbar_arrive_expect_tx(r.full_v + buf, BKV * DP * 2);
     vf.template copy<DP, BKV>(sV + buf * C::kKVElems, k0, r.full_v + buf);
   }
+}
+
+// split_kv: the key blocks of a query block cut into `parts` runs of consecutive blocks (key_parts),
+// each a block of the grid (schedule = grid). Every part writes its consumers' unnormalized output
+// fragments, running max and sum to its slot of the workspace `ws` (float32; per query block
+// `tile` and part, value k of consumer thread c at ((tile * stride + part) * kSplitValues + k) *
+// consumer threads + c: a warp's stores of one value are 128 contiguous bytes, and the thread that
+// merges a slot wrote the same fragment positions in its own part), then counts itself in
+// counts[tile]; the part that counts last merges every other part's slot into its own registers
+// (running maxes to their maximum, sums and outputs rescaled by exp(old max - new max) and added)
+// and stores the output; it also zeroes counts[tile] for the next launch. parts = 1: no split.
+struct SplitKv {
+  int part = 0;           // this block's part
+  int parts = 1;          // parts of this query block: min(split_kv, its key blocks)
+  int stride = 1;         // slots per query block in `ws` (the plan's split_kv)
+  int tile = 0;           // the query block's slot row: batch x head row + query rank * rows
+  float* ws = nullptr;    // AttentionPlan.split_floats floats
+  int* counts = nullptr;  // one per query block, zero before the launch and after it
+};
+
+// The first key block and the count of part `part` of `parts` over n key blocks (every part has at
+// least one where parts <= n; AttentionPlan.key_parts).
+__device__ __forceinline__ int2 key_parts(int part, int parts, int n) {
+  const int j0 = part * n / parts;
+  return make_int2(j0, (part + 1) * n / parts - j0);
+}
+
+constexpr int kSplitBarrier = 7;  // named barrier of the consumers' merge (after the turns' 1-3, 4-6)
+
+// Write this part's slot, count it, and in the part that counts last merge the others' slots:
+// true there (its acc, m_run and l_run are the query block's), false in every other part (its
+// consumers are done). `cthread`: the thread among the consumers.
+template <class C>
+__device__ __forceinline__ bool merge_parts(float (*acc)[4], float* m_run, float* l_run, const SplitKv& sp,
+                                            int cthread) {
+  constexpr int NCT = 32 * C::WARPS, DT = C::DT, V = DT * 4 + 4;
+  constexpr float kLog2e = 1.4426950408889634f;
+  auto slot = [&](int part, int k) {
+    return sp.ws + ((static_cast<size_t>(sp.tile) * sp.stride + part) * V + k) * NCT + cthread;
+  };
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) __stcg(slot(sp.part, dt * 4 + i), acc[dt][i]);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __stcg(slot(sp.part, DT * 4 + h), m_run[h]);
+    __stcg(slot(sp.part, DT * 4 + 2 + h), l_run[h]);
+  }
+  __threadfence();  // this thread's slot is seen device-wide before the count
+  __shared__ int last;
+  emmy::named_barrier<NCT>(kSplitBarrier);
+  if (cthread == 0) {
+    last = atomicAdd(sp.counts + sp.tile, 1) == sp.parts - 1;
+    if (last) sp.counts[sp.tile] = 0;
+  }
+  emmy::named_barrier<NCT>(kSplitBarrier);
+  if (!last) return false;
+  __threadfence();  // every other part's slot, counted before, is read after
+  for (int p = 0; p < sp.parts; ++p) {
+    if (p == sp.part) continue;
+    float a[2], b[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mp = __ldcg(slot(p, DT * 4 + h)), lp = __ldcg(slot(p, DT * 4 + 2 + h));
+      const float m = fmaxf(m_run[h], mp);  // -inf only where neither part saw a key of the row
+      a[h] = m_run[h] == -INFINITY ? 0.f : ex2_ftz((m_run[h] - m) * kLog2e);
+      b[h] = mp == -INFINITY ? 0.f : ex2_ftz((mp - m) * kLog2e);
+      l_run[h] = l_run[h] * a[h] + lp * b[h];
+      m_run[h] = m;
+    }
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[dt][i] = acc[dt][i] * a[i >> 1] + __ldcg(slot(p, dt * 4 + i)) * b[i >> 1];
+    }
+  }
+  return true;
 }
 
 // No next tile (schedule = grid).
@@ -220,7 +301,7 @@ template <class C, class QF, class SF, class FF, class OF, class NB = NoNextBloc
 __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF& ff, const OF& of, int q_block,
                                            int n_blocks, int seq_q, int seq_kv, int causal, int causal_offset,
                                            int ring, void* smem, int tile_i = 0, const NB& next_block = NB{},
-                                           const NQ& next_q = NQ{}) {
+                                           const NQ& next_q = NQ{}, int j0 = 0, const SplitKv& split = SplitKv{}) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES, D = C::D;
   constexpr int NC = C::WARPS / 4;  // consumer warpgroups
@@ -289,8 +370,8 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     // the softmax of key block j; `masked`: MaskTag<false> where no row of the warpgroup needs a
     // mask in it, so that a loop over such blocks carries no mask code
     auto softmax = [&](int j, auto masked) {
-      softmax_tile<NT, BKV, true, decltype(masked)::value>(sf, ff, s, alpha, m_run, l_run, j, q_first, g, t, seq_q,
-                                                           seq_kv, causal, causal_offset);
+      softmax_tile<NT, BKV, true, decltype(masked)::value>(sf, ff, s, alpha, m_run, l_run, j0 + j, q_first, g, t,
+                                                           seq_q, seq_kv, causal, causal_offset);
     };
     // Masking steps (FlashAttention-3's) with three consumers: the key blocks no mask touches
     // in a loop of their own, then those from the warpgroup's first masked block (the same in
@@ -300,8 +381,9 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     // against 3540 us at 16384), so two consumers keep one loop
     // (docs/bench/h200-attention-mask-steps-2026-12-05.log).
     constexpr bool kMaskSteps = NC == 3;
-    const int j_masked = kMaskSteps ? first_masked_block<BKV, true>(n_blocks, q0 + 64 * wg, q0 + 64 * wg + 63,
-                                                                    seq_q, seq_kv, causal, causal_offset)
+    const int j_masked = kMaskSteps ? max(0, first_masked_block<BKV, true>(j0 + n_blocks, q0 + 64 * wg,
+                                                                           q0 + 64 * wg + 63, seq_q, seq_kv,
+                                                                           causal, causal_offset) - j0)
                                     : 0;
     first_turn<NC>(wg);  // consumer 0 issues first
     scores(0);
@@ -353,6 +435,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
   } else {
     copy_next_q();
   }
+  if (split.parts > 1 && !merge_parts<C>(acc, m_run, l_run, split, tid - 128)) return;
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, ctid, q0, seq_q);
   } else {
@@ -373,22 +456,26 @@ __device__ __forceinline__ void ws_check() {
 }
 
 // schedule = grid: one query block per block, the roles apart from the start (REGS_P, REGS_C:
-// ws_registers).
+// ws_registers); with split_kv one part of its key blocks (SplitKv).
 template <class C, int REGS_P, int REGS_C, class QF, class KF, class VF, class SF, class FF, class OF>
 __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                          const OF& of, int q_block, int seq_q, int seq_kv, int causal,
-                                         int causal_offset, void* smem) {
+                                         int causal_offset, void* smem, SplitKv split = SplitKv{}) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   ws_check<C, QF, KF, VF>();
-  const int n_blocks = key_blocks<C::BQ, C::BKV>(q_block * C::BQ, seq_q, seq_kv, causal, causal_offset);
+  const int n_all = key_blocks<C::BQ, C::BKV>(q_block * C::BQ, seq_q, seq_kv, causal, causal_offset);
+  split.parts = max(1, min(split.parts, n_all));  // a query block of few key blocks has fewer parts
+  if (split.part >= split.parts) return;          // (the whole block: no part of this one)
+  const int2 range = key_parts(split.part, split.parts, n_all);
   ws_setup<C>(smem);
   if (threadIdx.x < 128) {  // the producer warpgroup
     ws_registers<C::WARPS / 4, REGS_P, REGS_C, true>();
-    ws_produce<C>(kf, vf, n_blocks, seq_kv, 0, smem);
+    ws_produce<C>(kf, vf, range.y, seq_kv, 0, smem, range.x);
     return;
   }
   ws_registers<C::WARPS / 4, REGS_P, REGS_C, false>();
-  ws_consume<C>(qf, sf, ff, of, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, 0, smem);
+  ws_consume<C>(qf, sf, ff, of, q_block, range.y, seq_q, seq_kv, causal, causal_offset, 0, smem, 0, NoNextBlock{},
+                NoNextQ{}, range.x, split);
 #else
   __trap();  // needs sm_90a
 #endif
