@@ -272,6 +272,9 @@ _NEEDS_FEATURE: dict[tuple[str, KnobValue], str] = {
     ("workers", "wgmma"): "wgmma",
     ("workers", "wgmma_ws"): "wgmma",
     ("schedule", "persistent"): "wgmma",
+    ("split_kv", 2): "wgmma",  # (parts of the warp-specialized kernel only)
+    ("split_kv", 3): "wgmma",
+    ("split_kv", 4): "wgmma",
     ("schedule", "stream_k"): "wgmma",
     ("copy", "tma"): "wgmma",
     ("cluster", 2): "wgmma",

@@ -131,6 +131,7 @@ func.func @f(%x: tensor<33x64xbf16>, %w: tensor<48x64xbf16>) -> tensor<33x48xbf1
 // CHECK-NEXT:   warps = #tile.knob<"warps", [1, 2, 4, 8, 12]>,
 // CHECK-NEXT:   copy = #tile.knob<"copy", ["cp_async"]>,
 // CHECK-NEXT:   schedule = #tile.knob<"schedule", ["grid"]>,
+// CHECK-NEXT:   split_kv = #tile.knob<"split_kv", [1]>,
 // CHECK-NEXT:   fusion = #tile.knob<"fusion", ["fused", "split", "epilogue"]>
 // CHECK-NEXT: } ins(%q, %k, %v : tensor<1x4x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>) -> tensor<1x8x4x16xbf16> {
 // CHECK:        %mx = loop.reduce max ["kv"] : f32 {

@@ -75,7 +75,7 @@
 
 // NOKERNEL:  error: pin 'foo.block_m=64': no kernel named 'foo'; kernels: rms_norm_qkv_proj, silu_mul
 // DOMAIN:    error: pin 'block_m=48': block_m=48 is not in the domain of rms_norm_qkv_proj.block_m: [16, 32, 64, 128, 256]
-// NOKNOB:    error: pin '*.blockm=64': unknown knob 'blockm'; knobs: block_k, block_kv, block_m, block_n, block_q, cluster, combine, copy, epilogue, fusion, group_m, items, rows_per_block, schedule, siblings, slices, split_k, split_tail, stages, threads, vector, warps, workers
+// NOKNOB:    error: pin '*.blockm=64': unknown knob 'blockm'; knobs: block_k, block_kv, block_m, block_n, block_q, cluster, combine, copy, epilogue, fusion, group_m, items, rows_per_block, schedule, siblings, slices, split_k, split_kv, split_tail, stages, threads, vector, warps, workers
 // WRONGKIND: error: pin 'rms_norm_qkv_proj.items=2': kernel 'rms_norm_qkv_proj' (contraction) has no knob 'items'; its knobs: block_m, block_n, block_k, split_k, combine, stages, workers, warps, vector, fusion
 // SYNTAX:    error: pin 'block_m': expected KERNEL.KNOB=VALUE, *.KNOB=VALUE or KNOB=VALUE (items separated by ';')
 // WGMMA:     error: kernel 'rms_norm_qkv_proj': the pinned values workers=wgmma, block_m=16 are illegal on sm_90a:
