@@ -30,8 +30,9 @@ target's hardware table (`emmy.targets`), none fitted:
                      `unstaged` = 1 without staging;
                      `serial_steps`: the k-steps one SM runs one after another (each pays a
                      barrier and a wait, however small the step); `softmax_steps`: the same
-                     for attention's key blocks (each an online-softmax update)
-    workspace_bytes  split_k's and stream-K's partial sums written and read back (fp32)
+                     for attention's key blocks (each an online-softmax update; with split_kv
+                     scaled by the plan's critical path against the whole query blocks')
+    workspace_bytes  split_k's, stream-K's and split_kv's partial sums written and read back (fp32)
     stats_bytes      fusion = split: what the row-statistics launch reads and writes (the rows
                      once, two floats per row; one launch for all the parts that share it)
     ticket_bytes     the partial sums one block reads back alone after the others finished
@@ -68,6 +69,7 @@ A term a kind does not have is 0 (1 for factors). `emmy.prior.model` turns the t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from math import ceil, prod
 from typing import TYPE_CHECKING
 
@@ -506,6 +508,12 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     f["stages"] = float(plan.stages)
     f["steps"] = float(kv_steps)
     f["softmax_steps"] = f["serial_steps"] * kv_steps  # the longest query block visits every key block
+    if plan.split_kv > 1:  # parts of the key blocks: the launch's critical path against the whole blocks'
+        slots = target.sms * int(f["occupancy"])
+        whole = replace(plan, split_kv=1)
+        f["softmax_steps"] = (ceil(whole.blocks / slots) * kv_steps * plan.critical_path(slots)
+                              / whole.critical_path(slots))
+        f["workspace_bytes"] += 2.0 * 4 * plan.split_floats  # each part's output rows written, read by the merge
     f["serial_steps"] = 0.0
     f["unstaged"] = 1.0 if plan.stages < 2 else 0.0
     if plan.prep is not None:

@@ -164,6 +164,30 @@ def test_rules_take_persistent_attention_blocks_from_three_waves_whose_keys_fit_
         assert "block scheduler" in d["schedule"].reason
 
 
+@pytest.mark.parametrize("heads,kv_heads,tokens,parts", [
+    (4, 4, 1000, 4),     # 32 query blocks for 132 SMs: the longest's 8 key blocks in 4 parts
+    (4, 2, 3000, 2),     # 96 query blocks, up to 24 key blocks: halves
+    (16, 8, 2048, 1),    # 256 query blocks, two waves: parts only add their merge
+    (32, 8, 1000, 1),
+    (16, 8, 3000, 1),    # persistent blocks (split_kv is the grid's)
+])
+def test_rules_split_the_keys_where_the_critical_path_falls(heads, kv_heads, tokens, parts):
+    """split_kv: the parts that give the launch the shortest estimated critical path
+    (AttentionPlan.critical_path), where it is SPLIT_KV_MIN_GAIN shorter than the whole query
+    blocks'; the reason gives both paths."""
+    att = info_of(L.attention(1, heads, kv_heads, tokens, 128))
+    d = rules.decide(att, SM90A, knob_space_for(att, SM90A))
+    values = {k: c.value for k, c in d.items()}
+    assert values["workers"] == "wgmma_ws" and values["split_kv"] == parts
+    assert check(att, values, SM90A) == []
+    if parts > 1:
+        assert f"up to {parts} parts merged by the last" in d["split_kv"].reason and "whole" in d["split_kv"].reason
+    elif values["schedule"] == "grid":
+        assert "no split shortens it" in d["split_kv"].reason
+    else:
+        assert d["split_kv"].reason == "each query block's key blocks in one block"
+
+
 def test_attention_prologue_kernel_from_32_keys():
     """The rules compute the attention's q/k rows (Qwen3's normalized, rotated ones) in a
     prologue kernel from 32 keys on (H200: the layer at 32 tokens 41.1 -> 39.4 us); below,
