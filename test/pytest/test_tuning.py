@@ -43,7 +43,7 @@ def test_knob_spaces_by_kind_and_target():
     assert knob_names("contraction", fusion=True)[-1] == "fusion"
     assert knob_names("contraction", fusion=True, siblings=True)[-2:] == ("siblings", "fusion")
     assert knob_space("contraction", SM80, siblings=True)["siblings"] == ("paired", "apart")
-    assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps", "copy", "schedule")
+    assert knob_names("attention") == ("block_q", "block_kv", "workers", "stages", "warps", "copy", "schedule", "split_kv")
     assert knob_names("reduction") == ("rows_per_block", "threads", "vector")
     assert knob_names("elementwise") == ("threads", "vector", "items")
     assert knob_space("contraction", SM90A)["workers"] == ("thread", "mma_sync", "wgmma", "wgmma_ws")
