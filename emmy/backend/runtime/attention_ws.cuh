@@ -230,7 +230,7 @@ constexpr int kSplitBarrier = 7;  // named barrier of the consumers' merge (afte
 // consumers are done). `cthread`: the thread among the consumers.
 template <class C>
 __device__ __forceinline__ bool merge_parts(float (*acc)[4], float* m_run, float* l_run, const SplitKv& sp,
-                                            int cthread) {
+                                            int cthread, void* smem) {
   constexpr int NCT = 32 * C::WARPS, DT = C::DT, V = DT * 4 + 4;
   constexpr float kLog2e = 1.4426950408889634f;
   auto slot = [&](int part, int k) {
@@ -247,14 +247,15 @@ __device__ __forceinline__ bool merge_parts(float (*acc)[4], float* m_run, float
     __stcg(slot(sp.part, DT * 4 + 2 + h), l_run[h]);
   }
   __threadfence();  // this thread's slot is seen device-wide before the count
-  __shared__ int last;
+  // whether this part counted last: one int after the ring's barriers (tma_barriers leaves room)
+  volatile int* last = reinterpret_cast<volatile int*>(tma_barriers<C, 4>(smem) + 4 * C::STAGES);
   emmy::named_barrier<NCT>(kSplitBarrier);
   if (cthread == 0) {
-    last = atomicAdd(sp.counts + sp.tile, 1) == sp.parts - 1;
-    if (last) sp.counts[sp.tile] = 0;
+    *last = atomicAdd(sp.counts + sp.tile, 1) == sp.parts - 1;
+    if (*last) sp.counts[sp.tile] = 0;
   }
   emmy::named_barrier<NCT>(kSplitBarrier);
-  if (!last) return false;
+  if (!*last) return false;
   __threadfence();  // every other part's slot, counted before, is read after
   for (int p = 0; p < sp.parts; ++p) {
     if (p == sp.part) continue;
@@ -435,7 +436,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
   } else {
     copy_next_q();
   }
-  if (split.parts > 1 && !merge_parts<C>(acc, m_run, l_run, split, tid - 128)) return;
+  if (split.parts > 1 && !merge_parts<C>(acc, m_run, l_run, split, tid - 128, smem)) return;
   if constexpr (C::kStagedOut) {
     store_rows_staged<C>(of, acc, l_run, sQ, wg, (cw & 3) * 16 + g, t, ctid, q0, seq_q);
   } else {
