@@ -257,14 +257,14 @@ class AttentionPlan:
 
     def critical_path(self, slots: int) -> float:
         """The launch's time in key blocks of one block, estimated: each block of part_blocks
-        costs its key blocks, BLOCK_COST (what it does once) and SPLIT_MERGE_COST per other part
-        of its query block, and starts on the first of `slots` block slots (SMs x blocks an SM
-        holds) to free up, in index order; the last to finish. Grid schedule only (what
+        costs its key blocks, BLOCK_COST (what it does once) and, as a part of a split query
+        block, SPLIT_PART_COST, and starts on the first of `slots` block slots (SMs x blocks an
+        SM holds) to free up, in index order; the last to finish. Grid schedule only (what
         split_kv's rule compares)."""
         free = [0.0] * max(1, slots)
         for blocks, parts in self.part_blocks():
             start = heapq.heappop(free)
-            heapq.heappush(free, start + blocks + BLOCK_COST + SPLIT_MERGE_COST * (parts - 1))
+            heapq.heappush(free, start + blocks + BLOCK_COST + (SPLIT_PART_COST if parts > 1 else 0.0))
         return max(free)
 
     @property
@@ -427,11 +427,14 @@ def persistent_illegal(workers: str) -> str:
 # critical_path's costs, in key blocks of one block (head dim 128, 128 x 128 tiles, two consumer
 # warpgroups, H100 CUDA-graph replay, 16 / 8 heads: 7.3 us for 2 key blocks at 256 tokens, 19.9 us
 # for 8 at 1000, about 2.1 us a key block and 3 us besides; docs/bench/h100-layer-attention-
-# 2026-12-07.log): what a block does once (its Q rows, the ring's fill, the output) and, with
-# split_kv, writing its part and merging each other part (a block's output rows in float32
-# through L2).
+# 2026-12-07.log): what a block does once (its Q rows, the ring's fill, the output), and what a
+# part of a split query block adds (writing its slot, counting itself, the merge in the last).
+# SPLIT_PART_COST was fitted to the split measured against whole query blocks (1-4 parts, 16 / 8
+# heads at 256, 512 and 1000 tokens, 32 / 8 at 512 and 1000; log-squares, a merge cost per other
+# part fitted at 0): the 13 times within 0.86-1.21x of the estimate
+# (docs/bench/h100-split-kv-2026-12-07.log). Each part costs about 4 us besides its key blocks.
 BLOCK_COST = 1.5
-SPLIT_MERGE_COST = 0.25
+SPLIT_PART_COST = 1.75
 
 # split_kv: at most this many waves of parts on the target's SMs. Past them every SM has query
 # blocks of its own to run one after another, so parts only add their merge, and the workspace
