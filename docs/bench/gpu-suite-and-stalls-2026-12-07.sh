@@ -1,13 +1,7 @@
 # Session 71, call 3 (H100): the GPU suite on HEAD from the kernels prebuilt on the CPU machine
 # (.device/s71/home), the hazard checker over them, and per-instruction stall samples (Nsight
 # Compute's source page) of the o projection at 3000 tokens: deploy, cols 192x128, cuBLAS.
-set -u
-T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD
-mkdir -p /tmp/logs
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee /tmp/logs/card.txt
-pack() { (cd /tmp && tar czf /tmp/pack.tgz logs && cp /tmp/pack.tgz $OUT/pack.tgz.tmp && mv $OUT/pack.tgz.tmp $OUT/pack.tgz); }
+. docs/bench/device-steps.sh  # install, logs, pack, step
 export EMMY_HOME=$PWD/.device/s71/home
 (timeout 240 python3 tools/kernel_checks/wgmma_hazards.py $EMMY_HOME > /tmp/logs/hazards.log 2>&1; echo "rc=$?" >> /tmp/logs/hazards.log) &
 N=""; python3 -c "import xdist" 2>/dev/null && N="-n 12"

@@ -3,15 +3,7 @@
 # short lengths with 2, 3 and 4 parts pinned against one (the warp-specialized kernel, grid, two
 # consumers, 128 x 128 tiles) and the rules' kernel, cuDNN in the same run; the Qwen3 layer at 512
 # and 1000 tokens with the split pinned. Logs in $OUT/pack.tgz.
-set -u
-T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site:$PWD
-mkdir -p /tmp/logs
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee /tmp/logs/card.txt
-pack() { (cd /tmp && tar czf /tmp/pack.tgz logs && cp /tmp/pack.tgz $OUT/pack.tgz.tmp && mv $OUT/pack.tgz.tmp $OUT/pack.tgz); }
-step() { local name=$1 limit=$2; shift 2; local left=$((${DEADLINE:-585} - $(date +%s) + T0)); [ $left -lt 30 ] && return; [ $limit -gt $left ] && limit=$left
-  echo "== $name ($(date +%T), limit $limit)"; timeout $limit "$@" > /tmp/logs/$name.log 2>&1; echo "rc=$? wall=$(( $(date +%s) - T0 ))" >> /tmp/logs/$name.log; tail -n 3 /tmp/logs/$name.log; pack; }
+. docs/bench/device-steps.sh  # install, logs, pack, step
 WS=attention.workers=wgmma_ws,attention.copy=tma,attention.block_q=128,attention.warps=8,attention.block_kv=128,attention.stages=2,attention.schedule=grid
 V2="--variant s1=$WS,attention.split_kv=1 --variant s2=$WS,attention.split_kv=2"
 V="$V2 --variant s3=$WS,attention.split_kv=3 --variant s4=$WS,attention.split_kv=4"
