@@ -381,12 +381,11 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     why = persistent_illegal(workers) if schedule == "persistent" else ""
     if why:
         raise _err(name, why)
+    batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     split = int(v["split_kv"])
-    tiles = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis)) * -(-info.seq_q // bq)
-    why = split_kv_illegal(split, workers, schedule, tiles, target)
+    why = split_kv_illegal(split, workers, schedule, batch * -(-info.seq_q // bq), target)
     if why:
         raise _err(name, why)
-    batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     if batch > MAX_GRID_Y:
         raise _err(name, f"{batch} batch x head rows exceed the grid's y limit of {MAX_GRID_Y}")
     if -(-info.seq_q // bq) > MAX_GRID_Y:
