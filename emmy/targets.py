@@ -67,6 +67,16 @@ class Target:
     def max_warps_per_sm(self) -> int:
         return self.max_threads_per_sm // self.warp_size
 
+    def blocks_per_sm(self, smem: int, registers: int, threads: int) -> int:
+        """Blocks of `threads` threads with `smem` bytes of shared memory and `registers` per
+        thread that fit on one SM at once (at least 1: a launch the plan allows runs)."""
+        limits = [self.max_blocks_per_sm, self.max_threads_per_sm // max(1, threads)]
+        if smem:
+            limits.append(self.smem_per_sm // smem)
+        if registers:
+            limits.append(self.regs_per_sm // (max(1, registers) * max(1, threads)))
+        return max(1, min(limits))
+
 
 _AMPERE = frozenset({"mma_sync", "cp_async"})
 _HOPPER = _AMPERE | {"tma", "pdl"}

@@ -305,13 +305,8 @@ def kernel_op(info: KernelInfo):
 
 
 def occupancy(target: Target, smem: int, registers: int, threads: int) -> int:
-    """Blocks that fit on one SM at once (at least 1: a launch the plan allows runs)."""
-    limits = [target.max_blocks_per_sm, target.max_threads_per_sm // max(1, threads)]
-    if smem:
-        limits.append(target.smem_per_sm // smem)
-    if registers:
-        limits.append(target.regs_per_sm // (max(1, registers) * max(1, threads)))
-    return max(1, min(limits))
+    """Blocks that fit on one SM at once (Target.blocks_per_sm)."""
+    return target.blocks_per_sm(smem, registers, threads)
 
 
 def l2_fraction(unique_bytes: float, target: Target) -> float:

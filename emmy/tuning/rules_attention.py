@@ -249,7 +249,9 @@ def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
 
 
 # A split of the key blocks (split_kv) only where it shortens critical_path by this share: the
-# estimate's costs are rough, and a split adds a workspace and the merge.
+# estimate was within 0.86-1.21x of the 13 split times it was fitted to (H100; 2-4 parts were
+# 1.2-1.9x slower than whole query blocks for 16 / 8 and 32 / 8 heads at 256-1000 tokens:
+# docs/bench/h100-split-kv-2026-12-07.log), and a split adds a workspace.
 SPLIT_KV_MIN_GAIN = 0.15
 
 
@@ -269,7 +271,8 @@ def _a_split_kv(knob, info, target, chosen, memo) -> Prefs:
             p = attention_plan(info, {**chosen, "split_kv": split}, target)
         except EmmyError:
             continue
-        paths[split] = (p.critical_path(target.sms * occupancy(target, p.smem_bytes, p.threads)), p.tiles)
+        paths[split] = (p.critical_path(target.sms * target.blocks_per_sm(p.smem_bytes, p.registers, p.threads)),
+                        p.tiles)
     if 1 not in paths:
         return [whole]
     base, tiles = paths[1]
@@ -281,12 +284,6 @@ def _a_split_kv(knob, info, target, chosen, memo) -> Prefs:
     why = (f"{tiles} query blocks, their key blocks in up to {best} parts merged by the last: a critical path of "
            f"{paths[best][0]:.1f} key blocks against {base:.1f} whole")
     return [(best, why), (1, whole[1])] + [(s, f"{s} parts a query block") for s in sorted(paths) if s not in (1, best)]
-
-
-def occupancy(target, smem: int, threads: int) -> int:
-    """Blocks of `smem` bytes and `threads` threads an SM holds at once (at least 1)."""
-    return max(1, min(target.max_blocks_per_sm, target.max_threads_per_sm // max(1, threads),
-                      target.smem_per_sm // max(1, smem)))
 
 
 SPLIT_ATTENTION_MIN_KEYS = 32  # from here the attention's q/k rows come from a prologue kernel
