@@ -383,7 +383,7 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
         raise _err(name, why)
     batch = info.extent(a for a in info.parallel_axes if a not in (att.query_axis, att.value_dim_axis))
     split = int(v["split_kv"])
-    why = split_kv_illegal(split, workers, schedule, batch * -(-info.seq_q // bq), target)
+    why = split_kv_illegal(info, split, workers, schedule, bq, target)
     if why:
         raise _err(name, why)
     if batch > MAX_GRID_Y:
@@ -441,10 +441,13 @@ SPLIT_PART_COST = 1.75
 SPLIT_KV_MAX_WAVES = 4
 
 
-def split_kv_illegal(split_kv: int, workers: str, schedule: str, tiles: int, target: Target) -> str:
+def split_kv_illegal(info: KernelInfo, split_kv: int, workers: str, schedule: str, block_q: int,
+                     target: Target) -> str:
     """Why the key blocks cannot be cut into `split_kv` parts (empty when they can; legality.py
     asks the same): the parts are blocks of the warp-specialized kernel's grid (flash_ws in
-    attention_ws.cuh), which writes and merges them; `tiles`: the launch's query blocks."""
+    attention_ws.cuh), which writes and merges them, at most SPLIT_KV_MAX_WAVES waves of them
+    for the launch's query blocks of `block_q` rows."""
+    tiles = info.batch * -(-info.seq_q // block_q)
     if split_kv < 1:
         return f"split_kv={split_kv} must be at least 1"
     if split_kv == 1:

@@ -675,8 +675,7 @@ def _a_split_kv(info, v, t, reasons):
     # the parts of a query block's key blocks: blocks of the warp-specialized kernel's grid, at
     # most SPLIT_KV_MAX_WAVES waves of them (emmy.schedule.attention.split_kv_illegal)
     if v.has("split_kv", "workers", "schedule", "block_q") and v["split_kv"] != 1:
-        tiles = info.batch * -(-info.seq_q // v["block_q"])
-        why = attention_split_kv_illegal(v["split_kv"], v["workers"], v["schedule"], tiles, t)
+        why = attention_split_kv_illegal(info, v["split_kv"], v["workers"], v["schedule"], v["block_q"], t)
         if why:
             reasons.append(why)
 

@@ -279,7 +279,7 @@ def _a_split_kv(knob, info, target, chosen, memo) -> Prefs:
     best = min(paths, key=lambda s: (paths[s][0], s))
     if paths[best][0] > base * (1 - SPLIT_KV_MIN_GAIN):
         why = (f"{tiles} query blocks: their key blocks in one block each, a critical path of {base:.1f} key blocks "
-               "(no split shortens it by " + f"{SPLIT_KV_MIN_GAIN:.0%})")
+               f"(no split shortens it by {SPLIT_KV_MIN_GAIN:.0%})")
         return [(1, why)] + [(s, f"{s} parts a query block") for s in sorted(paths) if s != 1]
     why = (f"{tiles} query blocks, their key blocks in up to {best} parts merged by the last: a critical path of "
            f"{paths[best][0]:.1f} key blocks against {base:.1f} whole")

@@ -18,7 +18,7 @@ namespace detail {
 template <class C, int N = 2>
 __device__ __forceinline__ long long* tma_barriers(void* smem) {
   // (flash_ws with schedule = persistent: 4 more barriers and 2 tile slots after the ring's;
-  // with the grid, split_kv's flag of the last part: SplitFlag in attention_ws.cuh)
+  // with the grid, the flag of split_kv's last part: merge_parts in attention_ws.cuh)
   constexpr int kBytes = 8 * N * C::STAGES + (N == 4 ? (C::kPersist ? 40 : 8) : 0);
   static_assert(kBytes <= 512, "the barriers fit the smaller side of the alignment slack");
   extern __shared__ __align__(16) unsigned char emmy_attention_dynamic_smem[];

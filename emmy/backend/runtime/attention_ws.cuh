@@ -201,12 +201,13 @@ __device__ __forceinline__ void ws_produce(const KF& kf, const VF& vf, int n_blo
 // split_kv: the key blocks of a query block cut into `parts` runs of consecutive blocks (key_parts),
 // each a block of the grid (schedule = grid). Every part writes its consumers' unnormalized output
 // fragments, running max and sum to its slot of the workspace `ws` (float32; per query block
-// `tile` and part, value k of consumer thread c at ((tile * stride + part) * kSplitValues + k) *
-// consumer threads + c: a warp's stores of one value are 128 contiguous bytes, and the thread that
-// merges a slot wrote the same fragment positions in its own part), then counts itself in
-// counts[tile]; the part that counts last merges every other part's slot into its own registers
-// (running maxes to their maximum, sums and outputs rescaled by exp(old max - new max) and added)
-// and stores the output; it also zeroes counts[tile] for the next launch. parts = 1: no split.
+// `tile` and part, value k of consumer thread c at ((tile * stride + part) * V + k) * consumer
+// threads + c, V = head dim / 2 + 4 values a thread: a warp's stores of one value are 128
+// contiguous bytes, and the thread that merges a slot wrote the same fragment positions in its own
+// part), then counts itself in counts[tile]; the part that counts last merges every other part's
+// slot into its own registers (running maxes to their maximum, sums and outputs rescaled by
+// exp(old max - new max) and added) and stores the output; it also zeroes counts[tile] for the
+// next launch. parts = 1: no split.
 struct SplitKv {
   int part = 0;           // this block's part
   int parts = 1;          // parts of this query block: min(split_kv, its key blocks)
