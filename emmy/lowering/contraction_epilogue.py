@@ -131,24 +131,31 @@ class EpilogueMixin:
             rows, threads = (64 * g.mi, 128) if own_rows else (g.bm, g.tile_threads)
             first_row = kb.mul(kb.div(tid, 128), rows) if own_rows else 0
             ltid = kb.rem(tid, 128) if own_rows else tid
-            with kb.for_(0, rows * per_row // threads, 1, unroll=0, name="c") as it:
-                cidx = kb.add(kb.mul(it, threads), ltid)
-                r_local = kb.add(first_row, kb.div(cidx, per_row))
-                s_local = kb.mul(kb.rem(cidx, per_row), 8)
-                row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
-                mask = kb.and_(
-                    kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
-                )
-                at = kb.add(kb.mul(r_local, pitch), s_local)
-                overrides = {}
-                for k, value in enumerate(values):
-                    vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
-                    overrides[value] = [kb.extract(vec, j) for j in range(8)]
-                if self.g.qk is None:
-                    self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
-                else:
-                    rows = (tiles, r_local, kb.add(n0, c0), pitch, per_store)
-                    self.qk_stores(kb, em, row, col, batch, mask, overrides, rows)
+            def each_row(body, rows=rows, threads=threads, first_row=first_row, ltid=ltid, c0=c0):
+                """The loop over this thread's pieces of 8 columns: body(row, col, mask, overrides,
+                room) for each (room: the staged tiles and where its row is in them)."""
+                with kb.for_(0, rows * per_row // threads, 1, unroll=0, name="c") as it:
+                    cidx = kb.add(kb.mul(it, threads), ltid)
+                    r_local = kb.add(first_row, kb.div(cidx, per_row))
+                    s_local = kb.mul(kb.rem(cidx, per_row), 8)
+                    row, col = kb.add(m0, r_local), kb.add(n0, kb.add(s_local, c0))
+                    mask = kb.and_(
+                        kb.lt(row, self.M) if self.M % g.bm else None, kb.lt(col, self.N) if self.N % g.bn else None
+                    )
+                    at = kb.add(kb.mul(r_local, pitch), s_local)
+                    overrides = {}
+                    for k, value in enumerate(values):
+                        vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
+                        overrides[value] = [kb.extract(vec, j) for j in range(8)]
+                    body(row, col, mask, overrides, (tiles, r_local, kb.add(n0, c0), pitch, per_store))
+
+            if self.g.qk is None:
+                each_row(lambda row, col, mask, overrides, room: self.emit_stores(kb, em, row, col, batch, mask, 8, overrides))
+            elif threads % per_row == 0:  # a thread's columns are the same in every round
+                col = kb.add(n0, kb.add(kb.mul(kb.rem(ltid, per_row), 8), c0))
+                self.qk_loops(kb, em, col, batch, each_row)
+            else:
+                each_row(lambda row, col, mask, overrides, room: self.qk_stores(kb, em, row, col, batch, mask, overrides, room))
 
     def qk_stores(self, kb: KB, em: BodyEmitter, row, col, batch, mask, overrides, rows) -> None:
         """The stores of 8 columns of one row (result_staged_epilogue) where the plan's `qk` has an
@@ -156,24 +163,75 @@ class EpilogueMixin:
         get the attention's Q/K code evaluated on this tile's bf16 results in shared memory (its
         loads of the rows read the tile: a head's row sum and its rotary partners are in it, as
         the plan's legality saw to), with the attention's other inputs (norm weights, rotary
-        tables) from the kernel's extra arguments; other columns their plain results.
+        tables) from the kernel's extra arguments; other columns their plain results. A branch
+        on which operand's head the columns are in, then `_qk_row` in it."""
+        aem, heads = self._qk_heads(kb, col)
+        handled = None
+        for o, p, inside, coords, d0 in heads:
+            handled = inside if handled is None else kb.or_(handled, inside)
+            with kb.if_(inside):
+                self._qk_row(kb, em, aem, o, p, coords, d0, row, col, batch, mask, overrides, rows)
+        assert handled is not None
+        with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):  # V's columns, plain
+            self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
 
-        A row statistic over the head (RMSNorm's sum of squares) is summed by the D / 8 threads
-        that hold the head's row, 8 columns each, then added across them with warp shuffles
-        (`emmy::warp_sum<D / 8>`: consecutive threads take consecutive 8-column pieces of a row,
-        and block_n is whole heads, so a head's pieces lie in D / 8 aligned lanes of one warp);
-        every thread computes and shuffles each operand's partial sum, whichever head it holds,
-        so that all lanes take part. A read of the rows takes its column within the thread's own
-        head of the tile (its offset modulo D), so that no read leaves the tile."""
+    def qk_loops(self, kb: KB, em: BodyEmitter, col, batch, each_row) -> None:
+        """qk_stores where a thread's 8 columns `col` are the same in every round of the epilogue's
+        loop (its threads a multiple of a row's pieces): the branch on which operand's head they
+        are in is taken once, around a loop of its own (`each_row` emits the loop), so that no
+        round's loads sit behind a branch of their own: the norm weights (the same columns every
+        round) load once, and the rotary tables of several rows can be in flight together. The
+        fifteenth session's epilogue, a branch each round, took 145 us for the q/k/v product at
+        3000 tokens against 38 without it (docs/02-passes-and-rewrite-rules.md)."""
+        aem, heads = self._qk_heads(kb, col)
+        handled = None
+        for o, p, inside, coords, d0 in heads:
+            handled = inside if handled is None else kb.or_(handled, inside)
+            with kb.if_(inside):
+                each_row(lambda row, c, mask, overrides, room, o=o, p=p, coords=coords, d0=d0:
+                         self._qk_row(kb, em, aem, o, p, coords, d0, row, c, batch, mask, overrides, room))
+        assert handled is not None
+        with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):  # V's columns, plain
+            each_row(lambda row, c, mask, overrides, room: self.emit_stores(kb, em, row, c, batch, mask, 8, overrides))
+
+    def _qk_heads(self, kb: KB, col):
+        """The attention's emitter (its side inputs bound to the kernel's extra arguments) and, per
+        computed operand of the plan's `qk`, what the head holding column `col` says: (operand,
+        its producer, whether the column is in one of the operand's heads, the batch/head
+        coordinates of a row reading that head, the column within the head)."""
         task = self.g.qk
         epi = task.facts
         D = epi.head_dim
         att = task.attention
+        block = att.regions[0].block
+        aem = BodyEmitter(kb, att, {block.args[i]: p for (i, _), p in zip(self.qk_inputs(), self.qk_ptrs)}, [])
+        head = kb.div(col, D)
+        producers = {"q": task.body.q, "k": task.body.k}
+        heads = []
+        for o in epi.operands:
+            first, group = o.progression
+            inside = kb.and_(kb.cmp("sge", head, first), kb.lt(head, first + len(o.written)))
+            b = kb.mul(kb.sub(head, first), group)  # a batch/head row reading this head (when inside)
+            coords = decompose(kb, b, list(epi.batch_axes), aem.extents) if epi.batch_axes else {}
+            heads.append((o, producers[o.name], inside, coords, kb.sub(col, kb.mul(head, D))))
+        return aem, heads
+
+    def _qk_row(self, kb: KB, em: BodyEmitter, aem: BodyEmitter, o, p, coords, d0, row, col, batch, mask, overrides, rows) -> None:
+        """The stores of 8 columns of one row inside a head of operand `o` (the caller branched on
+        it): the operand's code on the staged tile, stored where the raw values would have gone.
+
+        A row statistic over the head (RMSNorm's sum of squares) is summed by the D / 8 threads
+        that hold the head's row, 8 columns each, then added across them with shuffles among
+        those lanes alone (`emmy::lane_group_sum<D / 8>`: consecutive threads take consecutive
+        8-column pieces of a row, and block_n is whole heads, so a head's pieces lie in D / 8
+        aligned lanes of one warp, which all take this branch). A read of the rows takes its
+        column within the thread's own head of the tile (its offset modulo D), so that no read
+        leaves the tile."""
+        task = self.g.qk
+        D = task.facts.head_dim
+        source = task.attention.regions[0].block.args[task.facts.source]
         tiles, r_local, n0, pitch, per_store = rows
         (k_store,) = [k for k, st in enumerate(self.stores) if st.output_index == task.result]
-        block = att.regions[0].block
-        source = block.args[epi.source]
-        aem = BodyEmitter(kb, att, {block.args[i]: p for (i, _), p in zip(self.qk_inputs(), self.qk_ptrs)}, [])
         row_ok = kb.lt(row, self.M) if self.M % self.g.bm else None
         head = kb.div(col, D)
         row_base = kb.add(kb.add(kb.mul(r_local, pitch), k_store * per_store), kb.sub(kb.mul(head, D), n0))
@@ -189,41 +247,22 @@ class EpilogueMixin:
                 return [kb.load(tiles, kb.add(row_base, kb.rem(c, D)), bf16) for c in cols]
             return hook
 
-        producers = {"q": task.body.q, "k": task.body.k}
+        hooks = {ld: from_tile(ld) for ld in _source_loads(task.body, o.name, source)}
+        coords = {**coords, o.row_axis: row}
         group_lanes = D // 8
-        shuffled = group_lanes in (1, 2, 4, 8, 16, 32) and self.g.threads % group_lanes == 0
-        ops = []
-        for o in epi.operands:
-            p = producers[o.name]
-            first, group = o.progression
-            inside = kb.and_(kb.cmp("sge", head, first), kb.lt(head, first + len(o.written)))
-            b = kb.mul(kb.sub(head, first), group)  # a batch/head row reading this head (when inside)
-            coords = decompose(kb, b, list(epi.batch_axes), aem.extents) if epi.batch_axes else {}
-            coords[o.row_axis] = row
-            d0 = kb.sub(col, kb.mul(head, D))
-            hooks = {ld: from_tile(ld) for ld in _source_loads(task.body, o.name, source)}
-            sums = {}
-            if p.stats and shuffled and p.stat_len == D:
-                s = aem.scope({**coords, p.stat_axis: d0}, lane_axis=p.stat_axis, lanes=8,
-                              mask=kb.and_(row_ok, inside), load_hooks=hooks)
-                terms = [kb.to_f32(v) for v in s.value(p.stats[0].yielded)]
-                part = terms[0]
-                for t in terms[1:]:
-                    part = kb.addf(part, t)
-                total = kb.call(f"emmy::warp_sum<{group_lanes}>", [part], f32)
-                sums = {st.result: [total] for st in p.stats}
-            ops.append((o, p, inside, coords, d0, hooks, sums))
-        handled = None
-        for o, p, inside, coords, d0, hooks, sums in ops:
-            handled = inside if handled is None else kb.or_(handled, inside)
-            with kb.if_(inside):
-                scope = aem.scope({**coords, o.col_axis: d0}, lane_axis=o.col_axis, lanes=8, mask=row_ok,
-                                  overrides=sums, load_hooks=hooks)
-                vals = [kb.to_type(v, bf16) for v in scope.value(p.value)]
-                self.emit_stores(kb, em, row, col, batch, mask, 8, {**overrides, self.stores[k_store].value: vals})
-        assert handled is not None
-        with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):  # V's columns, plain
-            self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+        sums = {}
+        if p.stats and group_lanes in (1, 2, 4, 8, 16, 32) and self.g.threads % group_lanes == 0 and p.stat_len == D:
+            s = aem.scope({**coords, p.stat_axis: d0}, lane_axis=p.stat_axis, lanes=8, mask=row_ok, load_hooks=hooks)
+            terms = [kb.to_f32(v) for v in s.value(p.stats[0].yielded)]
+            part = terms[0]
+            for t in terms[1:]:
+                part = kb.addf(part, t)
+            total = kb.call(f"emmy::lane_group_sum<{group_lanes}>", [part], f32)
+            sums = {st.result: [total] for st in p.stats}
+        scope = aem.scope({**coords, o.col_axis: d0}, lane_axis=o.col_axis, lanes=8, mask=row_ok,
+                          overrides=sums, load_hooks=hooks)
+        vals = [kb.to_type(v, bf16) for v in scope.value(p.value)]
+        self.emit_stores(kb, em, row, col, batch, mask, 8, {**overrides, self.stores[k_store].value: vals})
 
     def epilogue(self, kb: KB, em: BodyEmitter, tid, m0, n0, batch, part, accs, stat, ws_ptr, sync, region: int = 0) -> bool:
         """The epilogue of the computing threads: staged through shared memory where the plan's

@@ -100,6 +100,9 @@ ATTENTION_GPU_CASES = [
     (1000, 14, 2, 64, WS3_64 + split(3)), (5000, 4, 1, 128, WS2 + split(2)),
 ]
 EPILOGUE = ("attention.fusion=epilogue",)
+QKV_PINGPONG = tuple(f"rms_norm_qkv_proj.{k}" for k in (
+    "workers=wgmma_ws", "copy=tma", "schedule=persistent", "warps=8", "epilogue=pingpong", "block_m=64",
+    "block_n=128", "stages=3"))
 # The flash kernel in the Qwen3 layer (q/k RMSNorm + rope computed while staging, by a prologue
 # or in the projection's epilogue): (tokens, pins)
 LAYER_FLASH_CASES = [
@@ -124,6 +127,8 @@ LAYER_FLASH_CASES = [
     (65, EPILOGUE + WS1), (1000, EPILOGUE + WS2), (3000, EPILOGUE + WS1), (3000, EPILOGUE + WS2),
     (65, EPILOGUE + ("rms_norm_qkv_proj.block_n=256",)), (1000, EPILOGUE + ("rms_norm_qkv_proj.block_n=128",)),
     (3000, EPILOGUE + ("rms_norm_qkv_proj.block_n=128",)), (1000, EPILOGUE + ("rms_norm_qkv_proj.block_n=256",) + WS2),
+    # ... in a pingpong q/k/v kernel: each consumer warpgroup's epilogue beside the other's k loop
+    (1000, EPILOGUE + QKV_PINGPONG), (3000, EPILOGUE + QKV_PINGPONG + WS2),
 ]
 # tokens from which the module alone is one flash kernel: loop-fuse counts only reductions over
 # parameters when it sizes 'short' (short_limit), so attention alone fuses as a model's does

@@ -1,6 +1,7 @@
 // Emmy's device library: everything generated kernels may call through `kernel.call`.
 //
-//   emmy_core.cuh   Vec, zero, align_smem, warp_sum/warp_max, group_sum/group_max, cp.async,
+//   emmy_core.cuh   Vec, zero, align_smem, warp_sum/warp_max, lane_group_sum,
+//                   group_sum/group_max, cp.async,
 //                   swz/tile_offset (swizzled operand tiles),
 //                   fence_proxy_async, grid_dependency_wait/allow_dependents, silu,
 //                   mbar_init/mbar_arrive/warp_arrive/mbar_wait (sm_90+)

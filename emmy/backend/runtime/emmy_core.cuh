@@ -117,6 +117,18 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// warp_sum for code that whole groups of WIDTH lanes enter together, where other lanes of the warp
+// may not (a branch on a value the group shares): the shuffles name the group's lanes alone.
+template <int WIDTH>
+__device__ __forceinline__ float lane_group_sum(float x) {
+  static_assert(WIDTH >= 1 && WIDTH <= 32 && (WIDTH & (WIDTH - 1)) == 0, "a power of two up to a warp");
+  unsigned group = 0xffffffffu;
+  if constexpr (WIDTH < 32) group = ((1u << WIDTH) - 1u) << ((threadIdx.x & 31u) & ~(WIDTH - 1u));
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) x += __shfl_xor_sync(group, x, o);
+  return x;
+}
+
 template <int WIDTH = 32>
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll

@@ -18,6 +18,21 @@
 // CHECK-SAME: __nv_bfloat16* __restrict__ qkv_proj
 // CHECK-SAME: const __nv_bfloat16* __restrict__ qk_in0
 // CHECK-SAME: const __nv_bfloat16* __restrict__ qk_in4
+// A thread's 8 columns are the same in every round of the staged epilogue's loop, so the branch on
+// which operand's head they are in (Q's, K's, or V's plain columns) is taken once, around a loop of
+// its own; a head's row sum of squares is shuffled among its 16 lanes alone.
+// CHECK: if ([[Q:v_[0-9]+]]) {
+// CHECK-NEXT: #pragma unroll
+// CHECK-NEXT: for (int c_
+// CHECK: emmy::lane_group_sum<16>(
+// CHECK: if ([[K:v_[0-9]+]]) {
+// CHECK-NEXT: #pragma unroll
+// CHECK-NEXT: for (int c_
+// CHECK: emmy::lane_group_sum<16>(
+// CHECK: = [[HANDLED:v_[0-9]+]] ? c1_{{[0-9]+}} : c0_
+// CHECK: #pragma unroll
+// CHECK-NEXT: for (int c_
+// CHECK-NOT: lane_group_sum
 // CHECK-NOT: attention_prep
 // CHECK: emmy::attention::run<128, 64, 64, 4, 2, 0, 0, 0, 0, 0, 0, 1, 1>(
 
