@@ -13,7 +13,7 @@ step ev-layer 120 python3 tools/bench.py --target sm_90a --cases layer --layer-s
 # layer with it (qk), and with it in a pingpong q/k/v kernel (qkpp: one warpgroup's epilogue
 # beside the other's main loop)
 PP=rms_norm_qkv_proj.workers=wgmma_ws,rms_norm_qkv_proj.copy=tma,rms_norm_qkv_proj.schedule=persistent,rms_norm_qkv_proj.warps=8,rms_norm_qkv_proj.epilogue=pingpong,rms_norm_qkv_proj.block_m=64,rms_norm_qkv_proj.block_n=128,rms_norm_qkv_proj.stages=3
-step qk-gpu 90 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu test/pytest/test_attention_gpu.py -k "epilogue"
+step qk-gpu 90 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu test/pytest/test_attention_gpu.py test/pytest/test_qk_epilogue.py -k "epilogue"
 step qk-epilogue 100 python3 tools/bench.py --target sm_90a --cases layer --layer-sizes 512,3000,4096 --contenders emmy,compile --profile --variant qk=attention.fusion=epilogue --variant qkpp=attention.fusion=epilogue,$PP
 step ev-proj 100 python3 tools/bench.py --target sm_90a --cases projections --layer-sizes 512,3000,4096 --contenders emmy,cublas,compile --profile
 step few-heads 90 python3 tools/bench.py --target sm_90a --cases attention --attention-sizes 512,1000,2000,3000 --attention-heads 4/4,8/8,2/2 --contenders emmy,sdpa-cudnn --variant s1=attention.split_kv=1
