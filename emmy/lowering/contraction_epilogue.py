@@ -131,9 +131,10 @@ class EpilogueMixin:
             rows, threads = (64 * g.mi, 128) if own_rows else (g.bm, g.tile_threads)
             first_row = kb.mul(kb.div(tid, 128), rows) if own_rows else 0
             ltid = kb.rem(tid, 128) if own_rows else tid
-            def each_row(body, rows=rows, threads=threads, first_row=first_row, ltid=ltid, c0=c0):
+            def each_row(body, skip=(), rows=rows, threads=threads, first_row=first_row, ltid=ltid, c0=c0):
                 """The loop over this thread's pieces of 8 columns: body(row, col, mask, overrides,
-                room) for each (room: the staged tiles and where its row is in them)."""
+                room) for each (room: the staged tiles and where its row is in them; the staged
+                values in `skip`, which the body computes otherwise, are not read back)."""
                 with kb.for_(0, rows * per_row // threads, 1, unroll=0, name="c") as it:
                     cidx = kb.add(kb.mul(it, threads), ltid)
                     r_local = kb.add(first_row, kb.div(cidx, per_row))
@@ -145,8 +146,9 @@ class EpilogueMixin:
                     at = kb.add(kb.mul(r_local, pitch), s_local)
                     overrides = {}
                     for k, value in enumerate(values):
-                        vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
-                        overrides[value] = [kb.extract(vec, j) for j in range(8)]
+                        if value not in skip:
+                            vec = kb.load(tiles, kb.add(at, k * per_store), VectorType(bf16, [8]))
+                            overrides[value] = [kb.extract(vec, j) for j in range(8)]
                     body(row, col, mask, overrides, (tiles, r_local, kb.add(n0, c0), pitch, per_store))
 
             if self.g.qk is None:
@@ -187,12 +189,18 @@ class EpilogueMixin:
         handled = None
         for o, p, inside, coords, d0 in heads:
             handled = inside if handled is None else kb.or_(handled, inside)
-            with kb.if_(inside):
+            with kb.if_(inside):  # (the operand's values replace the staged raw ones it reads)
                 each_row(lambda row, c, mask, overrides, room, o=o, p=p, coords=coords, d0=d0:
-                         self._qk_row(kb, em, aem, o, p, coords, d0, row, c, batch, mask, overrides, room))
+                         self._qk_row(kb, em, aem, o, p, coords, d0, row, c, batch, mask, overrides, room),
+                         skip=(self.stores[self._qk_store()].value,))
         assert handled is not None
         with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):  # V's columns, plain
             each_row(lambda row, c, mask, overrides, room: self.emit_stores(kb, em, row, c, batch, mask, 8, overrides))
+
+    def _qk_store(self) -> int:
+        """Which of the kernel's stores writes the rows the attention reads (the plan's `qk`)."""
+        (k_store,) = [k for k, st in enumerate(self.stores) if st.output_index == self.g.qk.result]
+        return k_store
 
     def _qk_heads(self, kb: KB, col):
         """The attention's emitter (its side inputs bound to the kernel's extra arguments) and, per
@@ -231,7 +239,7 @@ class EpilogueMixin:
         D = task.facts.head_dim
         source = task.attention.regions[0].block.args[task.facts.source]
         tiles, r_local, n0, pitch, per_store = rows
-        (k_store,) = [k for k, st in enumerate(self.stores) if st.output_index == task.result]
+        k_store = self._qk_store()
         row_ok = kb.lt(row, self.M) if self.M % self.g.bm else None
         head = kb.div(col, D)
         row_base = kb.add(kb.add(kb.mul(r_local, pitch), k_store * per_store), kb.sub(kb.mul(head, D), n0))
