@@ -257,10 +257,12 @@ class EpilogueMixin:
 
         hooks = {ld: from_tile(ld) for ld in _source_loads(task.body, o.name, source)}
         coords = {**coords, o.row_axis: row}
+        guards = frozenset((o.row_axis,))  # row_ok is for rows past M: the norm weights load unmasked
         group_lanes = D // 8
         sums = {}
         if p.stats and group_lanes in (1, 2, 4, 8, 16, 32) and self.g.threads % group_lanes == 0 and p.stat_len == D:
-            s = aem.scope({**coords, p.stat_axis: d0}, lane_axis=p.stat_axis, lanes=8, mask=row_ok, load_hooks=hooks)
+            s = aem.scope({**coords, p.stat_axis: d0}, lane_axis=p.stat_axis, lanes=8, mask=row_ok, load_hooks=hooks,
+                          guards=guards)
             terms = [kb.to_f32(v) for v in s.value(p.stats[0].yielded)]
             part = terms[0]
             for t in terms[1:]:
@@ -268,7 +270,7 @@ class EpilogueMixin:
             total = kb.call(f"emmy::lane_group_sum<{group_lanes}>", [part], f32)
             sums = {st.result: [total] for st in p.stats}
         scope = aem.scope({**coords, o.col_axis: d0}, lane_axis=o.col_axis, lanes=8, mask=row_ok,
-                          overrides=sums, load_hooks=hooks)
+                          overrides=sums, load_hooks=hooks, guards=guards)
         vals = [kb.to_type(v, bf16) for v in scope.value(p.value)]
         self.emit_stores(kb, em, row, col, batch, mask, 8, {**overrides, self.stores[k_store].value: vals})
 

@@ -75,8 +75,12 @@ class BodyEmitter:
         mask: SSAValue | None = None,
         overrides: Mapping[SSAValue, Sequence[SSAValue]] | None = None,
         load_hooks: Mapping[LoadOp, object] | None = None,
+        guards: frozenset[str] | None = None,
     ) -> Scope:
+        """`guards`: the axes whose out-of-range values `mask` is for (None: any); a load whose
+        address depends on none of them is in range whatever the mask says, and is not masked."""
         s = Scope(self, None, axes, lane_axis, lanes, mask, overrides or {})
+        s.guards = guards
         if load_hooks:
             s.load_hooks = dict(load_hooks)
         return s
@@ -114,6 +118,7 @@ class Scope:
         self.lane_axis = lane_axis if lanes > 1 else None
         self.lanes = lanes if lane_axis is not None else 1
         self.mask = mask
+        self.guards: frozenset[str] | None = parent.guards if parent is not None else None  # (BodyEmitter.scope)
         self.memo: dict[SSAValue, list[SSAValue]] = {v: list(x) for v, x in overrides.items()}
         self._lane0: Scope | None = None
         # loop.load -> callable(scope) giving the loaded values (one per lane), e.g. from a
@@ -141,6 +146,8 @@ class Scope:
         merged.update({a: self.kb.idx(v) for a, v in axes.items()})
         s = Scope(self.em, self, merged, self.lane_axis, self.lanes, self.kb.and_(self.mask, mask), overrides or {})
         s.rebound = frozenset(axes)
+        if mask is not None:
+            s.guards = None  # (what the child's own mask is for is not known)
         return s
 
     # -- lookup --------------------------------------------------------------------------------------
@@ -235,14 +242,15 @@ class Scope:
             raise EmmyError(f"codegen: no pointer for the loaded tensor {op.tensor}")
         elt = t.element_type
         n = self._n(op.result)
+        mask = self.mask if self.guards is None or self.em.dom.of_op(op) & self.guards else None
         if n == 1:
             idx = [self.value(i)[:1] for i in op.indices]
-            return [kb.load(ptr, self._offset(t, idx, 0), elt, self.mask)]
+            return [kb.load(ptr, self._offset(t, idx, 0), elt, mask)]
         contiguous, aligned = self.em.access(t, op.indices, self.lane_axis, self.lanes)
         if contiguous and aligned and self.lanes * elt_bytes(elt) <= 16 and self.lanes in K.VECTOR_WIDTHS:
             l0 = self.lane0()
             off = self._offset(t, [l0.value(i) for i in op.indices], 0)
-            vec = kb.load(ptr, off, VectorType(elt, [self.lanes]), self.mask)
+            vec = kb.load(ptr, off, VectorType(elt, [self.lanes]), mask)
             return [kb.extract(vec, j) for j in range(self.lanes)]
         if contiguous and aligned and self.lanes * elt_bytes(elt) > 16:
             per = 16 // elt_bytes(elt)
@@ -251,11 +259,11 @@ class Scope:
                 base = self._offset(t, [l0.value(i) for i in op.indices], 0)
                 out = []
                 for c in range(self.lanes // per):
-                    vec = kb.load(ptr, kb.add(base, c * per), VectorType(elt, [per]), self.mask)
+                    vec = kb.load(ptr, kb.add(base, c * per), VectorType(elt, [per]), mask)
                     out += [kb.extract(vec, j) for j in range(per)]
                 return out
         idx = [self.value(i) for i in op.indices]
-        return [kb.load(ptr, self._offset(t, idx, j), elt, self.mask) for j in range(n)]
+        return [kb.load(ptr, self._offset(t, idx, j), elt, mask) for j in range(n)]
 
     def _reduce_serial(self, op: ReduceOp) -> list[SSAValue]:
         """A loop.reduce as nested kernel.for loops over its axes (one thread does it all)."""

@@ -328,6 +328,20 @@ def test_kernel_stage_of_the_epilogue():
     assert "attention_prep" not in src
 
 
+def test_epilogue_masks_only_the_loads_that_follow_the_row():
+    """At 3000 tokens the last row tile is ragged, so the epilogue's rows past M are masked: the
+    rotary tables (one row per token) load under the mask, the norm weights (one per column of a
+    head, the same whatever the row) without it, so that their loads in every round of the loop
+    are one load (BodyEmitter.scope's `guards`)."""
+    from emmy.backend.plan import cuda_source
+
+    src = cuda_source(layer(3000, "attention.fusion=epilogue", stop_after="cuda").module)
+    body = src.split(" rms_norm_qkv_proj(", 1)[1].split("extern \"C\"", 1)[0]
+    masked = set(re.findall(r"load_or<[^>]*>>\((qk_in\d+)_", body))
+    plain = set(re.findall(r"reinterpret_cast<const [^>]*>\*>\((qk_in\d+)_", body))
+    assert len(masked) == 2 and len(plain) == 2 and not masked & plain, (masked, plain)
+
+
 _ARCH = {"sm_80": ["-arch=sm_80"], "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a"]}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
