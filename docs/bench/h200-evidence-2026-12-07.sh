@@ -4,7 +4,7 @@
 # few heads, where the rules split the key blocks (split_kv), against one part pinned; the layer in
 # deploy mode and with the prior alone at token counts with no golden entry. Logs in $OUT/pack.tgz.
 . docs/bench/device-steps.sh  # install, logs, pack, step
-export EMMY_HOME=$PWD/.emmy-cache  # kernels prebuilt here (tools/bench.py --build-only)
+export EMMY_HOME=$PWD/.emmy-cache  # kernels prebuilt here (h200-evidence-2026-12-07-prebuild.sh)
 # Q and K normalized and rotated in the q/k/v projection's epilogue (fusion = epilogue, a pin
 # only since the fifteenth session measured it 2.2x slower than attention_prep's kernel apart),
 # now with the branch on the head's operand around the epilogue's loop: its GPU cases, then the
