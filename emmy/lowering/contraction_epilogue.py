@@ -165,22 +165,15 @@ class EpilogueMixin:
         get the attention's Q/K code evaluated on this tile's bf16 results in shared memory (its
         loads of the rows read the tile: a head's row sum and its rotary partners are in it, as
         the plan's legality saw to), with the attention's other inputs (norm weights, rotary
-        tables) from the kernel's extra arguments; other columns their plain results. A branch
-        on which operand's head the columns are in, then `_qk_row` in it."""
-        aem, heads = self._qk_heads(kb, col)
-        handled = None
-        for o, p, inside, coords, d0 in heads:
-            handled = inside if handled is None else kb.or_(handled, inside)
-            with kb.if_(inside):
-                self._qk_row(kb, em, aem, o, p, coords, d0, row, col, batch, mask, overrides, rows)
-        assert handled is not None
-        with kb.if_(kb.cmp("eq", kb.select(handled, kb.idx(1), kb.idx(0)), 0)):  # V's columns, plain
-            self.emit_stores(kb, em, row, col, batch, mask, 8, overrides)
+        tables) from the kernel's extra arguments; other columns their plain results: qk_loops'
+        branches, each around this one row."""
+        self.qk_loops(kb, em, col, batch, lambda body, skip=(): body(row, col, mask, overrides, rows))
 
     def qk_loops(self, kb: KB, em: BodyEmitter, col, batch, each_row) -> None:
         """qk_stores where a thread's 8 columns `col` are the same in every round of the epilogue's
         loop (its threads a multiple of a row's pieces): the branch on which operand's head they
-        are in is taken once, around a loop of its own (`each_row` emits the loop), so that no
+        are in (a Q head, a K head: `_qk_row`; else V's plain columns) is taken once, around a
+        loop of its own (`each_row(body, skip)` emits the loop, or one row), so that no
         round's loads sit behind a branch of their own: the norm weights (the same columns every
         round) load once, and the rotary tables of several rows can be in flight together. The
         fifteenth session's epilogue, a branch each round, took 145 us for the q/k/v product at
@@ -241,8 +234,8 @@ class EpilogueMixin:
         tiles, r_local, n0, pitch, per_store = rows
         k_store = self._qk_store()
         row_ok = kb.lt(row, self.M) if self.M % self.g.bm else None
-        head = kb.div(col, D)
-        row_base = kb.add(kb.add(kb.mul(r_local, pitch), k_store * per_store), kb.sub(kb.mul(head, D), n0))
+        head_col = kb.sub(col, d0)  # the head's first column
+        row_base = kb.add(kb.add(kb.mul(r_local, pitch), k_store * per_store), kb.sub(head_col, n0))
 
         def from_tile(ld):
             def hook(scope):

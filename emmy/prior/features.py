@@ -174,7 +174,7 @@ class Kernel:
         f["unique_bytes"] = self.unique_bytes
         f["l2_fraction"] = l2_fraction(self.unique_bytes, target)
         f["blocks"], f["threads"], f["smem_bytes"] = float(plan.blocks), float(plan.threads), float(plan.smem_bytes)
-        occ = occupancy(target, plan.smem_bytes, plan.registers, plan.threads)
+        occ = target.blocks_per_sm(plan.smem_bytes, plan.registers, plan.threads)
         f["occupancy"] = float(occ)
         resident = min(occ, ceil(plan.blocks / target.sms))  # blocks an SM holds at once
         f["warps_resident"] = float(min(resident * plan.threads, target.max_threads_per_sm) / target.warp_size)
@@ -302,11 +302,6 @@ def kernel_op(info: KernelInfo):
     if op is None:
         raise EmmyError(f"tile.kernel @{info.name}: its stores are not inside a tile.kernel")
     return op
-
-
-def occupancy(target: Target, smem: int, registers: int, threads: int) -> int:
-    """Blocks that fit on one SM at once (Target.blocks_per_sm)."""
-    return target.blocks_per_sm(smem, registers, threads)
 
 
 def l2_fraction(unique_bytes: float, target: Target) -> float:
@@ -523,4 +518,4 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     f["reg_overflow"] = float(max(0.0, held - acc_budget))
 
 
-__all__ = ["MOST", "NAMES", "PER_ROUND", "SUMMED", "Features", "Kernel", "combine", "features", "io_bytes", "kernel_op", "l2_fraction", "occupancy"]
+__all__ = ["MOST", "NAMES", "PER_ROUND", "SUMMED", "Features", "Kernel", "combine", "features", "io_bytes", "kernel_op", "l2_fraction"]
