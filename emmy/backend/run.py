@@ -383,7 +383,7 @@ def run_on_gpu(options, cache_dir: Path):
 
     from emmy.backend.plan import launch_plan
     from emmy.driver import compile_model
-    from emmy.execute import compare
+    from emmy.execute import check
 
     result = compile_model(options)
     traced = result.traced
@@ -393,7 +393,7 @@ def run_on_gpu(options, cache_dir: Path):
     layer.launch()
     torch.cuda.synchronize()
     outs = [out.float().cpu() for out in layer.outputs()]
-    return compare(outs, traced.reference(dict(traced.inputs)))  # PyTorch on the CPU
+    return check(outs, traced)  # PyTorch on the CPU
 
 
 class GpuModel:

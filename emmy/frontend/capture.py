@@ -34,7 +34,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from emmy.diagnostics import EmmyError, first_line
-from emmy.frontend.graph import Constant, Graph, Node, Value
+from emmy.frontend.graph import INPLACE_ARITHMETIC, Constant, Graph, Node, Value, inplace_error
 
 # RMSNorm modules are recognized by class name (`...RMSNorm`), a 1-D `weight`, a float
 # `variance_epsilon` (or `eps`), and by checking on a random probe that the module computes exactly
@@ -87,12 +87,14 @@ class _Recorder(TorchFunctionMode):
         super().__init__()
         self.graph = graph
         self.values: dict[int, tuple[torch.Tensor, Value]] = {}
+        self.count = 0
         self.stack: list[tuple[str, str]] = []
         self.paused = False
 
     # ---------------------------------------------------------------- values
     def new_value(self, t: torch.Tensor) -> Value:
-        v = Value(len(self.values), tuple(t.shape), t.dtype)
+        v = Value(self.count, tuple(t.shape), t.dtype)
+        self.count += 1  # not len(values): an in-place op gives its tensor a new value
         self.values[id(t)] = (t, v)  # keeps t alive, so its id stays unique
         return v
 
@@ -123,10 +125,22 @@ class _Recorder(TorchFunctionMode):
             )
         )
 
+    def check_inplace(self, name: str, t: torch.Tensor) -> None:
+        """See `INPLACE_ARITHMETIC`: x must not be an input, a parameter, a view or viewed."""
+        hit = self.values.get(id(t))
+        if hit is None or hit[0] is not t:
+            return
+        leaves = {v for _, v in self.graph.inputs} | {v for _, v in self.graph.params}
+        aliased = t._base is not None or any(o._base is t for o, _ in self.values.values())
+        if hit[1] in leaves or aliased:
+            raise inplace_error(name, *self.where(), leaf=hit[1] in leaves, stage="capture")
+
     # ---------------------------------------------------------------- the mode
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = op_name(func)
+        if not self.paused and name in INPLACE_ARITHMETIC and args and isinstance(args[0], torch.Tensor):
+            self.check_inplace(name, args[0])
         meta = _shape_only(name, args, kwargs)
         if meta is not None:  # a well-formed matmul-class call: its values do not matter here
             result = torch.zeros(meta[0], dtype=meta[1], device=args[0].device)

@@ -36,7 +36,7 @@ import torch
 from torch import fx, nn
 
 from emmy.diagnostics import EmmyError, first_line
-from emmy.frontend.graph import Constant, Graph, Node, Value
+from emmy.frontend.graph import INPLACE_ARITHMETIC, Constant, Graph, Node, Value, inplace_error
 
 _ROOT = "root"  # the attribute under which the wrapper holds the traced module
 
@@ -207,6 +207,8 @@ class _Converter:
             args, kwargs = tuple(self.arg(a) for a in node.args), {k: self.arg(v) for k, v in node.kwargs.items()}
             if name in _NORMALIZE:
                 args, kwargs = _NORMALIZE[name](args, kwargs)
+            if name in INPLACE_ARITHMETIC:
+                _check_inplace(node, name)
             self.emit(node, name, args, kwargs)
         return self.graph
 
@@ -221,6 +223,22 @@ class _Converter:
                     "only pure forward computations are supported (stage: torch.export)"
                 )
             self.graph.outputs.append(self.arg(r))
+
+
+def _check_inplace(node: fx.Node, name: str) -> None:
+    """See `INPLACE_ARITHMETIC`: the tensor written must not be a placeholder (an input, a
+    parameter or a buffer), a view, or viewed by another node."""
+    target = node.args[0]
+    if not isinstance(target, fx.Node):
+        return
+    leaf = target.op == "placeholder"
+    aliased = _is_view(target) or any(_is_view(u) for u in target.users if u is not node)
+    if leaf or aliased:
+        raise inplace_error(name, *_where(node), leaf=leaf, stage="torch.export")
+
+
+def _is_view(node: fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and bool(node.target.is_view)
 
 
 # ------------------------------------------------------------------------------------ RMSNorm

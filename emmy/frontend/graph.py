@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from emmy.diagnostics import EmmyError
+
 
 @dataclass(frozen=True)
 class Value:
@@ -53,3 +55,20 @@ class Graph:
     params: list[tuple[str, Value]] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)  # Values (a Constant or other is an error)
+
+
+# In-place arithmetic (`x += y`) is recorded as its out-of-place form, whose result is x's value
+# from then on; the importer reads these as it reads `aten.add` and the rest. That is what the
+# model computes only when nothing else sees x's storage, which each tracer checks
+# (`inplace_error`).
+INPLACE_ARITHMETIC = ("aten.add_", "aten.sub_", "aten.mul_", "aten.div_")
+
+
+def inplace_error(name: str, path: str, cls: str, leaf: bool, stage: str) -> EmmyError:
+    """The error for in-place op `name` writing into an input or a parameter (`leaf`), or into
+    a tensor that shares its storage with a view."""
+    what = "an input or a parameter" if leaf else "a tensor that shares its storage with a view"
+    return EmmyError(
+        f"in-place '{name}' at {path or '<root>'} ({cls}) writes into {what}; Emmy records values, "
+        f"not storage, so it supports in-place arithmetic only on a tensor nothing else sees (stage: {stage})"
+    )

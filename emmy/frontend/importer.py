@@ -132,10 +132,28 @@ def _layer_norm(b: _Builder, node: Node) -> Sequence[SSAValue]:
     x = b.value(node.args[0])
     shape = _arg(node, 1, "normalized_shape")
     weight, bias = _arg(node, 2, "weight"), _arg(node, 3, "bias")
-    if len(shape) != 1 or weight is None or bias is None:
-        raise Unsupported("layer_norm needs a 1-D normalized shape, a weight and a bias")
+    if len(shape) != 1:
+        raise Unsupported("layer_norm needs a 1-D normalized shape")
     eps = float(_arg(node, 4, "eps", 1e-5))
+    if weight is None or bias is None:
+        return [_layer_norm_by_parts(b, x, weight, bias, eps)]
     return [b.add(T.LayerNormOp(x, b.value(weight), b.value(bias), eps))]
+
+
+def _layer_norm_by_parts(b: _Builder, x: SSAValue, weight: Any, bias: Any, eps: float) -> SSAValue:
+    """A LayerNorm without a weight or a bias (OLMo's has neither), in the ops it is made of:
+    `(x - mean) * rsqrt(var + eps)`, then `* weight` and `+ bias` where given, computed in float32
+    and rounded once, as `torch.layer_norm` does."""
+    last, narrow, f32 = len(T.shape_of(x)) - 1, T.dtype_of(x), element_type(torch.float32)
+    xf = x if narrow == f32 else b.add(T.ToOp(x, f32), "xf")
+    centered = b.add(T.SubOp(xf, b.add(T.MeanOp(xf, [last], True), "mean")), "centered")
+    var = b.add(T.MeanOp(b.add(T.MulOp(centered, centered), "sq"), [last], True), "var")
+    y = b.add(T.MulOp(centered, b.add(T.RsqrtOp(b.add(T.AddScalarOp(var, eps), "var_eps")), "rstd")), "normed")
+    for operand, cls in ((weight, T.MulOp), (bias, T.AddOp)):
+        if operand is not None:
+            w = b.value(operand)
+            y = b.add(cls(y, w if T.dtype_of(w) == f32 else b.add(T.ToOp(w, f32))))
+    return y if narrow == f32 else b.add(T.ToOp(y, narrow), "layer_norm")
 
 
 def _linear(b: _Builder, node: Node) -> Sequence[SSAValue]:
@@ -348,6 +366,16 @@ def _t(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [b.add(T.TransposeOp(x, 0, 1), "transpose")]
 
 
+def _big_t(b: _Builder, node: Node) -> Sequence[SSAValue]:  # x.T: every axis reversed
+    x = b.value(node.args[0])
+    rank = len(T.shape_of(x))
+    if rank < 2:
+        return [x]
+    if rank == 2:
+        return [b.add(T.TransposeOp(x, 0, 1), "transpose")]
+    return [b.add(T.PermuteOp(x, list(reversed(range(rank)))))]
+
+
 def _permute(b: _Builder, node: Node) -> Sequence[SSAValue]:
     x = b.value(node.args[0])
     rank = len(T.shape_of(x))
@@ -465,6 +493,25 @@ def _stack(b: _Builder, node: Node) -> Sequence[SSAValue]:
     return [views[0] if len(views) == 1 else b.add(T.CatOp(views, dim))]
 
 
+def _repeat_interleave(b: _Builder, node: Node) -> Sequence[SSAValue]:
+    """`repeat_interleave(x, n, dim)`: each element n times in a row along dim, as a view with a
+    new axis of extent 1 after dim, expanded to n and merged back (GPT-J's, CodeGen's and GLM's
+    rotary tables, whose pairs of columns share an angle)."""
+    x = b.value(node.args[0])
+    repeats, dim = _arg(node, 1, "repeats"), _arg(node, 2, "dim")
+    if _is_tensor(repeats) or isinstance(repeats, (list, tuple)):
+        raise Unsupported("repeat_interleave with a tensor of repeats")
+    if dim is None:
+        raise Unsupported("repeat_interleave without a dim (it flattens its input)")
+    shape = list(T.shape_of(x))
+    dim, n = _dim(int(dim), len(shape)), int(repeats)
+    if n == 1:
+        return [x]
+    one = b.add(T.ViewOp(x, tuple(shape[: dim + 1] + [1] + shape[dim + 1 :])))
+    wide = b.add(T.ExpandOp(one, tuple(shape[: dim + 1] + [n] + shape[dim + 1 :])))
+    return [b.add(T.ViewOp(wide, _out(node).shape))]
+
+
 def _embedding(b: _Builder, node: Node) -> Sequence[SSAValue]:
     ids, weight = b.value(node.args[0]), b.value(_arg(node, 1, "weight"))
     if _arg(node, 3, "max_norm") is not None:
@@ -517,6 +564,10 @@ OP_TABLE: dict[str, Builder] = {
     "aten.maximum": _elementwise_pair(T.MaximumOp),
     "aten.minimum": _elementwise_pair(T.MinimumOp),
     "aten.add": _add,
+    "aten.add_": _add,  # in place: `capture` checks that nothing else sees the tensor
+    "aten.sub_": _sub,
+    "aten.mul_": _mul,
+    "aten.div_": _div,
     "aten.sub": _sub,
     "aten.subtract": _sub,
     "aten.rsub": _rsub,
@@ -548,6 +599,8 @@ OP_TABLE: dict[str, Builder] = {
     "aten.swapaxes": _transpose,
     "aten.swapdims": _transpose,
     "aten.t": _t,
+    "aten.T": _big_t,
+    "aten.numpy_T": _big_t,  # x.T as torch.export records it
     "aten.permute": _permute,
     "aten.getitem": _getitem,
     "aten.narrow": _narrow,
@@ -559,6 +612,7 @@ OP_TABLE: dict[str, Builder] = {
     "aten.concat": _cat,
     "aten.concatenate": _cat,
     "aten.stack": _stack,
+    "aten.repeat_interleave": _repeat_interleave,
     "aten.embedding": _embedding,
     "aten.contiguous": _identity,
     "aten.clone": _identity,

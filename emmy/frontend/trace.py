@@ -91,6 +91,13 @@ class TracedLayer:
     def function_name(self) -> str:
         return self.module.ops.first.sym_name.data  # type: ignore[union-attr]
 
+    def float32_reference(self) -> Any | None:
+        """What the traced module returns computed in float32 throughout (a float32 copy run on
+        the inputs upcast), or None where it already computes in float32 (or its reference is not
+        a `Runner`). `--check` measures both Emmy's and PyTorch's own bf16 results against it."""
+        as_float = getattr(self.reference, "float32", None)
+        return as_float(self.inputs) if as_float is not None else None
+
     def arguments(self) -> list[torch.Tensor]:
         """The tensors to pass to the function, in argument order (inputs, then parameters)."""
         return list(self.inputs.values()) + list(self.params.values())
@@ -130,15 +137,15 @@ def trace_layer(
     if use_emmy:
         if not decoder.LayerConfig.supports(config):
             raise EmmyError(f"Emmy's own decoder layer does not cover model type '{config.get('model_type')}'")
-        module, call, cos, sin, dtype = _build_emmy(config, tokens, source.model_id)
+        module, cos, sin, dtype = _build_emmy(config, tokens, source.model_id)
     else:
-        module, call, cos, sin, dtype = _build_transformers(config, layer, tokens)
+        module, cos, sin, dtype = _build_transformers(config, layer, tokens)
 
     params: Mapping[str, torch.Tensor]
     if source.weights_dir is not None:
         _load_weights(module, source.weights_dir, layer)
         params = dict(module.named_parameters())
-        runner = Runner(lambda: module, lambda _, ins: call(ins["hidden_states"], ins["cos"], ins["sin"]))
+        runner = Runner(lambda: module, lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"]))
     elif use_emmy:  # values on first use: tracing needs only the norms' (see `shape_module`)
         params = lazy_random_params(module, seed, layer)
         shape_module(module, params)
@@ -148,14 +155,14 @@ def trace_layer(
     else:
         random_weights(module, seed, layer)
         params = dict(module.named_parameters())
-        runner = Runner(lambda: module, lambda _, ins: call(ins["hidden_states"], ins["cos"], ins["sin"]))
+        runner = Runner(lambda: module, lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"]))
 
     hidden = decoder.config_int(config, "hidden_size", source.model_id)
     gen = torch.Generator().manual_seed(_seed(seed, layer, "hidden_states"))
     hidden_states = torch.randn(1, tokens, hidden, generator=gen).to(dtype)
     inputs = {"hidden_states": hidden_states, "cos": cos, "sin": sin}
 
-    graph = trace_graph(module, call, list(inputs.items()), list(module.named_parameters()), tracer)
+    graph = trace_graph(module, module, list(inputs.items()), list(module.named_parameters()), tracer)
     ir = import_graph(
         graph,
         f"layer{layer}",
@@ -195,7 +202,7 @@ def _build_emmy(config: dict[str, Any], tokens: int, model: str):
     c = decoder.LayerConfig.from_hf(config, model)
     module = materialize(decoder.DecoderLayer(c), c.dtype).eval()
     cos, sin = decoder.rotary_cos_sin(c.head_dim, c.rope_theta, tokens, c.dtype)
-    return module, module, cos, sin, c.dtype
+    return module, cos, sin, c.dtype
 
 
 def _build_transformers(config: dict[str, Any], layer: int, tokens: int):
@@ -205,14 +212,21 @@ def _build_transformers(config: dict[str, Any], layer: int, tokens: int):
     model_type = str(config.get("model_type", ""))
     try:
         from transformers import AutoConfig
+        from transformers.models.auto.configuration_auto import model_type_to_module_name
 
         hf_config = AutoConfig.for_model(**config)
-        modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+        package = model_type_to_module_name(model_type)  # gemma3_text -> gemma3
+        modeling = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
     except Exception as e:
         raise EmmyError(f"model type '{model_type}' is not supported: {type(e).__name__}: {e}") from None
     hf_config = getattr(hf_config, "text_config", None) or hf_config
     hf_config._attn_implementation = "sdpa"
-    layer_cls = _positional(_find_class(modeling, "DecoderLayer", model_type))
+    layer_cls = _positional(_layer_class(modeling, model_type))
+    if not any(n.endswith("RotaryEmbedding") for n in vars(modeling)):
+        raise EmmyError(
+            f"model type '{model_type}' has no rotary position embedding (no RotaryEmbedding class in "
+            "transformers): Emmy traces decoder layers that take rotary cos/sin tables"
+        )
     rope_cls = _find_class(modeling, "RotaryEmbedding", model_type)
     dtype = decoder.config_dtype(config)
     with torch.device("meta"):
@@ -220,9 +234,13 @@ def _build_transformers(config: dict[str, Any], layer: int, tokens: int):
     module = materialize(module, dtype).eval()
     rope = rope_cls(hf_config)
     x = torch.zeros(1, tokens, 1, dtype=dtype)
+    # Models whose layers alternate local and global attention (Gemma 3) keep a rotary table per
+    # layer type; the layer's own type picks it.
+    per_type = "layer_type" in inspect.signature(rope.forward).parameters
+    kind = (getattr(hf_config, "layer_types", None) or [None] * (layer + 1))[layer] if per_type else None
     with torch.no_grad():
-        cos, sin = rope(x, torch.arange(tokens)[None])
-    return module, module, cos.to(dtype), sin.to(dtype), dtype
+        cos, sin = rope(x, torch.arange(tokens)[None], kind) if per_type else rope(x, torch.arange(tokens)[None])
+    return module, cos.to(dtype), sin.to(dtype), dtype
 
 
 def _positional(layer_cls: type) -> type:
@@ -236,6 +254,23 @@ def _positional(layer_cls: type) -> type:
 
     Positional.__name__ = Positional.__qualname__ = layer_cls.__name__
     return Positional
+
+
+def _layer_class(modeling: Any, model_type: str) -> type:
+    """The model's decoder layer: `<Arch>DecoderLayer`, or the one layer class of the model that
+    transformers makes checkpointable (GPT-NeoX's `GPTNeoXLayer`)."""
+    if any(n.endswith("DecoderLayer") for n in vars(modeling)):
+        return _find_class(modeling, "DecoderLayer", model_type)
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = sorted(
+        n
+        for n, v in vars(modeling).items()
+        if isinstance(v, type) and issubclass(v, GradientCheckpointingLayer) and v is not GradientCheckpointingLayer
+    )
+    if len(layers) != 1:
+        raise EmmyError(f"model type '{model_type}' has no DecoderLayer class in transformers")
+    return getattr(modeling, layers[0])
 
 
 def _find_class(modeling: Any, suffix: str, model_type: str) -> type:
@@ -409,3 +444,17 @@ class Runner:
     def __call__(self, inputs: Mapping[str, torch.Tensor]) -> Any:
         with torch.no_grad():
             return self._run(self.module(), inputs)
+
+    def float32(self, inputs: Mapping[str, torch.Tensor]) -> Any | None:
+        """The module's result in float32: a float32 copy of it on the inputs' floating tensors
+        upcast; None where the module and its inputs hold no lower-precision floats."""
+        import copy
+
+        module = self.module()
+        tensors = [*module.parameters(), *module.buffers(), *inputs.values()]
+        if not any(t.is_floating_point() and t.dtype != torch.float32 for t in tensors):
+            return None
+        wide = copy.deepcopy(module).float()
+        ins = {k: v.float() if v.is_floating_point() else v for k, v in inputs.items()}
+        with torch.no_grad():
+            return self._run(wide, ins)

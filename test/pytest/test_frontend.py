@@ -91,6 +91,10 @@ def _eval_op(op, a):
             return a[0].reshape(shape)
         case T.TransposeOp():
             return a[0].transpose(*op.dims.get_values())
+        case T.ExpandOp():
+            return a[0].expand(shape)
+        case T.MatmulOp():
+            return torch.matmul(a[0], a[1])
         case T.SliceOp():
             idx = [slice(None)] * a[0].dim()
             idx[op.dim.value.data] = slice(op.start.value.data, op.end.value.data, op.step.value.data)
@@ -490,6 +494,7 @@ class _Op(torch.nn.Module):
     (lambda x: torch.maximum(x, torch.tensor(0.0)), None),
     (lambda x: torch.mean(x, dim=-1, dtype=torch.float32), "mean with a dtype argument"),
     (lambda x: torch.matmul(x, x[0]), "matmul of a vector (both operands need rank 2 or more)"),
+    (lambda x: x.repeat_interleave(2), "repeat_interleave without a dim (it flattens its input)"),
 ])
 def test_unsupported_forms_of_supported_ops(fn, message):
     """Each new op's forms Emmy does not lower are refused at import with the reason."""
@@ -627,6 +632,64 @@ def test_python_indexing_and_scalar_idioms():
     for out, ref in zip(outs, refs):
         assert out.shape == ref.shape and out.dtype == ref.dtype
         torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)  # x / 4 imports as x * 0.25
+
+
+def _interleave_inplace_t(x):
+    y = x * 2.0
+    y += x.repeat_interleave(2, dim=-1)[..., ::2]  # in place, on a tensor nothing else sees
+    y.mul_(0.5)
+    return y @ x.T, x.repeat_interleave(3, dim=0)
+
+
+def test_repeat_interleave_in_place_arithmetic_and_big_t():
+    """GPT-J's and GLM's rotary tables (`repeat_interleave`), Falcon's `+=` and `weight.T`."""
+    x = torch.randn(3, 4)
+    traced = trace_layer(_source(_Op(_interleave_inplace_t), x), 0, 1)
+    names = Counter(op.name for op in the_func(traced).body.block.ops)
+    assert names["torch.expand"] == 2 and names["torch.transpose"] == 1 and names["torch.add"] == 1
+    for out, ref in zip(evaluate(traced, traced.inputs), traced.reference(traced.inputs)):
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+class _RepeatBy(torch.nn.Module):
+    def forward(self, x, repeats):
+        return x.repeat_interleave(repeats, dim=0)
+
+
+def test_repeat_interleave_by_a_tensor_is_refused():
+    with pytest.raises(EmmyError) as e:
+        trace_layer(_source(_RepeatBy(), torch.ones(3, 4), torch.tensor([1, 2, 1])), 0, 1)
+    assert "repeat_interleave with a tensor of repeats" in str(e.value)
+
+
+def _writes_a_viewed_tensor(x):
+    y = x * 2.0
+    v = y.view(12)
+    y += 1.0
+    return v
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda x: x.add_(1.0), "in-place 'aten.add_' at <root> (_Op) writes into an input or a parameter"),
+    (_writes_a_viewed_tensor, "in-place 'aten.add_' at <root> (_Op) writes into a tensor that shares its storage "
+                              "with a view; Emmy records values, not storage"),
+])
+@pytest.mark.parametrize("tracer", ["capture", "export"])
+def test_in_place_arithmetic_that_others_see_is_refused(fn, message, tracer):
+    with pytest.raises(EmmyError) as e:
+        trace_layer(_source(_Op(fn), torch.ones(3, 4)), 0, 1, tracer=tracer)
+    stage = "capture" if tracer == "capture" else "torch.export"
+    assert message in str(e.value) and f"(stage: {stage})" in str(e.value)
+
+
+def test_in_place_arithmetic_imports_alike_with_either_tracer():
+    x = torch.randn(3, 4)
+    outs = []
+    for tracer in ("capture", "export"):
+        traced = trace_layer(_source(_Op(_interleave_inplace_t), x), 0, 1, tracer=tracer)
+        outs.append(evaluate(traced, traced.inputs))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------------------ imports

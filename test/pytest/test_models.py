@@ -37,6 +37,18 @@ def test_layer_of_other_families_matches_pytorch(family, tmp_path, capsys):
     assert "relative error" in capsys.readouterr().out
 
 
+def test_layer_check_measures_emmy_and_pytorch_against_float32(tmp_path, capsys):
+    """A bf16 layer's --check compares with PyTorch in float32 and allows 1.5x PyTorch's own bf16
+    error: Gemma 3's six norms put PyTorch's bf16 layer about 1% from float32, more than a strict
+    tolerance, and Emmy's rounding (at other points) no further."""
+    model = write_tiny_model(tmp_path / "gemma3", "gemma3")
+    assert run(["run", model, "--layer", "0", "--tokens", "9", "--backend", "interpret", "--check",
+                "--tolerance", "1e-9"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"relative error vs PyTorch float32 \S+ \(PyTorch bf16: \S+\)", out), out
+    assert "(1.5x PyTorch's own bf16 error)" in out.splitlines()[-1]
+
+
 def test_rotary_rounded_from_f32_is_a_flash_operand(tmp_path, capsys):
     """Cohere rounds its f32 rotary to bf16 before the attention (extf(truncf(...))): a bf16
     operand of the flash kernel like any other (it was refused as not bf16)."""

@@ -24,7 +24,12 @@ FAMILIES = {
 # the residual in one expression with partial rotary, LayerNorm and GELU (Phi-2), Gemma's
 # (1 + w) RMSNorm and GELU MLP with one key/value head, StableLM's partial rotary with biases,
 # OLMo-2's norms after each block and over whole projections, Granite's multipliers, Cohere's
-# interleaved rotary (a stack) computed in f32 and rounded to bf16 before the attention.
+# interleaved rotary (a stack) computed in f32 and rounded to bf16 before the attention, Gemma 3's
+# four norms around the blocks and Q/K norms in a layer of local attention (`gemma3_text`, whose
+# code lives in transformers' `gemma3` package), GPT-NeoX's parallel residual in a layer class
+# that is not called `DecoderLayer`, the rotary tables of GPT-J and GLM whose pairs of columns
+# share an angle (`repeat_interleave`), Falcon's `x.T` weights and `+=` (in place), OLMo's
+# LayerNorm without a weight or a bias.
 OTHER_FAMILIES = {
     "phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "num_key_value_heads": 3,
              "original_max_position_embeddings": 512, "pad_token_id": 0},
@@ -39,6 +44,16 @@ OTHER_FAMILIES = {
                 "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "logits_scaling": 8.0},
     "cohere": {"model_type": "cohere", "architectures": ["CohereForCausalLM"], "head_dim": 32, "layer_norm_eps": 1e-5,
                "logit_scale": 0.0625, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
+    "gemma3": {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "head_dim": 32,
+               "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 32, "sliding_window": 64},
+    "gpt_neox": {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "num_key_value_heads": 3,
+                 "rotary_pct": 0.25, "layer_norm_eps": 1e-5, "hidden_act": "gelu", "use_parallel_residual": True},
+    "gptj": {"model_type": "gptj", "architectures": ["GPTJForCausalLM"], "rotary_dim": 16, "activation_function": "gelu_new"},
+    "glm": {"model_type": "glm", "architectures": ["GlmForCausalLM"], "head_dim": 32, "pad_token_id": 0,
+            "eos_token_id": 1},
+    "falcon": {"model_type": "falcon", "architectures": ["FalconForCausalLM"], "new_decoder_architecture": True,
+               "num_kv_heads": 1, "parallel_attn": True, "bias": False, "alibi": False},
+    "olmo": {"model_type": "olmo", "architectures": ["OLMoForCausalLM"], "pad_token_id": 0, "eos_token_id": 1},
 }
 
 
