@@ -311,30 +311,36 @@ class ConcatOp(TensorOp):
 @irdl_op_definition
 class CausalMaskOp(TensorOp):
     """Causal mask on scores [..., Sq, Sk]: entries with key index > query index + `offset`
-    become -inf; the others are kept.
+    become -inf; the others are kept. With `window`, entries with key index <= query index +
+    `offset` - `window` become -inf too (a sliding window: each query sees its last `window`
+    keys).
 
         %m = tensor.causal_mask %s : tensor<1x16x32x32xf32>
         %m = tensor.causal_mask %s {offset = 4 : i64} : tensor<1x16x32x36xf32>
+        %m = tensor.causal_mask %s {window = 8 : i64} : tensor<1x16x32x32xf32>
     """
 
     name = "tensor.causal_mask"
     input = operand_def(AnyTensor)
     offset = opt_prop_def(IntegerAttr[I64])
+    window = opt_prop_def(IntegerAttr[I64])
     result = result_def(AnyTensor)
     SAME_TYPE_SYNTAX: ClassVar[bool] = True
 
-    def __init__(self, x: SSAValue | Operation, offset: int = 0, attributes=None):
+    def __init__(self, x: SSAValue | Operation, offset: int = 0, attributes=None, window: int | None = None):
         x = SSAValue.get(x)
-        super().__init__(
-            operands=[x],
-            result_types=[x.type],
-            properties={"offset": IntegerAttr(offset, i64)} if offset else {},
-            attributes=attributes,
-        )
+        properties = {"offset": IntegerAttr(offset, i64)} if offset else {}
+        if window is not None:
+            properties["window"] = IntegerAttr(window, i64)
+        super().__init__(operands=[x], result_types=[x.type], properties=properties, attributes=attributes)
 
     @property
     def offset_value(self) -> int:
         return 0 if self.offset is None else self.offset.value.data
+
+    @property
+    def window_value(self) -> int | None:
+        return None if self.window is None else self.window.value.data
 
     def verify_(self) -> None:
         a = _shape(self.input.type)
@@ -345,6 +351,8 @@ class CausalMaskOp(TensorOp):
                 f"result type must equal the operand type, got {self.input.type} -> "
                 f"{self.result.type}"
             )
+        if self.window_value is not None and self.window_value < 1:
+            raise self._error(f"window must be at least 1 key, got {self.window_value}")
 
 
 @irdl_op_definition

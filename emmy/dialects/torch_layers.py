@@ -5,15 +5,19 @@ dot-product attention. emmy.dialects.torch re-exports them and builds the dialec
 from __future__ import annotations
 
 from xdsl.dialects.builtin import (
+    I64,
     BoolAttr,
     FloatAttr,
+    IntegerAttr,
     TensorType,
+    i64,
 )
 from xdsl.ir import SSAValue
 from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
 )
@@ -182,9 +186,13 @@ class ScaledDotProductAttentionOp(TorchOp):
     `torch.nn.functional.scaled_dot_product_attention`. q [B, H, S, D], k [B, Hkv, Sk, D],
     v [B, Hkv, Sk, Dv], result [B, H, S, Dv]. With `enable_gqa`, query head h reads kv head
     h // (H / Hkv); without it H == Hkv. `is_causal` masks keys after the query position
-    (top-left aligned, as PyTorch does).
+    (top-left aligned, as PyTorch does). `window` (with `is_causal` only) also masks keys `window`
+    or more positions before the query: query q sees keys q - window + 1 .. q, the sliding window
+    of Mistral, Phi-3 and Gemma's local layers. PyTorch's function has no such argument; the
+    frontend sets it from the model's config (see `emmy.frontend.decoder.sliding_window`).
 
         %o = torch.scaled_dot_product_attention %q, %k, %v {is_causal = true, scale = 0.088388347648318447 : f64, enable_gqa = true} : (tensor<1x16x32x128xbf16>, tensor<1x8x32x128xbf16>, tensor<1x8x32x128xbf16>) -> tensor<1x16x32x128xbf16>
+        %o = torch.scaled_dot_product_attention %q, %k, %v {is_causal = true, scale = 0.125 : f64, enable_gqa = false, window = 4096 : i64} : (tensor<1x32x6000x64xbf16>, tensor<1x32x6000x64xbf16>, tensor<1x32x6000x64xbf16>) -> tensor<1x32x6000x64xbf16>
     """
 
     name = "torch.scaled_dot_product_attention"
@@ -194,21 +202,30 @@ class ScaledDotProductAttentionOp(TorchOp):
     is_causal = prop_def(BoolAttr)
     scale = prop_def(FloatAttr)
     enable_gqa = prop_def(BoolAttr)
+    window = opt_prop_def(IntegerAttr[I64])
     result = result_def(AnyTensor)
 
     def __init__(
-        self, q: SSAValue, k: SSAValue, v: SSAValue, *, is_causal: bool, scale: float, enable_gqa: bool
+        self,
+        q: SSAValue,
+        k: SSAValue,
+        v: SSAValue,
+        *,
+        is_causal: bool,
+        scale: float,
+        enable_gqa: bool,
+        window: int | None = None,
     ):
         rshape = shape_of(q)[:-1] + shape_of(v)[-1:]
-        super().__init__(
-            operands=[q, k, v],
-            result_types=[TensorType(dtype_of(q), rshape)],
-            properties={
-                "is_causal": bool_attr(is_causal),
-                "scale": f64_attr(scale),
-                "enable_gqa": bool_attr(enable_gqa),
-            },
-        )
+        properties = {"is_causal": bool_attr(is_causal), "scale": f64_attr(scale), "enable_gqa": bool_attr(enable_gqa)}
+        if window is not None:
+            properties["window"] = IntegerAttr(window, i64)
+        super().__init__(operands=[q, k, v], result_types=[TensorType(dtype_of(q), rshape)], properties=properties)
+
+    @property
+    def window_value(self) -> int | None:
+        """The sliding window in tokens, or None where every earlier key is seen."""
+        return None if self.window is None else self.window.value.data
 
     def verify_(self) -> None:
         qs, ks, vs = shape_of(self.q), shape_of(self.k), shape_of(self.v)
@@ -232,3 +249,8 @@ class ScaledDotProductAttentionOp(TorchOp):
         dtypes = {dtype_of(self.q), dtype_of(self.k), dtype_of(self.v), dtype_of(self.result)}
         if len(dtypes) != 1:
             self._fail("q, k, v and result must share one element type")
+        if self.window_value is not None:
+            if self.window_value < 1:
+                self._fail(f"window must be at least 1 token, got {self.window_value}")
+            if not self.is_causal.value.data:
+                self._fail("a window needs is_causal (it bounds how far back a causal query looks)")

@@ -135,18 +135,12 @@ def check_positions(config: Mapping[str, Any], model: str, tokens: int) -> None:
         )
 
 
-def check_window(config: Mapping[str, Any], model: str, layers: range, tokens: int) -> None:
-    """Refuse a sequence longer than a layer's attention window: Emmy's attention lets every
-    query see every earlier key, which is only the model's attention while the sequence fits the
-    window."""
-    for layer in layers:
-        window = sliding_window(config, layer)
-        if window is not None and tokens > window:
-            raise EmmyError(
-                f"layer {layer} of {model} attends over a sliding window of {window} tokens, which "
-                f"Emmy does not support yet: with {tokens} tokens its results would differ from the model's",
-                hint=f"use --tokens {window} or fewer, where the window covers the whole sequence",
-            )
+def layer_window(config: Mapping[str, Any], layer: int, tokens: int) -> int | None:
+    """The sliding window layer `layer` applies to a sequence of `tokens` tokens: its window
+    (`sliding_window`) where the sequence is longer, else None (a window that covers the whole
+    sequence changes nothing, and the layer compiles as a plain causal one)."""
+    window = sliding_window(config, layer)
+    return window if window is not None and tokens > window else None
 
 
 def _rope_params(config: Mapping[str, Any]) -> Mapping[str, Any]:

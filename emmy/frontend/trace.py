@@ -53,6 +53,7 @@ from emmy.frontend.graph import Graph
 from emmy.frontend.importer import import_graph
 from emmy.frontend.models import ModelSource
 from emmy.frontend.weights import LazyTensors
+from emmy.frontend.window import set_window, windowed
 
 Implementation = Literal["auto", "emmy", "transformers"]
 Tracer = Literal["capture", "export"]
@@ -130,7 +131,7 @@ def trace_layer(
             f"valid layers are 0..{n_layers - 1}"
         )
     decoder.check_positions(config, source.model_id, tokens)
-    decoder.check_window(config, source.model_id, range(layer, layer + 1), tokens)
+    window = decoder.layer_window(config, layer, tokens)
     use_emmy = implementation == "emmy" or (
         implementation == "auto" and decoder.LayerConfig.supports(config)
     )
@@ -145,17 +146,15 @@ def trace_layer(
     if source.weights_dir is not None:
         _load_weights(module, source.weights_dir, layer)
         params = dict(module.named_parameters())
-        runner = Runner(lambda: module, lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"]))
+        runner = Runner(lambda: module, _call_layer, window)
     elif use_emmy:  # values on first use: tracing needs only the norms' (see `shape_module`)
         params = lazy_random_params(module, seed, layer)
         shape_module(module, params)
-        runner = Runner(
-            lambda: bind_params(module, params), lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"])
-        )
+        runner = Runner(lambda: bind_params(module, params), _call_layer, window)
     else:
         random_weights(module, seed, layer)
         params = dict(module.named_parameters())
-        runner = Runner(lambda: module, lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"]))
+        runner = Runner(lambda: module, _call_layer, window)
 
     hidden = decoder.config_int(config, "hidden_size", source.model_id)
     gen = torch.Generator().manual_seed(_seed(seed, layer, "hidden_states"))
@@ -172,8 +171,14 @@ def trace_layer(
             "emmy.tokens": IntegerAttr(tokens, i64),
         },
     )
+    if window is not None:
+        set_window(ir, window, f"layer {layer} of {source.model_id}")
 
     return TracedLayer(ir, params, inputs, runner.module, runner)
+
+
+def _call_layer(module: nn.Module, inputs: Mapping[str, torch.Tensor]) -> Any:
+    return module(inputs["hidden_states"], inputs["cos"], inputs["sin"])
 
 
 def check_tracer(tracer: str) -> None:
@@ -425,20 +430,24 @@ def _trace_factory(source: ModelSource, tracer: Tracer, tokens: int) -> TracedLa
 
 
 class Runner:
-    """Builds a traced part's PyTorch module on first use and runs it as the part's `reference`."""
+    """Builds a traced part's PyTorch module on first use and runs it as the part's `reference`.
+    With a sliding `window` (`emmy.frontend.window`) the module is built to apply it."""
 
     def __init__(
         self,
         build: Callable[[], nn.Module],
         run: Callable[[nn.Module, Mapping[str, torch.Tensor]], Any],
+        window: int | None = None,
     ):
         self._build = build
         self._run = run
+        self._window = window
         self._module: nn.Module | None = None
 
     def module(self) -> nn.Module:
         if self._module is None:
-            self._module = self._build()
+            module = self._build()
+            self._module = module if self._window is None else windowed(module, self._window)
         return self._module
 
     def __call__(self, inputs: Mapping[str, torch.Tensor]) -> Any:

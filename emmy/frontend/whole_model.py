@@ -55,6 +55,7 @@ from emmy.frontend.trace import (
     trace_graph,
 )
 from emmy.frontend.weights import LazyTensors, SafetensorsIndex, Spec
+from emmy.frontend.window import set_window
 
 MODEL_LEVEL = -1  # the "layer" of model-level parameters in random seeds
 
@@ -181,7 +182,6 @@ def trace_model(
         )
     c = decoder.LayerConfig.from_hf(config, source.model_id)
     decoder.check_positions(config, source.model_id, tokens)
-    decoder.check_window(config, source.model_id, range(c.num_layers), tokens)
     vocab = int(config.get("vocab_size", 0))
     if vocab < 1:
         raise EmmyError(f"{source.model_id}: the config has no vocab_size")
@@ -192,7 +192,8 @@ def trace_model(
     input_ids = torch.randint(0, vocab, (1, tokens), generator=gen)
 
     embedding = _embedding(c, vocab, tokens, input_ids, weights, attrs)
-    layers = _layers(c, tokens, seed, cos, sin, weights, attrs, tracer)
+    windows = [decoder.layer_window(config, i, tokens) for i in range(c.num_layers)]
+    layers = _layers(c, tokens, seed, cos, sin, weights, attrs, tracer, windows, source.model_id)
     norm = _final_norm(c, tokens, seed, weights, attrs, tracer)
     return TracedModel(source.model_id, tokens, c, vocab, input_ids, cos, sin, embedding, layers, norm)
 
@@ -278,7 +279,10 @@ def _embedding(c, vocab, tokens, input_ids, weights: _Weights, attrs) -> TracedL
     return TracedLayer(ir, params, {"input_ids": input_ids}, runner.module, runner)
 
 
-def _layers(c, tokens, seed, cos, sin, weights: _Weights, attrs, tracer) -> list[TracedLayer]:
+def _layers(c, tokens, seed, cos, sin, weights: _Weights, attrs, tracer, windows, model) -> list[TracedLayer]:
+    """Every decoder layer: layer 0 traced, the others its copies (one structure); a layer with a
+    sliding window that the sequence passes (`windows[i]`) gets it in its IR and its module, and
+    with it a structure of its own (`layer_key`)."""
     shape = decoder.DecoderLayer(c)  # meta device: shapes and names only
     specs, norms = _specs(shape, c.dtype), norm_weight_names(shape)
     layers: list[TracedLayer] = []
@@ -289,6 +293,7 @@ def _layers(c, tokens, seed, cos, sin, weights: _Weights, attrs, tracer) -> list
         runner = Runner(
             lambda p=params: bind_params(decoder.DecoderLayer(c), p).eval(),
             lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"]),
+            windows[i],
         )
         layer_attrs = {**attrs, "emmy.layer": IntegerAttr(i, i64)}
         if first is None:  # trace one layer; the others have the same structure
@@ -302,6 +307,9 @@ def _layers(c, tokens, seed, cos, sin, weights: _Weights, attrs, tracer) -> list
             fn = ir.ops.first
             assert isinstance(fn, func.FuncOp)
             fn.sym_name = StringAttr(f"layer{i}")
+        if windows[i] is not None:
+            ir = ir.clone() if ir is first else ir  # layer 0's IR stays the windowless copy source
+            set_window(ir, windows[i], f"layer {i} of {model}")
         layers.append(TracedLayer(ir, params, inputs, runner.module, runner))
     return layers
 

@@ -186,7 +186,10 @@ class TensorFunctions(InterpreterFunctions):
     def run_causal_mask(self, interp, op: T.CausalMaskOp, args):
         x = args[0]
         sq, sk = x.shape[-2:]
-        masked = np.arange(sk)[None, :] > np.arange(sq)[:, None] + op.offset_value
+        kv, q = np.arange(sk)[None, :], np.arange(sq)[:, None] + op.offset_value
+        masked = kv > q
+        if op.window_value is not None:
+            masked |= kv <= q - op.window_value
         return (np.where(masked, np.array(-np.inf, dtype=x.dtype), x),)
 
     @impl(T.GatherRowsOp)

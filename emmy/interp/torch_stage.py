@@ -93,7 +93,10 @@ class TorchFunctions(InterpreterFunctions):
         scores = _matmul(q, np.swapaxes(k, -1, -2)).astype(np.float32) * scale
         if op.is_causal.value.data:
             sq, sk = scores.shape[-2:]
-            masked = np.arange(sk)[None, :] > np.arange(sq)[:, None]
+            kv, q = np.arange(sk)[None, :], np.arange(sq)[:, None]
+            masked = kv > q
+            if op.window_value is not None:
+                masked |= kv <= q - op.window_value
             scores = np.where(masked, np.float32(-np.inf), scores)
         ex = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = ex / ex.sum(axis=-1, keepdims=True, dtype=np.float64).astype(np.float32)

@@ -592,7 +592,10 @@ class ConcatToLoop(ToLoopPattern):
 
 
 class CausalMaskToLoop(ToLoopPattern):
-    """`tensor.causal_mask` -> `select(kv > q + offset, -inf, x)`."""
+    """`tensor.causal_mask` -> `select(kv > q + offset, -inf, x)`; with a window, x is first
+    `select(kv < q + offset - window + 1, -inf, x)` (the causal select stays outermost: the
+    attention analysis finds it there and takes what it wraps as the score of keys on the
+    diagonal's near side, which the window's select keeps masking)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.CausalMaskOp, rewriter: PatternRewriter) -> None:
@@ -604,9 +607,11 @@ class CausalMaskToLoop(ToLoopPattern):
         idx = b.indices(out)
         x = b.load(op.input, idx)
         ib = b.index
+        if op.window_value is not None:
+            gone = ib.cmp("slt", idx[-1], ib.add(idx[-2], op.offset_value - op.window_value + 1))
+            x = ib.select(gone, b.constant(float("-inf"), t), x)
         masked = ib.cmp("sgt", idx[-1], ib.add(idx[-2], op.offset_value))
-        ninf = b.constant(float("-inf"), t)
-        return ib.select(masked, ninf, x)
+        return ib.select(masked, b.constant(float("-inf"), t), x)
 
 
 class GatherRowsToLoop(ToLoopPattern):

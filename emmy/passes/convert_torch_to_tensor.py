@@ -290,7 +290,7 @@ class LowerLinear(TorchLowering):
 
 
 class LowerScaledDotProductAttention(TorchLowering):
-    """softmax(q k^T * scale, causal) in f32, probabilities cast to q's dtype, then @ v.
+    """softmax(q k^T * scale, causal [and windowed]) in f32, probabilities cast to q's dtype, then @ v.
 
     Grouped-query attention broadcasts k and v from Hkv to H heads (kv head h // (H/Hkv)).
     """
@@ -308,7 +308,7 @@ class LowerScaledDotProductAttention(TorchLowering):
         scale = _float(op.scale, 1.0 / math.sqrt(d))
         scores = e.emit(T.MulOp(scores, e.splat(scale, scores)), "scaled")
         if op.is_causal.value.data:
-            scores = e.emit(T.CausalMaskOp(scores), "masked")
+            scores = e.emit(T.CausalMaskOp(scores, window=op.window_value), "masked")
         shifted = e.emit(T.SubOp(scores, e.reduce_last(T.ReduceMaxOp, scores, "rowmax")))
         ex = e.emit(T.ExpOp(shifted), "ex")
         probs = e.emit(T.DivOp(ex, e.reduce_last(T.SumOp, ex, "rowsum")), "probs")

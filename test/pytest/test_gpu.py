@@ -398,6 +398,28 @@ def test_family_layer_at_released_sizes_matches_pytorch(name, tokens, tmp_path):
     assert report.rel_error <= 1e-2, report.rel_error
 
 
+# A sliding window shorter than the sequence (Mistral-7B's layer with windows of 64 and 256
+# keys): key blocks wholly before a row's window reach the online softmax as -inf rows, the
+# window's edge crosses blocks at every offset; each attention worker kind.
+SLIDING_CASES = [(300, 64, ""), (1100, 256, ""), (1100, 256, "attention.workers=mma_sync"),
+                 (1100, 256, "attention.workers=wgmma"), (3000, 1000, "")]
+
+
+@pytest.mark.parametrize("tokens,window,pins", SLIDING_CASES, ids=lambda c: str(c))
+def test_sliding_window_layer_matches_pytorch(tokens, window, pins, tmp_path):
+    from tiny_models import write_real_sized_model
+
+    from emmy.backend.run import run_on_gpu
+    from emmy.driver import CompileOptions
+
+    pinned = (pins,) if pins else ()
+    _needs(pinned, _target())
+    model = write_real_sized_model(tmp_path / "mistral-7b", "mistral-7b", sliding_window=window)
+    opts = CompileOptions(model=model, layer=0, tokens=tokens, target=_target(), pins=pinned)
+    report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
+    assert report.rel_error <= 1e-2, report.rel_error
+
+
 ONE_KV_HEAD_FAMILIES = ["llama", "qwen2"]
 
 

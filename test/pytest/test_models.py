@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from emmy.cli.main import run
 from emmy.diagnostics import EmmyError
@@ -47,6 +48,26 @@ def test_layer_check_measures_emmy_and_pytorch_against_float32(tmp_path, capsys)
     out = capsys.readouterr().out
     assert re.search(r"relative error vs PyTorch float32 \S+ \(PyTorch bf16: \S+\)", out), out
     assert "(1.5x PyTorch's own bf16 error)" in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("family", ["phi3", "gemma3"])
+def test_layer_with_a_sliding_window_shorter_than_the_sequence(family, tmp_path, capsys):
+    """transformers' own layers of Phi-3 (every layer windowed) and Gemma 3 (local layers) with
+    a window of 4 keys over 9 tokens: the IR's attention carries it, the PyTorch reference
+    applies it (its result is not the plain causal one), and the two agree."""
+    from emmy.frontend import resolve_model, trace_layer
+
+    model = write_tiny_model(tmp_path / family, family)
+    config = json.loads((tmp_path / family / "config.json").read_text())
+    (tmp_path / family / "config.json").write_text(json.dumps({**config, "sliding_window": 4}))
+    traced = trace_layer(resolve_model(model), 0, 9)
+    assert "window = 4 : i64" in str(traced.module)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.json").write_text(json.dumps({**config, "sliding_window": None}))
+    plain = trace_layer(resolve_model(str(tmp_path / "plain")), 0, 9)
+    assert not torch.equal(traced.reference(traced.inputs), plain.reference(traced.inputs))
+    assert run(["run", model, "--layer", "0", "--tokens", "9", "--backend", "interpret", "--check",
+                "--tolerance", "5e-3"]) == 0
 
 
 def test_rotary_rounded_from_f32_is_a_flash_operand(tmp_path, capsys):

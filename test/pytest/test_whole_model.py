@@ -230,24 +230,55 @@ def test_sliding_window_layers():
     assert [sliding_window(types, i) for i in range(2)] == [None, 8]
 
 
-def test_sliding_window_longer_than_the_sequence_is_refused(tmp_path, capsys):
-    """Emmy's attention lets every query see every earlier key: right while the window covers
-    the sequence (checked against transformers' model, which applies the window), refused past
-    it rather than computing something else."""
-    src = local(tmp_path, "mistral", sliding_window=4)
-    with pytest.raises(EmmyError, match="layer 0 of .* sliding window of 4 tokens.*with 9 tokens") as e:
-        trace_model(src, 9)
-    assert "--tokens 4 or fewer" in (e.value.hint or "")
-    from emmy.cli.report import run_guarded
+def _window(part) -> int | None:
+    (att,) = [op for op in part.module.walk() if isinstance(op, T.ScaledDotProductAttentionOp)]
+    return att.window_value
 
-    assert run_guarded(run, ["compile", str(tmp_path), "--layer", "2", "--tokens", "9"]) == 1
-    err = capsys.readouterr().err
-    assert "layer 2 of" in err and "sliding window of 4 tokens" in err and "Traceback" not in err
-    model = trace_model(src, 4)
+
+def test_sliding_window_past_the_sequence_matches_transformers(tmp_path, capsys):
+    """A window shorter than the sequence: each layer's attention gets it (query q sees keys
+    q - 3 .. q), and the PyTorch reference applies it as transformers' own model does (its
+    sliding-window mask), which is not what a plain causal model computes."""
+    src = local(tmp_path, "mistral", sliding_window=4)
+    model = trace_model(src, 9)
+    assert [_window(p) for p in model.layers] == [4, 4, 4]
     hf = hf_model(dict(src.config))
     hf.load_state_dict(state_dict(model), strict=True)
     with torch.no_grad():
-        assert torch.equal(model.reference(model.input_ids), hf(input_ids=model.input_ids).last_hidden_state)
+        ours = model.reference(model.input_ids)
+        assert torch.equal(ours, hf(input_ids=model.input_ids).last_hidden_state)
+        assert not torch.equal(ours, trace_model(local(tmp_path, "mistral"), 9).reference(model.input_ids))
+    assert [_window(p) for p in trace_model(src, 4).layers] == [None, None, None]  # the window covers it
+    assert run(["run", str(tmp_path), "--tokens", "9", "--backend", "interpret", "--check"]) == 0
+    assert run(["run", str(tmp_path), "--layer", "2", "--tokens", "9", "--backend", "interpret", "--check",
+                "--tolerance", "5e-3"]) == 0
+
+
+def test_sliding_window_layers_are_parts_of_their_own(tmp_path, capsys):
+    """Qwen2 windows the layers from `max_window_layers` on: those get a structure (and a kernel
+    set) of their own beside the plain causal ones."""
+    src = local(tmp_path, "qwen2", sliding_window=5, use_sliding_window=True, max_window_layers=1)
+    model = trace_model(src, 11)
+    assert [_window(p) for p in model.layers] == [None, 5, 5]
+    assert len({layer_key(p) for p in model.layers}) == 2
+    assert run(["compile", str(tmp_path), "--tokens", "11", "-o", str(tmp_path / "m.cu")]) == 0
+    out = capsys.readouterr().out
+    assert "layer0 (used by layers 0)" in out and "layer1 (used by layers 1-2)" in out, out
+
+
+def test_sliding_window_of_a_layer_without_causal_attention_is_refused(tmp_path):
+    from xdsl.dialects.builtin import BoolAttr
+
+    from emmy.frontend.window import set_window
+
+    model = trace_model(local(tmp_path, "mistral"), 3)
+    ir = model.layers[0].module.clone()
+    for op in ir.walk():
+        if isinstance(op, T.ScaledDotProductAttentionOp):
+            op.properties["is_causal"] = BoolAttr.from_bool(False)
+    with pytest.raises(EmmyError, match="layer 0 of m attends over a sliding window of 2 tokens, but its traced "
+                                        "attention is not causal: Emmy applies a window to causal attention only"):
+        set_window(ir, 2, "layer 0 of m")
 
 
 # ------------------------------------------------------------------------------ imports

@@ -82,9 +82,10 @@ REAL = {
 }
 
 
-def write_real_sized_model(directory: Path, name: str) -> str:
-    """Create `directory` holding a two-layer model with the layer sizes of `name` (see REAL)."""
+def write_real_sized_model(directory: Path, name: str, **overrides) -> str:
+    """Create `directory` holding a two-layer model with the layer sizes of `name` (see REAL),
+    config fields in `overrides` replaced (`sliding_window=256`)."""
     directory.mkdir(parents=True, exist_ok=True)
-    config = {**TINY, "vocab_size": 1000, "max_position_embeddings": 8192, **REAL[name]}
+    config = {**TINY, "vocab_size": 1000, "max_position_embeddings": 8192, **REAL[name], **overrides}
     (directory / "config.json").write_text(json.dumps(config))
     return str(directory)

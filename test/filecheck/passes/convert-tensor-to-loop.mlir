@@ -180,6 +180,22 @@ func.func @layout(%x: tensor<4x8xbf16>) -> (tensor<2x4x4xbf16>, tensor<4x32xbf16
 // CHECK-NEXT:   %[[GT:.*]] = arith.cmpi sgt, %[[KV]], %[[QO]] : index
 // CHECK-NEXT:   %[[NINF:.*]] = arith.constant 0xff800000 : f32
 // CHECK-NEXT:   %[[SEL:.*]] = arith.select %[[GT]], %[[NINF]], %[[V]] : f32
+// With a window, a select for the keys before it, inside the causal one (which stays outermost:
+// the attention analysis finds the causal mask there): q + 2 - 4 + 1 = q - 1.
+// CHECK:      %w = loop.fused @window axes [d0 = 2, d1 = 4, d2 = 6]
+// CHECK:        %[[WQ:.*]] = loop.axis "d1" : index
+// CHECK-NEXT:   %[[WKV:.*]] = loop.axis "d2" : index
+// CHECK-NEXT:   %[[WV:.*]] = loop.load
+// CHECK-NEXT:   %[[C1:.*]] = arith.constant 1 : index
+// CHECK-NEXT:   %[[LO:.*]] = arith.subi %[[WQ]], %[[C1]] : index
+// CHECK-NEXT:   %[[LT:.*]] = arith.cmpi slt, %[[WKV]], %[[LO]] : index
+// CHECK-NEXT:   %[[NINF1:.*]] = arith.constant 0xff800000 : f32
+// CHECK-NEXT:   %[[GONE:.*]] = arith.select %[[LT]], %[[NINF1]], %[[WV]] : f32
+// CHECK-NEXT:   %[[C2W:.*]] = arith.constant 2 : index
+// CHECK-NEXT:   %[[QO2:.*]] = arith.addi %[[WQ]], %[[C2W]] : index
+// CHECK-NEXT:   %[[GT2:.*]] = arith.cmpi sgt, %[[WKV]], %[[QO2]] : index
+// CHECK-NEXT:   %[[NINF2:.*]] = arith.constant 0xff800000 : f32
+// CHECK-NEXT:   arith.select %[[GT2]], %[[NINF2]], %[[GONE]] : f32
 // CHECK:      %e = loop.fused @embedding axes [d1 = 3, d2 = 8] ins(%ids, %table : tensor<1x3xi64>, tensor<10x8xbf16>)
 // CHECK:        %[[ID:.*]] = loop.load %{{.*}}[%{{.*}}, %{{.*}}] : tensor<1x3xi64> -> i64
 // CHECK-NEXT:   %[[ROW:.*]] = arith.index_cast %[[ID]] : i64 to index
@@ -188,11 +204,12 @@ func.func @layout(%x: tensor<4x8xbf16>) -> (tensor<2x4x4xbf16>, tensor<4x32xbf16
 // CHECK:        %[[CST:.*]] = arith.constant 0.0009765625 : f32
 // CHECK-NEXT:   loop.store %[[CST]], 0 [%{{.*}}, %{{.*}}] : f32
 // CHECK-NOT:  tensor.
-func.func @misc(%s: tensor<2x4x6xf32>, %table: tensor<10x8xbf16>, %ids: tensor<1x3xi64>) -> (tensor<2x4x6xf32>, tensor<1x3x8xbf16>, tensor<1x4xf32>) {
+func.func @misc(%s: tensor<2x4x6xf32>, %table: tensor<10x8xbf16>, %ids: tensor<1x3xi64>) -> (tensor<2x4x6xf32>, tensor<1x3x8xbf16>, tensor<1x4xf32>, tensor<2x4x6xf32>) {
   %m = tensor.causal_mask %s {offset = 2 : i64, emmy.origin = "attention"} : tensor<2x4x6xf32>
+  %w = tensor.causal_mask %s {offset = 2 : i64, window = 4 : i64, emmy.origin = "window"} : tensor<2x4x6xf32>
   %e = tensor.gather_rows %table, %ids {emmy.origin = "embedding"} : (tensor<10x8xbf16>, tensor<1x3xi64>) -> tensor<1x3x8xbf16>
   %c = tensor.splat 9.765625e-04 : tensor<1x4xf32>
-  func.return %m, %e, %c : tensor<2x4x6xf32>, tensor<1x3x8xbf16>, tensor<1x4xf32>
+  func.return %m, %e, %c, %w : tensor<2x4x6xf32>, tensor<1x3x8xbf16>, tensor<1x4xf32>, tensor<2x4x6xf32>
 }
 
 // The pass's errors (inputs in test/filecheck/inputs/tensor-to-loop-errors.mlir).

@@ -75,6 +75,17 @@ func.func @attention(%q: tensor<1x4x6x8xbf16>, %k: tensor<1x2x6x8xbf16>, %v: ten
 
 // -----
 
+// A sliding window rides on the causal mask.
+func.func @window(%q: tensor<1x2x6x8xbf16>) -> tensor<1x2x6x8xbf16> {
+  %o = torch.scaled_dot_product_attention %q, %q, %q {is_causal = true, scale = 0.35355339059327373 : f64, enable_gqa = false, window = 3 : i64} : (tensor<1x2x6x8xbf16>, tensor<1x2x6x8xbf16>, tensor<1x2x6x8xbf16>) -> tensor<1x2x6x8xbf16>
+  func.return %o : tensor<1x2x6x8xbf16>
+}
+
+// CHECK-LABEL: func.func @window
+// CHECK:         %masked = tensor.causal_mask %scaled {window = 3 : i64, emmy.origin = "attention"} : tensor<1x2x6x6xf32>
+
+// -----
+
 func.func @activations(%x: tensor<4x8xbf16>, %y: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>) {
   %s = torch.silu %x : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
   %g = torch.gelu %x {approximate = "none"} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>

@@ -210,6 +210,13 @@ func.func @mask_type(%a: tensor<4x4xf32>) {
 // CHECK: tensor.causal_mask: result type must equal the operand type, got tensor<4x4xf32> -> tensor<4x4xbf16>
 
 // -----
+func.func @mask_window(%a: tensor<4x4xf32>) {
+  %c = tensor.causal_mask %a {window = 0 : i64} : tensor<4x4xf32>
+  func.return
+}
+// CHECK: tensor.causal_mask: window must be at least 1 key, got 0
+
+// -----
 func.func @gather_table(%t: tensor<100xbf16>, %i: tensor<4xi64>) {
   %c = tensor.gather_rows %t, %i : (tensor<100xbf16>, tensor<4xi64>) -> tensor<4xbf16>
   func.return

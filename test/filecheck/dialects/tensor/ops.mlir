@@ -105,8 +105,11 @@ func.func @layout(%x: tensor<1x32x1024xbf16>, %w: tensor<1024xbf16>, %k: tensor<
 func.func @mask(%s: tensor<1x16x32x32xf32>, %t: tensor<16x4x8xf32>) -> tensor<1x16x32x32xf32> {
   // CHECK-NEXT: %m = tensor.causal_mask %s : tensor<1x16x32x32xf32>
   // CHECK-NEXT: %o = tensor.causal_mask %t {offset = 4 : i64} : tensor<16x4x8xf32>
+  // CHECK-NEXT: %w = tensor.causal_mask %s {window = 8 : i64} : tensor<1x16x32x32xf32>
   // GENERIC: %o = "tensor.causal_mask"(%t) <{offset = 4 : i64}> : (tensor<16x4x8xf32>) -> tensor<16x4x8xf32>
+  // GENERIC: %w = "tensor.causal_mask"(%s) <{window = 8 : i64}> : (tensor<1x16x32x32xf32>) -> tensor<1x16x32x32xf32>
   %m = tensor.causal_mask %s : tensor<1x16x32x32xf32>
   %o = tensor.causal_mask %t {offset = 4 : i64} : tensor<16x4x8xf32>
+  %w = tensor.causal_mask %s {window = 8 : i64} : tensor<1x16x32x32xf32>
   func.return %m : tensor<1x16x32x32xf32>
 }

@@ -512,3 +512,18 @@ func.func @f(%x: tensor<1x8xf32>) {
 }
 // CHECK: torch.expand: result element type must equal operand element type
 
+// -----
+
+func.func @window_not_causal(%q: tensor<1x16x32x128xbf16>) {
+  %r = torch.scaled_dot_product_attention %q, %q, %q {is_causal = false, scale = 1.250000e-01 : f64, enable_gqa = false, window = 8 : i64} : (tensor<1x16x32x128xbf16>, tensor<1x16x32x128xbf16>, tensor<1x16x32x128xbf16>) -> tensor<1x16x32x128xbf16>
+  func.return
+}
+// CHECK: torch.scaled_dot_product_attention: a window needs is_causal (it bounds how far back a causal query looks)
+
+// -----
+
+func.func @window_zero(%q: tensor<1x16x32x128xbf16>) {
+  %r = torch.scaled_dot_product_attention %q, %q, %q {is_causal = true, scale = 1.250000e-01 : f64, enable_gqa = false, window = 0 : i64} : (tensor<1x16x32x128xbf16>, tensor<1x16x32x128xbf16>, tensor<1x16x32x128xbf16>) -> tensor<1x16x32x128xbf16>
+  func.return
+}
+// CHECK: torch.scaled_dot_product_attention: window must be at least 1 token, got 0

@@ -27,6 +27,7 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
     %n = torch.neg %hi : (tensor<1x16x32x64xbf16>) -> tensor<1x16x32x64xbf16>
     %rot = torch.cat %n, %lo {dim = 3 : i64} : (tensor<1x16x32x64xbf16>, tensor<1x16x32x64xbf16>) -> tensor<1x16x32x128xbf16>
     %attn = torch.scaled_dot_product_attention %rot, %kv, %kv {is_causal = true, scale = 1.250000e-01 : f64, enable_gqa = true} : (tensor<1x16x32x128xbf16>, tensor<1x8x32x128xbf16>, tensor<1x8x32x128xbf16>) -> tensor<1x16x32x128xbf16>
+    %win = torch.scaled_dot_product_attention %rot, %kv, %kv {is_causal = true, scale = 1.250000e-01 : f64, enable_gqa = true, window = 16 : i64} : (tensor<1x16x32x128xbf16>, tensor<1x8x32x128xbf16>, tensor<1x8x32x128xbf16>) -> tensor<1x16x32x128xbf16>
     %s = torch.silu %q : (tensor<1x32x2048xbf16>) -> tensor<1x32x2048xbf16>
     %g = torch.gelu %q {approximate = "tanh"} : (tensor<1x32x2048xbf16>) -> tensor<1x32x2048xbf16>
     %m = torch.mul %s, %g : (tensor<1x32x2048xbf16>, tensor<1x32x2048xbf16>) -> tensor<1x32x2048xbf16>
@@ -78,6 +79,7 @@ builtin.module attributes {emmy.model = "test", emmy.tokens = 32 : i64} {
 // CHECK-NEXT:     %n = torch.neg %hi : (tensor<1x16x32x64xbf16>) -> tensor<1x16x32x64xbf16>
 // CHECK-NEXT:     %rot = torch.cat %n, %lo {dim = 3 : i64} : (tensor<1x16x32x64xbf16>, tensor<1x16x32x64xbf16>) -> tensor<1x16x32x128xbf16>
 // CHECK-NEXT:     %attn = torch.scaled_dot_product_attention %rot, %kv, %kv {is_causal = true, scale = 1.250000e-01 : f64, enable_gqa = true} : (tensor<1x16x32x128xbf16>, tensor<1x8x32x128xbf16>, tensor<1x8x32x128xbf16>) -> tensor<1x16x32x128xbf16>
+// CHECK-NEXT:     %win = torch.scaled_dot_product_attention %rot, %kv, %kv {is_causal = true, scale = 1.250000e-01 : f64, enable_gqa = true, window = 16 : i64} : (tensor<1x16x32x128xbf16>, tensor<1x8x32x128xbf16>, tensor<1x8x32x128xbf16>) -> tensor<1x16x32x128xbf16>
 // CHECK-NEXT:     %s = torch.silu %q : (tensor<1x32x2048xbf16>) -> tensor<1x32x2048xbf16>
 // CHECK-NEXT:     %g = torch.gelu %q {approximate = "tanh"} : (tensor<1x32x2048xbf16>) -> tensor<1x32x2048xbf16>
 // CHECK-NEXT:     %m = torch.mul %s, %g : (tensor<1x32x2048xbf16>, tensor<1x32x2048xbf16>) -> tensor<1x32x2048xbf16>
