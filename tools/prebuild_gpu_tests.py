@@ -73,6 +73,8 @@ def gpu_cases(target: str) -> list[Case]:
     # models of test_family_whole_model_embedding_on_gpu (29 tokens) and of
     # test_whole_model_embedding_on_gpu (Qwen3, 11 tokens)
     out += [Case("gpu", f"one_key_value_head[{f}]", "tiny", (f, 1, 300, target)) for f in t.ONE_KV_HEAD_FAMILIES]
+    out += [Case("gpu", f"other_family_layer[{f}]", "tiny", (f, 0, t.OTHER_FAMILY_TOKENS, target))
+            for f in sorted(t.OTHER_FAMILIES)]
     out += [Case("gpu", f"family_whole_model[{f}]", "tiny", (f, None, 29, target)) for f in t.FAMILIES_TINY]
     out.append(Case("gpu", "whole_model_embedding", "tiny", ("qwen3", None, 11, target)))
     for argv in [t.RUN_CHECK] + [t.model_run(*r) for r in t.MODEL_RUNS]:

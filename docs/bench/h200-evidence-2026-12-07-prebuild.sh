@@ -7,6 +7,7 @@ export EMMY_HOME=$PWD/.emmy-cache
 PY=${PYTHON:-python3}
 eval "$(grep '^PP=' docs/bench/h200-evidence-2026-12-07.sh)"
 $PY tools/prebuild_gpu_tests.py --target sm_90a --only attention --match epilogue
+$PY tools/prebuild_gpu_tests.py --target sm_90a --only gpu --match sliding_window --match other_family
 $PY tools/bench.py --build-only --target sm_90a --cases layer --layer-sizes 512,3000,4096 --contenders emmy \
   --variant qk=attention.fusion=epilogue --variant qkpp=attention.fusion=epilogue,$PP
 $PY tools/bench.py --build-only --target sm_90a --cases attention --attention-sizes 256,1000,2048,3000,4096,8192,16384,32768 \

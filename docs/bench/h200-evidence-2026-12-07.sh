@@ -12,6 +12,9 @@ export EMMY_HOME=$PWD/.emmy-cache  # kernels prebuilt here (h200-evidence-2026-1
 # beside the other's main loop)
 PP=rms_norm_qkv_proj.workers=wgmma_ws,rms_norm_qkv_proj.copy=tma,rms_norm_qkv_proj.schedule=persistent,rms_norm_qkv_proj.warps=8,rms_norm_qkv_proj.epilogue=pingpong,rms_norm_qkv_proj.block_m=64,rms_norm_qkv_proj.block_n=128,rms_norm_qkv_proj.stages=3
 step qk-gpu 90 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu test/pytest/test_attention_gpu.py test/pytest/test_qk_epilogue.py -k "epilogue"
+# Session 75 (no device either): sliding-window attention (Mistral-7B's layer, windows of 64 to 1000
+# keys) and the layers of thirteen other families (tiny, 300 tokens) on the GPU for the first time
+step new-gpu 90 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu test/pytest/test_gpu.py -k "sliding_window or other_family"
 step qk-epilogue 100 python3 tools/bench.py --target sm_90a --cases layer --layer-sizes 512,3000,4096 --contenders emmy,compile --profile --variant qk=attention.fusion=epilogue --variant qkpp=attention.fusion=epilogue,$PP
 step ev-attention 150 python3 tools/bench.py --target sm_90a --cases attention --attention-sizes 256,1000,2048,3000,4096,8192,16384,32768 --attention-heads 16/8,32/8 --contenders emmy,sdpa-cudnn
 step ev-layer 120 python3 tools/bench.py --target sm_90a --cases layer --layer-sizes 32,512,3000,4096 --contenders emmy,eager,compile --profile

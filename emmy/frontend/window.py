@@ -23,6 +23,7 @@ from torch import nn
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from emmy.diagnostics import EmmyError
+from emmy.frontend.sdpa_mode import sdpa_through
 
 
 def windowed_sdpa(sdpa, q, k, v, window: int, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
@@ -43,17 +44,7 @@ def windowed_sdpa(sdpa, q, k, v, window: int, attn_mask=None, dropout_p: float =
 def sliding_window(window: int):
     """A context in which every `F.scaled_dot_product_attention` call goes through
     `windowed_sdpa` with `window`."""
-    import torch.nn.functional as F
-    from torch.overrides import TorchFunctionMode
-
-    class _Mode(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func is F.scaled_dot_product_attention:  # (this mode is off inside: no recursion)
-                return windowed_sdpa(func, *args, window=window, **kwargs)
-            return func(*args, **kwargs)
-
-    return _Mode()
+    return sdpa_through(lambda sdpa, *args, **kwargs: windowed_sdpa(sdpa, *args, window=window, **kwargs))
 
 
 def windowed(module: nn.Module, window: int) -> nn.Module:

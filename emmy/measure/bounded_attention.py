@@ -54,17 +54,9 @@ def blocked_sdpa(sdpa, q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
 
 def bounded_attention(limit: int = SCORE_BYTES):
     """A context in which every `F.scaled_dot_product_attention` call goes through `blocked_sdpa`."""
-    import torch.nn.functional as F
-    from torch.overrides import TorchFunctionMode
+    from emmy.frontend.sdpa_mode import sdpa_through
 
-    class _Mode(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func is F.scaled_dot_product_attention:  # (this mode is off inside: no recursion)
-                return blocked_sdpa(func, *args, limit=limit, **kwargs)
-            return func(*args, **kwargs)
-
-    return _Mode()
+    return sdpa_through(lambda sdpa, *args, **kwargs: blocked_sdpa(sdpa, *args, limit=limit, **kwargs))
 
 
 __all__ = ["SCORE_BYTES", "blocked_sdpa", "bounded_attention"]

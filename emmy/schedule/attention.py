@@ -120,6 +120,8 @@ class AttentionPlan:
     split_kv: int = 1  # parts of a query block's key blocks, a block each (split_kv_illegal)
     causal: bool = False  # key kv masked for query q past q + causal_offset: the key blocks a
     causal_offset: int = 0  # query block visits end at its last row's last key (key_blocks)
+    window: int = 0  # a sliding window (AttentionBody.window; 0 none): with wgmma_ws, the key
+    # blocks a query block visits start at its first row's first key (first_key_block)
 
     @property
     def warp_specialized(self) -> bool:
@@ -231,13 +233,24 @@ class AttentionPlan:
             n = min(n, 0 if last < 0 else last // self.block_kv + 1)
         return n
 
+    def first_key_block(self, q_block: int) -> int:
+        """The first key block query block `q_block` visits: with a sliding window and
+        wgmma_ws, the one holding its first row's first key (every block before it is masked
+        for every row); 0 otherwise, where the kernels mask such blocks instead
+        (first_key_block in attention.cuh)."""
+        if not (self.window and self.causal and self.warp_specialized):
+            return 0
+        return max(0, q_block * self.block_q + self.causal_offset - self.window + 1) // self.block_kv
+
     def key_parts(self, q_block: int) -> list[tuple[int, int]]:
-        """The [first, end) key blocks of each part of query block `q_block` (split_kv): its
-        key_blocks cut into min(split_kv, key_blocks) runs of consecutive blocks, part p from
-        p * n // parts (key_parts in attention_ws.cuh); one part, maybe empty, without a split."""
-        n = self.key_blocks(q_block)
+        """The [first, end) key blocks of each part of query block `q_block` (split_kv): the
+        blocks from first_key_block to key_blocks cut into min(split_kv, their number) runs of
+        consecutive blocks, part p from p * n // parts (key_parts in attention_ws.cuh); one
+        part, maybe empty, without a split."""
+        j0 = self.first_key_block(q_block)
+        n = max(0, self.key_blocks(q_block) - j0)
         parts = max(1, min(self.split_kv, n))
-        return [(p * n // parts, (p + 1) * n // parts) for p in range(parts)]
+        return [(j0 + p * n // parts, j0 + (p + 1) * n // parts) for p in range(parts)]
 
     def part_blocks(self) -> list[tuple[int, int]]:
         """(key blocks, parts of its query block) of every block of the launch that runs a part,
@@ -395,10 +408,10 @@ def plan(info: KernelInfo, values: Mapping[str, KnobValue], target: Target, name
     computed = [r for _, r in _operand_rows(body)] if fusion == "split" else []
     if computed:  # a prologue kernel for the computed ones of Q, K and V
         prep = (-(-max(computed) // (PREP_WARPS * PREP_ROWS)), batch, len(computed))
-    causal, offset = (body.causal, body.causal_offset) if body is not None else (False, 0)
+    causal, offset, window = (body.causal, body.causal_offset, body.window) if body is not None else (False, 0, 0)
     return AttentionPlan(
         name, bq, bkv, warps, stages, workers, fusion, D, info.seq_q, info.seq_kv, batch, prep, target, wgmma, tma,
-        schedule == "persistent", _kv_group(info, att, body), split, causal, offset,
+        schedule == "persistent", _kv_group(info, att, body), split, causal, offset, window,
     )
 
 

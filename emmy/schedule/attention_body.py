@@ -76,6 +76,10 @@ class AttentionBody:
     # score of a key block wholly below the diagonal is the score with `mask` taken as `unmasked`)
     mask: SSAValue | None = None
     unmasked: SSAValue | None = None
+    # a sliding window inside the causal mask (a second select around `unmasked`, on an affine
+    # compare): key kv also masked for query q whenever kv <= q + causal_offset - window; 0 none.
+    # The unmasked score keeps that select: only the causal one is left out of it.
+    window: int = 0
 
 
 def attention_error(name: str, msg: str) -> EmmyError:
@@ -306,6 +310,35 @@ def _mask_select(score: SSAValue) -> arith.SelectOp | None:
 
 def _causal_offset(o: arith.SelectOp, q: str, kv: str, dom: Domains) -> int | None:
     """The offset c when the select `o` (see _mask_select) gives -inf whenever kv > q + c."""
+    form = _kv_against_q(o, q, kv, dom)
+    if form is None:
+        return None
+    rel, c = form
+    if rel == ">":
+        return c
+    if rel == ">=":
+        return c - 1
+    return None
+
+
+def _window(body_unmasked: SSAValue, causal_offset: int, q: str, kv: str, dom: Domains) -> int:
+    """The sliding window W when the unmasked score is itself a select giving -inf whenever
+    kv <= q + causal_offset - W (convert-tensor-to-loop's form of `tensor.causal_mask {window}`),
+    else 0."""
+    sel = _mask_select(body_unmasked)
+    form = None if sel is None else _kv_against_q(sel, q, kv, dom)
+    if form is None:
+        return 0
+    rel, c = form  # masked when kv rel q + c
+    bound = {"<": c - 1, "<=": c}.get(rel)  # masked when kv <= q + bound
+    if bound is None or causal_offset - bound < 1:
+        return 0
+    return causal_offset - bound
+
+
+def _kv_against_q(o: arith.SelectOp, q: str, kv: str, dom: Domains) -> tuple[str, int] | None:
+    """(rel, c) when the select `o` (see _mask_select) gives -inf exactly where `kv rel q + c`
+    (rel one of > >= < <=), its compare affine in kv and q with coefficients 1 and -1."""
     masked_when = _is_neg_inf(o.lhs)
     cmp = o.cond.owner
     assert isinstance(cmp, arith.CmpiOp)
@@ -324,20 +357,10 @@ def _causal_offset(o: arith.SelectOp, q: str, kv: str, dom: Domains) -> int | No
     for ax, c in b[0].items():
         diff[ax] = diff.get(ax, 0) - c
     const = ca - cb  # masked when  diff . (kv, q) + const  rel  0
-    if diff == {kv: 1, q: -1}:
-        # kv - q + const > 0  <=>  kv > q - const ;  >= 0  <=>  kv > q - const - 1
-        if rel == ">":
-            return -const
-        if rel == ">=":
-            return -const - 1
-        return None
-    if diff == {kv: -1, q: 1}:
-        # q - kv + const < 0  <=>  kv > q + const ;  <= 0  <=>  kv > q + const - 1
-        if rel == "<":
-            return const
-        if rel == "<=":
-            return const - 1
-        return None
+    if diff == {kv: 1, q: -1}:  # kv - q + const rel 0  <=>  kv rel q - const
+        return rel, -const
+    if diff == {kv: -1, q: 1}:  # q - kv + const rel 0  <=>  kv (rel mirrored) q + const
+        return {">": "<", ">=": "<=", "<": ">", "<=": ">="}[rel], const
     return None
 
 
@@ -450,6 +473,7 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
         raise attention_error(name, "the score reads a reduction other than the Q x K contraction")
     causal = _causal(score, q_axis, kv_axis, dom)
     offset, sel = causal if causal is not None else (None, None)
+    unmasked = (sel.rhs if _is_neg_inf(sel.lhs) else sel.lhs) if sel is not None else None
     return AttentionBody(
         name=name,
         batch_axes=batch,
@@ -468,7 +492,8 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
         seq_q=axes[q_axis],
         seq_kv=axes[kv_axis],
         mask=sel.result if sel is not None else None,
-        unmasked=(sel.rhs if _is_neg_inf(sel.lhs) else sel.lhs) if sel is not None else None,
+        unmasked=unmasked,
+        window=_window(unmasked, offset, q_axis, kv_axis, dom) if unmasked is not None else 0,
     )
 
 

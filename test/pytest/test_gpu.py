@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tiny_models import OTHER_FAMILIES
 
 torch = pytest.importorskip("torch")
 
@@ -418,6 +419,25 @@ def test_sliding_window_layer_matches_pytorch(tokens, window, pins, tmp_path):
     opts = CompileOptions(model=model, layer=0, tokens=tokens, target=_target(), pins=pinned)
     report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.rel_error <= 1e-2, report.rel_error
+
+
+# Layers of other families, tiny (tiny_models.OTHER_FAMILIES: Phi, Phi-3, Gemma 1 and 3, StableLM,
+# OLMo 1 and 2, Granite, Cohere, GPT-NeoX, GPT-J, GLM, Falcon), at 300 tokens: the flash kernel
+# with each family's Q/K producers (partial and interleaved rotary, per-head norms, biases).
+OTHER_FAMILY_TOKENS = 300
+
+
+@pytest.mark.parametrize("family", sorted(OTHER_FAMILIES))
+def test_other_family_layer_matches_pytorch(family, tmp_path):
+    from tiny_models import write_tiny_model
+
+    from emmy.backend.run import run_on_gpu
+    from emmy.driver import CompileOptions
+
+    d = write_tiny_model(tmp_path / family, family)
+    opts = CompileOptions(model=d, layer=0, tokens=OTHER_FAMILY_TOKENS, target=_target())
+    report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
+    assert report.rel_error <= report.allowed(1e-2), (report.rel_error, report.baseline_error)
 
 
 ONE_KV_HEAD_FAMILIES = ["llama", "qwen2"]

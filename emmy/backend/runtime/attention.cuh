@@ -315,6 +315,15 @@ __device__ __forceinline__ int key_blocks(int q0, int seq_q, int seq_kv, int cau
   return n_blocks;
 }
 
+// The first key block a block of queries starting at q0 visits: with a sliding window of `window`
+// keys (0: none), the block holding its first query's first key (q0 + causal_offset - window +
+// 1): every block before it is masked for every query of the block. wgmma_ws's main loops start
+// there; the others visit those blocks, all their scores -inf (AttentionPlan.first_key_block).
+template <int BKV>
+__device__ __forceinline__ int first_key_block(int q0, int causal_offset, int window) {
+  return window > 0 ? max(0, q0 + causal_offset - window + 1) / BKV : 0;
+}
+
 // 2^x flushing subnormal results to zero: one MUFU.EX2 (exp2f also scales subnormals). The
 // softmax exponentiates values <= 0, so a flushed result is below 2^-126: nothing in bf16 P.
 __device__ __forceinline__ float ex2_ftz(float x) {
@@ -510,7 +519,7 @@ namespace attention {
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
           int KRED, int VMODE, int VRED, int WGMMA = 0, int STAGED_OUT = 0, int REGS_P = 0, int REGS_C = 0,
-          class QA, class QB, class KA,
+          int WINDOW = 0, class QA, class QB, class KA,
           class KB, class VA, class VB, class SF, class FF, class OF>
 __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                     const VA& va, const VB& vb, const SF& score, const FF& free_score,
@@ -524,7 +533,7 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
   if constexpr (WGMMA == 2) {
     detail::flash_ws<C, REGS_P, REGS_C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem,
-                                        detail::SplitKv{part, parts, parts, tile, split_ws, split_counts});
+                                        detail::SplitKv{part, parts, parts, tile, split_ws, split_counts}, WINDOW);
   } else if constexpr (C::kWgmma && STAGES >= 3) {
     detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   } else {
@@ -598,7 +607,7 @@ __device__ __forceinline__ void ws_tiles(const TILE& tile, int tiles, int* count
 }
 
 template <int D, int BQ, int BKV, int WARPS, int STAGES, int QMODE, int QRED, int KMODE,
-          int KRED, int VMODE, int VRED, int ROLE, int STAGED_OUT, class QA, class QB, class KA,
+          int KRED, int VMODE, int VRED, int ROLE, int STAGED_OUT, int WINDOW = 0, class QA, class QB, class KA,
           class KB, class VA, class VB, class SF, class FF, class OF, class NB, class NQ>
 __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, const KB& kb,
                                       const VA& va, const VB& vb, const SF& score, const FF& free_score,
@@ -611,12 +620,13 @@ __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, 
   const auto vf = detail::make_rows<VMODE, VRED>(va, vb);
   const detail::FreeScore<FF> free{free_score, fold};
   detail::ws_check<C, decltype(qf), decltype(kf), decltype(vf)>();
-  const int n_blocks = detail::key_blocks<BQ, BKV>(q_block * BQ, seq_q, seq_kv, causal, causal_offset);
+  const int j0 = detail::first_key_block<BKV>(q_block * BQ, causal_offset, WINDOW);
+  const int n_blocks = max(0, detail::key_blocks<BQ, BKV>(q_block * BQ, seq_q, seq_kv, causal, causal_offset) - j0);
   if constexpr (ROLE == 0) {
-    detail::ws_produce<C>(kf, vf, n_blocks, seq_kv, ring, smem);
+    detail::ws_produce<C>(kf, vf, n_blocks, seq_kv, ring, smem, j0);
   } else {
     detail::ws_consume<C>(qf, score, free, out, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, ring, smem,
-                          tile_i, next_block, next_q);
+                          tile_i, next_block, next_q, j0);
   }
   return ring + n_blocks;
 }

@@ -462,13 +462,17 @@ __device__ __forceinline__ void ws_check() {
 template <class C, int REGS_P, int REGS_C, class QF, class KF, class VF, class SF, class FF, class OF>
 __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                          const OF& of, int q_block, int seq_q, int seq_kv, int causal,
-                                         int causal_offset, void* smem, SplitKv split = SplitKv{}) {
+                                         int causal_offset, void* smem, SplitKv split = SplitKv{},
+                                         int window = 0) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   ws_check<C, QF, KF, VF>();
-  const int n_all = key_blocks<C::BQ, C::BKV>(q_block * C::BQ, seq_q, seq_kv, causal, causal_offset);
+  // the key blocks from the window's first (first_key_block) to the causal end
+  const int j_first = first_key_block<C::BKV>(q_block * C::BQ, causal_offset, window);
+  const int n_all = max(0, key_blocks<C::BQ, C::BKV>(q_block * C::BQ, seq_q, seq_kv, causal, causal_offset) - j_first);
   split.parts = max(1, min(split.parts, n_all));  // a query block of few key blocks has fewer parts
   if (split.part >= split.parts) return;          // (the whole block: no part of this one)
-  const int2 range = key_parts(split.part, split.parts, n_all);
+  int2 range = key_parts(split.part, split.parts, n_all);
+  range.x += j_first;
   ws_setup<C>(smem);
   if (threadIdx.x < 128) {  // the producer warpgroup
     ws_registers<C::WARPS / 4, REGS_P, REGS_C, true>();
