@@ -179,14 +179,14 @@ def run_callee(
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
     staged = [int(staged_output(plan))] if sched.wgmma else []
     # a sliding window, where the main loop skips the key blocks before it (AttentionPlan.
-    # first_key_block): WINDOW, the last template argument (the ones before it spelled out)
-    window = [sched.window] if sched.window and sched.warp_specialized else []
+    # skips_window): WINDOW, the last template argument (the defaulted ones before it spelled out)
+    window = [sched.window] if sched.skips_window else []
     if role is not None:
         return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role, *staged, *window]) + ">"
     args.append(2 if sched.warp_specialized else int(sched.wgmma))
     regs = list(sched.register_budgets or ())  # setmaxnreg's budgets: REGS_P, REGS_C
     if window:
-        regs = (regs or [0, 0]) + window
+        return "emmy::attention::run<" + ", ".join(str(a) for a in [*args, *(staged or [0]), *(regs or [0, 0]), *window]) + ">"
     return "emmy::attention::run<" + ", ".join(str(a) for a in [*args, *staged, *regs]) + ">"
 
 

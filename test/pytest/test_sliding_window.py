@@ -38,18 +38,22 @@ def _attention_plan(module) -> AttentionPlan:
 
 def test_plan_starts_at_the_window_with_a_producer_warpgroup(tmp_path):
     """Window 16 over 300 tokens, blocks of 64: query block b's first key is 64 b - 15, so its
-    key blocks start at (64 b - 15) // 64 = b - 1 (b >= 1) and end at b; without wgmma_ws the
-    kernels visit (and mask) them from 0."""
+    key blocks start at (64 b - 15) // 64 = b - 1 (b >= 1) and end at b, with wgmma_ws and
+    mma_sync; wgmma's 3-stage loop (flash_wgmma) visits (and masks) them from 0."""
     d = _model(tmp_path, 16)
     pins = ("attention.workers=wgmma_ws", "attention.block_q=64", "attention.block_kv=64")
     ws = _attention_plan(compile_model(CompileOptions(model=d, layer=0, tokens=300, target="sm_90a", pins=pins,
                                                       stop_after="tile")).module)
     assert (ws.window, ws.causal, ws.causal_offset) == (16, True, 0)
     assert [ws.key_parts(b) for b in range(5)] == [[(0, 1)], [(0, 2)], [(1, 3)], [(2, 4)], [(3, 5)]]
-    other = _attention_plan(compile_model(CompileOptions(model=d, layer=0, tokens=300, target="sm_90a",
-                                                         pins=("attention.workers=wgmma",),
-                                                         stop_after="tile")).module)
-    assert other.window == 16 and other.first_key_block(4) == 0
+    def plan(*pins):
+        opts = CompileOptions(model=d, layer=0, tokens=300, target="sm_90a", pins=pins, stop_after="tile")
+        return _attention_plan(compile_model(opts).module)
+
+    mma = plan("attention.workers=mma_sync", "attention.block_q=64", "attention.block_kv=64")
+    assert mma.skips_window and [mma.key_parts(b) for b in range(3)] == [[(0, 1)], [(0, 2)], [(1, 3)]]
+    ring = plan("attention.workers=wgmma", "attention.stages=3")
+    assert ring.window == 16 and not ring.skips_window and ring.first_key_block(4) == 0
 
 
 @pytest.mark.parametrize("pins", [
@@ -57,6 +61,8 @@ def test_plan_starts_at_the_window_with_a_producer_warpgroup(tmp_path):
     "attention.workers=wgmma_ws;attention.schedule=persistent",
     "attention.workers=wgmma_ws;attention.split_kv=2;attention.block_q=64;attention.block_kv=64",
     "attention.workers=mma_sync",
+    "attention.workers=mma_sync;attention.stages=1",
+    "attention.workers=wgmma;attention.stages=3",
 ])
 def test_interpreted_layer_with_the_plans_key_blocks_matches_pytorch(pins, tmp_path, capsys):
     """The tile interpreter visits the key blocks the plan does: one block too few at the start
@@ -69,6 +75,7 @@ def test_interpreted_layer_with_the_plans_key_blocks_matches_pytorch(pins, tmp_p
 @pytest.mark.parametrize("pins, call", [
     ("attention.workers=wgmma_ws;attention.schedule=persistent", "run_ws<"),
     ("attention.workers=wgmma_ws;attention.schedule=grid", "run<"),
+    ("attention.workers=mma_sync", "run<"),
 ])
 def test_windowed_kernel_carries_the_window_and_builds(pins, call, tmp_path):
     from emmy.backend.plan import cuda_source

@@ -317,8 +317,9 @@ __device__ __forceinline__ int key_blocks(int q0, int seq_q, int seq_kv, int cau
 
 // The first key block a block of queries starting at q0 visits: with a sliding window of `window`
 // keys (0: none), the block holding its first query's first key (q0 + causal_offset - window +
-// 1): every block before it is masked for every query of the block. wgmma_ws's main loops start
-// there; the others visit those blocks, all their scores -inf (AttentionPlan.first_key_block).
+// 1): every block before it is masked for every query of the block. The main loops of wgmma_ws
+// and of flash (mma_sync, and wgmma with fewer than 3 stages) start there; flash_wgmma's visit
+// those blocks, all their scores -inf (AttentionPlan.first_key_block).
 template <int BKV>
 __device__ __forceinline__ int first_key_block(int q0, int causal_offset, int window) {
   return window > 0 ? max(0, q0 + causal_offset - window + 1) / BKV : 0;
@@ -537,7 +538,7 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
   } else if constexpr (C::kWgmma && STAGES >= 3) {
     detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
   } else {
-    detail::flash<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+    detail::flash<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem, WINDOW);
   }
 }
 

@@ -11,7 +11,7 @@ namespace detail {
 template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
 __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                       const OF& of, int q_block, int seq_q, int seq_kv,
-                                      int causal, int causal_offset, void* smem) {
+                                      int causal, int causal_offset, void* smem, int window = 0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BQ = C::BQ, BKV = C::BKV, MT = C::MT, NT = C::NT, DT = C::DT,
                 KT = C::KT, STAGES = C::STAGES;
@@ -30,6 +30,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
   const int wq0 = warp * MT * 16;  // first row of this warp in the tile
 
   const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
+  const int j0 = first_key_block<BKV>(q0, causal_offset, window);  // the key blocks j0 .. n_blocks - 1
 
   auto stage_kv = [&](int j) {
     const int buf = j % STAGES;
@@ -43,7 +44,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
   if constexpr (STAGES > 1) {
 #pragma unroll
     for (int j = 0; j < STAGES - 1; ++j) {
-      if (j < n_blocks) stage_kv(j);
+      if (j0 + j < n_blocks) stage_kv(j0 + j);
       cp_async_commit();
     }
   }
@@ -71,7 +72,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
   uint32_t qreg[C::kQInRegs ? MT : 1][C::kQInRegs ? KT : 1][4];
 
 #pragma unroll 1
-  for (int j = 0; j < n_blocks; ++j) {
+  for (int j = j0; j < n_blocks; ++j) {
     const int buf = j % STAGES;
     if constexpr (STAGES == 1) {
       __syncthreads();  // the previous block's K/V tiles are no longer read
@@ -88,7 +89,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
       cp_async_commit();
     }
     if constexpr (C::kQInRegs) {
-      if (j == 0) {
+      if (j == j0) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
