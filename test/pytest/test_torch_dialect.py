@@ -68,7 +68,7 @@ def test_dialect_matches_contract():
 def test_properties_per_contract():
     props = {op.name: set(op.get_irdl_definition().properties) for op in T.Torch.operations}
     assert props["torch.rms_norm"] == {"eps"}
-    assert props["torch.scaled_dot_product_attention"] == {"is_causal", "scale", "enable_gqa"}
+    assert props["torch.scaled_dot_product_attention"] == {"is_causal", "scale", "enable_gqa", "window"}
     assert props["torch.gelu"] == {"approximate"}
     assert props["torch.add"] == props["torch.sub"] == {"alpha"}
     assert props["torch.add_scalar"] == props["torch.mul_scalar"] == {"value"}
