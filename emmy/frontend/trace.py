@@ -124,6 +124,8 @@ def trace_layer(
         return _trace_factory(source, tracer, tokens)
     assert source.config is not None
     config = dict(source.config)
+    if not decoder.LayerConfig.supports(config):
+        config = _standard_names(config)
     n_layers = decoder.config_int(config, "num_hidden_layers", source.model_id)
     if not 0 <= layer < n_layers:
         raise EmmyError(
@@ -246,6 +248,20 @@ def _build_transformers(config: dict[str, Any], layer: int, tokens: int):
     with torch.no_grad():
         cos, sin = rope(x, torch.arange(tokens)[None], kind) if per_type else rope(x, torch.arange(tokens)[None])
     return module, cos.to(dtype), sin.to(dtype), dtype
+
+
+def _standard_names(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with transformers' standard names for the fields its model type spells its own
+    way (GPT-J's and CodeGen's `n_embd`, `n_layer`, `n_positions`: the config class's
+    `attribute_map`), which the checks here read; unchanged for a type transformers does not know
+    (building the layer says so)."""
+    try:
+        from transformers import CONFIG_MAPPING
+
+        names = CONFIG_MAPPING[str(config.get("model_type", ""))].attribute_map
+    except (ImportError, KeyError):
+        return config
+    return {**{std: config[own] for std, own in names.items() if std not in config and own in config}, **config}
 
 
 def _positional(layer_cls: type) -> type:

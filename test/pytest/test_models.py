@@ -70,6 +70,24 @@ def test_layer_with_a_sliding_window_shorter_than_the_sequence(family, tmp_path,
                 "--tolerance", "5e-3"]) == 0
 
 
+def test_config_in_its_own_field_names(tmp_path, capsys):
+    """GPT-J's config.json says n_embd, n_head, n_layer and n_positions (transformers' attribute
+    map gives the standard names): its layer runs, and the checks read those fields."""
+    d = tmp_path / "gptj"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "gptj", "n_embd": 96, "n_head": 3, "n_layer": 2, "n_positions": 64, "rotary_dim": 16,
+        "vocab_size": 500, "torch_dtype": "bfloat16", "activation_function": "gelu_new"}))
+    assert run(["run", str(d), "--layer", "1", "--tokens", "9", "--backend", "interpret", "--check",
+                "--tolerance", "5e-3"]) == 0
+    from emmy.cli.report import run_guarded
+
+    assert run_guarded(run, ["compile", str(d), "--layer", "2", "--tokens", "9"]) == 1
+    assert "it has 2 layers, valid layers are 0..1" in capsys.readouterr().err
+    assert run_guarded(run, ["compile", str(d), "--layer", "0", "--tokens", "65"]) == 1
+    assert "its config sets max_position_embeddings to 64" in capsys.readouterr().err
+
+
 def test_rotary_rounded_from_f32_is_a_flash_operand(tmp_path, capsys):
     """Cohere rounds its f32 rotary to bf16 before the attention (extf(truncf(...))): a bf16
     operand of the flash kernel like any other (it was refused as not bf16)."""
