@@ -268,9 +268,17 @@ def _positional(layer_cls: type) -> type:
     """`layer_cls` called as Emmy's own layer is, `module(hidden_states, cos, sin)` (what the
     benchmark and the layer checks run), with its parameters' names unchanged."""
 
+    # other arguments the layer's forward requires (older transformers' Falcon: `alibi`), None
+    passed = ("self", "hidden_states", "attention_mask", "position_embeddings")
+    extra = {
+        name: None
+        for name, p in inspect.signature(layer_cls.forward).parameters.items()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in passed
+    }
+
     class Positional(layer_cls):  # type: ignore[misc, valid-type]
         def forward(self, hidden_states, cos, sin):  # type: ignore[override]
-            out = super().forward(hidden_states, attention_mask=None, position_embeddings=(cos, sin))
+            out = super().forward(hidden_states, attention_mask=None, position_embeddings=(cos, sin), **extra)
             return out[0] if isinstance(out, tuple) else out
 
     Positional.__name__ = Positional.__qualname__ = layer_cls.__name__

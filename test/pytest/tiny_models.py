@@ -57,6 +57,19 @@ OTHER_FAMILIES = {
 }
 
 
+def missing_here(family: str) -> str:
+    """Why the installed transformers cannot build `family`'s layer the way Emmy traces it (a
+    test's skip reason), or "": before transformers 5, GPT-J computed its rotary table inside
+    its attention from position ids (no GPTJRotaryEmbedding)."""
+    if family == "gptj":
+        import importlib
+
+        modeling = importlib.import_module("transformers.models.gptj.modeling_gptj")
+        if not hasattr(modeling, "GPTJRotaryEmbedding"):
+            return "this transformers computes GPT-J's rotary table inside its attention (no GPTJRotaryEmbedding)"
+    return ""
+
+
 def write_tiny_model(directory: Path, family: str = "qwen3") -> str:
     """Create `directory` holding the tiny model of `family` (its config.json); returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
