@@ -251,8 +251,11 @@ def _a_schedule(knob, info, target, chosen, memo) -> Prefs:
 # A split of the key blocks (split_kv) only where it shortens critical_path by this share: the
 # estimate was within 0.86-1.21x of the 13 split times it was fitted to (H100; 2-4 parts were
 # 1.2-1.9x slower than whole query blocks for 16 / 8 and 32 / 8 heads at 256-1000 tokens:
-# docs/bench/h100-split-kv-2026-12-07.log), and a split adds a workspace.
-SPLIT_KV_MIN_GAIN = 0.15
+# docs/bench/h100-split-kv-2026-12-07.log), and a split adds a workspace. 15% at first; 8 / 8
+# heads (H100, docs/bench/h100-s75-split-8-8-2026-12-07.log) then measured 2 parts 17% faster at
+# 1500 tokens and 9.5% at 2000 (estimated 15% and 11%; cuDNN was 1.10x and 1.13x faster than
+# whole query blocks there, 0.92x and 1.02x of 2 parts), 2% slower at 2500 (estimated 10% slower).
+SPLIT_KV_MIN_GAIN = 0.10
 
 
 def _a_split_kv(knob, info, target, chosen, memo) -> Prefs:

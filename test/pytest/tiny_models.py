@@ -60,13 +60,20 @@ OTHER_FAMILIES = {
 def missing_here(family: str) -> str:
     """Why the installed transformers cannot build `family`'s layer the way Emmy traces it (a
     test's skip reason), or "": before transformers 5, GPT-J computed its rotary table inside
-    its attention from position ids (no GPTJRotaryEmbedding)."""
-    if family == "gptj":
-        import importlib
+    its attention (no GPTJRotaryEmbedding), and Falcon's layer (whose forward takes `alibi`)
+    indexed its rotary table by position ids, a tensor index Emmy does not import."""
+    import importlib
+    import inspect
 
+    if family == "gptj":
         modeling = importlib.import_module("transformers.models.gptj.modeling_gptj")
         if not hasattr(modeling, "GPTJRotaryEmbedding"):
             return "this transformers computes GPT-J's rotary table inside its attention (no GPTJRotaryEmbedding)"
+    if family == "falcon":
+        modeling = importlib.import_module("transformers.models.falcon.modeling_falcon")
+        alibi = inspect.signature(modeling.FalconDecoderLayer.forward).parameters.get("alibi")
+        if alibi is not None and alibi.default is alibi.empty:
+            return "this transformers' Falcon layer indexes its rotary table by position ids (aten.index)"
     return ""
 
 
