@@ -34,7 +34,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from emmy.dialects import torch as T
 from emmy.diagnostics import EmmyError
-from emmy.frontend.graph import Constant, Graph, Node, Value
+from emmy.frontend.graph import INPLACE_ARITHMETIC, Constant, Graph, Node, Value
 
 _DTYPES: dict[torch.dtype, Callable[[], Attribute]] = {
     torch.bfloat16: BFloat16Type,
@@ -369,10 +369,8 @@ def _t(b: _Builder, node: Node) -> Sequence[SSAValue]:
 def _big_t(b: _Builder, node: Node) -> Sequence[SSAValue]:  # x.T: every axis reversed
     x = b.value(node.args[0])
     rank = len(T.shape_of(x))
-    if rank < 2:
-        return [x]
-    if rank == 2:
-        return [b.add(T.TransposeOp(x, 0, 1), "transpose")]
+    if rank <= 2:
+        return _t(b, node)
     return [b.add(T.PermuteOp(x, list(reversed(range(rank)))))]
 
 
@@ -564,10 +562,6 @@ OP_TABLE: dict[str, Builder] = {
     "aten.maximum": _elementwise_pair(T.MaximumOp),
     "aten.minimum": _elementwise_pair(T.MinimumOp),
     "aten.add": _add,
-    "aten.add_": _add,  # in place: `capture` checks that nothing else sees the tensor
-    "aten.sub_": _sub,
-    "aten.mul_": _mul,
-    "aten.div_": _div,
     "aten.sub": _sub,
     "aten.subtract": _sub,
     "aten.rsub": _rsub,
@@ -622,6 +616,8 @@ OP_TABLE: dict[str, Builder] = {
     "aten.dropout": _dropout,
     "aten._assert_tensor_metadata": _drop,
 }
+# In-place arithmetic as its out-of-place op (each tracer checks that nothing else sees the tensor).
+OP_TABLE |= {name: OP_TABLE[name.removesuffix("_")] for name in INPLACE_ARITHMETIC}
 
 
 def unsupported(op: str, where: str, why: str | None = None) -> EmmyError:

@@ -148,15 +148,15 @@ def trace_layer(
     if source.weights_dir is not None:
         _load_weights(module, source.weights_dir, layer)
         params = dict(module.named_parameters())
-        runner = Runner(lambda: module, _call_layer, window)
+        runner = Runner(lambda: module, call_layer, window)
     elif use_emmy:  # values on first use: tracing needs only the norms' (see `shape_module`)
         params = lazy_random_params(module, seed, layer)
         shape_module(module, params)
-        runner = Runner(lambda: bind_params(module, params), _call_layer, window)
+        runner = Runner(lambda: bind_params(module, params), call_layer, window)
     else:
         random_weights(module, seed, layer)
         params = dict(module.named_parameters())
-        runner = Runner(lambda: module, _call_layer, window)
+        runner = Runner(lambda: module, call_layer, window)
 
     hidden = decoder.config_int(config, "hidden_size", source.model_id)
     gen = torch.Generator().manual_seed(_seed(seed, layer, "hidden_states"))
@@ -179,7 +179,8 @@ def trace_layer(
     return TracedLayer(ir, params, inputs, runner.module, runner)
 
 
-def _call_layer(module: nn.Module, inputs: Mapping[str, torch.Tensor]) -> Any:
+def call_layer(module: nn.Module, inputs: Mapping[str, torch.Tensor]) -> Any:
+    """A decoder layer's module on its inputs, as every traced layer's `Runner` runs it."""
     return module(inputs["hidden_states"], inputs["cos"], inputs["sin"])
 
 
@@ -229,12 +230,13 @@ def _build_transformers(config: dict[str, Any], layer: int, tokens: int):
     hf_config = getattr(hf_config, "text_config", None) or hf_config
     hf_config._attn_implementation = "sdpa"
     layer_cls = _positional(_layer_class(modeling, model_type))
-    if not any(n.endswith("RotaryEmbedding") for n in vars(modeling)):
+    ropes = _classes(modeling, "RotaryEmbedding")
+    if not ropes:
         raise EmmyError(
             f"model type '{model_type}' has no rotary position embedding (no RotaryEmbedding class in "
             "transformers): Emmy traces decoder layers that take rotary cos/sin tables"
         )
-    rope_cls = _find_class(modeling, "RotaryEmbedding", model_type)
+    rope_cls = ropes[0]
     dtype = decoder.config_dtype(config)
     with torch.device("meta"):
         module = layer_cls(hf_config, layer)
@@ -288,25 +290,21 @@ def _positional(layer_cls: type) -> type:
 def _layer_class(modeling: Any, model_type: str) -> type:
     """The model's decoder layer: `<Arch>DecoderLayer`, or the one layer class of the model that
     transformers makes checkpointable (GPT-NeoX's `GPTNeoXLayer`)."""
-    if any(n.endswith("DecoderLayer") for n in vars(modeling)):
-        return _find_class(modeling, "DecoderLayer", model_type)
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    decoder_layers = _classes(modeling, "DecoderLayer")
+    if decoder_layers:
+        return decoder_layers[0]
+    from transformers.modeling_layers import GradientCheckpointingLayer as base
 
-    layers = sorted(
-        n
-        for n, v in vars(modeling).items()
-        if isinstance(v, type) and issubclass(v, GradientCheckpointingLayer) and v is not GradientCheckpointingLayer
-    )
+    layers = [c for c in _classes(modeling, "") if issubclass(c, base) and c is not base]
     if len(layers) != 1:
         raise EmmyError(f"model type '{model_type}' has no DecoderLayer class in transformers")
-    return getattr(modeling, layers[0])
+    return layers[0]
 
 
-def _find_class(modeling: Any, suffix: str, model_type: str) -> type:
-    names = sorted(n for n in vars(modeling) if n.endswith(suffix) and isinstance(getattr(modeling, n), type))
-    if not names:
-        raise EmmyError(f"model type '{model_type}' has no {suffix} class in transformers")
-    return getattr(modeling, names[0])
+def _classes(modeling: Any, suffix: str) -> list[type]:
+    """The classes of the module `modeling` whose names end with `suffix`, in name order."""
+    found = (getattr(modeling, n) for n in sorted(vars(modeling)) if n.endswith(suffix))
+    return [c for c in found if isinstance(c, type)]
 
 
 # ------------------------------------------------------------------------------------ weights

@@ -47,6 +47,7 @@ from emmy.frontend.trace import (
     Runner,
     _seed,
     bind_params,
+    call_layer,
     check_tracer,
     materialize,
     norm_weight_names,
@@ -292,7 +293,7 @@ def _layers(c, tokens, seed, cos, sin, weights: _Weights, attrs, tracer, windows
         inputs = _layer_inputs(c, tokens, seed, i, cos, sin)
         runner = Runner(
             lambda p=params: bind_params(decoder.DecoderLayer(c), p).eval(),
-            lambda m, ins: m(ins["hidden_states"], ins["cos"], ins["sin"]),
+            call_layer,
             windows[i],
         )
         layer_attrs = {**attrs, "emmy.layer": IntegerAttr(i, i64)}

@@ -63,6 +63,17 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     raise ValueError(f"round_to: unknown dtype '{dtype}'")
 
 
+def causal_masked(sq: int, sk: int, offset: int = 0, window: int | None = None) -> np.ndarray:
+    """[sq, sk] booleans, True where a causal mask hides key kv from query q: kv > q + offset,
+    and with a sliding `window` also kv <= q + offset - window (torch.scaled_dot_product_attention
+    and tensor.causal_mask)."""
+    kv, q = np.arange(sk)[None, :], np.arange(sq)[:, None] + offset
+    masked = kv > q
+    if window is not None:
+        masked |= kv <= q - window
+    return masked
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """The error function, elementwise, in x's float precision (numpy has none; torch's is used)."""
     import torch

@@ -21,7 +21,7 @@ from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Operation
 
 from emmy.dialects import tensor as T
-from emmy.interp.numeric import element_dtype, erf, round_to
+from emmy.interp.numeric import causal_masked, element_dtype, erf, round_to
 
 
 def _out(op: Operation, value: np.ndarray) -> tuple[np.ndarray]:
@@ -186,10 +186,7 @@ class TensorFunctions(InterpreterFunctions):
     def run_causal_mask(self, interp, op: T.CausalMaskOp, args):
         x = args[0]
         sq, sk = x.shape[-2:]
-        kv, q = np.arange(sk)[None, :], np.arange(sq)[:, None] + op.offset_value
-        masked = kv > q
-        if op.window_value is not None:
-            masked |= kv <= q - op.window_value
+        masked = causal_masked(sq, sk, op.offset_value, op.window_value)
         return (np.where(masked, np.array(-np.inf, dtype=x.dtype), x),)
 
     @impl(T.GatherRowsOp)

@@ -22,7 +22,7 @@ from xdsl.interpreter import InterpreterFunctions, impl, register_impls
 from xdsl.ir import Operation
 
 from emmy.dialects import torch as P
-from emmy.interp.numeric import element_dtype, erf, round_to
+from emmy.interp.numeric import causal_masked, element_dtype, erf, round_to
 from emmy.interp.tensor_stage import call_function
 
 
@@ -93,11 +93,7 @@ class TorchFunctions(InterpreterFunctions):
         scores = _matmul(q, np.swapaxes(k, -1, -2)).astype(np.float32) * scale
         if op.is_causal.value.data:
             sq, sk = scores.shape[-2:]
-            kv, q = np.arange(sk)[None, :], np.arange(sq)[:, None]
-            masked = kv > q
-            if op.window_value is not None:
-                masked |= kv <= q - op.window_value
-            scores = np.where(masked, np.float32(-np.inf), scores)
+            scores = np.where(causal_masked(sq, sk, window=op.window_value), np.float32(-np.inf), scores)
         ex = np.exp(scores - scores.max(axis=-1, keepdims=True))
         probs = ex / ex.sum(axis=-1, keepdims=True, dtype=np.float64).astype(np.float32)
         probs = round_to(probs, element_dtype(op.q))

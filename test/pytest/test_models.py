@@ -59,14 +59,10 @@ def test_layer_with_a_sliding_window_shorter_than_the_sequence(family, tmp_path,
     applies it (its result is not the plain causal one), and the two agree."""
     from emmy.frontend import resolve_model, trace_layer
 
-    model = write_tiny_model(tmp_path / family, family)
-    config = json.loads((tmp_path / family / "config.json").read_text())
-    (tmp_path / family / "config.json").write_text(json.dumps({**config, "sliding_window": 4}))
+    model = write_tiny_model(tmp_path / family, family, sliding_window=4)
     traced = trace_layer(resolve_model(model), 0, 9)
     assert "window = 4 : i64" in str(traced.module)
-    (tmp_path / "plain").mkdir()
-    (tmp_path / "plain" / "config.json").write_text(json.dumps({**config, "sliding_window": None}))
-    plain = trace_layer(resolve_model(str(tmp_path / "plain")), 0, 9)
+    plain = trace_layer(resolve_model(write_tiny_model(tmp_path / "plain", family, sliding_window=None)), 0, 9)
     assert not torch.equal(traced.reference(traced.inputs), plain.reference(traced.inputs))
     assert run(["run", model, "--layer", "0", "--tokens", "9", "--backend", "interpret", "--check",
                 "--tolerance", "5e-3"]) == 0
@@ -308,9 +304,7 @@ def test_released_layer_sizes_lower_like_qwen3(name, tmp_path):
 def test_a_model_not_in_bf16_is_refused_by_the_flash_kernel(dtype, shown, tmp_path, capsys):
     """The interpreter runs a float16 or float32 model; the CUDA flash kernel takes bf16 operands,
     and says so, naming the dtype and the fix."""
-    model = write_tiny_model(tmp_path / dtype)
-    config = json.loads((tmp_path / dtype / "config.json").read_text())
-    (tmp_path / dtype / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}))
+    model = write_tiny_model(tmp_path / dtype, torch_dtype=dtype)
     from emmy.cli.report import run_guarded
 
     assert run_guarded(run, ["compile", model, "--layer", "0", "--tokens", "8", "--target", "sm_90a"]) == 1

@@ -19,12 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model(tmp_path: Path, window: int) -> str:
-    import json
-
-    d = write_tiny_model(tmp_path / "mistral", "mistral")
-    config = json.loads((Path(d) / "config.json").read_text())
-    (Path(d) / "config.json").write_text(json.dumps({**config, "sliding_window": window}))
-    return d
+    return write_tiny_model(tmp_path / "mistral", "mistral", sliding_window=window)
 
 
 def _attention_plan(module) -> AttentionPlan:

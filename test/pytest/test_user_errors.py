@@ -201,9 +201,7 @@ def test_check_prints_ok_within_the_tolerance(tmp_path, capsys):
 
 def test_check_prints_failed_over_the_tolerance(tmp_path, capsys):
     """A float32 model: nothing rounds to bf16, so the tolerance is the whole allowance."""
-    model = write_tiny_model(tmp_path / "m")
-    config = json.loads((tmp_path / "m" / "config.json").read_text())
-    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "torch_dtype": "float32"}))
+    model = write_tiny_model(tmp_path / "m", torch_dtype="float32")
     assert run_guarded(run, ["run", model, "--layer", "0", "--tokens", "4", "--backend", "interpret", "--check",
                              "--tolerance", "1e-9"]) == 1
     captured = capsys.readouterr()

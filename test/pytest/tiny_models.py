@@ -77,10 +77,12 @@ def missing_here(family: str) -> str:
     return ""
 
 
-def write_tiny_model(directory: Path, family: str = "qwen3") -> str:
-    """Create `directory` holding the tiny model of `family` (its config.json); returns its path."""
+def write_tiny_model(directory: Path, family: str = "qwen3", **overrides) -> str:
+    """Create `directory` holding the tiny model of `family` (its config.json), config fields in
+    `overrides` replaced (`sliding_window=4`, `torch_dtype="float32"`); returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps({**TINY, **{**FAMILIES, **OTHER_FAMILIES}[family]}))
+    config = {**TINY, **{**FAMILIES, **OTHER_FAMILIES}[family], **overrides}
+    (directory / "config.json").write_text(json.dumps(config))
     return str(directory)
 
 # One decoder layer at the sizes of released models of each family (random weights): head dims
