@@ -1,0 +1,17 @@
+# Builds, on a machine without a GPU, every kernel device-2026-12-08-s76{a,b}.sh runs, into
+# .emmy-cache (carry it with .whl). Run from the repository root after any change to the device
+# library or the lowering (a kernel's cache key hashes its source and the library).
+set -eu
+export EMMY_HOME=$PWD/.emmy-cache
+PY=${PYTHON:-python3}
+$PY tools/bench.py --build-only --target sm_90a --cases attention --attention-sizes 256,1000,2048,3000,4096,8192,16384,32768 \
+  --attention-heads 16/8,32/8 --contenders emmy,sdpa-cudnn
+$PY tools/bench.py --build-only --target sm_90a --cases layer,projections --layer-sizes 32,512,3000,4096 \
+  --contenders emmy,eager,compile,cublas
+$PY tools/bench.py --build-only --target sm_90a --cases layer --layer-sizes 768,6000 --contenders emmy,emmy-prior,compile
+$PY tools/prebuild_gpu_tests.py --target sm_90a --only gpu --match sliding_window --match other_family
+$PY tools/bench.py --build-only --target sm_90a --cases attention --attention-sizes 512,1000,2000,3000 \
+  --attention-heads 4/4,8/8,2/2 --contenders emmy,sdpa-cudnn --variant s1=attention.split_kv=1
+$PY tools/bench.py --build-only --target sm_90a --cases layer --layer-sizes 1500,2500 --contenders emmy,compile
+$PY -c "import sys; sys.path.insert(0, 'test/pytest'); from pathlib import Path; from tiny_models import write_real_sized_model as w; w(Path('/tmp/wm/llama1b'), 'llama-3.2-1b')"
+$PY tools/bench.py --build-only --target sm_90a --cases layer --model /tmp/wm/llama1b --layer-sizes 1100,2500 --contenders emmy,compile
