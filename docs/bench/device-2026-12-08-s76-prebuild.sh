@@ -12,6 +12,8 @@ $PY tools/bench.py --build-only --target sm_90a --cases layer --layer-sizes 768,
 $PY tools/prebuild_gpu_tests.py --target sm_90a --only gpu --match sliding_window --match other_family
 $PY tools/bench.py --build-only --target sm_90a --cases attention --attention-sizes 512,1000,2000,3000 \
   --attention-heads 4/4,8/8,2/2 --contenders emmy,sdpa-cudnn --variant s1=attention.split_kv=1
+$PY tools/bench.py --build-only --target sm_90a --cases attention --attention-sizes 1000 --attention-heads 16/8 --contenders emmy,sdpa-cudnn \
+  --variant q64=attention.block_q=64 --variant sk2=attention.split_kv=2 --variant kv64=attention.block_kv=64 --variant mma=attention.workers=wgmma --variant pers=attention.schedule=persistent
 $PY tools/bench.py --build-only --target sm_90a --cases layer --layer-sizes 1500,2500 --contenders emmy,compile
 $PY -c "import sys; sys.path.insert(0, 'test/pytest'); from pathlib import Path; from tiny_models import write_real_sized_model as w; w(Path('/tmp/wm/llama1b'), 'llama-3.2-1b')"
 $PY tools/bench.py --build-only --target sm_90a --cases layer --model /tmp/wm/llama1b --layer-sizes 1100,2500 --contenders emmy,compile
