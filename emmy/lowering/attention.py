@@ -31,8 +31,9 @@ Producers (Q rows by query, K and V rows by key; columns = the head dimension):
 - `elem` (kElem): any other value, one lambda `(i, d) -> f32`.
 The score lambda `(q, kv, dot) -> f32` is the max reduction's yielded value with the Q x K
 contraction replaced by `dot` (scale and mask); with a causal mask a second one, `free`, the
-same with the mask's select replaced by its unmasked operand, which the main loop uses in every
-key block wholly below the diagonal and inside the ends (no mask computed there); the output
+same with the mask's select (and a sliding window's) replaced by its unmasked operand, which the
+main loop uses in every key block wholly below the diagonal, inside the window and inside the
+ends (no mask computed there); the output
 lambda `(q, e, o)` the stores, with the normalized P x V sum replaced by `o`.
 
 Launch: grid (product of the batch/head axes, query blocks), 32 * warps threads, dynamic shared
@@ -178,9 +179,10 @@ def run_callee(
         else:
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
     staged = [int(staged_output(plan))] if sched.wgmma else []
-    # a sliding window, where the main loop skips the key blocks before it (AttentionPlan.
-    # skips_window): WINDOW, the last template argument (the defaulted ones before it spelled out)
-    window = [sched.window] if sched.skips_window else []
+    # a sliding window: WINDOW, the last template argument (the defaulted ones before it spelled
+    # out); the main loop skips the key blocks before it where AttentionPlan.skips_window, and
+    # masks only the blocks crossing its edge (block_masked), the free score having no window
+    window = [sched.window] if sched.window and sched.causal else []
     if role is not None:
         return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role, *staged, *window]) + ">"
     args.append(2 if sched.warp_specialized else int(sched.wgmma))
@@ -419,7 +421,8 @@ def _check_ws_operands(plan: AttentionBody, materialized: set[str], mapped: set[
 def _score_lambda(kb: KB, top: Scope, plan: AttentionBody, masked: bool) -> K.LambdaOp:
     """The score lambda `(q, kv, dot) -> f32` of the main loop: the max reduction's yielded value
     with the Q x K contraction replaced by `dot`; unless `masked`, also its causal mask's select
-    replaced by the unmasked operand (`free`: the key blocks wholly below the diagonal)."""
+    and a sliding window's replaced by their unmasked operands (`free`: the key blocks wholly
+    below the diagonal and inside the window, block_masked in attention.cuh)."""
     idx = IndexType()
     lam = _lambda(kb, [idx, idx, f32], ["q", "kv", "dot"], f32)
     q, kv, dot = lam.body.block.args
@@ -427,8 +430,9 @@ def _score_lambda(kb: KB, top: Scope, plan: AttentionBody, masked: bool) -> K.La
     with kb.at(lam.body.block):
         overrides: dict[SSAValue, list[SSAValue]] = {plan.dot: [dot]}
         if not masked:
-            assert plan.mask is not None and plan.unmasked is not None
-            overrides[plan.mask] = [top.child(axes, overrides={plan.dot: [dot]}).one(plan.unmasked)]
+            assert plan.mask is not None
+            for sel, operand in reversed(plan.free_overrides()):  # the window's inside the causal one
+                overrides = {**overrides, sel: [top.child(axes, overrides=overrides).one(operand)]}
         s = top.child(axes, overrides=overrides)
         lam.body.block.add_op(K.YieldOp(_f32(kb, s.one(plan.score))))
     return lam

@@ -78,8 +78,31 @@ class AttentionBody:
     unmasked: SSAValue | None = None
     # a sliding window inside the causal mask (a second select around `unmasked`, on an affine
     # compare): key kv also masked for query q whenever kv <= q + causal_offset - window; 0 none.
-    # The unmasked score keeps that select: only the causal one is left out of it.
+    # `unmasked` keeps that select; `window_mask` is it and `window_unmasked` its unmasked operand
+    # (the score of a key block wholly inside the window and below the diagonal: free_score).
     window: int = 0
+    window_mask: SSAValue | None = None
+    window_unmasked: SSAValue | None = None
+
+    def free_overrides(self) -> list[tuple[SSAValue, SSAValue]]:
+        """The selects a key block no mask touches takes as their unmasked operands, outermost
+        first: the causal mask's, and the window's inside it (block_masked in attention.cuh tells
+        such a block from the rest)."""
+        pairs = [(self.mask, self.unmasked)] if self.mask is not None and self.unmasked is not None else []
+        if self.window_mask is not None and self.window_unmasked is not None:
+            pairs.append((self.window_mask, self.window_unmasked))
+        return pairs
+
+    @property
+    def free_score(self) -> SSAValue:
+        """The score of a key no mask touches, where it is one value of the body: the score with
+        no causal mask, the unmasked operand of the causal select, or, with a window select
+        right inside it, that select's unmasked operand."""
+        if self.mask is None or self.unmasked is None:
+            return self.score
+        if self.window_mask is self.unmasked and self.window_unmasked is not None:
+            return self.window_unmasked
+        return self.unmasked
 
 
 def attention_error(name: str, msg: str) -> EmmyError:
@@ -321,19 +344,21 @@ def _causal_offset(o: arith.SelectOp, q: str, kv: str, dom: Domains) -> int | No
     return None
 
 
-def _window(body_unmasked: SSAValue, causal_offset: int, q: str, kv: str, dom: Domains) -> int:
-    """The sliding window W when the unmasked score is itself a select giving -inf whenever
+def _window(body_unmasked: SSAValue, causal_offset: int, q: str, kv: str,
+            dom: Domains) -> tuple[int, arith.SelectOp] | None:
+    """(W, the select) when the unmasked score is itself a select giving -inf whenever
     kv <= q + causal_offset - W (convert-tensor-to-loop's form of `tensor.causal_mask {window}`),
-    else 0."""
+    else None."""
     sel = _mask_select(body_unmasked)
     form = None if sel is None else _kv_against_q(sel, q, kv, dom)
     if form is None:
-        return 0
+        return None
     rel, c = form  # masked when kv rel q + c
     bound = {"<": c - 1, "<=": c}.get(rel)  # masked when kv <= q + bound
     if bound is None or causal_offset - bound < 1:
-        return 0
-    return causal_offset - bound
+        return None
+    assert sel is not None
+    return causal_offset - bound, sel
 
 
 def _kv_against_q(o: arith.SelectOp, q: str, kv: str, dom: Domains) -> tuple[str, int] | None:
@@ -473,7 +498,8 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
         raise attention_error(name, "the score reads a reduction other than the Q x K contraction")
     causal = _causal(score, q_axis, kv_axis, dom)
     offset, sel = causal if causal is not None else (None, None)
-    unmasked = (sel.rhs if _is_neg_inf(sel.lhs) else sel.lhs) if sel is not None else None
+    unmasked = _unmasked_operand(sel) if sel is not None else None
+    window = _window(unmasked, offset, q_axis, kv_axis, dom) if unmasked is not None else None
     return AttentionBody(
         name=name,
         batch_axes=batch,
@@ -493,8 +519,15 @@ def analyze(op: Operation, info: KernelInfo) -> AttentionBody:
         seq_kv=axes[kv_axis],
         mask=sel.result if sel is not None else None,
         unmasked=unmasked,
-        window=_window(unmasked, offset, q_axis, kv_axis, dom) if unmasked is not None else 0,
+        window=window[0] if window is not None else 0,
+        window_mask=window[1].result if window is not None else None,
+        window_unmasked=_unmasked_operand(window[1]) if window is not None else None,
     )
+
+
+def _unmasked_operand(sel: arith.SelectOp) -> SSAValue:
+    """The operand of a mask's select (_mask_select) that is not -inf."""
+    return sel.rhs if _is_neg_inf(sel.lhs) else sel.lhs
 
 
 def kv_group(plan: AttentionBody, info: KernelInfo) -> tuple[str, int] | None:
@@ -532,7 +565,7 @@ def score_fold(body: AttentionBody) -> float:
     finite constant (the attention scale), else 0.0. The main loop then takes the row max of
     the raw dots and folds c into its exponent (FreeScore in attention.cuh): the same softmax
     up to the rounding of c * log2(e), one multiplication per score fewer."""
-    v = body.unmasked if body.mask is not None else body.score
+    v = body.free_score
     op = v.owner
     if not isinstance(op, arith.MulfOp) or not isinstance(v.type, Float32Type):
         return 0.0

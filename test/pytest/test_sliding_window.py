@@ -67,12 +67,28 @@ def test_interpreted_layer_with_the_plans_key_blocks_matches_pytorch(pins, tmp_p
                 "--knob", pins, "--backend", "interpret", "--check", "--tolerance", "5e-3"]) == 0
 
 
+def _score_lambdas(src: str) -> list[str]:
+    """The bodies of the generated `(q, kv, dot) -> float` lambdas, in order (the score, then
+    the free score, of each attention call)."""
+    out = []
+    for part in src.split("-> float {")[1:]:
+        if "const float dot_" in src[: src.index(part)].rsplit("auto ", 1)[-1]:
+            out.append(part.split("};", 1)[0])
+    return out
+
+
 @pytest.mark.parametrize("pins, call", [
     ("attention.workers=wgmma_ws;attention.schedule=persistent", "run_ws<"),
     ("attention.workers=wgmma_ws;attention.schedule=grid", "run<"),
+    ("attention.workers=wgmma_ws;attention.block_q=192;attention.warps=12;attention.split_kv=2", "run<"),
     ("attention.workers=mma_sync", "run<"),
+    ("attention.workers=wgmma;attention.stages=3", "run<"),
 ])
 def test_windowed_kernel_carries_the_window_and_builds(pins, call, tmp_path):
+    """WINDOW reaches every main loop (those that start at the window and flash_wgmma's ring,
+    which visits the blocks before it): block_masked then tells the blocks inside the window
+    and below the diagonal, whose free score has neither the causal nor the window's compare and
+    folds the scale (one multiplication, a non-zero fold argument)."""
     from emmy.backend.plan import cuda_source
 
     d = _model(tmp_path, 100)
@@ -81,6 +97,8 @@ def test_windowed_kernel_carries_the_window_and_builds(pins, call, tmp_path):
     src = cuda_source(compile_model(opts).module)
     calls = {ln.split("emmy::attention::")[1].split(">")[0] for ln in src.splitlines() if "emmy::attention::" + call in ln}
     assert calls and all(c.endswith(", 100") for c in calls), calls  # WINDOW, the last template argument
+    score, free = _score_lambdas(src)[:2]
+    assert score.count(" ? ") == 2 and " ? " not in free and free.count(" * ") == 1, (score, free)
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
     cu = tmp_path / "layer.cu"

@@ -334,14 +334,16 @@ __device__ __forceinline__ float ex2_ftz(float x) {
 }
 
 // Whether a key block needs the mask: its keys [k0, k0 + BKV) against query rows [q_first,
-// q_last] of a warp. Only a block that crosses the causal diagonal, the end of the keys or of the
-// queries, or that repeats keys of the block before (k_lo > k0: the shifted last block of the
-// tensor-map loop) does; every other block takes the scores through `free`, with no bounds
-// checks and no causal compare.
+// q_last] of a warp. Only a block that crosses the causal diagonal, a sliding window's edge
+// (`window` > 0: some key at or before q_last + causal_offset - window), the end of the keys or
+// of the queries, or that repeats keys of the block before (k_lo > k0: the shifted last block of
+// the tensor-map loop) does; every other block takes the scores through `free`, with no bounds
+// checks and no causal or window compare.
 template <int BKV>
 __device__ __forceinline__ bool block_masked(int k0, int k_lo, int q_first, int q_last, int seq_q, int seq_kv,
-                                             int causal, int causal_offset) {
-  return k_lo > k0 || k0 + BKV > seq_kv || q_last >= seq_q || (causal && k0 + BKV - 1 > q_first + causal_offset);
+                                             int causal, int causal_offset, int window = 0) {
+  return k_lo > k0 || k0 + BKV > seq_kv || q_last >= seq_q || (causal && k0 + BKV - 1 > q_first + causal_offset) ||
+         (window > 0 && k0 <= q_last + causal_offset - window);
 }
 
 // A compile-time choice between the masked and the unmasked softmax (see softmax_row).
@@ -536,7 +538,7 @@ __device__ __forceinline__ void run(const QA& qa, const QB& qb, const KA& ka, co
     detail::flash_ws<C, REGS_P, REGS_C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem,
                                         detail::SplitKv{part, parts, parts, tile, split_ws, split_counts}, WINDOW);
   } else if constexpr (C::kWgmma && STAGES >= 3) {
-    detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem);
+    detail::flash_wgmma<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem, WINDOW);
   } else {
     detail::flash<C>(qf, kf, vf, score, free, out, q_block, seq_q, seq_kv, causal, causal_offset, smem, WINDOW);
   }
@@ -627,7 +629,7 @@ __device__ __forceinline__ int run_ws(const QA& qa, const QB& qb, const KA& ka, 
     detail::ws_produce<C>(kf, vf, n_blocks, seq_kv, ring, smem, j0);
   } else {
     detail::ws_consume<C>(qf, score, free, out, q_block, n_blocks, seq_q, seq_kv, causal, causal_offset, ring, smem,
-                          tile_i, next_block, next_q, j0);
+                          tile_i, next_block, next_q, j0, detail::SplitKv{}, WINDOW);
   }
   return ring + n_blocks;
 }

@@ -159,7 +159,7 @@ __device__ __forceinline__ void flash(const QF& qf, const KF& kf, const VF& vf, 
         }
       }
     };
-    if (block_masked<BKV>(k0, k0, q0 + wq0, q0 + wq0 + MT * 16 - 1, seq_q, seq_kv, causal, causal_offset)) {
+    if (block_masked<BKV>(k0, k0, q0 + wq0, q0 + wq0 + MT * 16 - 1, seq_q, seq_kv, causal, causal_offset, window)) {
       softmax(MaskTag<true>{});
     } else {
       softmax(MaskTag<false>{});

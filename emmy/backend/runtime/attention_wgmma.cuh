@@ -70,7 +70,7 @@ __device__ __forceinline__ void rescale_acc(float (*acc)[4], const float* alpha)
 template <int NT, int BKV, bool SHIFT, bool MAYBE_MASKED = true, class SF, class FF>
 __device__ __forceinline__ void softmax_tile(const SF& sf, const FF& ff, float (*s)[4], float* alpha, float* m_run,
                                              float* l_run, int j, int q_first, int g, int t, int seq_q, int seq_kv,
-                                             int causal, int causal_offset) {
+                                             int causal, int causal_offset, int window = 0) {
   const int k0 = key_start<BKV, SHIFT>(j, seq_kv);
   auto rows = [&](auto mask) {
 #pragma unroll
@@ -79,7 +79,7 @@ __device__ __forceinline__ void softmax_tile(const SF& sf, const FF& ff, float (
                                                         seq_kv, m_run[h], l_run[h]);
   };
   if constexpr (MAYBE_MASKED) {
-    if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset)) {
+    if (block_masked<BKV>(k0, j * BKV, q_first, q_first + 15, seq_q, seq_kv, causal, causal_offset, window)) {
       rows(MaskTag<true>{});
       return;
     }
@@ -108,7 +108,7 @@ template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
 __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                                      const OF& of, int q0, int n_blocks, int seq_q, int seq_kv,
                                                      int causal, int causal_offset, void* smem, long long* full,
-                                                     long long* empty) {
+                                                     long long* empty, int window) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
   constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
@@ -158,7 +158,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
     };
     auto softmax = [&](int j) {
       softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q0 + warp * 16, g, t, seq_q, seq_kv, causal,
-                            causal_offset);
+                            causal_offset, window);
     };
     turn(0);
     pass(0);
@@ -216,7 +216,7 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
 template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
 __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                             const OF& of, int q_block, int seq_q, int seq_kv,
-                                            int causal, int causal_offset, void* smem) {
+                                            int causal, int causal_offset, void* smem, int window = 0) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
   constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
@@ -275,7 +275,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
 
   if constexpr (kPingPong) {
     flash_wgmma_pingpong<C>(qf, kf, vf, sf, ff, of, q0, n_blocks, seq_q, seq_kv, causal, causal_offset, smem, full,
-                            empty);
+                            empty, window);
     return;
   }
 
@@ -310,7 +310,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   // Online softmax of block j's scores; the rescale factors of the rows' earlier sums in alpha.
   auto softmax = [&](int j, float (*s)[4], float* alpha) {
     softmax_tile<NT, BKV, kAnyTma>(sf, ff, s, alpha, m_run, l_run, j, q0 + wq0, g, t, seq_q, seq_kv, causal,
-                                   causal_offset);
+                                   causal_offset, window);
   };
 
   if (n_blocks > 0) {

@@ -303,7 +303,8 @@ template <class C, class QF, class SF, class FF, class OF, class NB = NoNextBloc
 __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF& ff, const OF& of, int q_block,
                                            int n_blocks, int seq_q, int seq_kv, int causal, int causal_offset,
                                            int ring, void* smem, int tile_i = 0, const NB& next_block = NB{},
-                                           const NQ& next_q = NQ{}, int j0 = 0, const SplitKv& split = SplitKv{}) {
+                                           const NQ& next_q = NQ{}, int j0 = 0, const SplitKv& split = SplitKv{},
+                                           int window = 0) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES, D = C::D;
   constexpr int NC = C::WARPS / 4;  // consumer warpgroups
@@ -373,7 +374,7 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     // mask in it, so that a loop over such blocks carries no mask code
     auto softmax = [&](int j, auto masked) {
       softmax_tile<NT, BKV, true, decltype(masked)::value>(sf, ff, s, alpha, m_run, l_run, j0 + j, q_first, g, t,
-                                                           seq_q, seq_kv, causal, causal_offset);
+                                                           seq_q, seq_kv, causal, causal_offset, window);
     };
     // Masking steps (FlashAttention-3's) with three consumers: the key blocks no mask touches
     // in a loop of their own, then those from the warpgroup's first masked block (the same in
@@ -382,8 +383,9 @@ __device__ __forceinline__ void ws_consume(const QF& qf, const SF& sf, const FF&
     // 4096; with two consumers (head dim 128) the rules' kernel was 1% slower with them (3582
     // against 3540 us at 16384), so two consumers keep one loop
     // (docs/bench/h200-attention-mask-steps-2026-12-05.log).
+    // (first_masked_block knows no window: with one, every block goes through block_masked)
     constexpr bool kMaskSteps = NC == 3;
-    const int j_masked = kMaskSteps ? max(0, first_masked_block<BKV, true>(j0 + n_blocks, q0 + 64 * wg,
+    const int j_masked = kMaskSteps && window == 0 ? max(0, first_masked_block<BKV, true>(j0 + n_blocks, q0 + 64 * wg,
                                                                            q0 + 64 * wg + 63, seq_q, seq_kv,
                                                                            causal, causal_offset) - j0)
                                     : 0;
@@ -481,7 +483,7 @@ __device__ __forceinline__ void flash_ws(const QF& qf, const KF& kf, const VF& v
   }
   ws_registers<C::WARPS / 4, REGS_P, REGS_C, false>();
   ws_consume<C>(qf, sf, ff, of, q_block, range.y, seq_q, seq_kv, causal, causal_offset, 0, smem, 0, NoNextBlock{},
-                NoNextQ{}, range.x, split);
+                NoNextQ{}, range.x, split, window);
 #else
   __trap();  // needs sm_90a
 #endif
