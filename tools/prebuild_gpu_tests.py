@@ -67,8 +67,8 @@ def gpu_cases(target: str) -> list[Case]:
             for n, h, p in examples if kept(t.wants_sm90a(p))]
     out += [Case("gpu", f"family_layer[{name}-{n}]", "real_sized_layer", (name, n, target))
             for name, n in t.FAMILY_LAYER_CASES]
-    out += [Case("gpu", f"sliding_window_layer[{n}-{w}-{p}]", "windowed_layer", (n, w, p, target))
-            for n, w, p in t.SLIDING_CASES if kept(t.wants_sm90a((p,) if p else ()))]
+    out += [Case("gpu", f"sliding_window_layer[{n}-{w}-{p}-{d}]", "windowed_layer", (n, w, p, d, target))
+            for n, w, p, d in t.SLIDING_CASES if kept(t.wants_sm90a(tuple(p.split(";")) if p else ()))]
     # test_one_key_value_head_layer_matches_pytorch (layer 1, 300 tokens), then the whole tiny
     # models of test_family_whole_model_embedding_on_gpu (29 tokens) and of
     # test_whole_model_embedding_on_gpu (Qwen3, 11 tokens)
@@ -189,12 +189,12 @@ def compile_layer_check() -> list[tuple[str, str]]:
     return [(emmy_plan(traced, target, EmmyBuild(pins=pins_of(s)))[0].source, target) for s in sets.values()]
 
 
-def compile_windowed_layer(tokens: int, window: int, pins: str, target: str) -> list[tuple[str, str]]:
-    from tiny_models import write_real_sized_model
+def compile_windowed_layer(tokens: int, window: int, pins: str, head_dim: int, target: str) -> list[tuple[str, str]]:
+    from tiny_models import write_windowed_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = write_real_sized_model(Path(tmp) / "mistral-7b", "mistral-7b", sliding_window=window)
-        return compile_layer(model, tokens, (pins,) if pins else (), target)
+        model = write_windowed_model(Path(tmp) / "mistral-7b", window, head_dim)
+        return compile_layer(model, tokens, tuple(pins.split(";")) if pins else (), target)
 
 
 KINDS = {"windowed_layer": compile_windowed_layer, "layer": compile_layer, "example": compile_example, "real_sized_layer": compile_real_sized_layer,

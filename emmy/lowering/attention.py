@@ -180,8 +180,8 @@ def run_callee(
             args += [p.mode, p.stat_len if p.mode == ROWSUM else 0]
     staged = [int(staged_output(plan))] if sched.wgmma else []
     # a sliding window: WINDOW, the last template argument (the defaulted ones before it spelled
-    # out); the main loop skips the key blocks before it where AttentionPlan.skips_window, and
-    # masks only the blocks crossing its edge (block_masked), the free score having no window
+    # out); the main loop skips the key blocks before it (AttentionPlan.first_key_block) and masks
+    # only the blocks crossing its edge (block_masked), the free score having no window
     window = [sched.window] if sched.window and sched.causal else []
     if role is not None:
         return "emmy::attention::run_ws<" + ", ".join(str(a) for a in [*args, role, *staged, *window]) + ">"

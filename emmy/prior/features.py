@@ -487,6 +487,10 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     qb = ceil(Sq / bq)
     kv_steps = ceil(Skv / bkv)
     share = 0.5 + 0.5 / qb if causal else 1.0  # the key blocks a causal query block visits
+    longest = kv_steps  # ... and the longest one's
+    if causal and plan.window:  # a sliding window: each query block's counted (first_key_block on)
+        visited = [plan.key_blocks(b) - plan.first_key_block(b) for b in range(qb)]
+        share, longest = sum(visited) / (qb * kv_steps), max(visited)
     f["peak_flops"] = target.tensor_flops if plan.wgmma else _tensor_rate(target, "mma_sync")
     f["flops"] = 4.0 * B * qb * bq * kv_steps * bkv * D * share
     f["intensity"] = bq * bkv / (bq + bkv)
@@ -497,11 +501,11 @@ def _attention(f: Features, plan, target: Target, causal: bool, computed_kv: int
     f["reread_bytes"] = float(B * (qb - 1) * Skv * 2 * copied * 2 * share)
     f["stages"] = float(plan.stages)
     f["steps"] = float(kv_steps)
-    f["softmax_steps"] = f["serial_steps"] * kv_steps  # the longest query block visits every key block
+    f["softmax_steps"] = f["serial_steps"] * longest  # the longest query block's key blocks, one by one
     if plan.split_kv > 1:  # parts of the key blocks: the launch's critical path against the whole blocks'
         slots = target.sms * int(f["occupancy"])
         whole = replace(plan, split_kv=1)
-        f["softmax_steps"] = (ceil(whole.blocks / slots) * kv_steps * plan.critical_path(slots)
+        f["softmax_steps"] = (ceil(whole.blocks / slots) * longest * plan.critical_path(slots)
                               / whole.critical_path(slots))
         f["workspace_bytes"] += 2.0 * 4 * plan.split_floats  # each part's output rows written, read by the merge
     f["serial_steps"] = 0.0

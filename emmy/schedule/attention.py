@@ -120,7 +120,7 @@ class AttentionPlan:
     split_kv: int = 1  # parts of a query block's key blocks, a block each (split_kv_illegal)
     causal: bool = False  # key kv masked for query q past q + causal_offset: the key blocks a
     causal_offset: int = 0  # query block visits end at its last row's last key (key_blocks)
-    window: int = 0  # a sliding window (AttentionBody.window; 0 none): where skips_window, the
+    window: int = 0  # a sliding window inside the causal mask (AttentionBody.window; 0 none): the
     # key blocks a query block visits start at its first row's first key (first_key_block)
 
     @property
@@ -233,21 +233,12 @@ class AttentionPlan:
             n = min(n, 0 if last < 0 else last // self.block_kv + 1)
         return n
 
-    @property
-    def skips_window(self) -> bool:
-        """Whether the main loop starts at a sliding window's first key block (`WINDOW` in
-        attention.cuh): wgmma_ws's, and flash's (mma_sync, and wgmma with fewer than 3
-        stages); flash_wgmma's prefetch ring starts at block 0 and masks the blocks instead."""
-        return bool(self.window and self.causal) and (
-            self.warp_specialized or self.workers == "mma_sync" or (self.workers == "wgmma" and self.stages < 3)
-        )
-
     def first_key_block(self, q_block: int) -> int:
-        """The first key block query block `q_block` visits: where the main loop skips a
-        sliding window's leading blocks (skips_window), the one holding its first row's first
-        key (every block before it is masked for every row); 0 otherwise (first_key_block in
+        """The first key block query block `q_block` visits: with a sliding window, the one
+        holding its first row's first key (every block before it is masked for every row; every
+        main loop starts there, `WINDOW` in attention.cuh); 0 otherwise (first_key_block in
         attention.cuh)."""
-        if not self.skips_window:
+        if not (self.window and self.causal):
             return 0
         return max(0, q_block * self.block_q + self.causal_offset - self.window + 1) // self.block_kv
 

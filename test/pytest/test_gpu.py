@@ -402,20 +402,25 @@ def test_family_layer_at_released_sizes_matches_pytorch(name, tokens, tmp_path):
 # A sliding window shorter than the sequence (Mistral-7B's layer with windows of 64 and 256
 # keys): key blocks wholly before a row's window reach the online softmax as -inf rows, the
 # window's edge crosses blocks at every offset; each attention worker kind.
-SLIDING_CASES = [(300, 64, ""), (1100, 256, ""), (1100, 256, "attention.workers=mma_sync"),
-                 (1100, 256, "attention.workers=wgmma"), (3000, 1000, "")]
+# (tokens, window, pins separated by ';', head dim): Mistral-7B's layer, or with head dim 256
+# (16 heads: Gemma's local layers), which the rules give the 3-stage wgmma ring
+SLIDING_CASES = [(300, 64, "", 128), (1100, 256, "", 128), (1100, 256, "attention.workers=mma_sync", 128),
+                 (1100, 256, "attention.workers=wgmma", 128), (3000, 1000, "", 128),
+                 (1100, 256, "attention.workers=wgmma;attention.stages=3;attention.warps=8;attention.copy=tma", 128),
+                 (1000, 200, "attention.workers=wgmma;attention.stages=3;attention.warps=4", 128),
+                 (2000, 512, "", 256)]
 
 
-@pytest.mark.parametrize("tokens,window,pins", SLIDING_CASES, ids=lambda c: str(c))
-def test_sliding_window_layer_matches_pytorch(tokens, window, pins, tmp_path):
-    from tiny_models import write_real_sized_model
+@pytest.mark.parametrize("tokens,window,pins,head_dim", SLIDING_CASES, ids=lambda c: str(c))
+def test_sliding_window_layer_matches_pytorch(tokens, window, pins, head_dim, tmp_path):
+    from tiny_models import write_windowed_model
 
     from emmy.backend.run import run_on_gpu
     from emmy.driver import CompileOptions
 
-    pinned = (pins,) if pins else ()
+    pinned = tuple(pins.split(";")) if pins else ()
     _needs(pinned, _target())
-    model = write_real_sized_model(tmp_path / "mistral-7b", "mistral-7b", sliding_window=window)
+    model = write_windowed_model(tmp_path / "mistral-7b", window, head_dim)
     opts = CompileOptions(model=model, layer=0, tokens=tokens, target=_target(), pins=pinned)
     report = run_on_gpu(opts, cache_dir=_cache(tmp_path))
     assert report.rel_error <= 1e-2, report.rel_error

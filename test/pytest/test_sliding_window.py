@@ -31,10 +31,10 @@ def _attention_plan(module) -> AttentionPlan:
     return plan_kernel(att, get_target("sm_90a")).parts[0].plan
 
 
-def test_plan_starts_at_the_window_with_a_producer_warpgroup(tmp_path):
+def test_every_main_loop_starts_at_the_window(tmp_path):
     """Window 16 over 300 tokens, blocks of 64: query block b's first key is 64 b - 15, so its
-    key blocks start at (64 b - 15) // 64 = b - 1 (b >= 1) and end at b, with wgmma_ws and
-    mma_sync; wgmma's 3-stage loop (flash_wgmma) visits (and masks) them from 0."""
+    key blocks start at (64 b - 15) // 64 = b - 1 (b >= 1) and end at b, with wgmma_ws,
+    mma_sync and wgmma's 3-stage ring (flash_wgmma) alike."""
     d = _model(tmp_path, 16)
     pins = ("attention.workers=wgmma_ws", "attention.block_q=64", "attention.block_kv=64")
     ws = _attention_plan(compile_model(CompileOptions(model=d, layer=0, tokens=300, target="sm_90a", pins=pins,
@@ -46,9 +46,10 @@ def test_plan_starts_at_the_window_with_a_producer_warpgroup(tmp_path):
         return _attention_plan(compile_model(opts).module)
 
     mma = plan("attention.workers=mma_sync", "attention.block_q=64", "attention.block_kv=64")
-    assert mma.skips_window and [mma.key_parts(b) for b in range(3)] == [[(0, 1)], [(0, 2)], [(1, 3)]]
-    ring = plan("attention.workers=wgmma", "attention.stages=3")
-    assert ring.window == 16 and not ring.skips_window and ring.first_key_block(4) == 0
+    assert [mma.key_parts(b) for b in range(3)] == [[(0, 1)], [(0, 2)], [(1, 3)]]
+    ring = plan("attention.workers=wgmma", "attention.stages=3", "attention.block_q=64", "attention.block_kv=64")
+    assert ring.window == 16 and [ring.key_parts(b) for b in range(5)] == [[(0, 1)], [(0, 2)], [(1, 3)], [(2, 4)],
+                                                                           [(3, 5)]]
 
 
 @pytest.mark.parametrize("pins", [

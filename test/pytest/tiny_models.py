@@ -111,3 +111,10 @@ def write_real_sized_model(directory: Path, name: str, **overrides) -> str:
     config = {**TINY, "vocab_size": 1000, "max_position_embeddings": 8192, **REAL[name], **overrides}
     (directory / "config.json").write_text(json.dumps(config))
     return str(directory)
+
+
+def write_windowed_model(directory: Path, window: int, head_dim: int = 128) -> str:
+    """Mistral-7B's layer sizes with a sliding window of `window` keys; another head dim keeps
+    the hidden size (4096 // head_dim heads: 256 is Gemma's local layers')."""
+    sizes = {} if head_dim == 128 else {"head_dim": head_dim, "num_attention_heads": 4096 // head_dim}
+    return write_real_sized_model(directory, "mistral-7b", sliding_window=window, **sizes)

@@ -108,7 +108,7 @@ template <class C, class QF, class KF, class VF, class SF, class FF, class OF>
 __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf, const VF& vf, const SF& sf, const FF& ff,
                                                      const OF& of, int q0, int n_blocks, int seq_q, int seq_kv,
                                                      int causal, int causal_offset, void* smem, long long* full,
-                                                     long long* empty, int window) {
+                                                     long long* empty, int window, int j0) {
 #if defined(__CUDA_ARCH__) && EMMY_HAS_WGMMA
   constexpr int BQ = C::BQ, BKV = C::BKV, NT = C::NT, DT = C::DT, STAGES = C::STAGES;
   constexpr int AHEAD = STAGES - 2;  // key blocks in flight ahead of the one multiplied
@@ -120,13 +120,14 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
   __nv_bfloat16* sK = sQ + C::kQElems;
   __nv_bfloat16* sV = sK + STAGES * C::kKVElems;
   const __nv_bfloat16* sQw = sQ + wg * 64 * 64;  // this warpgroup's 64 rows, slab 0
-  // K and V block j into buffer j % STAGES (thread 0; the buffer's last block released)
+  // K and V of the loop's block j (key block j0 + j) into buffer j % STAGES (thread 0; the
+  // buffer's last block released)
   auto copy_kv = [&](int j) {
     const int buf = j % STAGES;
     if (j >= STAGES) emmy::mbar_wait(empty + buf, (j / STAGES - 1) & 1);
     emmy::mbar_arrive_expect_tx(full + buf, 2 * BKV * C::DP * 2);
-    kf.template copy<C::DP, BKV>(sK + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
-    vf.template copy<C::DP, BKV>(sV + buf * C::kKVElems, key_start<BKV, true>(j, seq_kv), full + buf);
+    kf.template copy<C::DP, BKV>(sK + buf * C::kKVElems, key_start<BKV, true>(j0 + j, seq_kv), full + buf);
+    vf.template copy<C::DP, BKV>(sV + buf * C::kKVElems, key_start<BKV, true>(j0 + j, seq_kv), full + buf);
   };
   stage_rows<C, BQ>(qf, sQ, q0, seq_q, warp, lane, tid);
   cp_async_commit();
@@ -157,8 +158,8 @@ __device__ __forceinline__ void flash_wgmma_pingpong(const QF& qf, const KF& kf,
       __syncwarp();
     };
     auto softmax = [&](int j) {
-      softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j, q0 + warp * 16, g, t, seq_q, seq_kv, causal,
-                            causal_offset, window);
+      softmax_tile<NT, BKV, true>(sf, ff, s, alpha, m_run, l_run, j0 + j, q0 + warp * 16, g, t, seq_q, seq_kv,
+                                  causal, causal_offset, window);
     };
     turn(0);
     pass(0);
@@ -236,7 +237,10 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   const int q0 = q_block * BQ;
   const int wq0 = warp * 16;
 
-  const int n_blocks = key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset);
+  // the key blocks from a sliding window's first (first_key_block; the ring's block j is key
+  // block j0 + j) to the causal end
+  const int j0 = first_key_block<BKV>(q0, causal_offset, window);
+  const int n_blocks = max(0, key_blocks<BQ, BKV>(q0, seq_q, seq_kv, causal, causal_offset) - j0);
 
   // K and V rows come through cp.async / shared stores by every thread, or as tensor-map copies
   // that thread 0 issues on the block's `full` mbarrier (kTma producers; whole key blocks, the
@@ -258,24 +262,24 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
     __syncthreads();
   }
 
-  auto stage_kv = [&](int j) {
-    const int buf = j % STAGES;
+  auto stage_kv = [&](int j) {  // the ring's block j: key block j0 + j
+    const int buf = j % STAGES, k0 = key_start<BKV, kAnyTma>(j0 + j, seq_kv);
     __nv_bfloat16* tK = sK + buf * C::kKVElems;
     __nv_bfloat16* tV = sV + buf * C::kKVElems;
     if constexpr (kAnyTma) {
       if (tid == 0) {
         emmy::mbar_arrive_expect_tx(full + buf, kTmaBytes);
-        if constexpr (KF::kTma) kf.template copy<C::DP, BKV>(tK, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
-        if constexpr (VF::kTma) vf.template copy<C::DP, BKV>(tV, key_start<BKV, kAnyTma>(j, seq_kv), full + buf);
+        if constexpr (KF::kTma) kf.template copy<C::DP, BKV>(tK, k0, full + buf);
+        if constexpr (VF::kTma) vf.template copy<C::DP, BKV>(tV, k0, full + buf);
       }
     }
-    if constexpr (!KF::kTma) stage_rows<C, BKV>(kf, tK, key_start<BKV, kAnyTma>(j, seq_kv), seq_kv, warp, lane, tid);
-    if constexpr (!VF::kTma) stage_rows<C, BKV>(vf, tV, key_start<BKV, kAnyTma>(j, seq_kv), seq_kv, warp, lane, tid);
+    if constexpr (!KF::kTma) stage_rows<C, BKV>(kf, tK, k0, seq_kv, warp, lane, tid);
+    if constexpr (!VF::kTma) stage_rows<C, BKV>(vf, tV, k0, seq_kv, warp, lane, tid);
   };
 
   if constexpr (kPingPong) {
     flash_wgmma_pingpong<C>(qf, kf, vf, sf, ff, of, q0, n_blocks, seq_q, seq_kv, causal, causal_offset, smem, full,
-                            empty, window);
+                            empty, window, j0);
     return;
   }
 
@@ -309,7 +313,7 @@ __device__ __forceinline__ void flash_wgmma(const QF& qf, const KF& kf, const VF
   };
   // Online softmax of block j's scores; the rescale factors of the rows' earlier sums in alpha.
   auto softmax = [&](int j, float (*s)[4], float* alpha) {
-    softmax_tile<NT, BKV, kAnyTma>(sf, ff, s, alpha, m_run, l_run, j, q0 + wq0, g, t, seq_q, seq_kv, causal,
+    softmax_tile<NT, BKV, kAnyTma>(sf, ff, s, alpha, m_run, l_run, j0 + j, q0 + wq0, g, t, seq_q, seq_kv, causal,
                                    causal_offset, window);
   };
 
