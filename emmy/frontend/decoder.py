@@ -104,22 +104,26 @@ def positive_float(value: Any, key: str, model: str) -> float:
     return float(value)
 
 
-def sliding_window(config: Mapping[str, Any], layer: int) -> int | None:
+def sliding_window(config: Mapping[str, Any], layer: int, model: str = "the model") -> int | None:
     """The attention window of decoder layer `layer` in tokens, or None where every query sees
-    every earlier key. Mistral windows every layer when `sliding_window` is set; Qwen2 and Qwen3
-    only the layers their `layer_types` (or `use_sliding_window` from `max_window_layers` on)
-    mark as sliding."""
-    window = config.get("sliding_window")
-    if not window:
+    every earlier key. Mistral windows every layer when `sliding_window` is set (null or 0:
+    none); Qwen2 and Qwen3 only the layers their `layer_types` (or `use_sliding_window` from
+    `max_window_layers` on) mark as sliding. A window that is not a positive integer is an
+    EmmyError naming `model` and the field."""
+    if not config.get("sliding_window"):
         return None
+    window = config_int(config, "sliding_window", model)
     types = config.get("layer_types")
     if isinstance(types, list) and layer < len(types):
-        return int(window) if types[layer] == "sliding_attention" else None
+        return window if types[layer] == "sliding_attention" else None
     if config.get("model_type") in ("qwen2", "qwen3"):
         if not config.get("use_sliding_window", False):
             return None
-        return int(window) if layer >= int(config.get("max_window_layers", 0)) else None
-    return int(window)
+        first = config.get("max_window_layers") or 0
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise EmmyError(f"{model}: the config's max_window_layers is {first!r}; it must be a whole number")
+        return window if layer >= first else None
+    return window
 
 
 def check_positions(config: Mapping[str, Any], model: str, tokens: int) -> None:
@@ -135,11 +139,11 @@ def check_positions(config: Mapping[str, Any], model: str, tokens: int) -> None:
         )
 
 
-def layer_window(config: Mapping[str, Any], layer: int, tokens: int) -> int | None:
+def layer_window(config: Mapping[str, Any], layer: int, tokens: int, model: str = "the model") -> int | None:
     """The sliding window layer `layer` applies to a sequence of `tokens` tokens: its window
     (`sliding_window`) where the sequence is longer, else None (a window that covers the whole
     sequence changes nothing, and the layer compiles as a plain causal one)."""
-    window = sliding_window(config, layer)
+    window = sliding_window(config, layer, model)
     return window if window is not None and tokens > window else None
 
 

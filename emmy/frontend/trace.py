@@ -133,7 +133,7 @@ def trace_layer(
             f"valid layers are 0..{n_layers - 1}"
         )
     decoder.check_positions(config, source.model_id, tokens)
-    window = decoder.layer_window(config, layer, tokens)
+    window = decoder.layer_window(config, layer, tokens, source.model_id)
     use_emmy = implementation == "emmy" or (
         implementation == "auto" and decoder.LayerConfig.supports(config)
     )

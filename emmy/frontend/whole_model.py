@@ -193,7 +193,7 @@ def trace_model(
     input_ids = torch.randint(0, vocab, (1, tokens), generator=gen)
 
     embedding = _embedding(c, vocab, tokens, input_ids, weights, attrs)
-    windows = [decoder.layer_window(config, i, tokens) for i in range(c.num_layers)]
+    windows = [decoder.layer_window(config, i, tokens, source.model_id) for i in range(c.num_layers)]
     layers = _layers(c, tokens, seed, cos, sin, weights, attrs, tracer, windows, source.model_id)
     norm = _final_norm(c, tokens, seed, weights, attrs, tracer)
     return TracedModel(source.model_id, tokens, c, vocab, input_ids, cos, sin, embedding, layers, norm)

@@ -391,6 +391,10 @@ def test_local_directory_weights_from_safetensors(tmp_path):
         ({"intermediate_size": 2.5}, "the config's intermediate_size is 2.5"),
         ({"rms_norm_eps": "tiny"}, "the config's rms_norm_eps is 'tiny'; it must be a positive number"),
         ({"rope_theta": -1}, "the config's rope_theta is -1"),
+        ({"sliding_window": "abc", "use_sliding_window": True}, "the config's sliding_window is 'abc'; it must be a positive integer"),
+        ({"sliding_window": -3, "use_sliding_window": True}, "the config's sliding_window is -3"),
+        ({"sliding_window": 2, "use_sliding_window": True, "max_window_layers": "x"},
+         "the config's max_window_layers is 'x'; it must be a whole number"),
     ],
 )
 def test_malformed_config_fields(tmp_path, change, message):
