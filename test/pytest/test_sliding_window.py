@@ -108,3 +108,30 @@ def test_windowed_kernel_carries_the_window_and_builds(pins, call, tmp_path):
            f"-I{ROOT / 'emmy' / 'backend' / 'runtime'}", str(cu), "-o", str(tmp_path / "layer.o")]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_the_prior_counts_the_windows_key_blocks(tmp_path):
+    """The prior costs a windowed attention by the key blocks its query blocks visit (from
+    first_key_block to the causal end): window 16 over 300 tokens in blocks of 64 visits 1 + 4 x 2
+    = 9 key blocks of the 15 a causal one does, at most 2 in a query block (not 5)."""
+    from emmy.analysis.classify import classify
+    from emmy.dialects.tile import KernelOp
+    from emmy.prior.features import features
+    from emmy.targets import get_target
+    from emmy.tuning.knobs import knob_space_for
+    from emmy.tuning.legality import check
+    from emmy.tuning.rules import decide
+
+    target = get_target("sm_90a")
+    pins = {"workers": "wgmma", "stages": 3, "block_q": 64, "block_kv": 64, "warps": 4}
+    f = {}
+    for name, window in (("windowed", 16), ("causal", None)):
+        d = write_tiny_model(tmp_path / name, "mistral", sliding_window=window)
+        module = compile_model(CompileOptions(model=d, layer=0, tokens=300, target="sm_90a", stop_after="tile")).module
+        (att,) = [op for op in module.walk() if isinstance(op, KernelOp) and op.kernel_name == "attention"]
+        info = classify(att)
+        values = {**{k: c.value for k, c in decide(info, target, knob_space_for(info, target)).items()}, **pins}
+        assert not check(info, values, target)
+        f[name] = features(info, values, target)
+    assert f["windowed"]["flops"] == pytest.approx(f["causal"]["flops"] * 9 / (5 * 5 * (0.5 + 0.5 / 5)))
+    assert f["windowed"]["softmax_steps"] * 5 == f["causal"]["softmax_steps"] * 2
