@@ -1,4 +1,4 @@
-# Builds, on a machine without a GPU, every kernel device-2026-12-08-s76{a,b}.sh runs, into
+# Builds, on a machine without a GPU, every kernel device-2026-12-08-s76.sh runs, into
 # .emmy-cache (carry it with .whl). Run from the repository root after any change to the device
 # library or the lowering (a kernel's cache key hashes its source and the library).
 set -eu

@@ -5,8 +5,8 @@
 # 1000 tokens against its alternatives; Mistral-7B's layer at 8192 tokens with its window of
 # 4096 (the forty-second session: attention 925 us windowed, 997 without) and a head-dim-256
 # windowed layer (Gemma's local layers: the 3-stage ring); the evidence of issues 24-26 (attention
-# against cuDNN, the Qwen3 layer and its projections, deploy mode: device-2026-12-08-s76a.sh);
-# layers at token counts no rule or golden entry was fitted at (device-2026-12-08-s76b.sh).
+# against cuDNN, the Qwen3 layer and its projections, deploy mode);
+# layers at token counts no rule or golden entry was fitted at.
 # Kernels prebuilt by device-2026-12-08-s76-prebuild.sh.
 . docs/bench/device-steps.sh
 export EMMY_HOME=$PWD/.emmy-cache
