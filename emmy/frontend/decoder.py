@@ -86,14 +86,17 @@ class LayerConfig:
         )
 
 
-def config_int(config: Mapping[str, Any], key: str, model: str, default: int | None = None) -> int:
-    """`config[key]` as a positive integer (`default` when absent or null)."""
+def config_int(config: Mapping[str, Any], key: str, model: str, default: int | None = None,
+               zero: bool = False) -> int:
+    """`config[key]` as a positive integer, or with `zero` a whole number (`default` when absent
+    or null)."""
     value = config.get(key)
     if value is None and default is not None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero else 1):
         what = "is missing" if value is None else f"is {value!r}"
-        raise EmmyError(f"{model}: the config's {key} {what}; it must be a positive integer")
+        kind = "a whole number" if zero else "a positive integer"
+        raise EmmyError(f"{model}: the config's {key} {what}; it must be {kind}")
     return value
 
 
@@ -119,9 +122,7 @@ def sliding_window(config: Mapping[str, Any], layer: int, model: str = "the mode
     if config.get("model_type") in ("qwen2", "qwen3"):
         if not config.get("use_sliding_window", False):
             return None
-        first = config.get("max_window_layers") or 0
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise EmmyError(f"{model}: the config's max_window_layers is {first!r}; it must be a whole number")
+        first = config_int(config, "max_window_layers", model, default=0, zero=True)
         return window if layer >= first else None
     return window
 
